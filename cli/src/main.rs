@@ -1,0 +1,46 @@
+//! `kube-harness`: one binary, one subcommand per role.
+//!
+//! Each role lives in its own crate; this file only wires their command-line faces together.
+
+mod classify;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "kube-harness", version, about = "Shell execution for AI agents, on Kubernetes or locally")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Classify a script with tree-sitter-bash: tier0, escalate or refuse.
+    Classify(classify::ClassifyArgs),
+}
+
+fn main() -> ExitCode {
+    init_tracing();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Classify(args) => classify::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("kube-harness: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Logs go to stderr so that stdout stays machine-readable for every subcommand.
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KUBE_HARNESS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
