@@ -3,6 +3,7 @@
 //! Each role lives in its own crate; this file only wires their command-line faces together.
 
 mod classify;
+mod session_log;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -18,6 +19,8 @@ struct Cli {
 enum Command {
     /// Classify a script with tree-sitter-bash: tier0, escalate or refuse.
     Classify(classify::ClassifyArgs),
+    /// The session log service (lh.remote-session.v1): durable, idempotent, replayable.
+    SessionLog(session_log::SessionLogArgs),
 }
 
 fn main() -> ExitCode {
@@ -25,6 +28,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Classify(args) => classify::run(args),
+        Command::SessionLog(args) => session_log::run(args),
     };
     match result {
         Ok(code) => code,

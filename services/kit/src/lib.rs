@@ -1,0 +1,21 @@
+//! Server scaffolding shared by the Kube Harness services (session log, ledgers).
+//!
+//! Each service builds its own axum [`Router`](axum::Router) of API routes and hands it to this kit,
+//! which adds what every service needs the same way: bearer-token auth compared in constant time,
+//! `GET /healthz` and `GET /metrics`, JSON errors, parsing of `--store` specs and a graceful
+//! [`serve`](serve::serve). Keeping these in one place means the services fail the same way on the
+//! same mistakes (no token configured, a wrong token, a bad store spec).
+
+pub mod auth;
+pub mod error;
+pub mod routes;
+pub mod serve;
+pub mod store_spec;
+#[cfg(feature = "postgres-testing")]
+pub mod testing;
+
+pub use auth::{require_bearer, AuthConfig};
+pub use error::ApiError;
+pub use routes::with_health_and_metrics;
+pub use serve::{bind, serve, shutdown_signal};
+pub use store_spec::StoreSpec;

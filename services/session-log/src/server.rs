@@ -1,0 +1,244 @@
+//! The HTTP face of the session log (`lh.remote-session.v1`): routes, error mapping, metrics.
+
+use crate::model::{EventInput, PreparedEvent, RunId, ValidationError, DEFAULT_MAX_PAYLOAD_BYTES};
+use crate::store::{Store, StoreError, MAX_READ_LIMIT};
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use kube_harness_service_kit::{require_bearer, with_health_and_metrics, ApiError, AuthConfig};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use serde::Deserialize;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The OpenAPI 3 document served at `GET /v1/openapi.json`.
+pub const OPENAPI_JSON: &str = include_str!("openapi.json");
+/// Default page size of `GET .../events`.
+pub const DEFAULT_READ_LIMIT: usize = 100;
+/// Bytes of JSON a request body may hold on top of the payload limit (keys, type, framing).
+const BODY_OVERHEAD: usize = 16 * 1024;
+
+/// Server settings beyond the store.
+#[derive(Clone)]
+pub struct ServerConfig {
+    pub auth: AuthConfig,
+    /// Canonical payload size limit; over it: 413 and nothing written.
+    pub max_payload_bytes: usize,
+}
+
+impl ServerConfig {
+    pub fn new(auth: AuthConfig) -> Self {
+        Self {
+            auth,
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+/// Metrics of the session log, registered under the `kh_session_log` prefix.
+#[derive(Clone)]
+struct Metrics {
+    appends: Family<OutcomeLabels, Counter>,
+    append_seconds: Histogram,
+    reads: Family<OutcomeLabels, Counter>,
+}
+
+#[derive(Clone)]
+struct AppState {
+    store: Store,
+    max_payload_bytes: usize,
+    metrics: Metrics,
+}
+
+/// Builds the whole application: API routes behind bearer auth, plus `/healthz`, `/metrics` and
+/// `/v1/openapi.json` without auth. `registry` should already hold the store's batch histogram.
+pub fn app(store: Store, config: ServerConfig, mut registry: Registry) -> Router {
+    let metrics = Metrics {
+        appends: Family::default(),
+        append_seconds: Histogram::new(exponential_buckets(0.00005, 2.0, 18)),
+        reads: Family::default(),
+    };
+    let sub = registry.sub_registry_with_prefix("kh_session_log");
+    sub.register("appends", "Appends by outcome", metrics.appends.clone());
+    sub.register(
+        "append_duration_seconds",
+        "Time from request to durable acknowledgement",
+        metrics.append_seconds.clone(),
+    );
+    sub.register("reads", "Reads by outcome", metrics.reads.clone());
+    let state = AppState {
+        store,
+        max_payload_bytes: config.max_payload_bytes,
+        metrics,
+    };
+    let api = Router::new()
+        .route("/v1/runs/{run_id}/events", get(read_events).post(append_event))
+        .route_layer(axum::middleware::from_fn_with_state(
+            config.auth,
+            require_bearer,
+        ))
+        .layer(DefaultBodyLimit::max(config.max_payload_bytes + BODY_OVERHEAD))
+        .route("/v1/openapi.json", get(openapi))
+        .with_state(state);
+    with_health_and_metrics(api, Arc::new(registry))
+}
+
+async fn openapi() -> Response {
+    ([(CONTENT_TYPE, "application/json")], OPENAPI_JSON).into_response()
+}
+
+fn run_id(path: Result<Path<String>, PathRejection>) -> Result<RunId, ApiError> {
+    let Path(raw) = path.map_err(|e| ApiError::bad_request("invalid_run_id", e.body_text()))?;
+    RunId::parse(&raw).map_err(validation)
+}
+
+fn validation(e: ValidationError) -> ApiError {
+    if e.code == "payload_too_large" {
+        ApiError::too_large(e.message)
+    } else {
+        ApiError::bad_request(e.code, e.message)
+    }
+}
+
+fn store_error(e: StoreError) -> ApiError {
+    let message = e.to_string();
+    match e {
+        StoreError::Conflict { .. } => ApiError::conflict("idempotency_conflict", message),
+        StoreError::RunCorrupt { .. } => ApiError::internal("run_corrupt", message),
+        StoreError::Poisoned(_) => ApiError::unavailable("store_failed", message),
+        StoreError::Unavailable(_) => ApiError::unavailable("store_unavailable", message),
+        StoreError::Internal(_) => ApiError::internal("internal", message),
+    }
+}
+
+async fn append_event(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let started = Instant::now();
+    let (outcome, response) = match append_inner(&state, path, body).await {
+        Ok((created, response)) => (if created { "created" } else { "duplicate" }, response),
+        Err(e) => {
+            let outcome = match e.status {
+                StatusCode::CONFLICT => "conflict",
+                s if s.is_client_error() => "rejected",
+                _ => "error",
+            };
+            (outcome, e.into_response())
+        }
+    };
+    state
+        .metrics
+        .appends
+        .get_or_create(&OutcomeLabels { outcome })
+        .inc();
+    state
+        .metrics
+        .append_seconds
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+async fn append_inner(
+    state: &AppState,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(bool, Response), ApiError> {
+    let run = run_id(path)?;
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large(format!(
+                "request body over {} bytes; store large content as an immutable artifact and reference it (contentRef)",
+                state.max_payload_bytes + BODY_OVERHEAD
+            ))
+        } else {
+            ApiError::bad_request("invalid_body", e.body_text())
+        }
+    })?;
+    let input: EventInput = serde_json::from_slice(&body).map_err(|e| {
+        use serde_json::error::Category;
+        match e.classify() {
+            Category::Syntax | Category::Eof | Category::Io => {
+                ApiError::bad_request("malformed_json", format!("body is not valid JSON: {e}"))
+            }
+            Category::Data => ApiError::bad_request("invalid_event", format!("{e}")),
+        }
+    })?;
+    let prepared = PreparedEvent::new(input, state.max_payload_bytes).map_err(validation)?;
+    let outcome = state
+        .store
+        .append(&run, prepared)
+        .await
+        .map_err(store_error)?;
+    let body = serde_json::json!({"sequence": outcome.event.sequence, "event": outcome.event});
+    Ok((outcome.created, (StatusCode::OK, Json(body)).into_response()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadParams {
+    #[serde(default)]
+    after: u64,
+    limit: Option<usize>,
+}
+
+async fn read_events(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<ReadParams>, QueryRejection>,
+) -> Response {
+    let result = read_inner(&state, path, query).await;
+    let outcome = if result.is_ok() { "ok" } else { "error" };
+    state.metrics.reads.get_or_create(&OutcomeLabels { outcome }).inc();
+    match result {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn read_inner(
+    state: &AppState,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<ReadParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let run = run_id(path)?;
+    let Query(params) = query.map_err(|e| {
+        ApiError::bad_request(
+            "invalid_query",
+            format!("{}; expected after=N (>= 0) and limit=M (1..={MAX_READ_LIMIT})", e.body_text()),
+        )
+    })?;
+    let limit = params.limit.unwrap_or(DEFAULT_READ_LIMIT);
+    if !(1..=MAX_READ_LIMIT).contains(&limit) {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            format!("limit must be 1..={MAX_READ_LIMIT}"),
+        ));
+    }
+    let (events, more) = state
+        .store
+        .read(&run, params.after, limit)
+        .await
+        .map_err(store_error)?;
+    let next = if more {
+        events.last().map(|e| e.sequence)
+    } else {
+        None
+    };
+    Ok(Json(serde_json::json!({"events": events, "next": next})).into_response())
+}

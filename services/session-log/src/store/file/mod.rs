@@ -1,0 +1,240 @@
+//! File store: one NDJSON file holding every run, a single-process reference backend.
+//!
+//! Layout: `PATH` is the data file; each line is one self-checking record (see [`record`]). An
+//! exclusive `flock` on it keeps a second server off the same file. At start the whole file is
+//! verified and indexed in memory (reads are served from that index); a torn final fragment is
+//! truncated; damaged runs are refused for replay. Appends go through one writer thread that
+//! group-commits them (see [`writer`]).
+//!
+//! Durability with `sync` on (the default): the file and its parent directory are fsynced at start
+//! (so a newly created file survives a crash), and every append is acknowledged only after the
+//! `fdatasync` that covers it. If any of these fails, the store refuses to start or poisons itself
+//! (fail closed).
+
+pub mod fs;
+mod record;
+mod recovery;
+mod writer;
+
+use super::index::Index;
+use super::{AppendOutcome, StoreError};
+use crate::model::{PreparedEvent, RunId, StoredEvent};
+use anyhow::{bail, Context};
+use fs::SyncFs;
+use prometheus_client::metrics::histogram::Histogram;
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use tokio::sync::{mpsc, oneshot};
+
+/// File store settings.
+#[derive(Clone)]
+pub struct FileStoreOptions {
+    /// fsync before acknowledging (default true). `false` gives up crash durability.
+    pub sync: bool,
+    pub batch_sizes: Histogram,
+}
+
+impl Default for FileStoreOptions {
+    fn default() -> Self {
+        Self {
+            sync: true,
+            batch_sizes: super::new_batch_histogram(),
+        }
+    }
+}
+
+/// State shared by the store handle (readers) and its writer thread.
+pub(crate) struct Shared {
+    path: PathBuf,
+    fs: Arc<dyn SyncFs>,
+    index: RwLock<Index>,
+    poisoned: Mutex<Option<String>>,
+    batch_sizes: Histogram,
+}
+
+impl Shared {
+    fn poisoned(&self) -> Option<String> {
+        self.poisoned.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Marks the store failed (first reason wins) and returns the reason in force.
+    fn poison(&self, reason: String) -> String {
+        let mut p = self.poisoned.lock().unwrap_or_else(|e| e.into_inner());
+        if p.is_none() {
+            tracing::error!("file store POISONED, refusing every append until restart: {reason}");
+            *p = Some(reason);
+        }
+        p.clone().unwrap_or_default()
+    }
+}
+
+pub struct FileStore {
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<writer::Job>,
+}
+
+impl FileStore {
+    /// Opens (or creates) the store at `path`. Refuses when the file is locked by another
+    /// process, the parent directory is missing, or (with sync) an fsync fails.
+    pub async fn open(
+        path: PathBuf,
+        options: FileStoreOptions,
+        fs: Arc<dyn SyncFs>,
+    ) -> anyhow::Result<Self> {
+        tokio::task::spawn_blocking(move || Self::open_blocking(path, options, fs))
+            .await
+            .context("file store open task failed")?
+    }
+
+    fn open_blocking(
+        path: PathBuf,
+        options: FileStoreOptions,
+        fs: Arc<dyn SyncFs>,
+    ) -> anyhow::Result<Self> {
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !parent.is_dir() {
+            bail!(
+                "file store {}: directory {} does not exist",
+                path.display(),
+                parent.display()
+            );
+        }
+        let (mut file, created) = open_or_create(&path)?;
+        lock_exclusive(&file, &path)?;
+        let refuse = |what: &str, e: std::io::Error| {
+            anyhow::anyhow!(
+                "file store {}: {what} failed: {e}; refusing to start because acknowledged appends could not be made durable (fail closed; --sync=false opts out of durability)",
+                path.display()
+            )
+        };
+        if options.sync {
+            fs.sync_data(&file).map_err(|e| refuse("fdatasync of the data file", e))?;
+            fs.sync_dir(&parent)
+                .map_err(|e| refuse(&format!("fsync of directory {}", parent.display()), e))?;
+        }
+        let mut data = Vec::new();
+        file.read_to_end(&mut data)
+            .with_context(|| format!("cannot read file store {}", path.display()))?;
+        let loaded = recovery::scan(&data);
+        let torn = data.len() as u64 - loaded.complete_len;
+        if torn > 0 {
+            tracing::warn!(
+                path = %path.display(),
+                "truncating a torn final record of {torn} bytes (never acknowledged: it has no newline)"
+            );
+            file.set_len(loaded.complete_len)
+                .with_context(|| format!("cannot truncate torn tail of {}", path.display()))?;
+            if options.sync {
+                fs.sync_data(&file).map_err(|e| refuse("fdatasync after truncation", e))?;
+            }
+        }
+        for problem in &loaded.problems {
+            tracing::error!(path = %path.display(), "damaged record, replay refused: {problem}");
+        }
+        let runs = loaded.index.runs.len();
+        let events: usize = loaded.index.runs.values().map(|r| r.events.len()).sum();
+        if options.sync {
+            tracing::info!(path = %path.display(), created, runs, events, "file store open, sync on (fdatasync before every acknowledgement)");
+        } else {
+            tracing::warn!(path = %path.display(), created, runs, events, "file store open with --sync=false: appends are acknowledged BEFORE they are durable; a crash or power loss can lose acknowledged events");
+        }
+        let shared = Arc::new(Shared {
+            path,
+            fs,
+            index: RwLock::new(loaded.index),
+            poisoned: Mutex::new(None),
+            batch_sizes: options.batch_sizes,
+        });
+        let (tx, rx) = mpsc::channel(writer::MAX_QUEUE);
+        let writer = writer::Writer {
+            shared: shared.clone(),
+            file,
+            sync: options.sync,
+        };
+        std::thread::Builder::new()
+            .name("session-log-file-writer".into())
+            .spawn(move || writer.run(rx))
+            .context("cannot start the file store writer thread")?;
+        Ok(Self { shared, tx })
+    }
+
+    pub async fn append(
+        &self,
+        run: &RunId,
+        event: PreparedEvent,
+    ) -> Result<AppendOutcome, StoreError> {
+        if let Some(reason) = self.shared.poisoned() {
+            return Err(StoreError::Poisoned(reason));
+        }
+        let (reply, answer) = oneshot::channel();
+        let job = writer::Job {
+            run: run.clone(),
+            event,
+            reply,
+        };
+        self.tx
+            .send(job)
+            .await
+            .map_err(|_| StoreError::Unavailable("file store writer stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Internal("file store writer dropped an append".into()))?
+    }
+
+    pub fn read(
+        &self,
+        run: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<(Vec<StoredEvent>, bool), StoreError> {
+        self.shared
+            .index
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .read(run, after, limit)
+    }
+
+    /// The reason the store refuses appends, if it was poisoned by a failed write or sync.
+    pub fn poisoned(&self) -> Option<String> {
+        self.shared.poisoned()
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+}
+
+fn open_or_create(path: &Path) -> anyhow::Result<(File, bool)> {
+    let mut options = OpenOptions::new();
+    options.read(true).append(true);
+    match options.clone().create_new(true).open(path) {
+        Ok(f) => Ok((f, true)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok((
+            options
+                .open(path)
+                .with_context(|| format!("cannot open file store {}", path.display()))?,
+            false,
+        )),
+        Err(e) => Err(e).with_context(|| format!("cannot create file store {}", path.display())),
+    }
+}
+
+/// One process per file: a second server on the same file would interleave sequences.
+fn lock_exclusive(file: &File, path: &Path) -> anyhow::Result<()> {
+    // SAFETY: flock on a file descriptor we own; no memory is involved.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        bail!(
+            "file store {} is locked by another process ({err}); the file store serves one process, use postgres:URL for several replicas",
+            path.display()
+        );
+    }
+    Ok(())
+}

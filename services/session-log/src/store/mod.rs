@@ -1,0 +1,169 @@
+//! The stores behind the session log, with one contract (checked by `tests/conformance.rs`):
+//!
+//! - per run, sequences start at 1 and have no gaps; concurrent appends to one run serialize;
+//! - an append returns only after its event is durable in the store (for the file store with
+//!   `sync` on: after `fdatasync`; for PostgreSQL: after COMMIT);
+//! - a key seen before with the same digest returns the original event and writes nothing; with
+//!   another digest it is a [`StoreError::Conflict`];
+//! - a read of a run whose stored records are damaged fails with [`StoreError::RunCorrupt`]
+//!   rather than returning a partial history.
+
+mod file;
+mod index;
+mod memory;
+mod postgres;
+
+pub use file::fs::{FaultFs, FsOp, RealFs, SyncFs};
+pub use file::{FileStore, FileStoreOptions};
+pub use memory::MemoryStore;
+pub use postgres::PostgresStore;
+
+use crate::model::{PreparedEvent, RunId, StoredEvent};
+use kube_harness_service_kit::StoreSpec;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use std::sync::Arc;
+
+/// Largest page a read returns.
+pub const MAX_READ_LIMIT: usize = 1000;
+
+/// Result of an accepted append.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppendOutcome {
+    pub event: StoredEvent,
+    /// `false` when the key was already stored with the same digest (nothing was written).
+    pub created: bool,
+}
+
+/// Why a store refused or failed an operation.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    #[error("appendIdempotencyKey {key:?} is already stored in run {run} at sequence {sequence} with different content (digest {stored_digest}, this request {request_digest})")]
+    Conflict {
+        run: String,
+        key: String,
+        sequence: u64,
+        stored_digest: String,
+        request_digest: String,
+    },
+    #[error("run {run} cannot be replayed: {reason}")]
+    RunCorrupt { run: String, reason: String },
+    #[error("store failed and refuses appends until restarted: {0}")]
+    Poisoned(String),
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Settings shared by the stores.
+#[derive(Clone)]
+pub struct StoreOptions {
+    /// File store: fsync before acknowledging (default true).
+    pub sync: bool,
+    /// Records how many appends shared one commit (fsync or transaction).
+    pub batch_sizes: Histogram,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            sync: true,
+            batch_sizes: new_batch_histogram(),
+        }
+    }
+}
+
+/// A fresh histogram for commit batch sizes (1 .. 4096).
+pub fn new_batch_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 13))
+}
+
+/// One of the three stores.
+#[derive(Clone)]
+pub enum Store {
+    Memory(Arc<MemoryStore>),
+    File(Arc<FileStore>),
+    Postgres(Arc<PostgresStore>),
+}
+
+impl Store {
+    /// Opens the store a `--store` spec names. Fails (so the server refuses to start) when the
+    /// store cannot guarantee what it promises, e.g. fsync fails on the file store's disk.
+    pub async fn open(spec: &StoreSpec, options: StoreOptions) -> anyhow::Result<Store> {
+        Ok(match spec {
+            StoreSpec::Memory => {
+                tracing::warn!(
+                    "session log store: MEMORY. Events live only in this process and are lost when it exits; use --store file:PATH or postgres:URL for anything real"
+                );
+                Store::Memory(Arc::new(MemoryStore::new()))
+            }
+            StoreSpec::File(path) => {
+                let opts = FileStoreOptions {
+                    sync: options.sync,
+                    batch_sizes: options.batch_sizes.clone(),
+                };
+                let store = FileStore::open(path.clone(), opts, Arc::new(RealFs)).await?;
+                Store::File(Arc::new(store))
+            }
+            StoreSpec::Postgres(url) => {
+                if !options.sync {
+                    tracing::warn!("--sync=false has no effect on the PostgreSQL store (it commits transactions)");
+                }
+                Store::Postgres(Arc::new(PostgresStore::connect(url, options.batch_sizes).await?))
+            }
+        })
+    }
+
+    /// Short name for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Store::Memory(_) => "memory",
+            Store::File(_) => "file",
+            Store::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Appends `event` to `run` (see the module docs for the contract).
+    pub async fn append(
+        &self,
+        run: &RunId,
+        event: PreparedEvent,
+    ) -> Result<AppendOutcome, StoreError> {
+        match self {
+            Store::Memory(s) => s.append(run, event),
+            Store::File(s) => s.append(run, event).await,
+            Store::Postgres(s) => s.append(run, event).await,
+        }
+    }
+
+    /// Events of `run` with sequence > `after`, at most `limit` (capped at [`MAX_READ_LIMIT`]),
+    /// in order, and whether more follow.
+    pub async fn read(
+        &self,
+        run: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<(Vec<StoredEvent>, bool), StoreError> {
+        let limit = limit.clamp(1, MAX_READ_LIMIT);
+        let (events, more) = match self {
+            Store::Memory(s) => s.read(run, after, limit),
+            Store::File(s) => s.read(run, after, limit),
+            Store::Postgres(s) => s.read(run, after, limit).await,
+        }?;
+        // Belt and braces for every store: a page is contiguous from `after + 1`, or the run's
+        // history is damaged and must not be replayed.
+        for (i, event) in events.iter().enumerate() {
+            let expected = after + 1 + i as u64;
+            if event.sequence != expected || event.run_id != run.as_str() {
+                return Err(StoreError::RunCorrupt {
+                    run: run.to_string(),
+                    reason: format!(
+                        "sequence gap: expected {expected}, found {} (run {:?})",
+                        event.sequence, event.run_id
+                    ),
+                });
+            }
+        }
+        Ok((events, more))
+    }
+}

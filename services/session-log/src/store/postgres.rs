@@ -1,0 +1,314 @@
+//! PostgreSQL store: several server replicas share one database.
+//!
+//! Gapless sequences under concurrency come from a per-run counter row (`kh_session_log_runs`)
+//! locked `FOR UPDATE` and advanced in the same transaction as the inserts; unique constraints on
+//! (run, sequence) and (run, key) back that up. Group commit: one task per process collects the
+//! appends that queue while the previous transaction commits and writes them in one transaction.
+//! Runs are locked in sorted order so concurrent batches from several replicas cannot deadlock.
+
+use super::index::same_or_conflict;
+use super::{AppendOutcome, StoreError};
+use crate::model::{PreparedEvent, RunId, StoredEvent};
+use anyhow::Context;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use prometheus_client::metrics::histogram::Histogram;
+use std::collections::{BTreeMap, HashMap};
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::NoTls;
+
+const MAX_BATCH: usize = 1024;
+const POOL_SIZE: usize = 8;
+
+/// Versioned schema changes, applied in order at start under an advisory lock.
+const MIGRATIONS: &[(i32, &str)] = &[(
+    1,
+    "CREATE TABLE kh_session_log_runs (
+         run_id text PRIMARY KEY,
+         last_sequence bigint NOT NULL CHECK (last_sequence >= 0)
+     );
+     CREATE TABLE kh_session_log_events (
+         run_id text NOT NULL REFERENCES kh_session_log_runs (run_id),
+         sequence bigint NOT NULL CHECK (sequence >= 1),
+         idempotency_key text NOT NULL,
+         digest text NOT NULL,
+         event json NOT NULL,
+         PRIMARY KEY (run_id, sequence),
+         UNIQUE (run_id, idempotency_key)
+     );",
+)];
+
+struct Job {
+    run: RunId,
+    event: PreparedEvent,
+    reply: oneshot::Sender<Result<AppendOutcome, StoreError>>,
+}
+
+pub struct PostgresStore {
+    pool: Pool,
+    tx: mpsc::Sender<Job>,
+}
+
+impl PostgresStore {
+    /// Connects, applies migrations and starts the group-commit task.
+    pub async fn connect(url: &str, batch_sizes: Histogram) -> anyhow::Result<Self> {
+        let config: tokio_postgres::Config = url.parse().context("invalid PostgreSQL URL")?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .build()
+            .context("cannot build PostgreSQL pool")?;
+        migrate(&pool).await?;
+        tracing::info!("PostgreSQL store ready (migrations applied)");
+        let (tx, rx) = mpsc::channel(16384);
+        tokio::spawn(group_commit(pool.clone(), rx, batch_sizes));
+        Ok(Self { pool, tx })
+    }
+
+    pub async fn append(
+        &self,
+        run: &RunId,
+        event: PreparedEvent,
+    ) -> Result<AppendOutcome, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Job {
+                run: run.clone(),
+                event,
+                reply,
+            })
+            .await
+            .map_err(|_| StoreError::Unavailable("PostgreSQL commit task stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Internal("PostgreSQL commit task dropped an append".into()))?
+    }
+
+    pub async fn read(
+        &self,
+        run: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<(Vec<StoredEvent>, bool), StoreError> {
+        let client = self.pool.get().await.map_err(unavailable)?;
+        let rows = client
+            .query(
+                "SELECT event FROM kh_session_log_events WHERE run_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3",
+                &[&run.as_str(), &(after as i64), &(limit as i64 + 1)],
+            )
+            .await
+            .map_err(unavailable)?;
+        let mut events = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let value: serde_json::Value = row.get(0);
+            let event: StoredEvent =
+                serde_json::from_value(value).map_err(|e| StoreError::RunCorrupt {
+                    run: run.to_string(),
+                    reason: format!("a stored row does not hold an event: {e}"),
+                })?;
+            events.push(event);
+        }
+        let more = events.len() > limit;
+        events.truncate(limit);
+        Ok((events, more))
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(format!("PostgreSQL: {e}"))
+}
+
+async fn migrate(pool: &Pool) -> anyhow::Result<()> {
+    let mut client = pool.get().await.context("cannot connect to PostgreSQL")?;
+    let tx = client.transaction().await?;
+    // Replicas starting together take turns.
+    tx.execute("SELECT pg_advisory_xact_lock(hashtext('kh_session_log_migrations'))", &[])
+        .await?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS kh_session_log_migrations (
+             version integer PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         )",
+    )
+    .await?;
+    let applied: Vec<i32> = tx
+        .query("SELECT version FROM kh_session_log_migrations", &[])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for (version, sql) in MIGRATIONS {
+        if applied.contains(version) {
+            continue;
+        }
+        tx.batch_execute(sql)
+            .await
+            .with_context(|| format!("migration {version} failed"))?;
+        tx.execute(
+            "INSERT INTO kh_session_log_migrations (version) VALUES ($1)",
+            &[version],
+        )
+        .await?;
+        tracing::info!(version, "applied session log migration");
+    }
+    tx.commit().await.context("cannot commit migrations")?;
+    Ok(())
+}
+
+async fn group_commit(pool: Pool, mut rx: mpsc::Receiver<Job>, batch_sizes: Histogram) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        batch_sizes.observe(batch.len() as f64);
+        match commit_batch(&pool, &batch).await {
+            Ok(results) => {
+                for (job, result) in batch.into_iter().zip(results) {
+                    let _ = job.reply.send(result);
+                }
+            }
+            Err(e) => {
+                // Nothing of this transaction is committed (or, if the connection died during
+                // COMMIT, the outcome is unknown): callers retry with the same keys, which
+                // returns the original events if it did commit.
+                let err = unavailable(e);
+                for job in batch {
+                    let _ = job.reply.send(Err(err.clone()));
+                }
+            }
+        }
+    }
+}
+
+type Outcome = Result<AppendOutcome, StoreError>;
+
+/// Writes one batch in one transaction; per-job outcomes (conflicts are per job, not failures).
+async fn commit_batch(pool: &Pool, batch: &[Job]) -> Result<Vec<Outcome>, tokio_postgres::Error> {
+    let mut client = match pool.get().await {
+        Ok(c) => c,
+        Err(deadpool_postgres::PoolError::Backend(e)) => return Err(e),
+        Err(e) => {
+            let err = unavailable(e);
+            return Ok(batch.iter().map(|_| Err(err.clone())).collect());
+        }
+    };
+    let tx = client.transaction().await?;
+    let mut runs: Vec<&str> = batch.iter().map(|j| j.run.as_str()).collect();
+    runs.sort_unstable();
+    runs.dedup();
+    tx.execute(
+        "INSERT INTO kh_session_log_runs (run_id, last_sequence)
+         SELECT r, 0 FROM unnest($1::text[]) AS r ORDER BY r
+         ON CONFLICT (run_id) DO NOTHING",
+        &[&runs],
+    )
+    .await?;
+    let mut last: HashMap<String, i64> = tx
+        .query(
+            "SELECT run_id, last_sequence FROM kh_session_log_runs WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE",
+            &[&runs],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let (key_runs, keys): (Vec<&str>, Vec<&str>) = batch
+        .iter()
+        .map(|j| (j.run.as_str(), j.event.key.as_str()))
+        .unzip();
+    let mut existing: HashMap<(String, String), StoredEvent> = HashMap::new();
+    for row in tx
+        .query(
+            "SELECT e.run_id, e.idempotency_key, e.event FROM kh_session_log_events e
+             JOIN unnest($1::text[], $2::text[]) AS k(run_id, key)
+               ON e.run_id = k.run_id AND e.idempotency_key = k.key",
+            &[&key_runs, &keys],
+        )
+        .await?
+    {
+        let value: serde_json::Value = row.get(2);
+        if let Ok(event) = serde_json::from_value::<StoredEvent>(value) {
+            existing.insert((row.get(0), row.get(1)), event);
+        }
+    }
+    let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(batch.len());
+    let mut planned: BTreeMap<usize, StoredEvent> = BTreeMap::new();
+    let mut planned_keys: HashMap<(String, String), usize> = HashMap::new();
+    for (i, job) in batch.iter().enumerate() {
+        let k = (job.run.as_str().to_string(), job.event.key.clone());
+        if let Some(stored) = existing.get(&k) {
+            outcomes.push(Some(same_or_conflict(&job.run, stored, &job.event).map(|event| {
+                AppendOutcome {
+                    event,
+                    created: false,
+                }
+            })));
+            continue;
+        }
+        if let Some(&j) = planned_keys.get(&k) {
+            let first = &planned[&j];
+            outcomes.push(Some(same_or_conflict(&job.run, first, &job.event).map(|event| {
+                AppendOutcome {
+                    event,
+                    created: false,
+                }
+            })));
+            continue;
+        }
+        let seq = last.entry(k.0.clone()).or_insert(0);
+        *seq += 1;
+        let stored = job.event.to_stored(&job.run, *seq as u64);
+        planned_keys.insert(k, i);
+        planned.insert(i, stored);
+        outcomes.push(None);
+    }
+    if !planned.is_empty() {
+        let mut cols: (Vec<&str>, Vec<i64>, Vec<&str>, Vec<&str>, Vec<String>) = Default::default();
+        for event in planned.values() {
+            cols.0.push(&event.run_id);
+            cols.1.push(event.sequence as i64);
+            cols.2.push(&event.append_idempotency_key);
+            cols.3.push(&event.digest);
+            cols.4.push(serde_json::to_string(event).unwrap_or_default());
+        }
+        tx.execute(
+            "INSERT INTO kh_session_log_events (run_id, sequence, idempotency_key, digest, event)
+             SELECT r, s, k, d, e::json FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[]) AS t(r, s, k, d, e)",
+            &[&cols.0, &cols.1, &cols.2, &cols.3, &cols.4],
+        )
+        .await?;
+        let (upd_runs, upd_last): (Vec<&str>, Vec<i64>) = runs
+            .iter()
+            .filter_map(|r| last.get(*r).map(|s| (*r, *s)))
+            .unzip();
+        tx.execute(
+            "UPDATE kh_session_log_runs AS r SET last_sequence = u.last
+             FROM unnest($1::text[], $2::int8[]) AS u(run_id, last)
+             WHERE r.run_id = u.run_id AND r.last_sequence < u.last",
+            &[&upd_runs, &upd_last],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(outcomes
+        .into_iter()
+        .enumerate()
+        .map(|(i, o)| {
+            o.unwrap_or_else(|| {
+                Ok(AppendOutcome {
+                    event: planned[&i].clone(),
+                    created: true,
+                })
+            })
+        })
+        .collect())
+}
