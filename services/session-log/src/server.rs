@@ -93,6 +93,9 @@ pub fn app(store: Store, config: ServerConfig, mut registry: Registry) -> Router
         ))
         .layer(DefaultBodyLimit::max(config.max_payload_bytes + BODY_OVERHEAD))
         .route("/v1/openapi.json", get(openapi))
+        .fallback(|| async {
+            ApiError::not_found("not_found", "no such route; see GET /v1/openapi.json")
+        })
         .with_state(state);
     with_health_and_metrics(api, Arc::new(registry))
 }

@@ -73,7 +73,20 @@ impl Shared {
 
 pub struct FileStore {
     shared: Arc<Shared>,
-    tx: mpsc::Sender<writer::Job>,
+    /// `None` only while dropping.
+    tx: Option<mpsc::Sender<writer::Job>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for FileStore {
+    /// Closes the queue and waits for the writer to finish its batch and release the file (and
+    /// its lock), so a store reopened right after sees everything and is not locked out.
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
 }
 
 impl FileStore {
@@ -157,11 +170,15 @@ impl FileStore {
             file,
             sync: options.sync,
         };
-        std::thread::Builder::new()
+        let writer = std::thread::Builder::new()
             .name("session-log-file-writer".into())
             .spawn(move || writer.run(rx))
             .context("cannot start the file store writer thread")?;
-        Ok(Self { shared, tx })
+        Ok(Self {
+            shared,
+            tx: Some(tx),
+            writer: Some(writer),
+        })
     }
 
     pub async fn append(
@@ -178,8 +195,11 @@ impl FileStore {
             event,
             reply,
         };
-        self.tx
-            .send(job)
+        let tx = self
+            .tx
+            .as_ref()
+            .ok_or_else(|| StoreError::Unavailable("file store closing".into()))?;
+        tx.send(job)
             .await
             .map_err(|_| StoreError::Unavailable("file store writer stopped".into()))?;
         answer
