@@ -4,6 +4,7 @@
 
 mod classify;
 mod session_log;
+mod ledger;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -21,6 +22,8 @@ enum Command {
     Classify(classify::ClassifyArgs),
     /// The session log service (lh.remote-session.v1): durable, idempotent, replayable.
     SessionLog(session_log::SessionLogArgs),
+    /// The orchestration ledger service: tasks, continuations, wakeups, workflow queues, results.
+    Ledger(ledger::LedgerArgs),
 }
 
 fn main() -> ExitCode {
@@ -29,6 +32,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Classify(args) => classify::run(args),
         Command::SessionLog(args) => session_log::run(args),
+        Command::Ledger(args) => ledger::run(args),
     };
     match result {
         Ok(code) => code,
