@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The whole cluster stage of CI: prerequisites, cluster up, project images loaded, the e2e suite run
+# against it, and the cluster torn down on every exit path. Exits with the test suite's status.
+# Env: KH_CACHE (build caches, kept between runs), KH_STATE (cluster state, removed at the end),
+# CARGO_TARGET_DIR (cargo output), KH_CI_LOGS (where component logs are copied when something fails).
+. "$(dirname "$0")/lib.sh"
+
+logs_out="${KH_CI_LOGS:-/tmp/kube-harness-cluster-logs}"
+finish() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if ((rc != 0)) && [[ -d $KH_STATE/logs ]]; then
+    rm -rf "$logs_out"; mkdir -p "$logs_out"
+    cp -a "$KH_STATE/logs/." "$logs_out/" 2>/dev/null || true
+    log "cluster stage failed (exit $rc); component logs copied to $logs_out"
+  fi
+  "$KH_CLUSTER_DIR/down.sh" || { log "down.sh failed"; ((rc == 0)) && rc=1; }
+  exit "$rc"
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+
+start=$SECONDS
+"$KH_CLUSTER_DIR/prereqs.sh"
+out=$("$KH_CLUSTER_DIR/up.sh")
+kubeconfig=$(tail -n1 <<<"$out")
+[[ $kubeconfig == KUBECONFIG=/* ]] || die "up.sh did not print KUBECONFIG=<path> last (got: $kubeconfig)"
+export KUBECONFIG="${kubeconfig#KUBECONFIG=}"
+log "cluster up in $((SECONDS - start))s"
+"$KH_CLUSTER_DIR/images.sh"
+# The tests check container removal through the node's containerd too.
+export KH_CONTAINERD_ADDRESS="$KH_CONTAINERD_SOCK"
+cd "$KH_REPO_ROOT"
+cargo test -p kube-harness-e2e -- --ignored --test-threads=1
+log "cluster stage passed in $((SECONDS - start))s"

@@ -1,0 +1,3 @@
+module kube-harness/tests/cluster/pause
+
+go 1.24

@@ -1,0 +1,50 @@
+//! A look at the node's container runtime, below the API server: proves that deleting a pod really
+//! removed its containers. Only possible where the test runs on the node (the tests/cluster cluster
+//! exports `KH_CONTAINERD_ADDRESS`); elsewhere (kind) it returns `None` and callers skip the check.
+
+use crate::{E2eError, Result};
+
+/// IDs of containerd containers (sandbox and app containers) belonging to the pod with `uid`, or
+/// `None` when the node's containerd is not reachable from here.
+pub async fn containers_of_pod(uid: &str) -> Result<Option<Vec<String>>> {
+    let Ok(address) = std::env::var("KH_CONTAINERD_ADDRESS") else {
+        return Ok(None);
+    };
+    let filter = format!("labels.\"io.kubernetes.pod.uid\"=={uid}");
+    let cmd = format!("ctr --address {address} -n k8s.io containers ls -q {filter}");
+    let out = tokio::process::Command::new("ctr")
+        .args([
+            "--address",
+            &address,
+            "-n",
+            "k8s.io",
+            "containers",
+            "ls",
+            "-q",
+            &filter,
+        ])
+        .output()
+        .await
+        .map_err(|e| E2eError::Command {
+            cmd: cmd.clone(),
+            detail: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(E2eError::Command {
+            cmd,
+            detail: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
+    }
+    Ok(Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect(),
+    ))
+}

@@ -1,0 +1,42 @@
+//! Bounded polling. Watches would be faster, but polling a GET keeps the "last seen" state at hand
+//! for the timeout message, which is what a failing CI run needs.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::{E2eError, Result};
+
+/// Poll interval: short enough for sub-second tests, long enough not to load a 2-core machine.
+const POLL: Duration = Duration::from_millis(250);
+
+/// What one probe saw.
+pub enum Check<T> {
+    /// The condition holds; the wait returns this value.
+    Done(T),
+    /// Not yet; the text describes the state seen, for the timeout message.
+    Pending(String),
+}
+
+/// Calls `probe` until it returns `Ok(Check::Done(value))`, or fails with [`E2eError::Timeout`]
+/// after `timeout`, quoting the last `Check::Pending` description. An `Err` ends the wait at once.
+pub async fn until<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Check<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let last = match probe().await? {
+            Check::Done(v) => return Ok(v),
+            Check::Pending(seen) => seen,
+        };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(E2eError::Timeout {
+                what: what.to_string(),
+                secs: timeout.as_secs(),
+                last,
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
