@@ -1,1 +1,48 @@
-//! placeholder during bootstrap
+//! Classification before execution: every script is parsed with tree-sitter-bash and each command
+//! it would run is judged against the versioned Tier-0 capability matrix, so a turn escalates
+//! before its first side effect (the seed's `rm -rf build && cargo build`).
+
+mod gap;
+mod literal;
+pub mod matrix;
+mod options;
+mod parse;
+mod reason;
+mod walk;
+mod wrappers;
+
+pub use gap::{detect_emulation_gap, Gap, GapSignal, RunOutput};
+pub use options::{ClassifyOptions, CommandUse, Policy, PolicyRule, RuntimeToggles};
+pub use parse::{MAX_SCRIPT_BYTES, PARSE_BUDGET};
+pub use reason::{Classification, Decision, RealExecReason, Reason, Toggle};
+pub use walk::MAX_NESTING;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Classifies `script` without running anything.
+///
+/// Never panics and never blocks for long: oversized, over-deep or unparseable scripts and an
+/// unknown pinned matrix version all come back as reasons that escalate.
+pub fn classify(script: &str, options: &ClassifyOptions) -> Classification {
+    let Some(matrix) = matrix::get(options.matrix.as_deref()) else {
+        let wanted = options.matrix.clone().unwrap_or_default();
+        let reason = Reason::ClassifierUnavailable {
+            detail: format!(
+                "unknown capability matrix version {wanted:?} (known: {})",
+                matrix::versions().join(", ")
+            ),
+        };
+        return Classification::from_reasons(vec![reason], &wanted);
+    };
+    let walked = catch_unwind(AssertUnwindSafe(|| {
+        let mut walker = walk::Walker::new(matrix, options);
+        walker.script(script, 0, &[]);
+        walker.finish()
+    }));
+    let reasons = walked.unwrap_or_else(|_| {
+        vec![Reason::ClassifierUnavailable {
+            detail: "internal classifier error".into(),
+        }]
+    });
+    Classification::from_reasons(reasons, matrix.version())
+}

@@ -1,0 +1,621 @@
+//! The AST walk: finds every command a script would run, wherever tree-sitter-bash puts it, and
+//! turns each into a reason. Unknown syntax is never skipped silently: it makes the classifier
+//! unavailable for that script, which escalates.
+
+use super::literal::{has_glob, literal};
+use super::matrix::{Entry, Matrix};
+use super::options::{ClassifyOptions, CommandUse};
+use super::parse::{self, ParseError, MAX_SCRIPT_BYTES, PARSE_BUDGET};
+use super::reason::{Reason, Toggle};
+use super::wrappers::{self, Inner};
+use tree_sitter::Node;
+
+/// Nested scripts (`bash -c`, `eval`, `env -S`, heredocs fed to a shell) deeper than this are not
+/// followed: the script escalates as `classifier-unavailable`.
+pub const MAX_NESTING: usize = 16;
+
+/// Named node kinds of tree-sitter-bash 0.25 that the walk understands.
+const KNOWN_KINDS: &[&str] = &[
+    "program", "command", "command_name", "declaration_command", "unset_command", "function_definition",
+    "comment", "list", "pipeline", "subshell", "compound_statement", "negated_command", "if_statement",
+    "elif_clause", "else_clause", "while_statement", "for_statement", "c_style_for_statement",
+    "do_group", "case_statement", "case_item", "redirected_statement", "file_redirect",
+    "heredoc_redirect", "herestring_redirect", "heredoc_body", "heredoc_start", "heredoc_end",
+    "heredoc_content", "test_command", "variable_assignment", "variable_assignments",
+    "command_substitution", "process_substitution", "expansion", "simple_expansion",
+    "arithmetic_expansion", "string", "string_content", "raw_string", "ansi_c_string",
+    "translated_string", "concatenation", "word", "number", "array", "brace_expression",
+    "binary_expression", "unary_expression", "postfix_expression", "ternary_expression",
+    "parenthesized_expression", "subscript", "variable_name", "special_variable_name",
+    "file_descriptor", "extglob_pattern", "regex", "test_operator",
+];
+
+const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "mksh", "ash"];
+
+/// Names whose arguments matter to classification (computed lazily: most commands need none).
+fn needs_args(base: &str) -> bool {
+    SHELLS.contains(&base)
+        || wrappers::is_wrapper(base)
+        || matches!(base, "eval" | "source" | "." | "find" | "python" | "python3")
+}
+
+/// Collects reasons across a script and all scripts nested in it.
+pub struct Walker<'o> {
+    matrix: &'static Matrix,
+    opts: &'o ClassifyOptions,
+    reasons: Vec<Reason>,
+    tier0: Vec<String>,
+    saw_statement: bool,
+}
+
+impl<'o> Walker<'o> {
+    pub fn new(matrix: &'static Matrix, opts: &'o ClassifyOptions) -> Self {
+        Walker {
+            matrix,
+            opts,
+            reasons: Vec::new(),
+            tier0: Vec::new(),
+            saw_statement: false,
+        }
+    }
+
+    /// The reasons found, with Tier-0 support last (or `empty-script` when nothing would run).
+    pub fn finish(mut self) -> Vec<Reason> {
+        if self.reasons.is_empty() && self.tier0.is_empty() && !self.saw_statement {
+            return vec![Reason::EmptyScript];
+        }
+        if !self.tier0.is_empty() || self.reasons.is_empty() {
+            self.reasons.push(Reason::Tier0Supported {
+                commands: self.tier0,
+            });
+        }
+        self.reasons
+    }
+
+    fn add(&mut self, reason: Reason) {
+        if !self.reasons.contains(&reason) {
+            self.reasons.push(reason);
+        }
+    }
+
+    fn add_tier0(&mut self, name: &str) {
+        if !self.tier0.iter().any(|n| n == name) {
+            self.tier0.push(name.to_string());
+        }
+    }
+
+    /// Parses and walks one script; `functions` are those visible from an enclosing script (`eval`).
+    pub fn script(&mut self, script: &str, depth: usize, functions: &[String]) {
+        if depth > MAX_NESTING {
+            return self.add(Reason::ClassifierUnavailable {
+                detail: format!("scripts nested more than {MAX_NESTING} levels deep"),
+            });
+        }
+        let tree = match parse::parse(script) {
+            Ok(tree) => tree,
+            Err(ParseError::TooLarge(len)) => {
+                return self.add(Reason::ClassifierUnavailable {
+                    detail: format!("script is {len} bytes; the limit is {MAX_SCRIPT_BYTES}"),
+                })
+            }
+            Err(ParseError::TimedOut) => {
+                return self.add(Reason::ParseFailed {
+                    detail: format!("parsing took longer than {} ms", PARSE_BUDGET.as_millis()),
+                })
+            }
+            Err(ParseError::Unavailable(detail)) => {
+                return self.add(Reason::ClassifierUnavailable { detail })
+            }
+        };
+        let root = tree.root_node();
+        if root.has_error() {
+            return self.add(Reason::ParseFailed {
+                detail: describe_error(root, script),
+            });
+        }
+        let mut cursor = root.walk();
+        if root
+            .named_children(&mut cursor)
+            .any(|n| n.kind() != "comment")
+        {
+            self.saw_statement = true;
+        }
+        let mut visible = functions.to_vec();
+        collect_functions(root, script, &mut visible);
+        self.walk(root, script, depth, &visible);
+    }
+
+    /// Pre-order walk with one cursor: no recursion, so a deeply nested tree cannot overflow the stack.
+    fn walk(&mut self, root: Node, src: &str, depth: usize, functions: &[String]) {
+        let mut cursor = root.walk();
+        loop {
+            let node = cursor.node();
+            if self.enter(node, src, depth, functions) && cursor.goto_first_child() {
+                continue;
+            }
+            loop {
+                if cursor.goto_next_sibling() {
+                    break;
+                }
+                if !cursor.goto_parent() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Handles one node on the way down; returns whether to visit its children.
+    fn enter(&mut self, node: Node, src: &str, depth: usize, functions: &[String]) -> bool {
+        if !node.is_named() {
+            return false;
+        }
+        match node.kind() {
+            "command" => {
+                self.command(node, src, depth, functions);
+                true
+            }
+            "declaration_command" => {
+                if let Some(keyword) = node.child(0) {
+                    self.lookup(keyword.kind());
+                }
+                true
+            }
+            "unset_command" => {
+                self.lookup("unset");
+                true
+            }
+            "heredoc_redirect" => {
+                match heredoc_backticks(node, src) {
+                    Ok(scripts) => {
+                        for script in scripts {
+                            self.script(&script, depth + 1, functions);
+                        }
+                    }
+                    Err(()) => self.add(Reason::ParseFailed {
+                        detail: "unterminated backquote in a heredoc".into(),
+                    }),
+                }
+                true
+            }
+            "comment" | "word" | "number" | "raw_string" | "ansi_c_string" | "heredoc_content" => false,
+            kind if KNOWN_KINDS.contains(&kind) => true,
+            kind => {
+                self.add(Reason::ClassifierUnavailable {
+                    detail: format!("unsupported syntax `{kind}`"),
+                });
+                false
+            }
+        }
+    }
+
+    fn command(&mut self, node: Node, src: &str, depth: usize, functions: &[String]) {
+        let Some(name_node) = node.child_by_field_name("name") else {
+            return;
+        };
+        let text = &src[name_node.byte_range()];
+        let is_plain_word = name_node.named_child(0).is_some_and(|c| c.kind() == "word");
+        let name = match literal(name_node, src) {
+            Some(name) if !(is_plain_word && has_glob(text)) => name,
+            _ => {
+                return self.add(Reason::DynamicCommand {
+                    command: clip(text),
+                    detail: "the command name is only known at run time".into(),
+                })
+            }
+        };
+        let base = basename(&name);
+        let args: Vec<Option<String>> = if needs_args(base) || self.opts.policy.rule.is_some() {
+            let mut cursor = node.walk();
+            node.children_by_field_name("argument", &mut cursor)
+                .map(|arg| literal(arg, src))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        self.words(&name, &args, Some(node), src, depth, functions);
+    }
+
+    /// Classifies one command given as words: a name and its (literal or run-time) arguments.
+    fn words(
+        &mut self,
+        name: &str,
+        args: &[Option<String>],
+        node: Option<Node>,
+        src: &str,
+        depth: usize,
+        functions: &[String],
+    ) {
+        if name.is_empty() {
+            return self.add(Reason::UnknownCommand {
+                command: String::new(),
+            });
+        }
+        let base = basename(name);
+        let is_path = name.contains('/');
+        if is_path {
+            let known = SHELLS.contains(&base)
+                || wrappers::is_wrapper(base)
+                || matches!(self.matrix.lookup(base), Some(e) if e != Entry::Builtin);
+            if !known {
+                return self.add(Reason::OpaqueScript {
+                    command: clip(name),
+                });
+            }
+        }
+        self.policy(base, args);
+        if !is_path && functions.iter().any(|f| f == base) {
+            return; // A call to a function defined in the script: its body was walked.
+        }
+        match base {
+            b if SHELLS.contains(&b) => self.shell(b, args, node, src, depth),
+            "eval" => {
+                self.lookup("eval");
+                if args.is_empty() {
+                    return;
+                }
+                match args.iter().map(|a| a.as_deref()).collect::<Option<Vec<_>>>() {
+                    Some(words) => self.script(&words.join(" "), depth + 1, functions),
+                    None => self.add(Reason::DynamicCommand {
+                        command: "eval".into(),
+                        detail: "eval of a run-time value".into(),
+                    }),
+                }
+            }
+            "source" | "." => self.add(Reason::OpaqueScript {
+                command: clip(&format!(
+                    "{base} {}",
+                    args.first().and_then(|a| a.as_deref()).unwrap_or("<run-time value>")
+                )),
+            }),
+            "find" => {
+                self.lookup("find");
+                for (start, end) in wrappers::find_exec_commands(args) {
+                    self.inner(base, &args[start..end], node, src, depth, functions);
+                }
+            }
+            "python" | "python3" => {
+                self.lookup(base);
+                if let Some(module) = python_module(args) {
+                    if let Some(reason) = self.matrix.python_module(module) {
+                        self.add(Reason::NeedsRealExec {
+                            command: format!("{base} -m {module}"),
+                            reason,
+                        });
+                    }
+                }
+            }
+            w if wrappers::is_wrapper(w) => {
+                self.lookup(w);
+                match wrappers::inner_command(w, args) {
+                    Inner::None => {}
+                    Inner::At(i) => self.inner(w, &args[i..], node, src, depth, functions),
+                    Inner::Dynamic => self.add(Reason::DynamicCommand {
+                        command: w.to_string(),
+                        detail: "the wrapped command is only known at run time".into(),
+                    }),
+                    Inner::Split(line) => self.script(&line, depth + 1, functions),
+                }
+            }
+            _ => self.lookup(base),
+        }
+    }
+
+    /// A command carried as arguments by a wrapper: `words[0]` is its name.
+    fn inner(
+        &mut self,
+        wrapper: &str,
+        words: &[Option<String>],
+        node: Option<Node>,
+        src: &str,
+        depth: usize,
+        functions: &[String],
+    ) {
+        match words.first() {
+            Some(Some(name)) if !has_glob(name) => {
+                self.words(name, &words[1..], node, src, depth, functions)
+            }
+            Some(_) => self.add(Reason::DynamicCommand {
+                command: wrapper.to_string(),
+                detail: "the wrapped command is only known at run time".into(),
+            }),
+            None => {}
+        }
+    }
+
+    /// `bash -c 'SCRIPT'` is re-parsed; `bash FILE` is opaque; a shell reading a heredoc or
+    /// here-string is re-parsed from it; any other stdin script is opaque.
+    fn shell(&mut self, base: &str, args: &[Option<String>], node: Option<Node>, src: &str, depth: usize) {
+        self.lookup(base);
+        let (mut dash_c, mut dash_s, mut i) = (false, false, 0);
+        while let Some(Some(arg)) = args.get(i) {
+            if arg == "--" || arg == "-" {
+                i += 1;
+                break;
+            }
+            if arg.starts_with("--") {
+                if arg == "--rcfile" || arg == "--init-file" {
+                    i += 1;
+                }
+                i += 1;
+                continue;
+            }
+            if arg.len() > 1 && (arg.starts_with('-') || arg.starts_with('+')) {
+                let letters = &arg[1..];
+                dash_c |= letters.contains('c');
+                dash_s |= letters.contains('s');
+                if letters.contains('o') || letters.contains('O') {
+                    i += 1;
+                }
+                i += 1;
+                continue;
+            }
+            break;
+        }
+        if dash_c {
+            match args.get(i) {
+                Some(Some(script)) => self.script(script, depth + 1, &[]),
+                Some(None) => self.add(Reason::DynamicCommand {
+                    command: base.to_string(),
+                    detail: "the -c script is only known at run time".into(),
+                }),
+                None => {}
+            }
+        } else if !dash_s && i < args.len() {
+            let file = args[i].as_deref().unwrap_or("<run-time value>");
+            self.add(Reason::OpaqueScript {
+                command: clip(&format!("{base} {file}")),
+            });
+        } else {
+            match node.and_then(|n| stdin_script(n, src)) {
+                Some(Some(script)) => self.script(&script, depth + 1, &[]),
+                Some(None) => self.add(Reason::DynamicCommand {
+                    command: base.to_string(),
+                    detail: "the script on stdin is only known at run time".into(),
+                }),
+                None => self.add(Reason::OpaqueScript {
+                    command: format!("{base} (script on stdin)"),
+                }),
+            }
+        }
+    }
+
+    fn policy(&mut self, base: &str, args: &[Option<String>]) {
+        if self.opts.policy.deny_commands.iter().any(|d| basename(d) == base) {
+            self.add(Reason::PolicyBlocked {
+                command: base.to_string(),
+                rule: "denyCommands".into(),
+            });
+        }
+        if let Some(rule) = &self.opts.policy.rule {
+            if let Some(name) = rule(&CommandUse { name: base, args }) {
+                self.add(Reason::PolicyBlocked {
+                    command: base.to_string(),
+                    rule: name,
+                });
+            }
+        }
+    }
+
+    /// Classifies a bare command name by the matrix.
+    fn lookup(&mut self, name: &str) {
+        match self.matrix.lookup(name) {
+            Some(Entry::Builtin | Entry::Tier0(None)) => self.add_tier0(name),
+            Some(Entry::Tier0(Some(toggle))) => {
+                let runtime = &self.opts.runtime;
+                let enabled = match toggle {
+                    Toggle::Network => runtime.network,
+                    Toggle::Python => runtime.python,
+                    Toggle::Javascript => runtime.javascript,
+                };
+                if enabled {
+                    self.add_tier0(name);
+                } else {
+                    self.add(Reason::CapabilityDisabled {
+                        command: name.to_string(),
+                        toggle,
+                    });
+                }
+            }
+            Some(Entry::RealExec(reason)) => self.add(Reason::NeedsRealExec {
+                command: name.to_string(),
+                reason,
+            }),
+            None => self.add(Reason::UnknownCommand {
+                command: clip(name),
+            }),
+        }
+    }
+}
+
+fn basename(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or(name)
+}
+
+/// Keeps reason strings bounded whatever the input.
+fn clip(text: &str) -> String {
+    const MAX: usize = 120;
+    if text.len() <= MAX {
+        return text.to_string();
+    }
+    let mut end = MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// `python3 -m MODULE …` → `MODULE`.
+fn python_module(args: &[Option<String>]) -> Option<&str> {
+    let mut iter = args.iter();
+    while let Some(Some(arg)) = iter.next() {
+        if arg == "-m" {
+            return iter.next().and_then(|m| m.as_deref());
+        }
+        if let Some(module) = arg.strip_prefix("-m") {
+            return Some(module);
+        }
+        if arg == "-c" || !arg.starts_with('-') {
+            return None;
+        }
+    }
+    None
+}
+
+/// The script a shell command reads from a heredoc or here-string: `Some(Some(text))` when literal,
+/// `Some(None)` when it expands at run time, `None` when stdin is not redirected that way.
+fn stdin_script(command: Node, src: &str) -> Option<Option<String>> {
+    // A here-string sits on the command itself; a heredoc on the enclosing redirected_statement.
+    let mut redirects: Vec<Node> = {
+        let mut cursor = command.walk();
+        command
+            .children_by_field_name("redirect", &mut cursor)
+            .collect()
+    };
+    if let Some(parent) = command.parent() {
+        if parent.kind() == "redirected_statement"
+            && parent.child_by_field_name("body") == Some(command)
+        {
+            let mut cursor = parent.walk();
+            redirects.extend(parent.children_by_field_name("redirect", &mut cursor));
+        }
+    }
+    redirects.into_iter().find_map(|redirect| match redirect.kind() {
+        "heredoc_redirect" => Some(heredoc_text(redirect, src)),
+        "herestring_redirect" => Some(redirect.named_child(0).and_then(|n| literal(n, src))),
+        _ => None,
+    })
+}
+
+/// A heredoc's body when it is data (quoted delimiter, or nothing in it expands), else `None`.
+fn heredoc_text(redirect: Node, src: &str) -> Option<String> {
+    let Some(body) = heredoc_body(redirect) else {
+        return Some(String::new());
+    };
+    let text = &src[body.byte_range()];
+    let mut cursor = body.walk();
+    let expands = body
+        .named_children(&mut cursor)
+        .any(|n| n.kind() != "heredoc_content")
+        || text.contains('`');
+    (heredoc_is_quoted(redirect, src) || !expands).then(|| text.to_string())
+}
+
+fn heredoc_body(redirect: Node) -> Option<Node> {
+    let mut cursor = redirect.walk();
+    let body = redirect
+        .named_children(&mut cursor)
+        .find(|n| n.kind() == "heredoc_body");
+    body
+}
+
+/// `<<'EOF'`, `<<"EOF"` and `<<\EOF` make the body plain data.
+fn heredoc_is_quoted(redirect: Node, src: &str) -> bool {
+    let mut cursor = redirect.walk();
+    let quoted = redirect
+        .named_children(&mut cursor)
+        .find(|n| n.kind() == "heredoc_start")
+        .is_some_and(|s| src[s.byte_range()].contains(['\'', '"', '\\']));
+    quoted
+}
+
+/// Backquoted command substitutions in an unquoted heredoc body, which tree-sitter-bash leaves as
+/// plain text: `Err` when a backquote is unterminated.
+fn heredoc_backticks(redirect: Node, src: &str) -> Result<Vec<String>, ()> {
+    let Some(body) = heredoc_body(redirect) else {
+        return Ok(Vec::new());
+    };
+    if heredoc_is_quoted(redirect, src) || !src[body.byte_range()].contains('`') {
+        return Ok(Vec::new());
+    }
+    // Blank out what tree-sitter already parsed (`$(…)`, `${…}`), then scan the rest.
+    let mut text: Vec<u8> = src.as_bytes()[body.byte_range()].to_vec();
+    let mut cursor = body.walk();
+    for child in body.named_children(&mut cursor) {
+        if child.kind() != "heredoc_content" {
+            let start = child.start_byte() - body.start_byte();
+            let end = child.end_byte() - body.start_byte();
+            text[start..end].fill(b' ');
+        }
+    }
+    let mut found = Vec::new();
+    let mut current: Option<Vec<u8>> = None;
+    let mut bytes = text.into_iter();
+    while let Some(b) = bytes.next() {
+        match (b, current.as_mut()) {
+            (b'\\', Some(inner)) => {
+                if let Some(next) = bytes.next() {
+                    inner.push(next);
+                }
+            }
+            (b'\\', None) => {
+                bytes.next();
+            }
+            (b'`', Some(_)) => {
+                let inner = current.take().expect("inside backquotes");
+                found.push(String::from_utf8_lossy(&inner).into_owned());
+            }
+            (b'`', None) => current = Some(Vec::new()),
+            (_, Some(inner)) => inner.push(b),
+            (_, None) => {}
+        }
+    }
+    match current {
+        Some(_) => Err(()),
+        None => Ok(found),
+    }
+}
+
+/// Function names defined anywhere in the script: calls to them are not unknown commands.
+fn collect_functions(root: Node, src: &str, out: &mut Vec<String>) {
+    if !src.contains("()") && !src.contains("function") {
+        return;
+    }
+    let mut cursor = root.walk();
+    loop {
+        let node = cursor.node();
+        if node.kind() == "function_definition" {
+            if let Some(name) = node.child_by_field_name("name") {
+                out.push(src[name.byte_range()].to_string());
+            }
+        }
+        if cursor.goto_first_child() {
+            continue;
+        }
+        loop {
+            if cursor.goto_next_sibling() {
+                break;
+            }
+            if !cursor.goto_parent() {
+                return;
+            }
+        }
+    }
+}
+
+/// Locates the first ERROR or MISSING node for the `parse-failed` detail.
+fn describe_error(root: Node, src: &str) -> String {
+    let mut cursor = root.walk();
+    loop {
+        let node = cursor.node();
+        if node.is_error() || node.is_missing() {
+            let at = node.start_position();
+            let what = if node.is_missing() {
+                format!("missing `{}`", node.kind())
+            } else {
+                format!("unexpected `{}`", clip(&src[node.byte_range()]))
+            };
+            return format!("syntax error at line {}, column {}: {what}", at.row + 1, at.column + 1);
+        }
+        if node.has_error() && cursor.goto_first_child() {
+            continue;
+        }
+        loop {
+            if cursor.goto_next_sibling() {
+                break;
+            }
+            if !cursor.goto_parent() {
+                return "syntax error".into();
+            }
+        }
+    }
+}
