@@ -76,4 +76,4 @@ log "go build coredns $KH_COREDNS_VERSION"
   || die "go build of CoreDNS failed (log: $blog)"
 
 printf '%s' "$recipe" >"$stamp"
-log "binaries ready in $KH_BIN: $(ls "$KH_BIN" | tr '\n' ' ')"
+log "binaries ready in $KH_BIN: $(cd "$KH_BIN" && echo *)"

@@ -52,7 +52,7 @@ while IFS= read -r f; do
 done < <(find "$KH_STATE/containerd/state" -name shim.pid 2>/dev/null)
 
 # 3. Mounts under our state (overlay snapshots, netns, kubelet volumes), deepest first.
-for attempt in 1 2 3; do
+for _ in 1 2 3; do
   mapfile -t mounts < <(findmnt -rn -o TARGET | grep -F "$KH_STATE/" | awk '{ print length, $0 }' | sort -rn | cut -d' ' -f2-)
   ((${#mounts[@]} == 0)) && break
   for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
@@ -70,7 +70,9 @@ if iptables -w -n -L KH-EGRESS >/dev/null 2>&1; then
   iptables -w -F KH-EGRESS && iptables -w -X KH-EGRESS
 fi
 for t in mangle nat filter; do
-  iptables -w -t "$t" -F KUBE-KUBELET-CANARY 2>/dev/null && iptables -w -t "$t" -X KUBE-KUBELET-CANARY 2>/dev/null || true
+  if iptables -w -t "$t" -F KUBE-KUBELET-CANARY 2>/dev/null; then
+    iptables -w -t "$t" -X KUBE-KUBELET-CANARY 2>/dev/null || true
+  fi
 done
 if [[ -f $KH_STATE/created-bridge ]] && ip link show "$KH_BRIDGE" >/dev/null 2>&1; then
   ip link del "$KH_BRIDGE"

@@ -1,5 +1,6 @@
 # Shared helpers for the test-cluster scripts. Sourced, never executed.
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # constants used by the scripts that source this file
 set -euo pipefail
 
 KH_CLUSTER_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

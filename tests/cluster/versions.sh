@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # Pinned versions of everything the test cluster is built from. Sourced by the other scripts.
 # Kubernetes 1.34 is the newest minor that still runs on cgroup v1 with Debian 12's containerd 1.6
 # (1.35 drops cgroup v1 support in kubelet by default and needs containerd >= 2.0).
