@@ -102,12 +102,15 @@ impl AuthConfig {
 }
 
 /// axum middleware: `axum::middleware::from_fn_with_state(auth, require_bearer)`.
-pub async fn require_bearer(State(auth): State<AuthConfig>, request: Request, next: Next) -> Response {
+pub async fn require_bearer(
+    State(auth): State<AuthConfig>,
+    request: Request,
+    next: Next,
+) -> Response {
     if auth.accepts(request.headers().get(AUTHORIZATION)) {
         return next.run(request).await;
     }
-    let mut response =
-        ApiError::unauthorized("missing or invalid bearer token").into_response();
+    let mut response = ApiError::unauthorized("missing or invalid bearer token").into_response();
     response
         .headers_mut()
         .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

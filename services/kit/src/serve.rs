@@ -41,7 +41,9 @@ pub async fn shutdown_signal() {
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,
         Err(e) => {
-            tracing::error!("cannot install SIGTERM handler: {e}; only SIGINT will stop the server");
+            tracing::error!(
+                "cannot install SIGTERM handler: {e}; only SIGINT will stop the server"
+            );
             let _ = tokio::signal::ctrl_c().await;
             return;
         }

@@ -103,7 +103,10 @@ mod tests {
             Ok(StoreSpec::File("/var/lib/x.ndjson".into()))
         );
         let url = "postgres://u:p@127.0.0.1:5432/db";
-        assert_eq!(format!("postgres:{url}").parse(), Ok(StoreSpec::Postgres(url.into())));
+        assert_eq!(
+            format!("postgres:{url}").parse(),
+            Ok(StoreSpec::Postgres(url.into()))
+        );
         assert_eq!(url.parse(), Ok(StoreSpec::Postgres(url.into())));
     }
 
@@ -111,7 +114,10 @@ mod tests {
     fn refuses_bad_specs_clearly() {
         for bad in ["", "file:", "mem", "postgres:mysql://x", "s3://bucket"] {
             let err = bad.parse::<StoreSpec>().unwrap_err().to_string();
-            assert!(err.contains("expected memory, file:PATH or postgres:URL"), "{err}");
+            assert!(
+                err.contains("expected memory, file:PATH or postgres:URL"),
+                "{err}"
+            );
         }
     }
 

@@ -46,10 +46,19 @@ pub async fn fresh_database(test: &str) -> Option<TestDatabase> {
     let admin_url = postgres_admin_url(test)?;
     let slug: String = test
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
         .take(30)
         .collect();
-    let name = format!("kh_{slug}_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let name = format!(
+        "kh_{slug}_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
     let client = connect(&admin_url).await;
     client
         .batch_execute(&format!("CREATE DATABASE \"{name}\""))
@@ -67,7 +76,10 @@ impl TestDatabase {
     pub async fn drop_database(self) {
         let client = connect(&self.admin_url).await;
         if let Err(e) = client
-            .batch_execute(&format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name))
+            .batch_execute(&format!(
+                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                self.name
+            ))
             .await
         {
             eprintln!("warning: could not drop test database {}: {e}", self.name);

@@ -32,7 +32,10 @@ mod tests {
         let b: serde_json::Value = serde_json::from_str(r#"{"a":[100,"x"],"b":1}"#).unwrap();
         assert_eq!(canonical_bytes(&a).unwrap(), br#"{"a":[100,"x"],"b":1}"#);
         assert_eq!(digest(&a).unwrap(), digest(&b).unwrap());
-        assert_ne!(digest(&json!({"a": 1})).unwrap(), digest(&json!({"a": 2})).unwrap());
+        assert_ne!(
+            digest(&json!({"a": 1})).unwrap(),
+            digest(&json!({"a": 2})).unwrap()
+        );
     }
 
     #[test]

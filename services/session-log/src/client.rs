@@ -187,7 +187,11 @@ impl SessionLogClient {
                     }
                 }
             }
-            tracing::debug!(run, attempt, "session log append failed, will retry: {last}");
+            tracing::debug!(
+                run,
+                attempt,
+                "session log append failed, will retry: {last}"
+            );
         }
         Err(ClientError::Exhausted { attempts, last })
     }
@@ -219,7 +223,9 @@ impl SessionLogClient {
                             return serde_json::from_slice(&bytes)
                                 .map_err(|e| ClientError::Decode(e.to_string()))
                         }
-                        Ok(bytes) if retryable(status) && status != StatusCode::INTERNAL_SERVER_ERROR => {
+                        Ok(bytes)
+                            if retryable(status) && status != StatusCode::INTERNAL_SERVER_ERROR =>
+                        {
                             last = format!("{status}: {}", String::from_utf8_lossy(&bytes))
                         }
                         // A 500 on read is a damaged run (run_corrupt): retrying cannot fix it.

@@ -23,7 +23,10 @@ pub struct RunId(String);
 
 impl RunId {
     pub fn parse(raw: &str) -> Result<Self, ValidationError> {
-        let ok_first = raw.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
+        let ok_first = raw
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric());
         let ok_rest = raw
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
@@ -209,17 +212,39 @@ mod tests {
         for ok in ["run_123", "a", "A.b:c-d_e", &"x".repeat(200)] {
             assert!(RunId::parse(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "../x", "a/b", "a\\b", ".hidden", "a b", "a%2Fb", "é", &"x".repeat(201)] {
-            assert_eq!(RunId::parse(bad).unwrap_err().code, "invalid_run_id", "{bad}");
+        for bad in [
+            "",
+            "../x",
+            "a/b",
+            "a\\b",
+            ".hidden",
+            "a b",
+            "a%2Fb",
+            "é",
+            &"x".repeat(201),
+        ] {
+            assert_eq!(
+                RunId::parse(bad).unwrap_err().code,
+                "invalid_run_id",
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn payload_must_be_an_object_within_the_limit() {
         let missing = input(json!({"appendIdempotencyKey": "k", "type": "t"}));
-        assert_eq!(PreparedEvent::new(missing, 100).unwrap_err().code, "invalid_event");
-        let big = input(json!({"appendIdempotencyKey": "k", "type": "t", "payload": {"s": "x".repeat(200)}}));
-        assert_eq!(PreparedEvent::new(big, 100).unwrap_err().code, "payload_too_large");
+        assert_eq!(
+            PreparedEvent::new(missing, 100).unwrap_err().code,
+            "invalid_event"
+        );
+        let big = input(
+            json!({"appendIdempotencyKey": "k", "type": "t", "payload": {"s": "x".repeat(200)}}),
+        );
+        assert_eq!(
+            PreparedEvent::new(big, 100).unwrap_err().code,
+            "payload_too_large"
+        );
         let ok = input(json!({"appendIdempotencyKey": "k", "type": "t", "payload": {"s": 1}}));
         assert!(PreparedEvent::new(ok, 100).is_ok());
     }

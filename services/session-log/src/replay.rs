@@ -31,9 +31,8 @@ pub enum StepOutcome {
 
 /// Looks `step_key` up in `events` (a run's events in sequence order).
 pub fn find_step(events: &[StoredEvent], step_key: &str) -> StepOutcome {
-    let mentions = |e: &&StoredEvent| {
-        e.payload.get("stepKey").and_then(|v| v.as_str()) == Some(step_key)
-    };
+    let mentions =
+        |e: &&StoredEvent| e.payload.get("stepKey").and_then(|v| v.as_str()) == Some(step_key);
     let started = events
         .iter()
         .filter(mentions)
@@ -68,7 +67,9 @@ mod tests {
     use serde_json::{json, Map, Value};
 
     fn ev(seq: u64, ty: &str, payload: Value) -> StoredEvent {
-        let Value::Object(payload) = payload else { unreachable!() };
+        let Value::Object(payload) = payload else {
+            unreachable!()
+        };
         StoredEvent {
             run_id: "r".into(),
             sequence: seq,
@@ -85,7 +86,11 @@ mod tests {
     fn completed_step_returns_the_recorded_result() {
         let events = vec![
             ev(1, COMMAND_STARTED, json!({"stepKey": "s1"})),
-            ev(2, COMMAND_COMPLETED, json!({"stepKey": "s1", "exitCode": 0, "stdout": "hi\n"})),
+            ev(
+                2,
+                COMMAND_COMPLETED,
+                json!({"stepKey": "s1", "exitCode": 0, "stdout": "hi\n"}),
+            ),
             ev(3, COMMAND_STARTED, json!({"stepKey": "s2"})),
         ];
         match find_step(&events, "s1") {
@@ -101,7 +106,11 @@ mod tests {
     fn started_but_not_completed_is_incomplete_not_absent() {
         let events = vec![
             ev(1, COMMAND_STARTED, json!({"stepKey": "s1"})),
-            ev(2, COMMAND_COMPLETED, json!({"stepKey": "s1", "exitCode": 0})),
+            ev(
+                2,
+                COMMAND_COMPLETED,
+                json!({"stepKey": "s1", "exitCode": 0}),
+            ),
             ev(3, COMMAND_STARTED, json!({"stepKey": "s2"})),
         ];
         assert_eq!(
@@ -123,6 +132,9 @@ mod tests {
             ev(4, COMMAND_COMPLETED, Value::Object(Map::new())),
         ];
         assert_eq!(find_step(&events, "s1"), StepOutcome::NotStarted);
-        assert!(matches!(find_step(&events, "s10"), StepOutcome::Completed { started: None, .. }));
+        assert!(matches!(
+            find_step(&events, "s10"),
+            StepOutcome::Completed { started: None, .. }
+        ));
     }
 }

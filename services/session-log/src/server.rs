@@ -86,12 +86,17 @@ pub fn app(store: Store, config: ServerConfig, mut registry: Registry) -> Router
         metrics,
     };
     let api = Router::new()
-        .route("/v1/runs/{run_id}/events", get(read_events).post(append_event))
+        .route(
+            "/v1/runs/{run_id}/events",
+            get(read_events).post(append_event),
+        )
         .route_layer(axum::middleware::from_fn_with_state(
             config.auth,
             require_bearer,
         ))
-        .layer(DefaultBodyLimit::max(config.max_payload_bytes + BODY_OVERHEAD))
+        .layer(DefaultBodyLimit::max(
+            config.max_payload_bytes + BODY_OVERHEAD,
+        ))
         .route("/v1/openapi.json", get(openapi))
         .fallback(|| async {
             ApiError::not_found("not_found", "no such route; see GET /v1/openapi.json")
@@ -189,7 +194,10 @@ async fn append_inner(
         .await
         .map_err(store_error)?;
     let body = serde_json::json!({"sequence": outcome.event.sequence, "event": outcome.event});
-    Ok((outcome.created, (StatusCode::OK, Json(body)).into_response()))
+    Ok((
+        outcome.created,
+        (StatusCode::OK, Json(body)).into_response(),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -207,7 +215,11 @@ async fn read_events(
 ) -> Response {
     let result = read_inner(&state, path, query).await;
     let outcome = if result.is_ok() { "ok" } else { "error" };
-    state.metrics.reads.get_or_create(&OutcomeLabels { outcome }).inc();
+    state
+        .metrics
+        .reads
+        .get_or_create(&OutcomeLabels { outcome })
+        .inc();
     match result {
         Ok(r) => r,
         Err(e) => e.into_response(),
@@ -223,7 +235,10 @@ async fn read_inner(
     let Query(params) = query.map_err(|e| {
         ApiError::bad_request(
             "invalid_query",
-            format!("{}; expected after=N (>= 0) and limit=M (1..={MAX_READ_LIMIT})", e.body_text()),
+            format!(
+                "{}; expected after=N (>= 0) and limit=M (1..={MAX_READ_LIMIT})",
+                e.body_text()
+            ),
         )
     })?;
     let limit = params.limit.unwrap_or(DEFAULT_READ_LIMIT);

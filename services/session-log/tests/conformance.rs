@@ -11,7 +11,12 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 
-async fn post_raw(server: &TestServer, run_path: &str, body: &str, token: Option<&str>) -> (StatusCode, Value) {
+async fn post_raw(
+    server: &TestServer,
+    run_path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> (StatusCode, Value) {
     let mut req = reqwest::Client::new()
         .post(server.url(&format!("/v1/runs/{run_path}/events")))
         .header("content-type", "application/json")
@@ -22,7 +27,10 @@ async fn post_raw(server: &TestServer, run_path: &str, body: &str, token: Option
     let resp = req.send().await.unwrap();
     let status = resp.status();
     let text = resp.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 async fn get_raw(server: &TestServer, path_and_query: &str) -> (StatusCode, Value) {
@@ -34,7 +42,10 @@ async fn get_raw(server: &TestServer, path_and_query: &str) -> (StatusCode, Valu
         .unwrap();
     let status = resp.status();
     let text = resp.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 async fn count(server: &TestServer, run: &str) -> usize {
@@ -58,7 +69,10 @@ async fn gapless_sequences_per_run(server: TestServer) {
         .unwrap();
     assert_eq!(other.sequence, 1, "each run has its own sequence");
     let events = client.read_all("run-a").await.unwrap();
-    assert_eq!(events.iter().map(|e| e.sequence).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
+    assert_eq!(
+        events.iter().map(|e| e.sequence).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4, 5]
+    );
     assert_eq!(events[2].payload["i"], 3);
     assert!(client.read_all("never-written").await.unwrap().is_empty());
 }
@@ -66,10 +80,16 @@ async fn gapless_sequences_per_run(server: TestServer) {
 async fn same_key_same_content_returns_original(server: TestServer) {
     let client = server.client();
     let first = client
-        .append("r", &NewEvent::with_key("k1", "t", obj(json!({"a": 1, "b": [1, 2]}))))
+        .append(
+            "r",
+            &NewEvent::with_key("k1", "t", obj(json!({"a": 1, "b": [1, 2]}))),
+        )
         .await
         .unwrap();
-    client.append("r", &NewEvent::new("t", obj(json!({})))).await.unwrap();
+    client
+        .append("r", &NewEvent::new("t", obj(json!({}))))
+        .await
+        .unwrap();
     // Same content spelled differently (key order, 1.0 vs 1): same canonical digest.
     let (status, body) = post_raw(
         &server,
@@ -82,7 +102,10 @@ async fn same_key_same_content_returns_original(server: TestServer) {
     assert_eq!(body["sequence"], 1);
     let event: kube_harness_session_log::StoredEvent =
         serde_json::from_value(body["event"].clone()).unwrap();
-    assert_eq!(event, first.event, "the original event, recordedAtMs included");
+    assert_eq!(
+        event, first.event,
+        "the original event, recordedAtMs included"
+    );
     assert_eq!(count(&server, "r").await, 2, "a duplicate writes nothing");
 }
 
@@ -102,10 +125,17 @@ async fn same_key_other_content_conflicts(server: TestServer) {
     ] {
         let err = client.append("r", &changed).await.unwrap_err();
         match &err {
-            kube_harness_session_log::ClientError::Rejected { status, code, message } => {
+            kube_harness_session_log::ClientError::Rejected {
+                status,
+                code,
+                message,
+            } => {
                 assert_eq!(*status, 409);
                 assert_eq!(code, "idempotency_conflict");
-                assert!(message.contains("k1") && message.contains("sequence 1"), "{message}");
+                assert!(
+                    message.contains("k1") && message.contains("sequence 1"),
+                    "{message}"
+                );
             }
             other => panic!("expected 409, got {other:?}"),
         }
@@ -122,7 +152,9 @@ async fn occurrence_id_may_repeat(server: TestServer) {
     }
     let events = client.read_all("r").await.unwrap();
     assert_eq!(events.len(), 2);
-    assert!(events.iter().all(|e| e.occurrence_id.as_deref() == Some("occ-1")));
+    assert!(events
+        .iter()
+        .all(|e| e.occurrence_id.as_deref() == Some("occ-1")));
 }
 
 async fn concurrent_appends_serialize(server: TestServer) {
@@ -149,7 +181,10 @@ async fn concurrent_appends_serialize(server: TestServer) {
     for run in ["hot", "cold"] {
         let events = client.read_all(run).await.unwrap();
         assert_eq!(events.len(), 128);
-        let keys: HashSet<_> = events.iter().map(|e| e.append_idempotency_key.clone()).collect();
+        let keys: HashSet<_> = events
+            .iter()
+            .map(|e| e.append_idempotency_key.clone())
+            .collect();
         assert_eq!(keys.len(), 128, "every key exactly once");
         for (i, e) in events.iter().enumerate() {
             assert_eq!(e.sequence, i as u64 + 1, "gapless");
@@ -163,7 +198,9 @@ async fn concurrent_same_key_appends_store_once(server: TestServer) {
     let mut tasks = Vec::new();
     for _ in 0..24 {
         let (client, event) = (client.clone(), event.clone());
-        tasks.push(tokio::spawn(async move { client.append("r", &event).await.unwrap() }));
+        tasks.push(tokio::spawn(async move {
+            client.append("r", &event).await.unwrap()
+        }));
     }
     let mut results = Vec::new();
     for t in tasks {
@@ -176,19 +213,29 @@ async fn concurrent_same_key_appends_store_once(server: TestServer) {
 async fn paging(server: TestServer) {
     let client = server.client();
     for i in 0..25 {
-        client.append("r", &NewEvent::new("t", obj(json!({"i": i})))).await.unwrap();
+        client
+            .append("r", &NewEvent::new("t", obj(json!({"i": i}))))
+            .await
+            .unwrap();
     }
     let p1 = client.read("r", 0, 10).await.unwrap();
     assert_eq!((p1.events.len(), p1.next), (10, Some(10)));
     let p2 = client.read("r", 10, 10).await.unwrap();
-    assert_eq!((p2.events.first().unwrap().sequence, p2.next), (11, Some(20)));
+    assert_eq!(
+        (p2.events.first().unwrap().sequence, p2.next),
+        (11, Some(20))
+    );
     let p3 = client.read("r", 20, 10).await.unwrap();
     assert_eq!((p3.events.len(), p3.next), (5, None));
     let past = client.read("r", 99, 10).await.unwrap();
     assert_eq!((past.events.len(), past.next), (0, None));
     let (status, body) = get_raw(&server, "/v1/runs/r/events").await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(body["events"].as_array().unwrap().len(), 25, "default limit covers 25");
+    assert_eq!(
+        body["events"].as_array().unwrap().len(),
+        25,
+        "default limit covers 25"
+    );
     assert_eq!(body["next"], Value::Null);
 }
 
@@ -196,44 +243,134 @@ async fn bad_input_is_a_clear_4xx_and_writes_nothing(server: TestServer) {
     let ok = r#"{"appendIdempotencyKey":"k","type":"t","payload":{}}"#;
     let long_run = "x".repeat(201);
     let cases: Vec<(&str, String, Option<&str>, StatusCode, &str)> = vec![
-        ("r", "{not json".into(), Some(TOKEN), StatusCode::BAD_REQUEST, "malformed_json"),
-        ("r", "".into(), Some(TOKEN), StatusCode::BAD_REQUEST, "malformed_json"),
-        ("r", r#"{"type":"t","payload":{}}"#.into(), Some(TOKEN), StatusCode::BAD_REQUEST, "invalid_event"),
-        ("r", r#"{"appendIdempotencyKey":"k","type":"t"}"#.into(), Some(TOKEN), StatusCode::BAD_REQUEST, "invalid_event"),
-        ("r", r#"{"appendIdempotencyKey":"k","type":"t","payload":[1]}"#.into(), Some(TOKEN), StatusCode::BAD_REQUEST, "invalid_event"),
-        ("r", r#"{"appendIdempotencyKey":"","type":"t","payload":{}}"#.into(), Some(TOKEN), StatusCode::BAD_REQUEST, "invalid_event"),
-        ("r", r#"{"appendIdempotencyKey":"k","type":"t","payload":{},"sequence":9}"#.into(), Some(TOKEN), StatusCode::BAD_REQUEST, "invalid_event"),
         (
             "r",
-            format!(r#"{{"appendIdempotencyKey":"k","type":"t","payload":{{"s":"{}"}}}}"#, "x".repeat(300 * 1024)),
+            "{not json".into(),
+            Some(TOKEN),
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+        ),
+        (
+            "r",
+            "".into(),
+            Some(TOKEN),
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+        ),
+        (
+            "r",
+            r#"{"type":"t","payload":{}}"#.into(),
+            Some(TOKEN),
+            StatusCode::BAD_REQUEST,
+            "invalid_event",
+        ),
+        (
+            "r",
+            r#"{"appendIdempotencyKey":"k","type":"t"}"#.into(),
+            Some(TOKEN),
+            StatusCode::BAD_REQUEST,
+            "invalid_event",
+        ),
+        (
+            "r",
+            r#"{"appendIdempotencyKey":"k","type":"t","payload":[1]}"#.into(),
+            Some(TOKEN),
+            StatusCode::BAD_REQUEST,
+            "invalid_event",
+        ),
+        (
+            "r",
+            r#"{"appendIdempotencyKey":"","type":"t","payload":{}}"#.into(),
+            Some(TOKEN),
+            StatusCode::BAD_REQUEST,
+            "invalid_event",
+        ),
+        (
+            "r",
+            r#"{"appendIdempotencyKey":"k","type":"t","payload":{},"sequence":9}"#.into(),
+            Some(TOKEN),
+            StatusCode::BAD_REQUEST,
+            "invalid_event",
+        ),
+        (
+            "r",
+            format!(
+                r#"{{"appendIdempotencyKey":"k","type":"t","payload":{{"s":"{}"}}}}"#,
+                "x".repeat(300 * 1024)
+            ),
             Some(TOKEN),
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
         ),
         (
             "r",
-            format!(r#"{{"appendIdempotencyKey":"k","type":"t","payload":{{"s":"{}"}}}}"#, "x".repeat(257 * 1024)),
+            format!(
+                r#"{{"appendIdempotencyKey":"k","type":"t","payload":{{"s":"{}"}}}}"#,
+                "x".repeat(257 * 1024)
+            ),
             Some(TOKEN),
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
         ),
-        ("a%2Fb", ok.into(), Some(TOKEN), StatusCode::BAD_REQUEST, "invalid_run_id"),
-        ("..%2Fetc", ok.into(), Some(TOKEN), StatusCode::BAD_REQUEST, "invalid_run_id"),
-        ("a%20b", ok.into(), Some(TOKEN), StatusCode::BAD_REQUEST, "invalid_run_id"),
-        (long_run.as_str(), ok.into(), Some(TOKEN), StatusCode::BAD_REQUEST, "invalid_run_id"),
-        ("r", ok.into(), Some("wrong-token"), StatusCode::UNAUTHORIZED, "unauthorized"),
-        ("r", ok.into(), None, StatusCode::UNAUTHORIZED, "unauthorized"),
+        (
+            "a%2Fb",
+            ok.into(),
+            Some(TOKEN),
+            StatusCode::BAD_REQUEST,
+            "invalid_run_id",
+        ),
+        (
+            "..%2Fetc",
+            ok.into(),
+            Some(TOKEN),
+            StatusCode::BAD_REQUEST,
+            "invalid_run_id",
+        ),
+        (
+            "a%20b",
+            ok.into(),
+            Some(TOKEN),
+            StatusCode::BAD_REQUEST,
+            "invalid_run_id",
+        ),
+        (
+            long_run.as_str(),
+            ok.into(),
+            Some(TOKEN),
+            StatusCode::BAD_REQUEST,
+            "invalid_run_id",
+        ),
+        (
+            "r",
+            ok.into(),
+            Some("wrong-token"),
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        ),
+        (
+            "r",
+            ok.into(),
+            None,
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        ),
     ];
     for (run, body, token, status, code) in &cases {
         let (got, answer) = post_raw(&server, run, body, *token).await;
         assert_eq!(got, *status, "run {run:.20} body {body:.80}: {answer}");
         assert_eq!(answer["error"]["code"], *code, "{answer}");
         assert!(!answer["error"]["message"].as_str().unwrap().is_empty());
-        assert!(!answer.to_string().contains(TOKEN), "401 must not leak the token");
+        assert!(
+            !answer.to_string().contains(TOKEN),
+            "401 must not leak the token"
+        );
     }
     for run in ["r", "a", "b", long_run.as_str()] {
         if let Ok(events) = server.client().read_all(run).await {
-            assert!(events.is_empty(), "nothing may be written by refused requests ({run})");
+            assert!(
+                events.is_empty(),
+                "nothing may be written by refused requests ({run})"
+            );
         }
     }
     // Reads refuse bad parameters and bad tokens too.
@@ -261,11 +398,21 @@ async fn bad_input_is_a_clear_4xx_and_writes_nothing(server: TestServer) {
 
 async fn service_routes(server: TestServer) {
     let client = server.client();
-    client.append("r", &NewEvent::new("t", obj(json!({})))).await.unwrap();
+    client
+        .append("r", &NewEvent::new("t", obj(json!({}))))
+        .await
+        .unwrap();
     let http = reqwest::Client::new();
     let health = http.get(server.url("/healthz")).send().await.unwrap();
     assert_eq!(health.status(), StatusCode::OK);
-    let metrics = http.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let metrics = http
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(
         metrics.contains("kh_session_log_appends_total{outcome=\"created\"} 1"),
         "{metrics}"

@@ -71,7 +71,10 @@ impl ServerProcess {
         let http = reqwest::Client::new();
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("server exited with {status}; log:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
+                panic!(
+                    "server exited with {status}; log:\n{}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
             }
             if let Ok(r) = http.get(format!("{}/healthz", self.base_url)).send().await {
                 if r.status().is_success() {
@@ -80,7 +83,10 @@ impl ServerProcess {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        panic!("server not healthy in 20 s; log:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
+        panic!(
+            "server not healthy in 20 s; log:\n{}",
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        );
     }
 
     fn client(&self) -> SessionLogClient {
@@ -96,7 +102,11 @@ impl Drop for ServerProcess {
 }
 
 fn spawn(args: &[String], log: &Path) -> Child {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
     Command::new(SERVER)
         .args(args)
         .env("KUBE_HARNESS_LOG", "warn")
@@ -113,7 +123,11 @@ async fn writer(clients: Vec<SessionLogClient>, id: usize, stop: Arc<AtomicBool>
     let mut n = 0;
     while !stop.load(Ordering::SeqCst) {
         let run = RUNS[(id + n) % RUNS.len()];
-        let event = NewEvent::with_key(format!("w{id}-{n}"), "test.event", obj(json!({"writer": id, "n": n})));
+        let event = NewEvent::with_key(
+            format!("w{id}-{n}"),
+            "test.event",
+            obj(json!({"writer": id, "n": n})),
+        );
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut attempt = 0usize;
         loop {
@@ -121,10 +135,10 @@ async fn writer(clients: Vec<SessionLogClient>, id: usize, stop: Arc<AtomicBool>
             match client.append(run, &event).await {
                 Ok(a) => {
                     assert_eq!(a.event.append_idempotency_key, event.append_idempotency_key);
-                    acked
-                        .lock()
-                        .unwrap()
-                        .insert((run.to_string(), event.append_idempotency_key.clone()), (event.clone(), a.event));
+                    acked.lock().unwrap().insert(
+                        (run.to_string(), event.append_idempotency_key.clone()),
+                        (event.clone(), a.event),
+                    );
                     break;
                 }
                 Err(ClientError::Exhausted { .. }) if Instant::now() < deadline => {
@@ -146,14 +160,30 @@ async fn verify(client: &SessionLogClient, acked: &Acked) -> usize {
         total += events.len();
         let mut keys = HashSet::new();
         for (i, e) in events.iter().enumerate() {
-            assert_eq!(e.sequence, i as u64 + 1, "run {run}: gap or reordering at index {i}");
-            assert!(keys.insert(e.append_idempotency_key.clone()), "run {run}: key {} stored twice", e.append_idempotency_key);
+            assert_eq!(
+                e.sequence,
+                i as u64 + 1,
+                "run {run}: gap or reordering at index {i}"
+            );
+            assert!(
+                keys.insert(e.append_idempotency_key.clone()),
+                "run {run}: key {} stored twice",
+                e.append_idempotency_key
+            );
         }
-        let by_key: HashMap<_, _> = events.iter().map(|e| (e.append_idempotency_key.clone(), e)).collect();
+        let by_key: HashMap<_, _> = events
+            .iter()
+            .map(|e| (e.append_idempotency_key.clone(), e))
+            .collect();
         for ((r, key), (_, stored)) in &acked {
             if r == run {
-                let found = by_key.get(key).unwrap_or_else(|| panic!("acknowledged {run}/{key} is missing"));
-                assert_eq!(*found, stored, "{run}/{key} differs from what was acknowledged");
+                let found = by_key
+                    .get(key)
+                    .unwrap_or_else(|| panic!("acknowledged {run}/{key} is missing"));
+                assert_eq!(
+                    *found, stored,
+                    "{run}/{key} differs from what was acknowledged"
+                );
             }
         }
     }
@@ -166,7 +196,10 @@ async fn verify(client: &SessionLogClient, acked: &Acked) -> usize {
     if let Some(((run, _), (event, _))) = acked.iter().next() {
         let mut changed = event.clone();
         changed.payload.insert("changed".into(), json!(true));
-        assert_eq!(client.append(run, &changed).await.unwrap_err().code(), Some("idempotency_conflict"));
+        assert_eq!(
+            client.append(run, &changed).await.unwrap_err().code(),
+            Some("idempotency_conflict")
+        );
     }
     total
 }
@@ -179,7 +212,14 @@ async fn file_store_keeps_every_acknowledged_event_across_sigkill_loops() {
     let stop = Arc::new(AtomicBool::new(false));
     let acked: Acked = Arc::default();
     let writers: Vec<_> = (0..8)
-        .map(|id| tokio::spawn(writer(vec![server.client()], id, stop.clone(), acked.clone())))
+        .map(|id| {
+            tokio::spawn(writer(
+                vec![server.client()],
+                id,
+                stop.clone(),
+                acked.clone(),
+            ))
+        })
         .collect();
     let cycles = 22;
     for _ in 0..cycles {
@@ -194,7 +234,10 @@ async fn file_store_keeps_every_acknowledged_event_across_sigkill_loops() {
         w.await.unwrap();
     }
     let n_acked = acked.lock().unwrap().len();
-    assert!(n_acked >= 200, "too little progress under kills: {n_acked} acknowledged");
+    assert!(
+        n_acked >= 200,
+        "too little progress under kills: {n_acked} acknowledged"
+    );
     let stored = verify(&server.client(), &acked).await;
     eprintln!("{cycles} SIGKILL cycles: {n_acked} acknowledged, {stored} stored");
     assert!(stored >= n_acked);
@@ -204,11 +247,15 @@ async fn file_store_keeps_every_acknowledged_event_across_sigkill_loops() {
 async fn restart_truncates_a_torn_tail_and_refuses_a_damaged_run() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sessions.ndjson");
-    let mut server = ServerProcess::start(&format!("file:{}", path.display()), dir.path(), "server").await;
+    let mut server =
+        ServerProcess::start(&format!("file:{}", path.display()), dir.path(), "server").await;
     let client = server.client();
     for i in 0..5 {
         for run in ["a", "b"] {
-            client.append(run, &NewEvent::new("t", obj(json!({"i": i})))).await.unwrap();
+            client
+                .append(run, &NewEvent::new("t", obj(json!({"i": i}))))
+                .await
+                .unwrap();
         }
     }
     server.kill();
@@ -217,13 +264,27 @@ async fn restart_truncates_a_torn_tail_and_refuses_a_damaged_run() {
     torn.extend_from_slice(br#"{"crc32c":"1234abcd","event":{"runId":"a","sequence":6,"#);
     std::fs::write(&path, &torn).unwrap();
     server.restart().await;
-    assert_eq!(std::fs::read(&path).unwrap(), clean, "restart cut exactly the torn fragment");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        clean,
+        "restart cut exactly the torn fragment"
+    );
     assert_eq!(client.read_all("a").await.unwrap().len(), 5);
-    assert_eq!(client.append("a", &NewEvent::new("t", obj(json!({})))).await.unwrap().sequence, 6);
+    assert_eq!(
+        client
+            .append("a", &NewEvent::new("t", obj(json!({}))))
+            .await
+            .unwrap()
+            .sequence,
+        6
+    );
 
     server.kill();
     let data = std::fs::read(&path).unwrap();
-    let mut lines: Vec<Vec<u8>> = data.split_inclusive(|b| *b == b'\n').map(<[u8]>::to_vec).collect();
+    let mut lines: Vec<Vec<u8>> = data
+        .split_inclusive(|b| *b == b'\n')
+        .map(<[u8]>::to_vec)
+        .collect();
     let text = String::from_utf8(lines[2].clone()).unwrap();
     assert!(text.contains(r#""runId":"a""#), "{text}");
     lines[2] = text.replacen(r#""i":1"#, r#""i":7"#, 1).into_bytes();
@@ -240,12 +301,26 @@ async fn restart_truncates_a_torn_tail_and_refuses_a_damaged_run() {
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "run_corrupt");
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("line 3") && message.contains("checksum mismatch"), "{message}");
+    assert!(
+        message.contains("line 3") && message.contains("checksum mismatch"),
+        "{message}"
+    );
     let err = client.read_all("a").await.unwrap_err();
-    assert_eq!(err.code(), Some("run_corrupt"), "the client reports it, not an empty history");
-    assert_eq!(client.read_all("b").await.unwrap().len(), 5, "run b is intact");
+    assert_eq!(
+        err.code(),
+        Some("run_corrupt"),
+        "the client reports it, not an empty history"
+    );
+    assert_eq!(
+        client.read_all("b").await.unwrap().len(),
+        5,
+        "run b is intact"
+    );
     let log = std::fs::read_to_string(&server.log).unwrap();
-    assert!(log.contains("damaged record") && log.contains("truncating a torn final record"), "{log}");
+    assert!(
+        log.contains("damaged record") && log.contains("truncating a torn final record"),
+        "{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -3,7 +3,6 @@
 
 mod common;
 
-use common::obj;
 use kube_harness_session_log::model::{EventInput, PreparedEvent, DEFAULT_MAX_PAYLOAD_BYTES};
 use kube_harness_session_log::store::{FaultFs, FileStore, FileStoreOptions, FsOp, RealFs, SyncFs};
 use kube_harness_session_log::{RunId, StoreError};
@@ -35,7 +34,10 @@ async fn keys(store: &FileStore, r: &str) -> Result<Vec<String>, StoreError> {
     for (i, e) in events.iter().enumerate() {
         assert_eq!(e.sequence, i as u64 + 1);
     }
-    Ok(events.into_iter().map(|e| e.append_idempotency_key).collect())
+    Ok(events
+        .into_iter()
+        .map(|e| e.append_idempotency_key)
+        .collect())
 }
 
 fn data_path(dir: &tempfile::TempDir) -> PathBuf {
@@ -51,7 +53,10 @@ async fn failed_write_poisons_the_store_and_restart_drops_the_torn_half() {
     store.append(&run("r"), event("a")).await.unwrap();
     fs.fail_next(FsOp::Write);
     let err = store.append(&run("r"), event("b")).await.unwrap_err();
-    assert!(matches!(err, StoreError::Poisoned(ref m) if m.contains("write")), "{err}");
+    assert!(
+        matches!(err, StoreError::Poisoned(ref m) if m.contains("write")),
+        "{err}"
+    );
     // Fail closed: later appends fail although the disk works again; reads still serve acked data.
     let err = store.append(&run("r"), event("c")).await.unwrap_err();
     assert!(matches!(err, StoreError::Poisoned(_)), "{err}");
@@ -61,7 +66,10 @@ async fn failed_write_poisons_the_store_and_restart_drops_the_torn_half() {
     let size_with_torn_half = std::fs::metadata(&path).unwrap().len();
     let reopened = open(&path, Arc::new(RealFs)).await.unwrap();
     assert_eq!(keys(&reopened, "r").await.unwrap(), vec!["a"]);
-    assert!(std::fs::metadata(&path).unwrap().len() < size_with_torn_half, "torn half truncated");
+    assert!(
+        std::fs::metadata(&path).unwrap().len() < size_with_torn_half,
+        "torn half truncated"
+    );
     reopened.append(&run("r"), event("b")).await.unwrap();
     assert_eq!(keys(&reopened, "r").await.unwrap(), vec!["a", "b"]);
 }
@@ -75,7 +83,10 @@ async fn failed_fdatasync_is_never_retried_then_acknowledged() {
     store.append(&run("r"), event("a")).await.unwrap();
     fs.fail_next(FsOp::SyncData);
     let err = store.append(&run("r"), event("b")).await.unwrap_err();
-    assert!(matches!(err, StoreError::Poisoned(ref m) if m.contains("fdatasync")), "{err}");
+    assert!(
+        matches!(err, StoreError::Poisoned(ref m) if m.contains("fdatasync")),
+        "{err}"
+    );
     let syncs_after_failure = fs.calls().iter().filter(|c| **c == FsOp::SyncData).count();
     for key in ["c", "b"] {
         assert!(matches!(
@@ -102,12 +113,18 @@ async fn failed_directory_fsync_or_unsupported_fsync_refuses_to_start() {
     let fs = Arc::new(FaultFs::new());
     fs.fail_next(FsOp::SyncDir);
     let err = open(&path, fs.clone()).await.err().unwrap().to_string();
-    assert!(err.contains("fsync of directory") && err.contains("refusing to start"), "{err}");
+    assert!(
+        err.contains("fsync of directory") && err.contains("refusing to start"),
+        "{err}"
+    );
 
     let fs = Arc::new(FaultFs::new());
     fs.fail_always(FsOp::SyncData);
     let err = open(&path, fs).await.err().unwrap().to_string();
-    assert!(err.contains("fdatasync") && err.contains("fail closed"), "{err}");
+    assert!(
+        err.contains("fdatasync") && err.contains("fail closed"),
+        "{err}"
+    );
 
     // With sync off the same broken filesystem is accepted: the documented opt-out.
     let fs = Arc::new(FaultFs::new());
@@ -117,9 +134,14 @@ async fn failed_directory_fsync_or_unsupported_fsync_refuses_to_start() {
         sync: false,
         ..FileStoreOptions::default()
     };
-    let store = FileStore::open(path.clone(), options, fs.clone()).await.unwrap();
+    let store = FileStore::open(path.clone(), options, fs.clone())
+        .await
+        .unwrap();
     store.append(&run("r"), event("a")).await.unwrap();
-    assert!(fs.calls().iter().all(|c| *c == FsOp::Write), "sync=false never syncs");
+    assert!(
+        fs.calls().iter().all(|c| *c == FsOp::Write),
+        "sync=false never syncs"
+    );
 }
 
 #[tokio::test]
@@ -153,13 +175,25 @@ async fn every_acknowledgement_follows_the_sync_that_covers_it_and_syncs_are_sha
     for line in data.split_inclusive(|b| *b == b'\n') {
         offset += line.len() as u64;
         let v: serde_json::Value = serde_json::from_slice(line).unwrap();
-        end_of.insert(v["event"]["appendIdempotencyKey"].as_str().unwrap().to_string(), offset);
+        end_of.insert(
+            v["event"]["appendIdempotencyKey"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+            offset,
+        );
     }
     for (key, durable) in &acked {
-        assert!(durable >= &end_of[key], "{key} acknowledged before its bytes were synced");
+        assert!(
+            durable >= &end_of[key],
+            "{key} acknowledged before its bytes were synced"
+        );
     }
     let syncs = fs.calls().iter().filter(|c| **c == FsOp::SyncData).count() - syncs_before;
-    assert!(syncs < 640, "640 appends from 64 tasks must share syncs, got {syncs} syncs");
+    assert!(
+        syncs < 640,
+        "640 appends from 64 tasks must share syncs, got {syncs} syncs"
+    );
     assert_eq!(keys(&store, "r").await.unwrap().len(), 640);
 }
 
@@ -170,8 +204,14 @@ async fn torn_tail_is_truncated_once_and_damaged_records_refuse_replay_of_their_
     {
         let store = open(&path, Arc::new(RealFs)).await.unwrap();
         for i in 0..4 {
-            store.append(&run("a"), event(&format!("a{i}"))).await.unwrap();
-            store.append(&run("b"), event(&format!("b{i}"))).await.unwrap();
+            store
+                .append(&run("a"), event(&format!("a{i}")))
+                .await
+                .unwrap();
+            store
+                .append(&run("b"), event(&format!("b{i}")))
+                .await
+                .unwrap();
         }
     }
     let clean = std::fs::read(&path).unwrap();
@@ -181,24 +221,46 @@ async fn torn_tail_is_truncated_once_and_damaged_records_refuse_replay_of_their_
     std::fs::write(&path, &torn).unwrap();
     {
         let store = open(&path, Arc::new(RealFs)).await.unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), clean, "exactly the torn fragment is removed");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            clean,
+            "exactly the torn fragment is removed"
+        );
         assert_eq!(keys(&store, "a").await.unwrap().len(), 4);
     }
     // A damaged complete record (here: line 3, run a's 2nd event) refuses replay of run a only.
-    let mut lines: Vec<Vec<u8>> = clean.split_inclusive(|b| *b == b'\n').map(<[u8]>::to_vec).collect();
+    let mut lines: Vec<Vec<u8>> = clean
+        .split_inclusive(|b| *b == b'\n')
+        .map(<[u8]>::to_vec)
+        .collect();
     let text = String::from_utf8(lines[2].clone()).unwrap();
     assert!(text.contains(r#""runId":"a""#));
     lines[2] = text.replace(r#""key":"a1""#, r#""key":"a9""#).into_bytes();
     std::fs::write(&path, lines.concat()).unwrap();
     let store = open(&path, Arc::new(RealFs)).await.unwrap();
     let err = keys(&store, "a").await.unwrap_err().to_string();
-    assert!(err.contains("run a cannot be replayed") && err.contains("line 3") && err.contains("checksum"), "{err}");
+    assert!(
+        err.contains("run a cannot be replayed")
+            && err.contains("line 3")
+            && err.contains("checksum"),
+        "{err}"
+    );
     let err = store.append(&run("a"), event("new")).await.unwrap_err();
-    assert!(matches!(err, StoreError::RunCorrupt { .. }), "appends to a damaged run are refused");
-    assert_eq!(keys(&store, "b").await.unwrap().len(), 4, "other runs are unaffected");
+    assert!(
+        matches!(err, StoreError::RunCorrupt { .. }),
+        "appends to a damaged run are refused"
+    );
+    assert_eq!(
+        keys(&store, "b").await.unwrap().len(),
+        4,
+        "other runs are unaffected"
+    );
     store.append(&run("b"), event("b4")).await.unwrap();
     drop(store);
-    assert_eq!(std::fs::read(&path).unwrap().len() > clean.len(), true, "damaged data is kept, not truncated");
+    assert!(
+        std::fs::read(&path).unwrap().len() > clean.len(),
+        "damaged data is kept, not truncated"
+    );
 }
 
 #[tokio::test]
@@ -208,7 +270,10 @@ async fn a_sequence_gap_refuses_replay_of_that_run() {
     {
         let store = open(&path, Arc::new(RealFs)).await.unwrap();
         for i in 0..3 {
-            store.append(&run("a"), event(&format!("a{i}"))).await.unwrap();
+            store
+                .append(&run("a"), event(&format!("a{i}")))
+                .await
+                .unwrap();
         }
         store.append(&run("b"), event("b0")).await.unwrap();
     }
@@ -244,10 +309,18 @@ async fn a_second_process_cannot_open_the_same_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = data_path(&dir);
     let _first = open(&path, Arc::new(RealFs)).await.unwrap();
-    let err = open(&path, Arc::new(RealFs)).await.err().unwrap().to_string();
+    let err = open(&path, Arc::new(RealFs))
+        .await
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("locked by another process"), "{err}");
     let missing = dir.path().join("no/such/dir/x.ndjson");
-    let err = open(&missing, Arc::new(RealFs)).await.err().unwrap().to_string();
+    let err = open(&missing, Arc::new(RealFs))
+        .await
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("does not exist"), "{err}");
 }
 
@@ -259,7 +332,11 @@ async fn same_key_within_one_batch_is_stored_once() {
     for i in 0..50 {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
-            let key = if i % 2 == 0 { "dup".to_string() } else { format!("u{i}") };
+            let key = if i % 2 == 0 {
+                "dup".to_string()
+            } else {
+                format!("u{i}")
+            };
             store.append(&run("r"), event(&key)).await.unwrap()
         }));
     }
@@ -272,5 +349,4 @@ async fn same_key_within_one_batch_is_stored_once() {
     }
     assert_eq!(dup_seqs.len(), 1);
     assert_eq!(keys(&store, "r").await.unwrap().len(), 26);
-    let _ = obj(json!({}));
 }

@@ -109,7 +109,9 @@ impl Store {
                 if !options.sync {
                     tracing::warn!("--sync=false has no effect on the PostgreSQL store (it commits transactions)");
                 }
-                Store::Postgres(Arc::new(PostgresStore::connect(url, options.batch_sizes).await?))
+                Store::Postgres(Arc::new(
+                    PostgresStore::connect(url, options.batch_sizes).await?,
+                ))
             }
         })
     }

@@ -127,8 +127,11 @@ async fn migrate(pool: &Pool) -> anyhow::Result<()> {
     let mut client = pool.get().await.context("cannot connect to PostgreSQL")?;
     let tx = client.transaction().await?;
     // Replicas starting together take turns.
-    tx.execute("SELECT pg_advisory_xact_lock(hashtext('kh_session_log_migrations'))", &[])
-        .await?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext('kh_session_log_migrations'))",
+        &[],
+    )
+    .await?;
     tx.batch_execute(
         "CREATE TABLE IF NOT EXISTS kh_session_log_migrations (
              version integer PRIMARY KEY,
@@ -191,6 +194,16 @@ async fn group_commit(pool: Pool, mut rx: mpsc::Receiver<Job>, batch_sizes: Hist
 
 type Outcome = Result<AppendOutcome, StoreError>;
 
+/// Column arrays for one multi-row INSERT via `unnest`.
+#[derive(Default)]
+struct Columns<'a> {
+    runs: Vec<&'a str>,
+    sequences: Vec<i64>,
+    keys: Vec<&'a str>,
+    digests: Vec<&'a str>,
+    events: Vec<String>,
+}
+
 /// Writes one batch in one transaction; per-job outcomes (conflicts are per job, not failures).
 async fn commit_batch(pool: &Pool, batch: &[Job]) -> Result<Vec<Outcome>, tokio_postgres::Error> {
     let mut client = match pool.get().await {
@@ -246,22 +259,22 @@ async fn commit_batch(pool: &Pool, batch: &[Job]) -> Result<Vec<Outcome>, tokio_
     for (i, job) in batch.iter().enumerate() {
         let k = (job.run.as_str().to_string(), job.event.key.clone());
         if let Some(stored) = existing.get(&k) {
-            outcomes.push(Some(same_or_conflict(&job.run, stored, &job.event).map(|event| {
-                AppendOutcome {
+            outcomes.push(Some(same_or_conflict(&job.run, stored, &job.event).map(
+                |event| AppendOutcome {
                     event,
                     created: false,
-                }
-            })));
+                },
+            )));
             continue;
         }
         if let Some(&j) = planned_keys.get(&k) {
             let first = &planned[&j];
-            outcomes.push(Some(same_or_conflict(&job.run, first, &job.event).map(|event| {
-                AppendOutcome {
+            outcomes.push(Some(same_or_conflict(&job.run, first, &job.event).map(
+                |event| AppendOutcome {
                     event,
                     created: false,
-                }
-            })));
+                },
+            )));
             continue;
         }
         let seq = last.entry(k.0.clone()).or_insert(0);
@@ -272,18 +285,19 @@ async fn commit_batch(pool: &Pool, batch: &[Job]) -> Result<Vec<Outcome>, tokio_
         outcomes.push(None);
     }
     if !planned.is_empty() {
-        let mut cols: (Vec<&str>, Vec<i64>, Vec<&str>, Vec<&str>, Vec<String>) = Default::default();
+        let mut rows = Columns::default();
         for event in planned.values() {
-            cols.0.push(&event.run_id);
-            cols.1.push(event.sequence as i64);
-            cols.2.push(&event.append_idempotency_key);
-            cols.3.push(&event.digest);
-            cols.4.push(serde_json::to_string(event).unwrap_or_default());
+            rows.runs.push(&event.run_id);
+            rows.sequences.push(event.sequence as i64);
+            rows.keys.push(&event.append_idempotency_key);
+            rows.digests.push(&event.digest);
+            rows.events
+                .push(serde_json::to_string(event).unwrap_or_default());
         }
         tx.execute(
             "INSERT INTO kh_session_log_events (run_id, sequence, idempotency_key, digest, event)
              SELECT r, s, k, d, e::json FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[]) AS t(r, s, k, d, e)",
-            &[&cols.0, &cols.1, &cols.2, &cols.3, &cols.4],
+            &[&rows.runs, &rows.sequences, &rows.keys, &rows.digests, &rows.events],
         )
         .await?;
         let (upd_runs, upd_last): (Vec<&str>, Vec<i64>) = runs

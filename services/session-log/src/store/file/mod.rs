@@ -57,7 +57,10 @@ pub(crate) struct Shared {
 
 impl Shared {
     fn poisoned(&self) -> Option<String> {
-        self.poisoned.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.poisoned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Marks the store failed (first reason wins) and returns the reason in force.
@@ -127,7 +130,8 @@ impl FileStore {
             )
         };
         if options.sync {
-            fs.sync_data(&file).map_err(|e| refuse("fdatasync of the data file", e))?;
+            fs.sync_data(&file)
+                .map_err(|e| refuse("fdatasync of the data file", e))?;
             fs.sync_dir(&parent)
                 .map_err(|e| refuse(&format!("fsync of directory {}", parent.display()), e))?;
         }
@@ -144,7 +148,8 @@ impl FileStore {
             file.set_len(loaded.complete_len)
                 .with_context(|| format!("cannot truncate torn tail of {}", path.display()))?;
             if options.sync {
-                fs.sync_data(&file).map_err(|e| refuse("fdatasync after truncation", e))?;
+                fs.sync_data(&file)
+                    .map_err(|e| refuse("fdatasync after truncation", e))?;
             }
         }
         for problem in &loaded.problems {

@@ -59,10 +59,17 @@ pub fn decode(line: &[u8]) -> Result<StoredEvent, BadRecord> {
             ),
         ));
     }
-    let event: StoredEvent = serde_json::from_slice(body)
-        .map_err(|e| bad(guess_run(body), format!("record does not hold an event: {e}")))?;
+    let event: StoredEvent = serde_json::from_slice(body).map_err(|e| {
+        bad(
+            guess_run(body),
+            format!("record does not hold an event: {e}"),
+        )
+    })?;
     if RunId::parse(&event.run_id).is_err() {
-        return Err(bad(None, format!("record has an invalid runId {:?}", event.run_id)));
+        return Err(bad(
+            None,
+            format!("record has an invalid runId {:?}", event.run_id),
+        ));
     }
     Ok(event)
 }
@@ -118,7 +125,10 @@ mod tests {
         let line = encode(&event()).unwrap();
         let text = String::from_utf8(line[..line.len() - 1].to_vec()).unwrap();
         let damaged = text.replace("\"type\":\"t\"", "\"type\":\"u\"");
-        assert_eq!(decode(damaged.as_bytes()).unwrap_err().run.as_deref(), Some("r1"));
+        assert_eq!(
+            decode(damaged.as_bytes()).unwrap_err().run.as_deref(),
+            Some("r1")
+        );
         assert_eq!(decode(b"garbage").unwrap_err().run, None);
     }
 }
