@@ -204,12 +204,14 @@ async fn direct_points(label: &str, store: Store, seconds: Duration) -> Vec<Poin
 }
 
 fn main() {
-    // `cargo bench` passes --bench; `cargo test --benches` passes nothing useful: accept both.
+    // `cargo bench` passes --bench; `cargo test --all-targets` does not: there, a short smoke run.
+    let bench_mode = std::env::args().any(|a| a == "--bench");
+    let default_seconds = if bench_mode { 3.0 } else { 0.2 };
     let seconds = Duration::from_secs_f64(
         std::env::var("KH_BENCH_SECONDS")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or(3.0),
+            .unwrap_or(default_seconds),
     );
     let base = std::env::var("KH_BENCH_DIR")
         .map(std::path::PathBuf::from)
