@@ -22,14 +22,16 @@ async fn tasks_suite(l: OrchestrationServices, clock: ManualClock) {
     let b = t.create(NewTask { id: None, payload: json!("b"), max_attempts: 3, delay_ms: 0 }).await.unwrap();
     assert_eq!((a.state, a.attempts), (TaskState::Pending, 0));
 
-    // Claims go in creation order and hand out distinct leases.
-    let ca = t.claim("w1", 1000).await.unwrap().expect("a claimable");
-    assert_eq!(ca.id, a.id);
-    assert_eq!(ca.attempts, 1);
+    // Two claims take both tasks (either order: claimants spread over the first claimable tasks)
+    // and hand out distinct leases.
+    let first = t.claim("w1", 1000).await.unwrap().expect("a task is claimable");
+    let second = t.claim("w2", 1000).await.unwrap().expect("the other task is claimable");
+    let (ca, cb) = if first.id == a.id { (first, second) } else { (second, first) };
+    assert_eq!((ca.id.as_str(), cb.id.as_str()), (a.id.as_str(), b.id.as_str()));
+    assert_eq!((ca.attempts, cb.attempts), (1, 1));
     let lease_a = ca.lease.clone().unwrap();
-    assert_eq!((lease_a.owner.as_str(), lease_a.expires_at), ("w1", T0 + 1000));
-    let cb = t.claim("w2", 1000).await.unwrap().expect("b claimable");
-    assert_eq!(cb.id, b.id);
+    assert_eq!(lease_a.expires_at, T0 + 1000);
+    assert_ne!(lease_a.token, cb.lease.as_ref().unwrap().token);
     assert!(t.claim("w3", 1000).await.unwrap().is_none(), "everything is leased");
 
     // Heartbeat extends; a wrong token is refused.

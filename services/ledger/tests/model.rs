@@ -87,9 +87,11 @@ impl TaskModel {
         Ok(s)
     }
 
-    fn claim(&mut self, lease: u64) -> Option<String> {
+    /// The tasks a claim may pick (the first `CLAIM_WINDOW` claimable, in id order), after
+    /// failing those whose lease expired on their last attempt.
+    fn claim_window(&mut self) -> Vec<String> {
         let now = self.now;
-        let claim_no = self.claims.len();
+        let mut window = Vec::new();
         for (id, t) in self.tasks.iter_mut() {
             let claimable = match t.state {
                 TaskState::Pending => t.available_at <= now,
@@ -104,13 +106,21 @@ impl TaskModel {
                 t.lease = None;
                 continue;
             }
-            t.state = TaskState::Running;
-            t.attempts += 1;
-            t.lease = Some((claim_no, now + lease));
-            self.claims.push(id.clone());
-            return Some(id.clone());
+            window.push(id.clone());
+            if window.len() == CLAIM_WINDOW {
+                break;
+            }
         }
-        None
+        window
+    }
+
+    fn claim(&mut self, id: &str, lease: u64) {
+        let claim_no = self.claims.len();
+        let t = self.tasks.get_mut(id).unwrap();
+        t.state = TaskState::Running;
+        t.attempts += 1;
+        t.lease = Some((claim_no, self.now + lease));
+        self.claims.push(id.to_string());
     }
 
     /// The task held under claim `claim_no`, if that lease is still valid.
@@ -140,11 +150,15 @@ async fn run_tasks(backend: Backend, ops: Vec<TaskOp>) {
                 assert_eq!(got, want, "create {id}");
             }
             TaskOp::Claim { lease } => {
-                let want = m.claim(lease);
+                let window = m.claim_window();
                 let got = l.tasks.claim("w", lease).await.unwrap();
-                assert_eq!(got.as_ref().map(|t| t.id.clone()), want, "claim");
-                if let Some(t) = got {
-                    tokens.push((t.id, t.lease.unwrap().token));
+                match got {
+                    None => assert!(window.is_empty(), "claim found nothing but {window:?} were claimable"),
+                    Some(t) => {
+                        assert!(window.contains(&t.id), "claimed {} outside the window {window:?}", t.id);
+                        m.claim(&t.id, lease);
+                        tokens.push((t.id, t.lease.unwrap().token));
+                    }
                 }
             }
             TaskOp::Heartbeat { claim, lease } if !tokens.is_empty() => {

@@ -15,7 +15,7 @@ pub use queues::{
 };
 pub use results::{PutOutcome, ResultLedger, StoredResult};
 pub use space::MAX_DURATION_MS;
-pub use tasks::{NewTask, TaskLedger, TaskRecord, TaskState, DEFAULT_MAX_ATTEMPTS};
+pub use tasks::{NewTask, TaskLedger, TaskRecord, TaskState, CLAIM_WINDOW, DEFAULT_MAX_ATTEMPTS};
 pub use wakeups::{NewWakeup, Wakeup, WakeupLedger, WakeupState};
 
 use crate::clock::{Clock, Millis, SystemClock};

