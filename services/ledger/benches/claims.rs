@@ -6,7 +6,9 @@
 //! (PostgreSQL: export KH_TEST_POSTGRES_URL from `bash tests/services/postgres.sh start`.)
 
 use kube_harness_ledger::ledger::{create_durable_orchestration_services, NewTask};
-use kube_harness_ledger::{DurableJsonStore, FileStore, MemoryStore, PostgresStore, PostgresStoreOptions};
+use kube_harness_ledger::{
+    DurableJsonStore, FileStore, MemoryStore, PostgresStore, PostgresStoreOptions,
+};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,7 +19,15 @@ const WORKERS: [usize; 3] = [1, 8, 32];
 async fn claims_per_second(store: Arc<dyn DurableJsonStore>, root: &str, workers: usize) -> f64 {
     let l = create_durable_orchestration_services(root, store).unwrap();
     for i in 0..TASKS {
-        l.tasks.create(NewTask { id: None, payload: json!(i), max_attempts: 3, delay_ms: 0 }).await.unwrap();
+        l.tasks
+            .create(NewTask {
+                id: None,
+                payload: json!(i),
+                max_attempts: 3,
+                delay_ms: 0,
+            })
+            .await
+            .unwrap();
     }
     let start = Instant::now();
     let mut handles = Vec::new();
@@ -28,7 +38,10 @@ async fn claims_per_second(store: Arc<dyn DurableJsonStore>, root: &str, workers
             let mut n = 0usize;
             while let Some(task) = l.tasks.claim(&owner, 60_000).await.unwrap() {
                 let token = task.lease.unwrap().token;
-                l.tasks.complete(&task.id, &token, json!(null)).await.unwrap();
+                l.tasks
+                    .complete(&task.id, &token, json!(null))
+                    .await
+                    .unwrap();
                 n += 1;
             }
             n
@@ -48,7 +61,10 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let mut backends: Vec<(&str, Arc<dyn DurableJsonStore>)> = vec![
         ("memory", Arc::new(MemoryStore::new())),
-        ("file", Arc::new(FileStore::open(dir.path().join("store")).unwrap())),
+        (
+            "file",
+            Arc::new(FileStore::open(dir.path().join("store")).unwrap()),
+        ),
     ];
     let mut db = None;
     match std::env::var("KH_TEST_POSTGRES_URL") {
@@ -61,8 +77,16 @@ async fn main() {
         }
         _ => println!("postgres: SKIPPED (KH_TEST_POSTGRES_URL unset; run `bash tests/services/postgres.sh start`)"),
     }
-    println!("task claim+complete cycles per second, {TASKS} tasks per run, {} cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0));
-    println!("{:<10} {:>8} {:>12} {:>11}", "backend", "workers", "claims/s", "vs memory");
+    println!(
+        "task claim+complete cycles per second, {TASKS} tasks per run, {} cores",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+    println!(
+        "{:<10} {:>8} {:>12} {:>11}",
+        "backend", "workers", "claims/s", "vs memory"
+    );
     let mut baseline = std::collections::HashMap::new();
     for (name, store) in &backends {
         for workers in WORKERS {
@@ -70,7 +94,10 @@ async fn main() {
             if *name == "memory" {
                 baseline.insert(workers, rate);
             }
-            println!("{name:<10} {workers:>8} {rate:>12.0} {:>11.4}", rate / baseline[&workers]);
+            println!(
+                "{name:<10} {workers:>8} {rate:>12.0} {:>11.4}",
+                rate / baseline[&workers]
+            );
         }
     }
     drop(backends);

@@ -41,7 +41,7 @@ impl Key {
         }
         let mut depth = 0;
         for segment in raw.split('/') {
-            check_segment(segment).map_err(|reason| err(reason))?;
+            check_segment(segment).map_err(err)?;
             depth += 1;
         }
         if depth > MAX_KEY_DEPTH {

@@ -15,13 +15,21 @@ use std::sync::Arc;
 const T0: u64 = 1_000_000;
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 async fn ledgers(backend: Backend) -> (OrchestrationServices, ManualClock, common::Fixture) {
     let clock = ManualClock::new(T0);
     let fixture = open_store(backend, "model").await.unwrap();
-    let l = create_durable_orchestration_services_with_clock("m", fixture.store.clone(), Arc::new(clock.clone())).unwrap();
+    let l = create_durable_orchestration_services_with_clock(
+        "m",
+        fixture.store.clone(),
+        Arc::new(clock.clone()),
+    )
+    .unwrap();
     (l, clock, fixture)
 }
 
@@ -36,11 +44,25 @@ fn out<T>(r: LedgerResult<T>, f: impl FnOnce(T) -> String) -> Out {
 
 #[derive(Debug, Clone)]
 enum TaskOp {
-    Create { id: u8, max_attempts: u32, delay: u64 },
-    Claim { lease: u64 },
-    Heartbeat { claim: usize, lease: u64 },
-    Complete { claim: usize },
-    Fail { claim: usize, retry: Option<u64> },
+    Create {
+        id: u8,
+        max_attempts: u32,
+        delay: u64,
+    },
+    Claim {
+        lease: u64,
+    },
+    Heartbeat {
+        claim: usize,
+        lease: u64,
+    },
+    Complete {
+        claim: usize,
+    },
+    Fail {
+        claim: usize,
+        retry: Option<u64>,
+    },
     Advance(u64),
 }
 
@@ -79,9 +101,19 @@ impl TaskModel {
 
     fn create(&mut self, id: String, max_attempts: u32, delay: u64) -> Out {
         if let Some(t) = self.tasks.get(&id) {
-            return if t.max_attempts == max_attempts { Ok(Self::summary(&id, t)) } else { Err("conflict") };
+            return if t.max_attempts == max_attempts {
+                Ok(Self::summary(&id, t))
+            } else {
+                Err("conflict")
+            };
         }
-        let t = MTask { state: TaskState::Pending, attempts: 0, max_attempts, available_at: self.now + delay, lease: None };
+        let t = MTask {
+            state: TaskState::Pending,
+            attempts: 0,
+            max_attempts,
+            available_at: self.now + delay,
+            lease: None,
+        };
         let s = Self::summary(&id, &t);
         self.tasks.insert(id, t);
         Ok(s)
@@ -136,15 +168,29 @@ impl TaskModel {
 
 async fn run_tasks(backend: Backend, ops: Vec<TaskOp>) {
     let (l, clock, fixture) = ledgers(backend).await;
-    let mut m = TaskModel { now: T0, ..Default::default() };
+    let mut m = TaskModel {
+        now: T0,
+        ..Default::default()
+    };
     let mut tokens: Vec<(String, String)> = Vec::new();
     for op in ops {
         match op {
-            TaskOp::Create { id, max_attempts, delay } => {
+            TaskOp::Create {
+                id,
+                max_attempts,
+                delay,
+            } => {
                 let id = format!("t{id}");
                 let want = m.create(id.clone(), max_attempts, delay);
                 let got = out(
-                    l.tasks.create(NewTask { id: Some(id.clone()), payload: json!(id), max_attempts, delay_ms: delay }).await,
+                    l.tasks
+                        .create(NewTask {
+                            id: Some(id.clone()),
+                            payload: json!(id),
+                            max_attempts,
+                            delay_ms: delay,
+                        })
+                        .await,
                     |t| format!("{}:{:?}:{}:{}", t.id, t.state, t.attempts, t.max_attempts),
                 );
                 assert_eq!(got, want, "create {id}");
@@ -153,9 +199,16 @@ async fn run_tasks(backend: Backend, ops: Vec<TaskOp>) {
                 let window = m.claim_window();
                 let got = l.tasks.claim("w", lease).await.unwrap();
                 match got {
-                    None => assert!(window.is_empty(), "claim found nothing but {window:?} were claimable"),
+                    None => assert!(
+                        window.is_empty(),
+                        "claim found nothing but {window:?} were claimable"
+                    ),
                     Some(t) => {
-                        assert!(window.contains(&t.id), "claimed {} outside the window {window:?}", t.id);
+                        assert!(
+                            window.contains(&t.id),
+                            "claimed {} outside the window {window:?}",
+                            t.id
+                        );
                         m.claim(&t.id, lease);
                         tokens.push((t.id, t.lease.unwrap().token));
                     }
@@ -168,7 +221,10 @@ async fn run_tasks(backend: Backend, ops: Vec<TaskOp>) {
                     t.lease = Some((c, now + lease));
                     "ok".to_string()
                 });
-                let got = out(l.tasks.heartbeat(&tokens[c].0, &tokens[c].1, lease).await, |_| "ok".into());
+                let got = out(
+                    l.tasks.heartbeat(&tokens[c].0, &tokens[c].1, lease).await,
+                    |_| "ok".into(),
+                );
                 assert_eq!(got, want, "heartbeat claim {c}");
             }
             TaskOp::Complete { claim } if !tokens.is_empty() => {
@@ -178,7 +234,10 @@ async fn run_tasks(backend: Backend, ops: Vec<TaskOp>) {
                     t.lease = None;
                     "ok".to_string()
                 });
-                let got = out(l.tasks.complete(&tokens[c].0, &tokens[c].1, json!(c)).await, |_| "ok".into());
+                let got = out(
+                    l.tasks.complete(&tokens[c].0, &tokens[c].1, json!(c)).await,
+                    |_| "ok".into(),
+                );
                 assert_eq!(got, want, "complete claim {c}");
             }
             TaskOp::Fail { claim, retry } if !tokens.is_empty() => {
@@ -195,7 +254,10 @@ async fn run_tasks(backend: Backend, ops: Vec<TaskOp>) {
                     }
                     "ok".to_string()
                 });
-                let got = out(l.tasks.fail(&tokens[c].0, &tokens[c].1, "e", retry).await, |_| "ok".into());
+                let got = out(
+                    l.tasks.fail(&tokens[c].0, &tokens[c].1, "e", retry).await,
+                    |_| "ok".into(),
+                );
                 assert_eq!(got, want, "fail claim {c}");
             }
             TaskOp::Advance(ms) => {
@@ -206,7 +268,11 @@ async fn run_tasks(backend: Backend, ops: Vec<TaskOp>) {
         }
         for (id, t) in &m.tasks {
             let real = l.tasks.get(id).await.unwrap().expect("task exists");
-            assert_eq!((real.state, real.attempts, real.max_attempts), (t.state, t.attempts, t.max_attempts), "task {id}");
+            assert_eq!(
+                (real.state, real.attempts, real.max_attempts),
+                (t.state, t.attempts, t.max_attempts),
+                "task {id}"
+            );
         }
     }
     fixture.cleanup().await;
@@ -243,9 +309,12 @@ async fn run_continuations(backend: Backend, ops: Vec<ContOp>) {
                     Some((q, false)) if *q == p => Ok("parked".into()),
                     Some(_) => Err("conflict"),
                 };
-                let got = out(l.continuations.park(&format!("s{s}"), &format!("k{k}"), json!(p)).await, |c| {
-                    format!("{:?}", c.state).to_lowercase()
-                });
+                let got = out(
+                    l.continuations
+                        .park(&format!("s{s}"), &format!("k{k}"), json!(p))
+                        .await,
+                    |c| format!("{:?}", c.state).to_lowercase(),
+                );
                 assert_eq!(got, want, "park s{s}/k{k}");
             }
             ContOp::Resume { s, k } => {
@@ -257,15 +326,28 @@ async fn run_continuations(backend: Backend, ops: Vec<ContOp>) {
                         Ok(format!("payload {p}"))
                     }
                 };
-                let got = out(l.continuations.resume(&format!("s{s}"), &format!("k{k}"), json!("in")).await, |c| {
-                    format!("payload {}", c.payload)
-                });
+                let got = out(
+                    l.continuations
+                        .resume(&format!("s{s}"), &format!("k{k}"), json!("in"))
+                        .await,
+                    |c| format!("payload {}", c.payload),
+                );
                 assert_eq!(got, want, "resume s{s}/k{k}");
             }
             ContOp::List { s } => {
-                let want: Vec<String> =
-                    m.iter().filter(|((ms, _), (_, r))| *ms == s && !r).map(|((_, k), _)| format!("k{k}")).collect();
-                let got: Vec<String> = l.continuations.list_parked(&format!("s{s}")).await.unwrap().into_iter().map(|c| c.id).collect();
+                let want: Vec<String> = m
+                    .iter()
+                    .filter(|((ms, _), (_, r))| *ms == s && !r)
+                    .map(|((_, k), _)| format!("k{k}"))
+                    .collect();
+                let got: Vec<String> = l
+                    .continuations
+                    .list_parked(&format!("s{s}"))
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|c| c.id)
+                    .collect();
                 assert_eq!(got, want, "list s{s}");
             }
         }
@@ -333,13 +415,28 @@ async fn run_wakeups(backend: Backend, ops: Vec<WakeOp>) {
                     Some(w) if w.due_at == due_at => Ok(format!("{:?}", w.state)),
                     Some(_) => Err("conflict"),
                     None => {
-                        open.insert(id.clone(), MWake { due_at, state: WakeupState::Scheduled, lease: None, claims: 0 });
+                        open.insert(
+                            id.clone(),
+                            MWake {
+                                due_at,
+                                state: WakeupState::Scheduled,
+                                lease: None,
+                                claims: 0,
+                            },
+                        );
                         Ok("Scheduled".into())
                     }
                 };
-                let got = out(l.wakeups.schedule(NewWakeup { id: Some(id.clone()), due_at, payload: json!(null) }).await, |w| {
-                    format!("{:?}", w.state)
-                });
+                let got = out(
+                    l.wakeups
+                        .schedule(NewWakeup {
+                            id: Some(id.clone()),
+                            due_at,
+                            payload: json!(null),
+                        })
+                        .await,
+                    |w| format!("{:?}", w.state),
+                );
                 assert_eq!(got, want, "schedule {id}");
             }
             WakeOp::ClaimDue { lease } => {
@@ -364,7 +461,9 @@ async fn run_wakeups(backend: Backend, ops: Vec<WakeOp>) {
                     None if done.contains_key(&id) => Err("lease_lost"),
                     None => Err("not_found"),
                     Some(w) => match w.lease {
-                        Some((lc, exp)) if w.state == WakeupState::Claimed && lc == c && now < exp => {
+                        Some((lc, exp))
+                            if w.state == WakeupState::Claimed && lc == c && now < exp =>
+                        {
                             let mut w = open.remove(&id).unwrap();
                             w.state = WakeupState::Done;
                             w.lease = None;
@@ -374,7 +473,9 @@ async fn run_wakeups(backend: Backend, ops: Vec<WakeOp>) {
                         _ => Err("lease_lost"),
                     },
                 };
-                let got = out(l.wakeups.complete(&id, &claims[c].1).await, |w| format!("{:?}", w.state));
+                let got = out(l.wakeups.complete(&id, &claims[c].1).await, |w| {
+                    format!("{:?}", w.state)
+                });
                 assert_eq!(got, want, "complete claim {c} of {id}");
             }
             WakeOp::Cancel { id } => {
@@ -383,7 +484,14 @@ async fn run_wakeups(backend: Backend, ops: Vec<WakeOp>) {
                 assert_eq!(l.wakeups.cancel(&id).await.unwrap(), want, "cancel {id}");
             }
             WakeOp::ListDue => {
-                let got: Vec<String> = l.wakeups.list_due(100).await.unwrap().into_iter().map(|w| w.id).collect();
+                let got: Vec<String> = l
+                    .wakeups
+                    .list_due(100)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|w| w.id)
+                    .collect();
                 assert_eq!(got, m_due(&open, now), "list_due");
             }
             WakeOp::Advance(ms) => clock.advance(ms),
@@ -430,8 +538,27 @@ async fn run_queues(backend: Backend, ops: Vec<QueueOp>) {
         let now = clock.now_ms();
         match op {
             QueueOp::Enqueue { max, delay } => {
-                let m = l.queues.enqueue("q", EnqueueRequest { payload: json!(ids.len()), delay_ms: delay, max_deliveries: max }).await.unwrap();
-                live.insert(ids.len(), MMsg { deliveries: 0, max, visible_at: now + delay, receipt: None });
+                let m = l
+                    .queues
+                    .enqueue(
+                        "q",
+                        EnqueueRequest {
+                            payload: json!(ids.len()),
+                            delay_ms: delay,
+                            max_deliveries: max,
+                        },
+                    )
+                    .await
+                    .unwrap();
+                live.insert(
+                    ids.len(),
+                    MMsg {
+                        deliveries: 0,
+                        max,
+                        visible_at: now + delay,
+                        receipt: None,
+                    },
+                );
                 ids.push(m.id);
             }
             QueueOp::Dequeue { vt } => {
@@ -454,7 +581,9 @@ async fn run_queues(backend: Backend, ops: Vec<QueueOp>) {
                     break;
                 }
                 let got = l.queues.dequeue("q", "c", vt).await.unwrap();
-                let got_idx = got.as_ref().map(|m| (ids.iter().position(|id| *id == m.id).unwrap(), m.deliveries));
+                let got_idx = got
+                    .as_ref()
+                    .map(|m| (ids.iter().position(|id| *id == m.id).unwrap(), m.deliveries));
                 assert_eq!(got_idx, want, "dequeue");
                 if let Some(m) = got {
                     deliveries.push((got_idx.unwrap().0, m.receipt.unwrap()));
@@ -471,18 +600,32 @@ async fn run_queues(backend: Backend, ops: Vec<QueueOp>) {
                     }
                     Some(_) => Err("lease_lost"),
                 };
-                let got = out(l.queues.ack("q", &ids[i], &deliveries[d].1).await, |_| "acked".into());
+                let got = out(l.queues.ack("q", &ids[i], &deliveries[d].1).await, |_| {
+                    "acked".into()
+                });
                 assert_eq!(got, want, "ack delivery {d} of message {i}");
             }
             QueueOp::Advance(ms) => clock.advance(ms),
             _ => {}
         }
-        let real_live: Vec<(usize, u32)> = l.queues.list("q").await.unwrap().iter()
-            .map(|m| (ids.iter().position(|id| *id == m.id).unwrap(), m.deliveries)).collect();
+        let real_live: Vec<(usize, u32)> = l
+            .queues
+            .list("q")
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| (ids.iter().position(|id| *id == m.id).unwrap(), m.deliveries))
+            .collect();
         let want_live: Vec<(usize, u32)> = live.iter().map(|(i, m)| (*i, m.deliveries)).collect();
         assert_eq!(real_live, want_live, "live messages");
-        let mut real_dead: Vec<usize> = l.queues.dead_letters("q").await.unwrap().iter()
-            .map(|m| ids.iter().position(|id| *id == m.id).unwrap()).collect();
+        let mut real_dead: Vec<usize> = l
+            .queues
+            .dead_letters("q")
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| ids.iter().position(|id| *id == m.id).unwrap())
+            .collect();
         real_dead.sort();
         let mut want_dead = dead.clone();
         want_dead.sort();
@@ -507,7 +650,11 @@ async fn run_results(backend: Backend, ops: Vec<(bool, u8, u8)>) {
                 Some(old) if *old == v => Ok("AlreadyStored".into()),
                 Some(_) => Err("conflict"),
             };
-            assert_eq!(out(l.results.put(&key, json!(v)).await, |o| format!("{o:?}")), want, "put {key}={v}");
+            assert_eq!(
+                out(l.results.put(&key, json!(v)).await, |o| format!("{o:?}")),
+                want,
+                "put {key}={v}"
+            );
         } else {
             let got = l.results.get(&key).await.unwrap().map(|r| r.value);
             assert_eq!(got, m.get(&k).map(|v| json!(v)), "get {key}");

@@ -7,7 +7,9 @@
 mod common;
 
 use common::{open_store, Backend};
-use kube_harness_ledger::ledger::{create_durable_orchestration_services, EnqueueRequest, NewTask, NewWakeup};
+use kube_harness_ledger::ledger::{
+    create_durable_orchestration_services, EnqueueRequest, NewTask, NewWakeup,
+};
 use kube_harness_ledger::store::locked;
 use kube_harness_ledger::{Key, StoreError};
 use serde_json::{json, Value};
@@ -28,7 +30,16 @@ struct Worker {
 
 fn spawn(store_arg: &str, schema: &str, kind: &str, owner: &str, extra: &[&str]) -> Worker {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ledger-race-worker"))
-        .args(["--store", store_arg, "--pg-schema", schema, "--kind", kind, "--owner", owner])
+        .args([
+            "--store",
+            store_arg,
+            "--pg-schema",
+            schema,
+            "--kind",
+            kind,
+            "--owner",
+            owner,
+        ])
         .args(["--lease-ms", &LEASE_MS.to_string()])
         .args(extra)
         .stdout(Stdio::piped())
@@ -40,7 +51,8 @@ fn spawn(store_arg: &str, schema: &str, kind: &str, owner: &str, extra: &[&str])
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
-            let value: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad line {line:?}: {e}"));
+            let value: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad line {line:?}: {e}"));
             if tx.send(value).is_err() {
                 break;
             }
@@ -52,13 +64,19 @@ fn spawn(store_arg: &str, schema: &str, kind: &str, owner: &str, extra: &[&str])
 fn sigkill(child: &mut Child) {
     let pid = child.id() as i32;
     // kill(1) sends a real SIGKILL without adding a libc binding to the test.
-    let status = Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     child.wait().unwrap();
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
 
 async fn seed(store: std::sync::Arc<dyn kube_harness_ledger::DurableJsonStore>, kind: &str) {
@@ -66,13 +84,38 @@ async fn seed(store: std::sync::Arc<dyn kube_harness_ledger::DurableJsonStore>, 
     for i in 0..ITEMS {
         match kind {
             "tasks" => {
-                l.tasks.create(NewTask { id: None, payload: json!(i), max_attempts: 5, delay_ms: 0 }).await.unwrap();
+                l.tasks
+                    .create(NewTask {
+                        id: None,
+                        payload: json!(i),
+                        max_attempts: 5,
+                        delay_ms: 0,
+                    })
+                    .await
+                    .unwrap();
             }
             "wakeups" => {
-                l.wakeups.schedule(NewWakeup { id: None, due_at: now_ms() - 1, payload: json!(i) }).await.unwrap();
+                l.wakeups
+                    .schedule(NewWakeup {
+                        id: None,
+                        due_at: now_ms() - 1,
+                        payload: json!(i),
+                    })
+                    .await
+                    .unwrap();
             }
             _ => {
-                l.queues.enqueue("race", EnqueueRequest { payload: json!(i), delay_ms: 0, max_deliveries: 5 }).await.unwrap();
+                l.queues
+                    .enqueue(
+                        "race",
+                        EnqueueRequest {
+                            payload: json!(i),
+                            delay_ms: 0,
+                            max_deliveries: 5,
+                        },
+                    )
+                    .await
+                    .unwrap();
             }
         }
     }
@@ -82,9 +125,14 @@ async fn seed(store: std::sync::Arc<dyn kube_harness_ledger::DurableJsonStore>, 
 async fn race(backend: Backend, kind: &str) {
     let started = Instant::now();
     let name = format!("race_{kind}_{backend:?}").to_lowercase();
-    let Some(fixture) = open_store(backend, &name).await else { return };
+    let Some(fixture) = open_store(backend, &name).await else {
+        return;
+    };
     let store_arg = match backend {
-        Backend::File => format!("file:{}", fixture.dir.as_ref().unwrap().path().join("store").display()),
+        Backend::File => format!(
+            "file:{}",
+            fixture.dir.as_ref().unwrap().path().join("store").display()
+        ),
         Backend::Postgres => format!("postgres:{}", fixture.db.as_ref().unwrap().url),
         Backend::Memory => unreachable!("the memory store is per process"),
     };
@@ -93,10 +141,22 @@ async fn race(backend: Backend, kind: &str) {
 
     // The victim claims one item and hangs; it is killed once its claim is on record.
     let mut victim = spawn(&store_arg, schema, kind, "victim", &["--stall-after-claim"]);
-    let victim_claim = victim.lines.recv_timeout(Duration::from_secs(20)).expect("victim claims");
+    let victim_claim = victim
+        .lines
+        .recv_timeout(Duration::from_secs(20))
+        .expect("victim claims");
     assert_eq!(victim_claim["event"], "claimed");
-    let mut workers: Vec<Worker> =
-        (0..WORKERS).map(|i| spawn(&store_arg, schema, kind, &format!("w{i}"), &["--work-ms", "3"])).collect();
+    let mut workers: Vec<Worker> = (0..WORKERS)
+        .map(|i| {
+            spawn(
+                &store_arg,
+                schema,
+                kind,
+                &format!("w{i}"),
+                &["--work-ms", "3"],
+            )
+        })
+        .collect();
     sigkill(&mut victim.child);
 
     let mut events = vec![victim_claim.clone()];
@@ -125,7 +185,12 @@ async fn race(backend: Backend, kind: &str) {
     let victim_item = victim_claim["item"].as_str().unwrap();
     for (item, cs) in &claims {
         let expected = if item == victim_item { 2 } else { 1 };
-        assert_eq!(cs.len(), expected, "item {item} claimed {} times: {cs:?}", cs.len());
+        assert_eq!(
+            cs.len(),
+            expected,
+            "item {item} claimed {} times: {cs:?}",
+            cs.len()
+        );
         // Lease windows of one item never overlap: a reclaim starts after the previous expiry.
         let mut windows: Vec<(u64, u64)> = cs
             .iter()
@@ -136,28 +201,59 @@ async fn race(backend: Backend, kind: &str) {
             .collect();
         windows.sort();
         for pair in windows.windows(2) {
-            assert!(pair[1].0 >= pair[0].1, "overlapping leases on {item}: {pair:?}");
+            assert!(
+                pair[1].0 >= pair[0].1,
+                "overlapping leases on {item}: {pair:?}"
+            );
         }
     }
-    let reclaim = claims[victim_item].iter().find(|c| c["owner"] != "victim").expect("reclaimed");
+    let reclaim = claims[victim_item]
+        .iter()
+        .find(|c| c["owner"] != "victim")
+        .expect("reclaimed");
     assert_ne!(reclaim["token"], victim_claim["token"]);
     assert_ne!(completions[victim_item][0]["owner"], "victim");
-    let owners: std::collections::BTreeSet<&str> =
-        events.iter().filter(|e| e["event"] == "claimed").filter_map(|e| e["owner"].as_str()).collect();
-    assert!(owners.len() >= 3, "claims spread over several processes: {owners:?}");
+    let owners: std::collections::BTreeSet<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "claimed")
+        .filter_map(|e| e["owner"].as_str())
+        .collect();
+    assert!(
+        owners.len() >= 3,
+        "claims spread over several processes: {owners:?}"
+    );
     fixture.cleanup().await;
-    assert!(started.elapsed() < Duration::from_secs(60), "race took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "race took {:?}",
+        started.elapsed()
+    );
 }
 
 /// A lock held by a process is exclusive across processes and released when it is SIGKILLed.
 async fn killed_lock_holder(backend: Backend) {
-    let Some(fixture) = open_store(backend, &format!("lock_{backend:?}").to_lowercase()).await else { return };
+    let Some(fixture) = open_store(backend, &format!("lock_{backend:?}").to_lowercase()).await
+    else {
+        return;
+    };
     let store_arg = match backend {
-        Backend::File => format!("file:{}", fixture.dir.as_ref().unwrap().path().join("store").display()),
+        Backend::File => format!(
+            "file:{}",
+            fixture.dir.as_ref().unwrap().path().join("store").display()
+        ),
         _ => format!("postgres:{}", fixture.db.as_ref().unwrap().url),
     };
-    let mut holder = spawn(&store_arg, "kube_harness_ledger", "tasks", "holder", &["--hold-lock", "ledgers/tasks/x"]);
-    let line = holder.lines.recv_timeout(Duration::from_secs(20)).expect("holder locks");
+    let mut holder = spawn(
+        &store_arg,
+        "kube_harness_ledger",
+        "tasks",
+        "holder",
+        &["--hold-lock", "ledgers/tasks/x"],
+    );
+    let line = holder
+        .lines
+        .recv_timeout(Duration::from_secs(20))
+        .expect("holder locks");
     assert_eq!(line["event"], "locked");
     let key = Key::new("ledgers/tasks/x").unwrap();
     let store = fixture.store.clone();

@@ -5,7 +5,9 @@
 
 use clap::{Parser, ValueEnum};
 use kube_harness_ledger::cli::open_store;
-use kube_harness_ledger::ledger::{create_durable_orchestration_services, LedgerError, OrchestrationServices};
+use kube_harness_ledger::ledger::{
+    create_durable_orchestration_services, LedgerError, OrchestrationServices,
+};
 use kube_harness_ledger::store::locked;
 use kube_harness_ledger::{Key, StoreError};
 use kube_harness_service_kit::StoreSpec;
@@ -54,25 +56,49 @@ fn emit(line: serde_json::Value) {
 }
 
 /// One claim: (item id, token, expires_at).
-async fn claim(l: &OrchestrationServices, args: &Args) -> Result<Option<(String, String, u64)>, LedgerError> {
+async fn claim(
+    l: &OrchestrationServices,
+    args: &Args,
+) -> Result<Option<(String, String, u64)>, LedgerError> {
     Ok(match args.kind {
         Kind::Tasks => l.tasks.claim(&args.owner, args.lease_ms).await?.map(|t| {
             let lease = t.lease.expect("claimed task has a lease");
             (t.id, lease.token, lease.expires_at)
         }),
-        Kind::Wakeups => l.wakeups.claim_due(&args.owner, args.lease_ms).await?.map(|w| {
-            let lease = w.lease.expect("claimed wakeup has a lease");
-            (w.id, lease.token, lease.expires_at)
-        }),
-        Kind::Queue => l.queues.dequeue("race", &args.owner, args.lease_ms).await?.map(|m| {
-            (m.id, m.receipt.expect("delivery has a receipt"), m.visible_at)
-        }),
+        Kind::Wakeups => l
+            .wakeups
+            .claim_due(&args.owner, args.lease_ms)
+            .await?
+            .map(|w| {
+                let lease = w.lease.expect("claimed wakeup has a lease");
+                (w.id, lease.token, lease.expires_at)
+            }),
+        Kind::Queue => l
+            .queues
+            .dequeue("race", &args.owner, args.lease_ms)
+            .await?
+            .map(|m| {
+                (
+                    m.id,
+                    m.receipt.expect("delivery has a receipt"),
+                    m.visible_at,
+                )
+            }),
     })
 }
 
-async fn complete(l: &OrchestrationServices, args: &Args, id: &str, token: &str) -> Result<(), LedgerError> {
+async fn complete(
+    l: &OrchestrationServices,
+    args: &Args,
+    id: &str,
+    token: &str,
+) -> Result<(), LedgerError> {
     match args.kind {
-        Kind::Tasks => l.tasks.complete(id, token, json!({"by": args.owner})).await.map(|_| ()),
+        Kind::Tasks => l
+            .tasks
+            .complete(id, token, json!({"by": args.owner}))
+            .await
+            .map(|_| ()),
         Kind::Wakeups => l.wakeups.complete(id, token).await.map(|_| ()),
         Kind::Queue => l.queues.ack("race", id, token).await,
     }
@@ -97,8 +123,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         match claim(&ledgers, &args).await? {
             Some((id, token, expires_at)) => {
                 idle_since = None;
-                emit(json!({"event": "claimed", "item": id, "token": token, "owner": args.owner,
-                            "expires_at": expires_at, "lease_ms": args.lease_ms}));
+                emit(
+                    json!({"event": "claimed", "item": id, "token": token, "owner": args.owner,
+                            "expires_at": expires_at, "lease_ms": args.lease_ms}),
+                );
                 if args.stall_after_claim {
                     std::future::pending::<()>().await;
                 }
@@ -107,7 +135,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     Ok(()) => "ok".to_string(),
                     Err(e) => e.code().to_string(),
                 };
-                emit(json!({"event": "completed", "item": id, "token": token, "owner": args.owner, "outcome": outcome}));
+                emit(
+                    json!({"event": "completed", "item": id, "token": token, "owner": args.owner, "outcome": outcome}),
+                );
             }
             None => {
                 // Nothing claimable now. Stop after a quiet spell of two leases: anything held by a

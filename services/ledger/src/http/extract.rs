@@ -56,3 +56,20 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Params<
 fn path_rejection(rejection: PathRejection) -> ApiError {
     ApiError::bad_request("invalid_path", rejection.body_text())
 }
+
+/// Query-string parameters.
+pub struct QueryParams<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(QueryParams(value)),
+            Err(rejection) => Err(ApiError::bad_request(
+                "invalid_query",
+                rejection.body_text(),
+            )),
+        }
+    }
+}

@@ -3,10 +3,10 @@
 //! so the OpenAPI document at `GET /v1/openapi.json` lists exactly the routes that exist.
 
 use super::api::*;
-use super::extract::{Body, Params};
+use super::extract::{Body, Params, QueryParams};
 use super::metrics::Metrics;
 use crate::ledger::*;
-use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -289,7 +289,10 @@ async fn cancel_wakeup(
 
 #[utoipa::path(get, path = "/v1/due-wakeups", tag = "wakeups", params(("limit" = Option<usize>, Query)),
     responses((status = 200, body = Vec<Wakeup>)))]
-async fn due_wakeups(State(s): State<AppState>, Query(q): Query<DueQuery>) -> Reply<Vec<Wakeup>> {
+async fn due_wakeups(
+    State(s): State<AppState>,
+    QueryParams(q): QueryParams<DueQuery>,
+) -> Reply<Vec<Wakeup>> {
     let r = s.services.wakeups.list_due(q.limit).await;
     s.reply("wakeup_due", StatusCode::OK, r)
 }

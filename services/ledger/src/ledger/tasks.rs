@@ -178,8 +178,10 @@ impl DurableTasks {
                 };
                 if task.claimable(now) && task.exhausted() {
                     task.state = TaskState::Failed;
-                    task.last_error =
-                        Some(format!("lease expired on the last of {} attempts", task.max_attempts));
+                    task.last_error = Some(format!(
+                        "lease expired on the last of {} attempts",
+                        task.max_attempts
+                    ));
                     task.lease = None;
                     task.updated_at = now;
                 }
@@ -192,7 +194,12 @@ impl DurableTasks {
     }
 
     /// Under the lock: claims the task if it is still claimable.
-    async fn try_claim(&self, key: Key, owner: &str, lease_ms: u64) -> LedgerResult<Option<TaskRecord>> {
+    async fn try_claim(
+        &self,
+        key: Key,
+        owner: &str,
+        lease_ms: u64,
+    ) -> LedgerResult<Option<TaskRecord>> {
         let space = self.space.clone();
         let owner = owner.to_string();
         self.space
@@ -206,7 +213,11 @@ impl DurableTasks {
                 }
                 task.state = TaskState::Running;
                 task.attempts += 1;
-                task.lease = Some(Lease { token: new_token(), owner, expires_at: now + lease_ms });
+                task.lease = Some(Lease {
+                    token: new_token(),
+                    owner,
+                    expires_at: now + lease_ms,
+                });
                 task.updated_at = now;
                 write(store.as_ref(), &key, &task).await?;
                 Ok(Some(task))

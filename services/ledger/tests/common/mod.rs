@@ -68,14 +68,24 @@ pub async fn open_store(backend: Backend, test: &str) -> Option<Fixture> {
             let store = PostgresStore::connect(&db.url, PostgresStoreOptions::default())
                 .await
                 .expect("connect to the test database");
-            Fixture { store: Arc::new(store), dir: None, db: Some(db), server: None, base_url: None }
+            Fixture {
+                store: Arc::new(store),
+                dir: None,
+                db: Some(db),
+                server: None,
+                base_url: None,
+            }
         }
     })
 }
 
 /// Serves `services` on 127.0.0.1:<ephemeral> with bearer auth; returns the base URL and task.
 pub async fn serve(services: OrchestrationServices) -> (String, tokio::task::JoinHandle<()>) {
-    let app = router(services, AuthConfig::with_token(TOKEN).unwrap(), Default::default());
+    let app = router(
+        services,
+        AuthConfig::with_token(TOKEN).unwrap(),
+        Default::default(),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let handle = tokio::spawn(async move {
