@@ -17,7 +17,11 @@ struct Case {
 fn parse_case(line_no: usize, line: &str) -> Case {
     // The first three fields never contain `|`; the script is everything after the third one.
     let mut fields = line.splitn(4, '|');
-    let mut next = || fields.next().unwrap_or_else(|| panic!("line {line_no}: needs 4 fields"));
+    let mut next = || {
+        fields
+            .next()
+            .unwrap_or_else(|| panic!("line {line_no}: needs 4 fields"))
+    };
     let decision = match next().trim() {
         "tier0" => Decision::Tier0,
         "escalate" => Decision::Escalate,
@@ -27,8 +31,14 @@ fn parse_case(line_no: usize, line: &str) -> Case {
     let kinds = next().split(',').map(|k| k.trim().to_string()).collect();
     let mut options = ClassifyOptions::default();
     for opt in next().split_whitespace() {
-        let (key, value) = opt.split_once('=').unwrap_or_else(|| panic!("line {line_no}: bad option {opt}"));
-        let flag = || value.parse::<bool>().unwrap_or_else(|_| panic!("line {line_no}: {opt}"));
+        let (key, value) = opt
+            .split_once('=')
+            .unwrap_or_else(|| panic!("line {line_no}: bad option {opt}"));
+        let flag = || {
+            value
+                .parse::<bool>()
+                .unwrap_or_else(|_| panic!("line {line_no}: {opt}"))
+        };
         match key {
             "python" => options.runtime.python = flag(),
             "javascript" => options.runtime.javascript = flag(),
@@ -40,7 +50,13 @@ fn parse_case(line_no: usize, line: &str) -> Case {
     }
     let raw = next();
     let script = raw.strip_prefix(' ').unwrap_or(raw).replace('⏎', "\n");
-    Case { line: line_no, decision, kinds, options, script }
+    Case {
+        line: line_no,
+        decision,
+        kinds,
+        options,
+        script,
+    }
 }
 
 fn cases() -> Vec<Case> {

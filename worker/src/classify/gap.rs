@@ -112,7 +112,11 @@ fn option_rejection(line: &str) -> Option<Gap> {
     ];
     for (marker, quoted) in FORMS {
         if let Some((command, rest)) = line.split_once(marker) {
-            if *marker == ": option '" && !rest.contains("' requires an argument") && !rest.contains("' is ambiguous") && !rest.contains("' doesn't allow an argument") {
+            if *marker == ": option '"
+                && !rest.contains("' requires an argument")
+                && !rest.contains("' is ambiguous")
+                && !rest.contains("' doesn't allow an argument")
+            {
                 continue;
             }
             let option = if *quoted {
@@ -137,25 +141,64 @@ mod tests {
     #[test]
     fn recognises_shell_command_not_found_forms() {
         use GapSignal::CommandNotFound as C;
-        assert_eq!(sig("bash: cargo: command not found"), Some((C, "cargo".into(), None)));
-        assert_eq!(sig("bash: line 3: make: command not found\n"), Some((C, "make".into(), None)));
-        assert_eq!(sig("/bin/bash: line 1: go: command not found"), Some((C, "go".into(), None)));
+        assert_eq!(
+            sig("bash: cargo: command not found"),
+            Some((C, "cargo".into(), None))
+        );
+        assert_eq!(
+            sig("bash: line 3: make: command not found\n"),
+            Some((C, "make".into(), None))
+        );
+        assert_eq!(
+            sig("/bin/bash: line 1: go: command not found"),
+            Some((C, "go".into(), None))
+        );
         assert_eq!(sig("sh: 1: gcc: not found"), Some((C, "gcc".into(), None)));
-        assert_eq!(sig("/bin/sh: 12: mvn: not found"), Some((C, "mvn".into(), None)));
-        assert_eq!(sig("zsh: command not found: npm"), Some((C, "npm".into(), None)));
-        assert_eq!(sig("noise\nbash: ./build/x: command not found"), Some((C, "x".into(), None)));
+        assert_eq!(
+            sig("/bin/sh: 12: mvn: not found"),
+            Some((C, "mvn".into(), None))
+        );
+        assert_eq!(
+            sig("zsh: command not found: npm"),
+            Some((C, "npm".into(), None))
+        );
+        assert_eq!(
+            sig("noise\nbash: ./build/x: command not found"),
+            Some((C, "x".into(), None))
+        );
     }
 
     #[test]
     fn recognises_option_parser_rejections() {
         use GapSignal::UnsupportedOption as U;
-        assert_eq!(sig("ls: unrecognized option '--frobnicate'"), Some((U, "ls".into(), Some("--frobnicate".into()))));
-        assert_eq!(sig("sed: invalid option -- 'y'"), Some((U, "sed".into(), Some("y".into()))));
-        assert_eq!(sig("grep: option requires an argument -- 'e'"), Some((U, "grep".into(), Some("e".into()))));
-        assert_eq!(sig("tar: option '--file' requires an argument"), Some((U, "tar".into(), Some("--file".into()))));
-        assert_eq!(sig("/usr/bin/sort: illegal option -- Z"), Some((U, "sort".into(), Some("Z".into()))));
-        assert_eq!(sig("jq: Unknown option: --frob"), Some((U, "jq".into(), Some("--frob".into()))));
-        assert_eq!(sig("rg: unrecognized flag --frob"), Some((U, "rg".into(), Some("--frob".into()))));
+        assert_eq!(
+            sig("ls: unrecognized option '--frobnicate'"),
+            Some((U, "ls".into(), Some("--frobnicate".into())))
+        );
+        assert_eq!(
+            sig("sed: invalid option -- 'y'"),
+            Some((U, "sed".into(), Some("y".into())))
+        );
+        assert_eq!(
+            sig("grep: option requires an argument -- 'e'"),
+            Some((U, "grep".into(), Some("e".into())))
+        );
+        assert_eq!(
+            sig("tar: option '--file' requires an argument"),
+            Some((U, "tar".into(), Some("--file".into())))
+        );
+        assert_eq!(
+            sig("/usr/bin/sort: illegal option -- Z"),
+            Some((U, "sort".into(), Some("Z".into())))
+        );
+        assert_eq!(
+            sig("jq: Unknown option: --frob"),
+            Some((U, "jq".into(), Some("--frob".into())))
+        );
+        assert_eq!(
+            sig("rg: unrecognized flag --frob"),
+            Some((U, "rg".into(), Some("--frob".into())))
+        );
     }
 
     #[test]

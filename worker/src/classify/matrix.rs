@@ -81,7 +81,10 @@ impl Matrix {
 
     /// What `python3 -m MODULE` needs, when the module is not Tier-0 work.
     pub fn python_module(&self, module: &str) -> Option<RealExecReason> {
-        self.doc.python_modules_needing_real_exec.get(module).copied()
+        self.doc
+            .python_modules_needing_real_exec
+            .get(module)
+            .copied()
     }
 
     /// Every executable the Tier-0 image must ship (builtins excluded).
@@ -137,7 +140,11 @@ mod tests {
                 .chain(&t.javascript)
                 .chain(doc.needs_real_exec.values().flatten());
             for name in names {
-                assert!(seen.insert(name.clone()), "{name} is listed twice in {}", doc.version);
+                assert!(
+                    seen.insert(name.clone()),
+                    "{name} is listed twice in {}",
+                    doc.version
+                );
             }
             for name in &doc.builtins {
                 let clash = doc.needs_real_exec.values().flatten().any(|n| n == name);

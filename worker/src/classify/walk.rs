@@ -14,20 +14,76 @@ use tree_sitter::Node;
 /// followed: the script escalates as `classifier-unavailable`.
 pub const MAX_NESTING: usize = 16;
 
+/// All the parsing one classification may do, nested scripts included.
+const MAX_PARSED_BYTES: usize = 2 * MAX_SCRIPT_BYTES;
+
 /// Named node kinds of tree-sitter-bash 0.25 that the walk understands.
 const KNOWN_KINDS: &[&str] = &[
-    "program", "command", "command_name", "declaration_command", "unset_command", "function_definition",
-    "comment", "list", "pipeline", "subshell", "compound_statement", "negated_command", "if_statement",
-    "elif_clause", "else_clause", "while_statement", "for_statement", "c_style_for_statement",
-    "do_group", "case_statement", "case_item", "redirected_statement", "file_redirect",
-    "heredoc_redirect", "herestring_redirect", "heredoc_body", "heredoc_start", "heredoc_end",
-    "heredoc_content", "test_command", "variable_assignment", "variable_assignments",
-    "command_substitution", "process_substitution", "expansion", "simple_expansion",
-    "arithmetic_expansion", "string", "string_content", "raw_string", "ansi_c_string",
-    "translated_string", "concatenation", "word", "number", "array", "brace_expression",
-    "binary_expression", "unary_expression", "postfix_expression", "ternary_expression",
-    "parenthesized_expression", "subscript", "variable_name", "special_variable_name",
-    "file_descriptor", "extglob_pattern", "regex", "test_operator",
+    "program",
+    "command",
+    "command_name",
+    "declaration_command",
+    "unset_command",
+    "function_definition",
+    "comment",
+    "list",
+    "pipeline",
+    "subshell",
+    "compound_statement",
+    "negated_command",
+    "if_statement",
+    "elif_clause",
+    "else_clause",
+    "while_statement",
+    "for_statement",
+    "c_style_for_statement",
+    "do_group",
+    "case_statement",
+    "case_item",
+    "redirected_statement",
+    "file_redirect",
+    "heredoc_redirect",
+    "herestring_redirect",
+    "heredoc_body",
+    "heredoc_start",
+    "heredoc_end",
+    "heredoc_content",
+    "test_command",
+    "variable_assignment",
+    "variable_assignments",
+    "command_substitution",
+    "process_substitution",
+    "expansion",
+    "simple_expansion",
+    "arithmetic_expansion",
+    "string",
+    "string_content",
+    "raw_string",
+    "ansi_c_string",
+    "translated_string",
+    "concatenation",
+    "word",
+    "number",
+    "array",
+    "brace_expression",
+    "binary_expression",
+    "unary_expression",
+    "postfix_expression",
+    "ternary_expression",
+    "parenthesized_expression",
+    "subscript",
+    "variable_name",
+    "special_variable_name",
+    "file_descriptor",
+    "extglob_pattern",
+    "regex",
+    "test_operator",
+];
+
+/// Reserved words: as a command name they mean tree-sitter-bash misread the script.
+const RESERVED: &[&str] = &[
+    "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "for", "case", "esac",
+    "in", "select", "function", "[[", "]]",
 ];
 
 const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "mksh", "ash"];
@@ -36,7 +92,10 @@ const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "mksh", "ash"];
 fn needs_args(base: &str) -> bool {
     SHELLS.contains(&base)
         || wrappers::is_wrapper(base)
-        || matches!(base, "eval" | "source" | "." | "find" | "python" | "python3")
+        || matches!(
+            base,
+            "eval" | "source" | "." | "find" | "python" | "python3" | "{" | "!"
+        )
 }
 
 /// Collects reasons across a script and all scripts nested in it.
@@ -46,6 +105,8 @@ pub struct Walker<'o> {
     reasons: Vec<Reason>,
     tier0: Vec<String>,
     saw_statement: bool,
+    /// Bytes parsed so far, nested scripts included: bounds `eval eval eval …` re-parsing.
+    parsed_bytes: usize,
 }
 
 impl<'o> Walker<'o> {
@@ -56,6 +117,7 @@ impl<'o> Walker<'o> {
             reasons: Vec::new(),
             tier0: Vec::new(),
             saw_statement: false,
+            parsed_bytes: 0,
         }
     }
 
@@ -91,17 +153,34 @@ impl<'o> Walker<'o> {
                 detail: format!("scripts nested more than {MAX_NESTING} levels deep"),
             });
         }
+        self.parsed_bytes += script.len();
+        if self.parsed_bytes > MAX_PARSED_BYTES {
+            self.deny_mentions(script);
+            return self.add(Reason::ClassifierUnavailable {
+                detail: format!("nested scripts add up to more than {MAX_PARSED_BYTES} bytes"),
+            });
+        }
         let tree = match parse::parse(script) {
-            Ok(tree) => tree,
+            Ok(tree) => {
+                if let Some(rewritten) = without_misparsed_negations(tree.root_node(), script) {
+                    // Negation does not change which commands may run, so dropping it is sound.
+                    // Each round counts as a nesting level, which bounds `! ! ! … if` chains.
+                    return self.script(&rewritten, depth + 1, functions);
+                }
+                tree
+            }
+
             Err(ParseError::TooLarge(len)) => {
+                self.deny_mentions(script);
                 return self.add(Reason::ClassifierUnavailable {
                     detail: format!("script is {len} bytes; the limit is {MAX_SCRIPT_BYTES}"),
-                })
+                });
             }
             Err(ParseError::TimedOut) => {
+                self.deny_mentions(script);
                 return self.add(Reason::ParseFailed {
                     detail: format!("parsing took longer than {} ms", PARSE_BUDGET.as_millis()),
-                })
+                });
             }
             Err(ParseError::Unavailable(detail)) => {
                 return self.add(Reason::ClassifierUnavailable { detail })
@@ -109,6 +188,7 @@ impl<'o> Walker<'o> {
         };
         let root = tree.root_node();
         if root.has_error() {
+            self.deny_mentions(script);
             return self.add(Reason::ParseFailed {
                 detail: describe_error(root, script),
             });
@@ -177,7 +257,9 @@ impl<'o> Walker<'o> {
                 }
                 true
             }
-            "comment" | "word" | "number" | "raw_string" | "ansi_c_string" | "heredoc_content" => false,
+            "comment" | "word" | "number" | "raw_string" | "ansi_c_string" | "heredoc_content" => {
+                false
+            }
             kind if KNOWN_KINDS.contains(&kind) => true,
             kind => {
                 self.add(Reason::ClassifierUnavailable {
@@ -247,13 +329,27 @@ impl<'o> Walker<'o> {
             return; // A call to a function defined in the script: its body was walked.
         }
         match base {
+            // tree-sitter-bash reads `! { cmd; }` as a command named `{` with `cmd` as its first
+            // argument (and `! ! cmd` as a command named `!`), and the closing `}` as a command.
+            "{" | "!" if !is_path => self.inner(base, args, node, src, depth, functions),
+            "}" if !is_path => {}
+            b if !is_path && RESERVED.contains(&b) => {
+                self.deny_mentions(node.map_or(name, |n| &src[n.byte_range()]));
+                self.add(Reason::ClassifierUnavailable {
+                    detail: format!("tree-sitter-bash read the reserved word `{b}` as a command"),
+                });
+            }
             b if SHELLS.contains(&b) => self.shell(b, args, node, src, depth),
             "eval" => {
                 self.lookup("eval");
                 if args.is_empty() {
                     return;
                 }
-                match args.iter().map(|a| a.as_deref()).collect::<Option<Vec<_>>>() {
+                match args
+                    .iter()
+                    .map(|a| a.as_deref())
+                    .collect::<Option<Vec<_>>>()
+                {
                     Some(words) => self.script(&words.join(" "), depth + 1, functions),
                     None => self.add(Reason::DynamicCommand {
                         command: "eval".into(),
@@ -264,7 +360,9 @@ impl<'o> Walker<'o> {
             "source" | "." => self.add(Reason::OpaqueScript {
                 command: clip(&format!(
                     "{base} {}",
-                    args.first().and_then(|a| a.as_deref()).unwrap_or("<run-time value>")
+                    args.first()
+                        .and_then(|a| a.as_deref())
+                        .unwrap_or("<run-time value>")
                 )),
             }),
             "find" => {
@@ -324,7 +422,14 @@ impl<'o> Walker<'o> {
 
     /// `bash -c 'SCRIPT'` is re-parsed; `bash FILE` is opaque; a shell reading a heredoc or
     /// here-string is re-parsed from it; any other stdin script is opaque.
-    fn shell(&mut self, base: &str, args: &[Option<String>], node: Option<Node>, src: &str, depth: usize) {
+    fn shell(
+        &mut self,
+        base: &str,
+        args: &[Option<String>],
+        node: Option<Node>,
+        src: &str,
+        depth: usize,
+    ) {
         self.lookup(base);
         let (mut dash_c, mut dash_s, mut i) = (false, false, 0);
         while let Some(Some(arg)) = args.get(i) {
@@ -379,8 +484,38 @@ impl<'o> Walker<'o> {
         }
     }
 
+    /// Fails closed for scripts that could not be parsed: any word naming a denied command refuses,
+    /// since escalating would run it on the next tier.
+    fn deny_mentions(&mut self, script: &str) {
+        if self.opts.policy.deny_commands.is_empty() {
+            return;
+        }
+        let words = script.split(|c: char| c.is_whitespace() || "|&;()<>{}`$\"'=\\".contains(c));
+        for word in words.filter(|w| !w.is_empty()) {
+            let base = basename(word);
+            if self
+                .opts
+                .policy
+                .deny_commands
+                .iter()
+                .any(|d| basename(d) == base)
+            {
+                self.add(Reason::PolicyBlocked {
+                    command: base.to_string(),
+                    rule: "denyCommands (named in a script that could not be parsed)".into(),
+                });
+            }
+        }
+    }
+
     fn policy(&mut self, base: &str, args: &[Option<String>]) {
-        if self.opts.policy.deny_commands.iter().any(|d| basename(d) == base) {
+        if self
+            .opts
+            .policy
+            .deny_commands
+            .iter()
+            .any(|d| basename(d) == base)
+        {
             self.add(Reason::PolicyBlocked {
                 command: base.to_string(),
                 rule: "denyCommands".into(),
@@ -471,19 +606,32 @@ fn stdin_script(command: Node, src: &str) -> Option<Option<String>> {
             .children_by_field_name("redirect", &mut cursor)
             .collect()
     };
-    if let Some(parent) = command.parent() {
-        if parent.kind() == "redirected_statement"
-            && parent.child_by_field_name("body") == Some(command)
-        {
-            let mut cursor = parent.walk();
-            redirects.extend(parent.children_by_field_name("redirect", &mut cursor));
+    // tree-sitter-bash hangs `a && bash <<EOF` (and `a | bash <<EOF`) on the whole list: the heredoc
+    // is the last command's.
+    let mut node = command;
+    while let Some(parent) = node.parent() {
+        let last = parent
+            .named_child_count()
+            .checked_sub(1)
+            .and_then(|i| parent.named_child(i));
+        match parent.kind() {
+            "list" | "pipeline" if last == Some(node) => node = parent,
+            "negated_command" => node = parent,
+            "redirected_statement" if parent.child_by_field_name("body") == Some(node) => {
+                let mut cursor = parent.walk();
+                redirects.extend(parent.children_by_field_name("redirect", &mut cursor));
+                break;
+            }
+            _ => break,
         }
     }
-    redirects.into_iter().find_map(|redirect| match redirect.kind() {
-        "heredoc_redirect" => Some(heredoc_text(redirect, src)),
-        "herestring_redirect" => Some(redirect.named_child(0).and_then(|n| literal(n, src))),
-        _ => None,
-    })
+    redirects
+        .into_iter()
+        .find_map(|redirect| match redirect.kind() {
+            "heredoc_redirect" => Some(heredoc_text(redirect, src)),
+            "herestring_redirect" => Some(redirect.named_child(0).and_then(|n| literal(n, src))),
+            _ => None,
+        })
 }
 
 /// A heredoc's body when it is data (quoted delimiter, or nothing in it expands), else `None`.
@@ -565,6 +713,58 @@ fn heredoc_backticks(redirect: Node, src: &str) -> Result<Vec<String>, ()> {
     }
 }
 
+/// tree-sitter-bash 0.25 only accepts a simple command, test or subshell after `!`; with a compound
+/// command (`! if …`, `! { …; }`, `! ! …`) it reads reserved words as command names. When that
+/// happened, returns the script with every stand-alone `!` word blanked out (one pass, however long
+/// a `! ! ! …` chain is), else `None`.
+fn without_misparsed_negations(root: Node, src: &str) -> Option<String> {
+    if !src.contains('!') || !has_misparsed_negation(root, src) {
+        return None;
+    }
+    let bytes = src.as_bytes();
+    let mut out = bytes.to_vec();
+    for (i, &b) in bytes.iter().enumerate() {
+        let starts_word = i == 0 || bytes[i - 1].is_ascii_whitespace() || bytes[i - 1] == b';';
+        let ends_word = bytes.get(i + 1).is_none_or(|n| n.is_ascii_whitespace());
+        if b == b'!' && starts_word && ends_word {
+            out[i] = b' ';
+        }
+    }
+    // Only ASCII bytes were replaced by ASCII bytes, so the text is still UTF-8.
+    String::from_utf8(out).ok()
+}
+
+fn has_misparsed_negation(root: Node, src: &str) -> bool {
+    let mut cursor = root.walk();
+    loop {
+        let node = cursor.node();
+        if node.kind() == "negated_command" {
+            let misread = node
+                .named_child(0)
+                .filter(|c| c.kind() == "command")
+                .and_then(|c| c.child_by_field_name("name"))
+                .is_some_and(|n| {
+                    let name = &src[n.byte_range()];
+                    RESERVED.contains(&name) || name == "!" || name == "{"
+                });
+            if misread {
+                return true;
+            }
+        }
+        if cursor.goto_first_child() {
+            continue;
+        }
+        loop {
+            if cursor.goto_next_sibling() {
+                break;
+            }
+            if !cursor.goto_parent() {
+                return false;
+            }
+        }
+    }
+}
+
 /// Function names defined anywhere in the script: calls to them are not unknown commands.
 fn collect_functions(root: Node, src: &str, out: &mut Vec<String>) {
     if !src.contains("()") && !src.contains("function") {
@@ -604,7 +804,11 @@ fn describe_error(root: Node, src: &str) -> String {
             } else {
                 format!("unexpected `{}`", clip(&src[node.byte_range()]))
             };
-            return format!("syntax error at line {}, column {}: {what}", at.row + 1, at.column + 1);
+            return format!(
+                "syntax error at line {}, column {}: {what}",
+                at.row + 1,
+                at.column + 1
+            );
         }
         if node.has_error() && cursor.goto_first_child() {
             continue;

@@ -279,11 +279,23 @@ mod tests {
             ("env", &["FOO=1", "git", "status"], Inner::At(1)),
             ("env", &["-i", "-u", "HOME", "A=b", "cargo"], Inner::At(4)),
             ("env", &[], Inner::None),
-            ("env", &["-S", "git status"], Inner::Split("git status".into())),
-            ("env", &["--split-string=make all"], Inner::Split("make all".into())),
+            (
+                "env",
+                &["-S", "git status"],
+                Inner::Split("git status".into()),
+            ),
+            (
+                "env",
+                &["--split-string=make all"],
+                Inner::Split("make all".into()),
+            ),
             ("sudo", &["-Eu", "root", "apt-get", "install"], Inner::At(2)),
             ("sudo", &["-u", "root", "--", "make"], Inner::At(3)),
-            ("timeout", &["-s", "KILL", "5", "docker", "ps"], Inner::At(3)),
+            (
+                "timeout",
+                &["-s", "KILL", "5", "docker", "ps"],
+                Inner::At(3),
+            ),
             ("timeout", &["--kill-after=1", "5s", "ls"], Inner::At(2)),
             ("timeout", &["5"], Inner::None),
             ("timeout", &["--", "5", "make"], Inner::At(2)),
@@ -310,7 +322,9 @@ mod tests {
 
     #[test]
     fn finds_every_find_exec_command() {
-        let args = lits(&[".", "-name", "x", "-exec", "rm", "{}", ";", "-execdir", "git", "add", "{}", "+"]);
+        let args = lits(&[
+            ".", "-name", "x", "-exec", "rm", "{}", ";", "-execdir", "git", "add", "{}", "+",
+        ]);
         assert_eq!(find_exec_commands(&args), vec![(4, 6), (8, 11)]);
         assert!(find_exec_commands(&lits(&[".", "-exec"])).is_empty());
     }

@@ -1,0 +1,119 @@
+//! Classifier throughput and latency on one thread, over a mixed corpus of agent commands (every
+//! script under 200 bytes from tests/corpus/classify.txt), with a bare tree-sitter parse of the same
+//! scripts measured in the same run as the baseline.
+//!
+//! Run: `cargo bench -p kube-harness-worker --bench classify` (add `-- --seconds 5` for longer runs).
+
+use kube_harness_worker::classify::{classify, ClassifyOptions, Decision};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+const CORPUS: &str = include_str!("../tests/corpus/classify.txt");
+
+/// Scripts under 200 bytes; `section` keeps only one `## …` section of the corpus.
+fn scripts(section: Option<&str>) -> Vec<String> {
+    let mut current = "";
+    CORPUS
+        .lines()
+        .filter(|l| {
+            if let Some(name) = l.strip_prefix("## ") {
+                current = name;
+            }
+            section.is_none_or(|s| s == current)
+        })
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.splitn(4, '|').nth(3))
+        .map(|s| s.strip_prefix(' ').unwrap_or(s).replace('⏎', "\n"))
+        .filter(|s| s.len() < 200)
+        .collect()
+}
+
+/// CPU time of this thread: throughput per core, unaffected by other processes on a busy machine.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec to a valid pointer.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Runs `f` over the scripts round-robin for `budget`, timing each call by this thread's CPU time
+/// (so other processes on a busy machine do not count), and returns calls per CPU-second with the
+/// per-call samples.
+fn measure(scripts: &[String], budget: Duration, mut f: impl FnMut(&str)) -> (f64, Vec<Duration>) {
+    for s in scripts.iter().take(2000) {
+        f(s); // warm-up: thread-local parser, matrix, caches
+    }
+    let mut samples = Vec::with_capacity(1 << 20);
+    let cpu_start = thread_cpu_time();
+    let start = Instant::now();
+    let mut i = 0;
+    while start.elapsed() < budget {
+        let s = &scripts[i % scripts.len()];
+        let t = thread_cpu_time();
+        f(s);
+        samples.push(thread_cpu_time() - t);
+        i += 1;
+    }
+    let cpu = thread_cpu_time() - cpu_start;
+    (samples.len() as f64 / cpu.as_secs_f64(), samples)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p) as usize]
+}
+
+fn main() {
+    let seconds = std::env::args()
+        .skip_while(|a| a != "--seconds")
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
+    let budget = Duration::from_secs_f64(seconds);
+    println!("rates are per CPU-second of one thread; latencies are per-call thread CPU time");
+    run("whole corpus", &scripts(None), budget);
+    run("realistic agent commands", &scripts(Some("realistic agent commands")), budget);
+}
+
+fn run(label: &str, scripts: &[String], budget: Duration) {
+    let options = ClassifyOptions::default();
+    let bytes: usize = scripts.iter().map(String::len).sum();
+    let escalating = scripts
+        .iter()
+        .filter(|s| classify(s, &options).decision == Decision::Escalate)
+        .count();
+    println!(
+        "\n== {label}: {} scripts under 200 bytes, mean {} bytes, {escalating} escalate",
+        scripts.len(),
+        bytes / scripts.len(),
+    );
+    let mut parser = tree_sitter::Parser::new();
+    parser
+        .set_language(&tree_sitter_bash::LANGUAGE.into())
+        .expect("grammar");
+    let (parse_rate, _) = measure(scripts, budget, |s| {
+        black_box(parser.parse(s, None));
+    });
+    let (rate, mut samples) = measure(scripts, budget, |s| {
+        black_box(classify(s, &options));
+    });
+    samples.sort_unstable();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let p50 = percentile(&samples, 0.50);
+    let p99 = percentile(&samples, 0.99);
+    println!("baseline  tree-sitter parse only : {parse_rate:>9.0} scripts/s");
+    println!(
+        "classify  full decision          : {rate:>9.0} scripts/s  p50 {:>6.1} µs  p99 {:>6.1} µs  max {:>7.1} µs  ({} samples)",
+        us(p50),
+        us(p99),
+        us(*samples.last().unwrap()),
+        samples.len()
+    );
+    println!("ratio     classify / parse time  : {:.2}x", parse_rate / rate);
+    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    println!(
+        "goals     >= 50000 scripts/s: {}; p99 < 100 µs: {}",
+        verdict(rate >= 50_000.0),
+        verdict(p99 < Duration::from_micros(100))
+    );
+}

@@ -1,0 +1,129 @@
+//! Bad input: `classify` never panics, never hangs, and always answers with a decision that its
+//! reasons justify. Runs arbitrary bytes (the fuzz target's property, in CI) and pathological
+//! 64 KiB scripts under a time bound.
+
+use kube_harness_worker::classify::{classify, ClassifyOptions, Decision, Reason, MAX_SCRIPT_BYTES};
+use proptest::prelude::*;
+use std::time::{Duration, Instant};
+
+/// Generous for debug builds on a loaded 2-core machine; the parse budget itself is 500 ms.
+const BOUND: Duration = Duration::from_secs(5);
+
+fn check(script: &str, options: &ClassifyOptions) -> Decision {
+    let got = classify(script, options);
+    assert!(!got.reasons.is_empty(), "no reasons for {script:?}");
+    for reason in &got.reasons {
+        if let Reason::ClassifierUnavailable { detail } = reason {
+            assert_ne!(detail, "internal classifier error", "the walk panicked on {script:?}");
+        }
+    }
+    let only_tier0 = got
+        .reasons
+        .iter()
+        .all(|r| matches!(r, Reason::Tier0Supported { .. } | Reason::EmptyScript));
+    assert_eq!(got.decision == Decision::Tier0, only_tier0, "{got:?}");
+    got.decision
+}
+
+fn timed(label: &str, script: &str) -> Decision {
+    let options = ClassifyOptions {
+        policy: kube_harness_worker::classify::Policy {
+            deny_commands: vec!["docker".into()],
+            rule: None,
+        },
+        ..ClassifyOptions::default()
+    };
+    let start = Instant::now();
+    let decision = check(script, &options);
+    let took = start.elapsed();
+    assert!(took < BOUND, "{label}: {} bytes took {took:?}", script.len());
+    decision
+}
+
+const TOKENS: &[&str] = &[
+    " ", "\n", ";", "&&", "||", "|", "|&", "&", "(", ")", "{", "}", "$(", "`", "'", "\"", "\\", "<<EOF",
+    "<<'EOF'", "EOF", "<<<", "<(", ">(", ">", "2>&1", "!", "if", "then", "fi", "for", "in", "do", "done",
+    "case", "esac", ";;", "f()", "function", "bash -c", "sh -c", "eval", "env", "xargs", "timeout 5",
+    "find . -exec", "\\;", "{}", "git", "ls", "cat", "make", "$X", "${X:-", "$((", "))", "[[", "]]", "=",
+    "a=", "export", "local", "#", "$'\\x67'", "source", "./x.sh", "docker", "curl", "python3 -m pip",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
+        check(&String::from_utf8_lossy(&bytes), &ClassifyOptions::default());
+    }
+
+    #[test]
+    fn shell_token_soup_never_panics(tokens in prop::collection::vec(prop::sample::select(TOKENS), 0..200)) {
+        let script = tokens.concat();
+        check(&script, &ClassifyOptions::default());
+    }
+}
+
+fn repeat_to(unit: &str, bytes: usize) -> String {
+    unit.repeat(bytes / unit.len().max(1))
+}
+
+#[test]
+fn pathological_64k_scripts_are_classified_in_bounded_time() {
+    const K64: usize = 64 * 1024;
+    let cases: Vec<(&str, String)> = vec![
+        ("open parens", repeat_to("(", K64)),
+        ("open substitutions", repeat_to("$(", K64)),
+        ("balanced nested substitutions", format!("{}ls{}", "$(".repeat(4000), ")".repeat(4000))),
+        ("nested subshells", format!("{}ls{}", "(".repeat(8000), ")".repeat(8000))),
+        ("long and-chain", repeat_to("ls && ", K64) + "ls"),
+        ("long pipeline", repeat_to("cat | ", K64) + "cat"),
+        ("many heredocs", repeat_to("cat <<EOF\n$(ls)\nEOF\n", K64)),
+        ("backquotes in heredoc", format!("cat <<EOF\n{}\nEOF", repeat_to("`ls` ", K64))),
+        ("one huge word", "a".repeat(K64)),
+        ("huge quoted string", format!("echo '{}'", "x".repeat(K64))),
+        ("bang chain", format!("{}if true; then ls; fi", "! ".repeat(K64 / 2))),
+        ("eval chain", repeat_to("eval ", K64) + "ls"),
+        ("deep functions", repeat_to("f() { ", K64 / 2)),
+        ("random bytes", (0..K64).map(|i| ((i * 7919 + 13) % 251) as u8 as char).collect()),
+        ("docker everywhere", repeat_to("docker ps; ", K64)),
+    ];
+    for (label, script) in &cases {
+        timed(label, script);
+    }
+}
+
+#[test]
+fn nested_scripts_stop_at_the_nesting_limit() {
+    let script = format!("{}git status", "eval ".repeat(40));
+    let got = classify(&script, &ClassifyOptions::default());
+    assert_eq!(got.decision, Decision::Escalate);
+    assert!(got.kinds().contains(&"classifier-unavailable"), "{got:?}");
+    let mut script = "git status".to_string();
+    for _ in 0..(kube_harness_worker::classify::MAX_NESTING + 2) {
+        script = format!("bash -c {}", shell_quote(&script));
+    }
+    let got = classify(&script, &ClassifyOptions::default());
+    assert!(got.kinds().contains(&"classifier-unavailable"), "{got:?}");
+}
+
+/// Double-quoting grows linearly with depth (single-quote escaping would grow exponentially).
+fn shell_quote(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        if matches!(c, '"' | '\\' | '$' | '`') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+#[test]
+fn oversized_scripts_are_unavailable_not_parsed_and_denied_words_still_refuse() {
+    let script = format!("{}docker ps", "ls\n".repeat(MAX_SCRIPT_BYTES / 3 + 1));
+    let got = classify(&script, &ClassifyOptions::default());
+    assert_eq!(got.decision, Decision::Escalate);
+    assert_eq!(got.kinds(), ["classifier-unavailable"]);
+    assert_eq!(timed("oversized with a denied word", &script), Decision::Refuse);
+}
