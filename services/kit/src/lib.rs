@@ -16,6 +16,6 @@ pub mod testing;
 
 pub use auth::{require_bearer, AuthConfig};
 pub use error::ApiError;
-pub use routes::with_health_and_metrics;
+pub use routes::{with_health_and_metrics, with_health_check, HealthCheck};
 pub use serve::{bind, serve, shutdown_signal};
 pub use store_spec::StoreSpec;

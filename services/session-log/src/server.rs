@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use kube_harness_service_kit::{require_bearer, with_health_and_metrics, ApiError, AuthConfig};
+use kube_harness_service_kit::{require_bearer, with_health_check, ApiError, AuthConfig};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -64,7 +64,8 @@ struct AppState {
     metrics: Metrics,
 }
 
-/// Builds the whole application: API routes behind bearer auth, plus `/healthz`, `/metrics` and
+/// Builds the whole application: API routes behind bearer auth, plus `/healthz` (503 while the
+/// store is poisoned, so a liveness probe restarts the process), `/metrics` and
 /// `/v1/openapi.json` without auth. `registry` should already hold the store's batch histogram.
 pub fn app(store: Store, config: ServerConfig, mut registry: Registry) -> Router {
     let metrics = Metrics {
@@ -80,6 +81,11 @@ pub fn app(store: Store, config: ServerConfig, mut registry: Registry) -> Router
         metrics.append_seconds.clone(),
     );
     sub.register("reads", "Reads by outcome", metrics.reads.clone());
+    let health_store = store.clone();
+    let health = Arc::new(move || match health_store.failure() {
+        Some(reason) => Err(reason),
+        None => Ok(()),
+    });
     let state = AppState {
         store,
         max_payload_bytes: config.max_payload_bytes,
@@ -102,7 +108,7 @@ pub fn app(store: Store, config: ServerConfig, mut registry: Registry) -> Router
             ApiError::not_found("not_found", "no such route; see GET /v1/openapi.json")
         })
         .with_state(state);
-    with_health_and_metrics(api, Arc::new(registry))
+    with_health_check(api, Arc::new(registry), health)
 }
 
 async fn openapi() -> Response {

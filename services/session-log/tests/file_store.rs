@@ -350,3 +350,47 @@ async fn same_key_within_one_batch_is_stored_once() {
     assert_eq!(dup_seqs.len(), 1);
     assert_eq!(keys(&store, "r").await.unwrap().len(), 26);
 }
+
+#[tokio::test]
+async fn over_http_a_poisoned_store_answers_503_and_fails_its_health_check() {
+    use kube_harness_service_kit::AuthConfig;
+    use kube_harness_session_log::client::NewEvent;
+    use kube_harness_session_log::server::ServerConfig;
+    use kube_harness_session_log::Store;
+
+    let dir = tempfile::tempdir().unwrap();
+    let fs = Arc::new(FaultFs::new());
+    let store = Store::File(Arc::new(open(&data_path(&dir), fs.clone()).await.unwrap()));
+    let config = ServerConfig::new(AuthConfig::with_token(common::TOKEN).unwrap());
+    let (base, _stop) = common::start_with(store, config).await;
+    let client = kube_harness_session_log::SessionLogClient::new(
+        &base,
+        Some(common::TOKEN.into()),
+        common::fast_retries(),
+    )
+    .unwrap();
+    let event = |k: &str| NewEvent::with_key(k, "t", common::obj(json!({})));
+    client.append("r", &event("a")).await.unwrap();
+    let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+
+    fs.fail_next(FsOp::SyncData);
+    let err = client
+        .append("r", &event("b"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("store_failed") && err.contains("fdatasync"),
+        "{err}"
+    );
+    let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
+    assert_eq!(
+        health.status(),
+        503,
+        "the liveness probe must see the poisoned store"
+    );
+    assert!(health.text().await.unwrap().contains("fdatasync"));
+    let events = client.read_all("r").await.unwrap();
+    assert_eq!(events.len(), 1, "acknowledged events stay readable");
+}

@@ -125,6 +125,15 @@ impl Store {
         }
     }
 
+    /// Why the store refuses appends until restarted (a file store poisoned by a failed write
+    /// or fsync), if it does.
+    pub fn failure(&self) -> Option<String> {
+        match self {
+            Store::File(s) => s.poisoned(),
+            Store::Memory(_) | Store::Postgres(_) => None,
+        }
+    }
+
     /// Appends `event` to `run` (see the module docs for the contract).
     pub async fn append(
         &self,
