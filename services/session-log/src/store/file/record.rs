@@ -46,8 +46,12 @@ pub fn decode(line: &[u8]) -> Result<StoredEvent, BadRecord> {
     }
     let crc_hex = &line[PREFIX.len()..PREFIX.len() + 8];
     let body = &line[PREFIX.len() + 8 + MIDDLE.len()..line.len() - SUFFIX.len()];
-    let expected = std::str::from_utf8(crc_hex)
-        .ok()
+    // Exactly the 8 lowercase hex digits `encode` writes: `A` for `a` is damage too.
+    let expected = crc_hex
+        .iter()
+        .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        .then(|| std::str::from_utf8(crc_hex).ok())
+        .flatten()
         .and_then(|s| u32::from_str_radix(s, 16).ok());
     let actual = crc32c::crc32c(body);
     if expected != Some(actual) {
@@ -114,9 +118,54 @@ mod tests {
         let line = encode(&event()).unwrap();
         let line = &line[..line.len() - 1];
         for i in 0..line.len() {
+            for bit in 0..8 {
+                let mut damaged = line.to_vec();
+                damaged[i] ^= 1 << bit;
+                assert!(
+                    decode(&damaged).is_err(),
+                    "flip of bit {bit} at {i} went unnoticed"
+                );
+            }
+        }
+    }
+
+    fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            (-1e15f64..1e15).prop_map(Value::from),
+            ".{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::btree_map(".{0,8}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_payload_round_trips_and_any_flipped_byte_is_caught(
+            payload in proptest::collection::btree_map(".{0,8}", json_value(), 0..6),
+            flip in proptest::num::usize::ANY,
+            bit in 0u8..8,
+        ) {
+            let mut e = event();
+            e.payload = payload.into_iter().collect();
+            let line = encode(&e).unwrap();
+            let line = &line[..line.len() - 1];
+            let decoded = decode(line).unwrap();
+            // Numbers may change spelling (2.0 -> 2) but never canonical meaning.
+            proptest::prop_assert_eq!(canonical_bytes(&decoded).unwrap(), canonical_bytes(&e).unwrap());
             let mut damaged = line.to_vec();
-            damaged[i] ^= 0x01;
-            assert!(decode(&damaged).is_err(), "flip at {i} went unnoticed");
+            let i = flip % damaged.len();
+            damaged[i] ^= 1 << bit;
+            proptest::prop_assert!(decode(&damaged).is_err(), "flip of bit {} at {} unnoticed", bit, i);
         }
     }
 
