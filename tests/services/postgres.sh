@@ -20,7 +20,7 @@ URL="postgres://postgres@127.0.0.1:$PORT/kh_test"
 
 pg_bin() {
   local dir
-  for dir in /usr/lib/postgresql/15/bin $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -rV); do
+  for dir in /usr/lib/postgresql/15/bin $(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin -type d 2>/dev/null | sort -rV); do
     if [ -x "$dir/initdb" ]; then echo "$dir"; return 0; fi
   done
   echo "postgres.sh: no PostgreSQL binaries under /usr/lib/postgresql/*/bin; install them: apt-get install -y postgresql" >&2
