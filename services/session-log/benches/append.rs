@@ -35,7 +35,22 @@ struct Point {
     p99: Duration,
 }
 
-fn summarize(label: &str, clients: usize, mut lat: Vec<Duration>, elapsed: Duration) -> Point {
+/// CPU time (user + system) of this whole process so far: client, server and store together.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage fills the struct we pass; no other memory is touched.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+fn summarize(
+    label: &str,
+    clients: usize,
+    mut lat: Vec<Duration>,
+    elapsed: Duration,
+    cpu: Duration,
+) -> Point {
     lat.sort_unstable();
     let pct = |p: f64| {
         lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
@@ -50,12 +65,13 @@ fn summarize(label: &str, clients: usize, mut lat: Vec<Duration>, elapsed: Durat
         p99: pct(0.99),
     };
     println!(
-        "{:<38} {:>4} clients {:>10.0} appends/s   p50 {:>9.3} ms   p99 {:>9.3} ms",
+        "{:<38} {:>4} clients {:>10.0} appends/s   p50 {:>9.3} ms   p99 {:>9.3} ms   cpu {:>6.0} us/append",
         point.label,
         point.clients,
         point.ops_per_sec,
         point.p50.as_secs_f64() * 1e3,
-        point.p99.as_secs_f64() * 1e3
+        point.p99.as_secs_f64() * 1e3,
+        cpu.as_secs_f64() * 1e6 / lat.len().max(1) as f64
     );
     point
 }
@@ -78,6 +94,7 @@ fn raw_fdatasync(dir: &std::path::Path, seconds: Duration) -> Point {
         .unwrap();
     let record = vec![b'x'; 400];
     let mut lat = Vec::new();
+    let cpu0 = process_cpu();
     let start = Instant::now();
     while start.elapsed() < seconds {
         let t = Instant::now();
@@ -85,7 +102,13 @@ fn raw_fdatasync(dir: &std::path::Path, seconds: Duration) -> Point {
         file.sync_data().unwrap();
         lat.push(t.elapsed());
     }
-    let point = summarize("raw write+fdatasync (same disk)", 1, lat, start.elapsed());
+    let point = summarize(
+        "raw write+fdatasync (same disk)",
+        1,
+        lat,
+        start.elapsed(),
+        process_cpu() - cpu0,
+    );
     let _ = std::fs::remove_file(path);
     point
 }
@@ -112,6 +135,7 @@ where
         t.await.unwrap();
     }
     let stop = Arc::new(AtomicBool::new(false));
+    let cpu0 = process_cpu();
     let start = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..clients {
@@ -134,7 +158,7 @@ where
     for t in tasks {
         all.extend(t.await.unwrap());
     }
-    summarize(label, clients, all, start.elapsed())
+    summarize(label, clients, all, start.elapsed(), process_cpu() - cpu0)
 }
 
 async fn http_server(store: Store) -> (String, tokio::sync::oneshot::Sender<()>) {

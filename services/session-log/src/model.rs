@@ -154,13 +154,20 @@ pub fn content_digest(
     event_type: &str,
     payload: &Map<String, Value>,
 ) -> Result<String, String> {
-    let mut content = Map::new();
-    if let Some(occ) = occurrence_id {
-        content.insert("occurrenceId".into(), Value::String(occ.into()));
+    /// Borrows the fields: no copy of the payload on the append path.
+    #[derive(Serialize)]
+    struct Content<'a> {
+        #[serde(rename = "occurrenceId", skip_serializing_if = "Option::is_none")]
+        occurrence_id: Option<&'a str>,
+        #[serde(rename = "type")]
+        event_type: &'a str,
+        payload: &'a Map<String, Value>,
     }
-    content.insert("type".into(), Value::String(event_type.into()));
-    content.insert("payload".into(), Value::Object(payload.clone()));
-    canonical::digest(&content)
+    canonical::digest(&Content {
+        occurrence_id,
+        event_type,
+        payload,
+    })
 }
 
 fn check_id(field: &str, value: &str) -> Result<(), ValidationError> {
@@ -268,6 +275,20 @@ mod tests {
         .unwrap();
         assert_eq!(a.digest, b.digest);
         assert_ne!(a.digest, c.digest);
+    }
+
+    #[test]
+    fn digest_is_sha256_of_the_canonical_content() {
+        let payload = match json!({"b": 1.0, "a": "x"}) {
+            Value::Object(m) => m,
+            _ => unreachable!(),
+        };
+        let expected = crate::canonical::digest_bytes(
+            br#"{"occurrenceId":"o","payload":{"a":"x","b":1},"type":"t"}"#,
+        );
+        assert_eq!(content_digest(Some("o"), "t", &payload).unwrap(), expected);
+        let expected = crate::canonical::digest_bytes(br#"{"payload":{"a":"x","b":1},"type":"t"}"#);
+        assert_eq!(content_digest(None, "t", &payload).unwrap(), expected);
     }
 
     #[test]

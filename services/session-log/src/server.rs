@@ -199,11 +199,21 @@ async fn append_inner(
         .append(&run, prepared)
         .await
         .map_err(store_error)?;
-    let body = serde_json::json!({"sequence": outcome.event.sequence, "event": outcome.event});
+    let body = AppendResponse {
+        sequence: outcome.event.sequence,
+        event: &outcome.event,
+    };
     Ok((
         outcome.created,
         (StatusCode::OK, Json(body)).into_response(),
     ))
+}
+
+/// `{"sequence": N, "event": {...}}`, serialized straight from the stored event.
+#[derive(serde::Serialize)]
+struct AppendResponse<'a> {
+    sequence: u64,
+    event: &'a crate::model::StoredEvent,
 }
 
 #[derive(Deserialize)]
