@@ -1,2 +1,3 @@
 pub mod classify;
+pub mod runtime;
 pub mod workspace;

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The project's test command (the README's): starts a throwaway PostgreSQL on loopback for the
+# store tests, runs every workspace test, and stops what it started. On a fresh Debian machine it
+# installs the packages the tests need first (as root; otherwise it says what is missing).
+#
+#   bash scripts/test.sh              # all workspace tests
+#   bash scripts/test.sh -p kube-harness-worker   # extra arguments go to `cargo test`
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_packages=()
+command -v bash >/dev/null || need_packages+=(bash)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_packages+=(postgresql)
+command -v curl >/dev/null || need_packages+=(curl)
+if ((${#need_packages[@]})); then
+  if [ "$(id -u)" = 0 ]; then
+    echo "test.sh: installing ${need_packages[*]}" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_packages[@]}" >/dev/null
+  else
+    echo "test.sh: missing packages: ${need_packages[*]} (apt-get install -y ${need_packages[*]})" >&2
+    exit 2
+  fi
+fi
+
+pg_out=$(bash tests/services/postgres.sh start)
+export "$(tail -n1 <<<"$pg_out")"
+trap 'bash tests/services/postgres.sh stop >/dev/null 2>&1 || true' EXIT
+echo "test.sh: PostgreSQL for tests at $KH_TEST_POSTGRES_URL" >&2
+
+# Two cores: keep test binaries from oversubscribing them.
+cargo test --workspace "$@"

@@ -1,0 +1,373 @@
+//! One turn: classify each command, run it on Tier-0 or the higher tier, escalate lazily and
+//! stickily, retry once after an emulation gap, refuse with 126 when escalation is impossible, and
+//! at the end dispose the tiers (merge-back file events) and report usage.
+
+use super::event::{kind, Emitter};
+use super::executor::{CommandExecutor, ExecRequest, ExecResult, NextTier};
+use super::{state, Tracker, REFUSED_EXIT_CODE};
+use crate::classify::{self, ClassifyOptions, Decision};
+use crate::workspace::WorkspaceSpec;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+
+/// How a turn runs its commands.
+pub struct TurnConfig {
+    pub workspace: WorkspaceSpec,
+    pub classify: ClassifyOptions,
+    /// Per-command time limit (the executor kills the process group at this point).
+    pub timeout: Duration,
+    /// stdout/stderr larger than this go to `/artifacts/trace/…` and the event carries a contentRef.
+    pub inline_output_limit: usize,
+}
+
+/// What the agent gets back for one command.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandOutcome {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: i32,
+    pub tier: u8,
+    pub timed_out: bool,
+    pub truncated: bool,
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TierFigures {
+    commands: u64,
+    duration_ms: u64,
+}
+
+struct TurnState {
+    cwd: PathBuf,
+    env: BTreeMap<String, String>,
+    higher: Option<Arc<dyn CommandExecutor>>,
+    tier0: TierFigures,
+    higher_figures: TierFigures,
+    escalations: Vec<Value>,
+    refusals: u64,
+}
+
+/// A turn in progress. Commands from parallel calls queue: one runs at a time.
+pub struct Turn {
+    config: TurnConfig,
+    emitter: Emitter,
+    tier0: Arc<dyn CommandExecutor>,
+    next_tier: Option<Arc<dyn NextTier>>,
+    tracker: Option<Arc<dyn Tracker>>,
+    state: Mutex<TurnState>,
+}
+
+impl Turn {
+    pub fn new(
+        config: TurnConfig,
+        emitter: Emitter,
+        tier0: Arc<dyn CommandExecutor>,
+        next_tier: Option<Arc<dyn NextTier>>,
+        tracker: Option<Arc<dyn Tracker>>,
+        cwd: PathBuf,
+        env: BTreeMap<String, String>,
+    ) -> Self {
+        Turn {
+            config,
+            emitter,
+            tier0,
+            next_tier,
+            tracker,
+            state: Mutex::new(TurnState {
+                cwd,
+                env,
+                higher: None,
+                tier0: TierFigures::default(),
+                higher_figures: TierFigures::default(),
+                escalations: Vec::new(),
+                refusals: 0,
+            }),
+        }
+    }
+
+    /// The cwd and exported variables the next command will start with.
+    pub async fn shell_state(&self) -> (PathBuf, BTreeMap<String, String>) {
+        let st = self.state.lock().await;
+        (st.cwd.clone(), st.env.clone())
+    }
+
+    /// Runs one command of the turn. Never fails: every fault is an exit code and stderr.
+    pub async fn exec(&self, script: &str) -> CommandOutcome {
+        let mut st = self.state.lock().await;
+        let classification = classify::classify(script, &self.config.classify);
+        let current_tier = st.higher.as_ref().map_or(0, |h| h.tier());
+        if classification.decision == Decision::Refuse {
+            let blocked: Vec<String> = classification
+                .reasons
+                .iter()
+                .filter_map(|r| match r {
+                    classify::Reason::PolicyBlocked { command, .. } => Some(command.clone()),
+                    _ => None,
+                })
+                .collect();
+            let reason = format!("refused by policy: {}", blocked.join(", "));
+            return self.refuse(
+                &mut st,
+                script,
+                current_tier,
+                &reason,
+                json!(classification.reasons),
+            );
+        }
+        if st.higher.is_none() && classification.decision == Decision::Escalate {
+            let reasons = serde_json::to_value(&classification.reasons).unwrap_or(Value::Null);
+            if let Err(reason) = self
+                .escalate(&mut st, "classification", reasons.clone())
+                .await
+            {
+                return self.refuse(&mut st, script, 0, &reason, reasons);
+            }
+        }
+        let before = (st.cwd.clone(), st.env.clone());
+        let outcome = self.run(&mut st, script).await;
+        if outcome.tier == 0 {
+            if let Some(gap) = classify::detect_emulation_gap(outcome.stderr.as_str()) {
+                // The only retry: stderr is script-writable, so one escalation per command, and a
+                // command on the higher tier is never retried again.
+                let gap = serde_json::to_value(&gap).unwrap_or(Value::Null);
+                match self.escalate(&mut st, "emulation-gap", gap.clone()).await {
+                    Ok(()) => {
+                        (st.cwd, st.env) = before;
+                        return self.run(&mut st, script).await;
+                    }
+                    Err(reason) => {
+                        self.emitter.emit(
+                            kind::TIER_REFUSED,
+                            json!({"command": script, "tier": 0, "reason": reason, "signal": "emulation-gap", "gap": gap}),
+                        );
+                        st.refusals += 1;
+                    }
+                }
+            }
+        }
+        outcome
+    }
+
+    /// Ends the turn: disposes the higher tier (its merge-back becomes file events), then Tier-0,
+    /// then reports usage. Dispose failures are events, never errors.
+    pub async fn end(self) -> Value {
+        let mut st = self.state.into_inner();
+        let mut higher_usage = None;
+        if let Some(higher) = st.higher.take() {
+            match higher.dispose().await {
+                Ok(report) => {
+                    for change in &report.file_changes {
+                        self.emitter.emit(
+                            change.change.event_type(),
+                            json!({"path": change.path, "size": change.size, "tier": higher.tier(), "source": "merge"}),
+                        );
+                    }
+                    higher_usage = report.usage;
+                }
+                Err(error) => self.emitter.emit(
+                    kind::DISPOSE_FAILED,
+                    json!({"tier": higher.tier(), "error": error}),
+                ),
+            }
+        }
+        if let Err(error) = self.tier0.dispose().await {
+            self.emitter
+                .emit(kind::DISPOSE_FAILED, json!({"tier": 0, "error": error}));
+        }
+        let escalated = !st.escalations.is_empty();
+        let higher = if escalated {
+            Some(match higher_usage {
+                Some(usage) => usage,
+                // A tier that reports no usage of its own is measured from its command durations.
+                None => {
+                    json!({"provider": "unknown", "commands": st.higher_figures.commands, "durationMs": st.higher_figures.duration_ms})
+                }
+            })
+        } else {
+            None
+        };
+        let usage = json!({
+            "stayedOnTier0": !escalated,
+            "tier0": st.tier0,
+            "higherTier": higher,
+            "escalations": st.escalations,
+            "refusals": st.refusals,
+        });
+        self.emitter.emit(kind::TURN_USAGE, usage.clone());
+        usage
+    }
+
+    fn refuse(
+        &self,
+        st: &mut TurnState,
+        script: &str,
+        tier: u8,
+        reason: &str,
+        reasons: Value,
+    ) -> CommandOutcome {
+        st.refusals += 1;
+        self.emitter.emit(
+            kind::TIER_REFUSED,
+            json!({"command": script, "tier": tier, "reason": reason, "reasons": reasons}),
+        );
+        let fault = ExecResult::fault(reason);
+        CommandOutcome {
+            stdout: String::new(),
+            stderr: String::from_utf8_lossy(&fault.stderr).into_owned(),
+            exit_code: REFUSED_EXIT_CODE,
+            tier,
+            timed_out: false,
+            truncated: false,
+        }
+    }
+
+    /// Provisions the next tier (lazily: only here) and makes it sticky for the rest of the turn.
+    async fn escalate(
+        &self,
+        st: &mut TurnState,
+        signal: &str,
+        detail: Value,
+    ) -> Result<(), String> {
+        let Some(next) = &self.next_tier else {
+            return Err("escalation required but no higher tier is configured".into());
+        };
+        let started = Instant::now();
+        let higher = next
+            .provision(&self.config.workspace)
+            .await
+            .map_err(|e| format!("the higher tier could not be provisioned: {e}"))?;
+        let record = json!({
+            "signal": signal,
+            "detail": detail,
+            "toTier": higher.tier(),
+            "provisionMs": started.elapsed().as_millis() as u64,
+        });
+        self.emitter.emit(kind::TIER_ESCALATED, record.clone());
+        st.escalations.push(record);
+        st.higher = Some(higher);
+        Ok(())
+    }
+
+    async fn run(&self, st: &mut TurnState, script: &str) -> CommandOutcome {
+        let executor = st.higher.clone().unwrap_or_else(|| self.tier0.clone());
+        let tier = executor.tier();
+        let cwd = st.cwd.display().to_string();
+        self.emitter.emit(
+            kind::COMMAND_STARTED,
+            json!({"command": script, "tier": tier, "cwd": cwd}),
+        );
+        // Higher tiers work on a copy; their changes come back at dispose.
+        let tracker = self.tracker.as_ref().filter(|_| tier == 0);
+        let before = tracker.map(|t| t.snapshot());
+        let started = Instant::now();
+        let result = executor
+            .execute(ExecRequest {
+                script: state::wrap(script),
+                cwd: st.cwd.clone(),
+                env: st.env.clone(),
+                timeout: self.config.timeout,
+            })
+            .await;
+        let duration_ms = started.elapsed().as_millis() as u64;
+        if let Some((cwd, env)) = state::parse(&result.state) {
+            st.cwd = cwd;
+            st.env = env;
+        }
+        if let (Some(tracker), Some(before)) = (tracker, before) {
+            let after = tracker.snapshot();
+            for change in tracker.changes(&before, &after) {
+                if self.is_trace_payload(&change.path) {
+                    continue;
+                }
+                self.emitter.emit(
+                    change.change.event_type(),
+                    json!({"path": change.path, "size": change.size, "tier": tier, "source": "command"}),
+                );
+            }
+        }
+        let figures = if tier == 0 {
+            &mut st.tier0
+        } else {
+            &mut st.higher_figures
+        };
+        figures.commands += 1;
+        figures.duration_ms += duration_ms;
+        let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
+        let mut data = json!({
+            "command": script,
+            "tier": tier,
+            "cwd": cwd,
+            "exitCode": result.exit_code,
+            "durationMs": duration_ms,
+            "timedOut": result.timed_out,
+            "truncated": result.truncated,
+        });
+        self.attach_output(&mut data, "stdout", &stdout);
+        self.attach_output(&mut data, "stderr", &stderr);
+        self.emitter.emit(kind::COMMAND_COMPLETED, data);
+        CommandOutcome {
+            stdout,
+            stderr,
+            exit_code: result.exit_code,
+            tier,
+            timed_out: result.timed_out,
+            truncated: result.truncated,
+        }
+    }
+
+    /// Small outputs ride inline; large ones are written once under `/artifacts/trace/` and
+    /// referenced, so traces stay small and replayable.
+    fn attach_output(&self, data: &mut Value, field: &str, text: &str) {
+        if text.len() <= self.config.inline_output_limit {
+            data[field] = json!(text);
+            return;
+        }
+        let artifacts =
+            self.config.workspace.mounts.iter().find(|m| {
+                m.harness_path == Path::new(crate::workspace::spec::ARTIFACTS) && m.writable
+            });
+        let seq = uuid_like();
+        let name = format!("trace/{seq}.{field}.txt");
+        let stored = artifacts.and_then(|m| {
+            let path = m.backing_path.join(&name);
+            std::fs::create_dir_all(path.parent()?).ok()?;
+            std::fs::write(&path, text).ok()?;
+            Some(format!("{}/{name}", crate::workspace::spec::ARTIFACTS))
+        });
+        match stored {
+            Some(content_ref) => {
+                data[format!("{field}Ref")] =
+                    json!({"contentRef": content_ref, "bytes": text.len()});
+            }
+            None => {
+                let mut end = self.config.inline_output_limit;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                data[field] = json!(&text[..end]);
+                data[format!("{field}Truncated")] = json!(true);
+            }
+        }
+    }
+
+    fn is_trace_payload(&self, path: &str) -> bool {
+        path.starts_with(&format!("{}/trace/", crate::workspace::spec::ARTIFACTS))
+    }
+}
+
+/// A unique, sortable name for a trace payload: time in nanoseconds plus the process id.
+fn uuid_like() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{nanos:x}-{:x}", std::process::id())
+}
