@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const WORKERS: usize = 4;
 const ITEMS: usize = 30;
-const LEASE_MS: u64 = 1500;
+const LEASE_MS: u64 = 3000;
 
 struct Worker {
     child: Child,

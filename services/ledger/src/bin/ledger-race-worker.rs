@@ -140,10 +140,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 );
             }
             None => {
-                // Nothing claimable now. Stop after a quiet spell of two leases: anything held by a
-                // process that died before this one went quiet has come back by then.
+                // Nothing claimable now. Stop after a quiet spell longer than a lease: anything held
+                // by a process that died before this one went quiet has come back by then.
                 let quiet = *idle_since.get_or_insert_with(Instant::now);
-                if quiet.elapsed() > Duration::from_millis(args.lease_ms * 2) {
+                if quiet.elapsed() > Duration::from_millis(args.lease_ms + 500) {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
