@@ -44,6 +44,9 @@ struct Args {
     /// Hold the store lock on this key forever (after printing `locked`).
     #[arg(long)]
     hold_lock: Option<String>,
+    /// Overwrite the document at this key in a loop (numbered, 256 KiB each) until killed.
+    #[arg(long)]
+    write_loop: Option<String>,
     /// Give up after this long.
     #[arg(long, default_value_t = 40)]
     deadline_s: u64,
@@ -115,6 +118,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         })
         .await?;
         return Ok(());
+    }
+    if let Some(key) = &args.write_loop {
+        let key = Key::new(key)?;
+        let pad = "x".repeat(256 * 1024);
+        for n in 0u64.. {
+            store.write_json(&key, &json!({"n": n, "pad": pad})).await?;
+            if n == 0 {
+                emit(json!({"event": "writing"}));
+            }
+        }
     }
     let ledgers = create_durable_orchestration_services(&args.root, store)?;
     let deadline = Instant::now() + Duration::from_secs(args.deadline_s);
