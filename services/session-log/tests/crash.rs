@@ -361,3 +361,68 @@ async fn postgres_replicas_stay_gapless_across_sigkill_loops() {
     drop(servers);
     db.drop_database().await;
 }
+
+#[tokio::test]
+async fn sigterm_stops_the_server_cleanly_and_releases_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.ndjson");
+    let store = format!("file:{}", path.display());
+    let mut server = ServerProcess::start(&store, dir.path(), "server").await;
+    let client = server.client();
+    client
+        .append("r", &NewEvent::new("t", obj(json!({}))))
+        .await
+        .unwrap();
+    // SAFETY: sending a signal to our own child process.
+    assert_eq!(
+        unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) },
+        0
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "server ignored SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "SIGTERM exit status: {status}");
+    // The lock is released: a new server opens the same file and sees the event.
+    server.restart().await;
+    assert_eq!(client.read_all("r").await.unwrap().len(), 1);
+}
+
+#[test]
+fn refuses_to_start_without_a_token_or_on_a_bad_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(SERVER).args(args).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--store", "memory", "--listen", "127.0.0.1:0"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("no token configured") && err.contains("--insecure-no-auth"),
+        "{err}"
+    );
+    let (code, err) = run(&["--store", "nope", "--insecure-no-auth"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("expected memory, file:PATH or postgres:URL"),
+        "{err}"
+    );
+    let missing = dir.path().join("missing/dir/x.ndjson");
+    let store = format!("file:{}", missing.display());
+    let (code, err) = run(&[
+        "--store",
+        &store,
+        "--insecure-no-auth",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("does not exist"), "{err}");
+}
