@@ -153,7 +153,7 @@ async fn race(backend: Backend, kind: &str) {
                 schema,
                 kind,
                 &format!("w{i}"),
-                &["--work-ms", "3"],
+                &["--work-ms", "20"],
             )
         })
         .collect();
