@@ -3,8 +3,8 @@
 //! Each role lives in its own crate; this file only wires their command-line faces together.
 
 mod classify;
-mod session_log;
 mod ledger;
+mod session_log;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
