@@ -30,7 +30,10 @@ fn scripts(section: Option<&str>) -> Vec<String> {
 
 /// CPU time of this thread: throughput per core, unaffected by other processes on a busy machine.
 fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes one timespec to a valid pointer.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
@@ -72,7 +75,11 @@ fn main() {
     let budget = Duration::from_secs_f64(seconds);
     println!("rates are per CPU-second of one thread; latencies are per-call thread CPU time");
     run("whole corpus", &scripts(None), budget);
-    run("realistic agent commands", &scripts(Some("realistic agent commands")), budget);
+    run(
+        "realistic agent commands",
+        &scripts(Some("realistic agent commands")),
+        budget,
+    );
 }
 
 fn run(label: &str, scripts: &[String], budget: Duration) {
@@ -109,7 +116,10 @@ fn run(label: &str, scripts: &[String], budget: Duration) {
         us(*samples.last().unwrap()),
         samples.len()
     );
-    println!("ratio     classify / parse time  : {:.2}x", parse_rate / rate);
+    println!(
+        "ratio     classify / parse time  : {:.2}x",
+        parse_rate / rate
+    );
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     println!(
         "goals     >= 50000 scripts/s: {}; p99 < 100 µs: {}",

@@ -2,7 +2,9 @@
 //! reasons justify. Runs arbitrary bytes (the fuzz target's property, in CI) and pathological
 //! 64 KiB scripts under a time bound.
 
-use kube_harness_worker::classify::{classify, ClassifyOptions, Decision, Reason, MAX_SCRIPT_BYTES};
+use kube_harness_worker::classify::{
+    classify, ClassifyOptions, Decision, Reason, MAX_SCRIPT_BYTES,
+};
 use proptest::prelude::*;
 use std::time::{Duration, Instant};
 
@@ -14,7 +16,10 @@ fn check(script: &str, options: &ClassifyOptions) -> Decision {
     assert!(!got.reasons.is_empty(), "no reasons for {script:?}");
     for reason in &got.reasons {
         if let Reason::ClassifierUnavailable { detail } = reason {
-            assert_ne!(detail, "internal classifier error", "the walk panicked on {script:?}");
+            assert_ne!(
+                detail, "internal classifier error",
+                "the walk panicked on {script:?}"
+            );
         }
     }
     let only_tier0 = got
@@ -36,16 +41,83 @@ fn timed(label: &str, script: &str) -> Decision {
     let start = Instant::now();
     let decision = check(script, &options);
     let took = start.elapsed();
-    assert!(took < BOUND, "{label}: {} bytes took {took:?}", script.len());
+    assert!(
+        took < BOUND,
+        "{label}: {} bytes took {took:?}",
+        script.len()
+    );
     decision
 }
 
 const TOKENS: &[&str] = &[
-    " ", "\n", ";", "&&", "||", "|", "|&", "&", "(", ")", "{", "}", "$(", "`", "'", "\"", "\\", "<<EOF",
-    "<<'EOF'", "EOF", "<<<", "<(", ">(", ">", "2>&1", "!", "if", "then", "fi", "for", "in", "do", "done",
-    "case", "esac", ";;", "f()", "function", "bash -c", "sh -c", "eval", "env", "xargs", "timeout 5",
-    "find . -exec", "\\;", "{}", "git", "ls", "cat", "make", "$X", "${X:-", "$((", "))", "[[", "]]", "=",
-    "a=", "export", "local", "#", "$'\\x67'", "source", "./x.sh", "docker", "curl", "python3 -m pip",
+    " ",
+    "\n",
+    ";",
+    "&&",
+    "||",
+    "|",
+    "|&",
+    "&",
+    "(",
+    ")",
+    "{",
+    "}",
+    "$(",
+    "`",
+    "'",
+    "\"",
+    "\\",
+    "<<EOF",
+    "<<'EOF'",
+    "EOF",
+    "<<<",
+    "<(",
+    ">(",
+    ">",
+    "2>&1",
+    "!",
+    "if",
+    "then",
+    "fi",
+    "for",
+    "in",
+    "do",
+    "done",
+    "case",
+    "esac",
+    ";;",
+    "f()",
+    "function",
+    "bash -c",
+    "sh -c",
+    "eval",
+    "env",
+    "xargs",
+    "timeout 5",
+    "find . -exec",
+    "\\;",
+    "{}",
+    "git",
+    "ls",
+    "cat",
+    "make",
+    "$X",
+    "${X:-",
+    "$((",
+    "))",
+    "[[",
+    "]]",
+    "=",
+    "a=",
+    "export",
+    "local",
+    "#",
+    "$'\\x67'",
+    "source",
+    "./x.sh",
+    "docker",
+    "curl",
+    "python3 -m pip",
 ];
 
 proptest! {
@@ -73,18 +145,35 @@ fn pathological_64k_scripts_are_classified_in_bounded_time() {
     let cases: Vec<(&str, String)> = vec![
         ("open parens", repeat_to("(", K64)),
         ("open substitutions", repeat_to("$(", K64)),
-        ("balanced nested substitutions", format!("{}ls{}", "$(".repeat(4000), ")".repeat(4000))),
-        ("nested subshells", format!("{}ls{}", "(".repeat(8000), ")".repeat(8000))),
+        (
+            "balanced nested substitutions",
+            format!("{}ls{}", "$(".repeat(4000), ")".repeat(4000)),
+        ),
+        (
+            "nested subshells",
+            format!("{}ls{}", "(".repeat(8000), ")".repeat(8000)),
+        ),
         ("long and-chain", repeat_to("ls && ", K64) + "ls"),
         ("long pipeline", repeat_to("cat | ", K64) + "cat"),
         ("many heredocs", repeat_to("cat <<EOF\n$(ls)\nEOF\n", K64)),
-        ("backquotes in heredoc", format!("cat <<EOF\n{}\nEOF", repeat_to("`ls` ", K64))),
+        (
+            "backquotes in heredoc",
+            format!("cat <<EOF\n{}\nEOF", repeat_to("`ls` ", K64)),
+        ),
         ("one huge word", "a".repeat(K64)),
         ("huge quoted string", format!("echo '{}'", "x".repeat(K64))),
-        ("bang chain", format!("{}if true; then ls; fi", "! ".repeat(K64 / 2))),
+        (
+            "bang chain",
+            format!("{}if true; then ls; fi", "! ".repeat(K64 / 2)),
+        ),
         ("eval chain", repeat_to("eval ", K64) + "ls"),
         ("deep functions", repeat_to("f() { ", K64 / 2)),
-        ("random bytes", (0..K64).map(|i| ((i * 7919 + 13) % 251) as u8 as char).collect()),
+        (
+            "random bytes",
+            (0..K64)
+                .map(|i| ((i * 7919 + 13) % 251) as u8 as char)
+                .collect(),
+        ),
         ("docker everywhere", repeat_to("docker ps; ", K64)),
     ];
     for (label, script) in &cases {
@@ -125,5 +214,8 @@ fn oversized_scripts_are_unavailable_not_parsed_and_denied_words_still_refuse() 
     let got = classify(&script, &ClassifyOptions::default());
     assert_eq!(got.decision, Decision::Escalate);
     assert_eq!(got.kinds(), ["classifier-unavailable"]);
-    assert_eq!(timed("oversized with a denied word", &script), Decision::Refuse);
+    assert_eq!(
+        timed("oversized with a denied word", &script),
+        Decision::Refuse
+    );
 }

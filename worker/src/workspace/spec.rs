@@ -40,7 +40,11 @@ pub const AGENTS: &str = "/.agents";
 impl WorkspaceSpec {
     /// The canonical layout over a local data directory laid out as the local host does:
     /// `session/`, `artifacts/`, `persistent/`, `.agents/`.
-    pub fn canonical(root: &Path, runtime: RuntimeToggles, read_only_prefixes: Vec<PathBuf>) -> Self {
+    pub fn canonical(
+        root: &Path,
+        runtime: RuntimeToggles,
+        read_only_prefixes: Vec<PathBuf>,
+    ) -> Self {
         let mount = |harness: &str, dir: &str, writable: bool, tracked: bool| Mount {
             harness_path: PathBuf::from(harness),
             backing_path: root.join(dir),
@@ -77,7 +81,11 @@ impl WorkspaceSpec {
     /// Whether a write to `harness_path` is allowed by the mount table.
     pub fn is_writable(&self, harness_path: &Path) -> bool {
         self.mount_for(harness_path).is_some_and(|m| {
-            m.writable && !m.read_only_prefixes.iter().any(|p| harness_path.starts_with(p))
+            m.writable
+                && !m
+                    .read_only_prefixes
+                    .iter()
+                    .any(|p| harness_path.starts_with(p))
         })
     }
 }
@@ -96,7 +104,9 @@ mod tests {
         assert_eq!(spec.mounts.len(), 4);
         assert_eq!(spec.tracked().count(), 3);
         assert_eq!(
-            spec.mount_for(Path::new("/session/a/b")).unwrap().backing_path,
+            spec.mount_for(Path::new("/session/a/b"))
+                .unwrap()
+                .backing_path,
             Path::new("/data/s1/session")
         );
         assert!(spec.is_writable(Path::new("/session/x")));
