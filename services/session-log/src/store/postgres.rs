@@ -65,7 +65,7 @@ impl PostgresStore {
             .context("cannot build PostgreSQL pool")?;
         migrate(&pool).await?;
         tracing::info!("PostgreSQL store ready (migrations applied)");
-        let (tx, rx) = mpsc::channel(16384);
+        let (tx, rx) = mpsc::channel(1024);
         tokio::spawn(group_commit(pool.clone(), rx, batch_sizes));
         Ok(Self { pool, tx })
     }

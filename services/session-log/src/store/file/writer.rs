@@ -19,11 +19,12 @@ use std::fs::File;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
-/// Appends waiting for the writer before callers are held back.
-pub const MAX_QUEUE: usize = 16384;
+/// Appends waiting for the writer before callers are held back (bounds memory: at most this many
+/// payloads of up to the payload limit are queued).
+pub const MAX_QUEUE: usize = 1024;
 
 /// Most appends written by one sync.
-const MAX_BATCH: usize = 4096;
+const MAX_BATCH: usize = 1024;
 
 pub struct Job {
     pub run: RunId,
