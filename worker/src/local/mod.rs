@@ -1,0 +1,13 @@
+//! The local host: the same engines with no cluster, data under a data directory laid out as the
+//! seed's `localHost()` does (`session/`, `artifacts/`, `.agents/skills/`, `persistent/`,
+//! `trace.ndjson`, locks), one session never running two turns at once.
+
+pub mod data_dir;
+pub mod lock;
+pub mod persistent;
+pub mod trace;
+
+pub use data_dir::{DataDir, LocalError, SessionDir};
+pub use lock::{SameSession, TurnGuard};
+pub use persistent::{CommitPolicy, PersistentDir};
+pub use trace::FileTrace;

@@ -1,0 +1,58 @@
+//! `trace.ndjson`: the session's append-only trace, one `lh.trace.v2` event per line.
+
+use crate::runtime::{EventSink, TraceEvent};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+use std::sync::Mutex;
+
+/// Appends each event as one line. Write errors are counted, never raised: tracing must not fail
+/// a turn (the runtime's results are returned to the agent either way).
+pub struct FileTrace {
+    file: Mutex<File>,
+    failures: std::sync::atomic::AtomicU64,
+}
+
+impl FileTrace {
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(FileTrace {
+            file: Mutex::new(file),
+            failures: Default::default(),
+        })
+    }
+
+    /// Events that could not be written.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Reads a trace file back, skipping nothing: a malformed line is an error naming its number.
+    pub fn read(path: &Path) -> Result<Vec<TraceEvent>, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        text.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| {
+                serde_json::from_str(l).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))
+            })
+            .collect()
+    }
+}
+
+impl EventSink for FileTrace {
+    fn emit(&self, event: &TraceEvent) {
+        let mut line = match serde_json::to_vec(event) {
+            Ok(line) => line,
+            Err(_) => {
+                self.failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return;
+            }
+        };
+        line.push(b'\n');
+        let mut file = self.file.lock().expect("trace lock");
+        if file.write_all(&line).is_err() {
+            self.failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
