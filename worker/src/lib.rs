@@ -1,3 +1,5 @@
 pub mod classify;
+pub mod local;
 pub mod runtime;
+pub mod sandbox;
 pub mod workspace;

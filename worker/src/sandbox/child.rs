@@ -1,0 +1,595 @@
+//! Code that runs between fork and exec. Two processes:
+//!
+//! * the **supervisor** (the direct child of the worker): a new session, a child subreaper; it
+//!   forks the command, enforces the timeout, and afterwards kills and reaps every process left
+//!   in the tree (orphans are re-parented to it, so nothing escapes by changing its process
+//!   group or session). It reports the command's status on a pipe and exits.
+//! * the **command** (its child): new process group, optional mount namespace, rlimits,
+//!   `no_new_privs`, landlock, capability drop, seccomp; then std execs bash.
+//!
+//! Both run in a forked copy of a multi-threaded process, so they only make raw syscalls over
+//! data prepared in advance ([`ChildPlan`]) and never allocate.
+
+use super::namespace::NamespacePlan;
+use super::Limits;
+use seccompiler::BpfProgram;
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Status record kinds the supervisor writes after the command's pid.
+pub const KIND_EXITED: u8 = 0;
+pub const KIND_TIMED_OUT: u8 = 1;
+pub const KIND_CANCELLED: u8 = 2;
+/// Exit code reported for a timeout (as coreutils `timeout`).
+pub const TIMEOUT_EXIT: i32 = 124;
+
+/// Everything the child side needs, prepared once per sandbox.
+pub struct ChildPlan {
+    pub bash: PathBuf,
+    rlimits: [(libc::__rlimit_resource_t, u64); 5],
+    ruleset: OwnedFd,
+    filter: BpfProgram,
+    ns: Option<NamespacePlan>,
+    drop_caps: bool,
+    pub timeout: Duration,
+}
+
+impl ChildPlan {
+    pub fn new(
+        bash: &Path,
+        limits: &Limits,
+        ruleset: OwnedFd,
+        filter: BpfProgram,
+        ns: Option<NamespacePlan>,
+        is_root: bool,
+    ) -> Result<Self, super::SandboxError> {
+        Ok(ChildPlan {
+            bash: bash.to_path_buf(),
+            rlimits: [
+                (libc::RLIMIT_NPROC, limits.max_processes),
+                (libc::RLIMIT_FSIZE, limits.max_file_size),
+                (libc::RLIMIT_AS, limits.max_memory),
+                (libc::RLIMIT_NOFILE, limits.max_open_files),
+                (libc::RLIMIT_CORE, 0),
+            ],
+            ruleset,
+            filter,
+            ns,
+            drop_caps: is_root,
+            timeout: limits.timeout,
+        })
+    }
+}
+
+/// Per-run inputs of the pre_exec closure.
+pub struct RunFds {
+    pub cwd: CString,
+    /// Write end of the state pipe; becomes fd 3 in the command.
+    pub state_w: RawFd,
+    /// Write end of the supervisor's status pipe.
+    pub status_w: RawFd,
+}
+
+/// The pre_exec body. Returns (in the command process) to let std exec bash; the supervisor
+/// never returns.
+///
+/// # Safety
+/// Must only be called in a freshly forked child (std's `pre_exec`).
+pub unsafe fn pre_exec(plan: &ChildPlan, run: &RunFds) -> std::io::Result<()> {
+    libc::setsid();
+    libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    let parent = libc::getppid();
+    let mut set: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut set);
+    for s in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        libc::sigaddset(&mut set, s);
+    }
+    libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    let start = now();
+    let pid = libc::fork();
+    if pid < 0 {
+        fail("fork", errno());
+    }
+    if pid == 0 {
+        command_setup(plan, run);
+        return Ok(());
+    }
+    supervise(plan, run, pid, parent, &set, start)
+}
+
+/// The supervisor: wait, enforce the deadline, clean up, report, exit.
+unsafe fn supervise(
+    plan: &ChildPlan,
+    run: &RunFds,
+    cmd: libc::pid_t,
+    parent: libc::pid_t,
+    set: &libc::sigset_t,
+    start: libc::timespec,
+) -> ! {
+    libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    // Keep only the status pipe: stdout/stderr/state must reach EOF when the command's tree is
+    // gone, and std's exec-error pipe must close so the parent's spawn() returns.
+    let s = run.status_w as libc::c_uint;
+    close_range(0, s.saturating_sub(1));
+    close_range(s + 1, libc::c_uint::MAX);
+    write_all(run.status_w, &cmd.to_le_bytes());
+
+    let deadline = add(start, plan.timeout);
+    let mut cmd_status: Option<libc::c_int> = None;
+    let mut kind = KIND_EXITED;
+    loop {
+        reap(cmd, &mut cmd_status);
+        if cmd_status.is_some() {
+            break;
+        }
+        let left = until(deadline);
+        if left.is_zero() {
+            kind = KIND_TIMED_OUT;
+            break;
+        }
+        let wait = left.min(Duration::from_millis(250));
+        let ts = libc::timespec {
+            tv_sec: wait.as_secs() as libc::time_t,
+            tv_nsec: wait.subsec_nanos() as libc::c_long,
+        };
+        let sig = libc::sigtimedwait(set, std::ptr::null_mut(), &ts);
+        if sig == libc::SIGTERM || sig == libc::SIGINT || sig == libc::SIGHUP {
+            kind = KIND_CANCELLED;
+            break;
+        }
+        if libc::getppid() != parent {
+            kind = KIND_CANCELLED;
+            break;
+        }
+    }
+    kill_tree(cmd, &mut cmd_status);
+    let code = match (kind, cmd_status) {
+        (KIND_TIMED_OUT, _) => TIMEOUT_EXIT,
+        (_, Some(st)) if libc::WIFEXITED(st) => libc::WEXITSTATUS(st),
+        (_, Some(st)) if libc::WIFSIGNALED(st) => 128 + libc::WTERMSIG(st),
+        _ => 128 + libc::SIGKILL,
+    };
+    let mut rec = [0u8; 5];
+    rec[0] = kind;
+    rec[1..].copy_from_slice(&code.to_le_bytes());
+    write_all(run.status_w, &rec);
+    libc::_exit(0)
+}
+
+/// Reaps every exited child without blocking; records the command's status.
+unsafe fn reap(cmd: libc::pid_t, cmd_status: &mut Option<libc::c_int>) -> bool {
+    let mut any = false;
+    loop {
+        let mut st = 0;
+        let r = libc::waitpid(-1, &mut st, libc::WNOHANG);
+        if r <= 0 {
+            return any;
+        }
+        any = true;
+        if r == cmd {
+            *cmd_status = Some(st);
+        }
+    }
+}
+
+/// Kills the command's process group, then every remaining descendant: orphans are re-parented
+/// to this subreaper, so reading our own children list until it is empty finds them all.
+unsafe fn kill_tree(cmd: libc::pid_t, cmd_status: &mut Option<libc::c_int>) {
+    libc::kill(-cmd, libc::SIGKILL);
+    if cmd_status.is_none() {
+        libc::kill(cmd, libc::SIGKILL);
+    }
+    let mut buf = [0u8; 4096];
+    for _ in 0..100_000 {
+        let n = read_file(c"/proc/thread-self/children", &mut buf);
+        let mut found = false;
+        if let Some(n) = n {
+            let mut pid: libc::pid_t = 0;
+            for &b in buf[..n].iter().chain(b" ") {
+                if b.is_ascii_digit() {
+                    pid = pid
+                        .saturating_mul(10)
+                        .saturating_add((b - b'0') as libc::pid_t);
+                } else if pid > 0 {
+                    libc::kill(pid, libc::SIGKILL);
+                    found = true;
+                    pid = 0;
+                }
+            }
+        }
+        if !found && n.is_some() {
+            reap(cmd, cmd_status);
+            return;
+        }
+        // Block for one child (found ones are dying), then take whatever else exited.
+        let mut st = 0;
+        let r = libc::waitpid(-1, &mut st, 0);
+        if r == cmd {
+            *cmd_status = Some(st);
+        }
+        if r < 0 {
+            return; // ECHILD: nothing left
+        }
+        reap(cmd, cmd_status);
+    }
+}
+
+/// The command side: confinement in order; any failure ends the process with 126 and one line.
+unsafe fn command_setup(plan: &ChildPlan, run: &RunFds) {
+    let mut empty: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut empty);
+    libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    libc::setpgid(0, 0);
+
+    if let Some(ns) = &plan.ns {
+        enter_namespace(ns);
+    }
+    if libc::chdir(run.cwd.as_ptr()) != 0 {
+        fail_path("working directory", &run.cwd, errno());
+    }
+    if libc::dup2(run.state_w, 3) != 3 {
+        fail("dup2 of the state descriptor", errno());
+    }
+    // Everything above fd 3 inherited from the worker closes at exec.
+    if libc::syscall(
+        libc::SYS_close_range,
+        4u32,
+        u32::MAX,
+        libc::CLOSE_RANGE_CLOEXEC,
+    ) != 0
+    {
+        for fd in 4..4096 {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
+    for (resource, value) in plan.rlimits {
+        let lim = libc::rlimit {
+            rlim_cur: value,
+            rlim_max: value,
+        };
+        if libc::setrlimit(resource, &lim) != 0 {
+            fail("setrlimit", errno());
+        }
+    }
+    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+        fail("prctl(PR_SET_NO_NEW_PRIVS)", errno());
+    }
+    if libc::syscall(
+        libc::SYS_landlock_restrict_self,
+        plan.ruleset.as_raw_fd(),
+        0u32,
+    ) != 0
+    {
+        fail("landlock_restrict_self", errno());
+    }
+    if plan.drop_caps {
+        drop_capabilities();
+    }
+    let prog = libc::sock_fprog {
+        len: plan.filter.len() as u16,
+        filter: plan.filter.as_ptr() as *mut libc::sock_filter,
+    };
+    if libc::prctl(
+        libc::PR_SET_SECCOMP,
+        libc::SECCOMP_MODE_FILTER,
+        &prog as *const libc::sock_fprog,
+    ) != 0
+    {
+        fail("seccomp filter", errno());
+    }
+}
+
+/// uid 0 keeps its uid but loses every capability, now and across exec.
+unsafe fn drop_capabilities() {
+    // SECBIT_NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE, each locked.
+    const SECBITS: libc::c_ulong = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80;
+    if libc::prctl(libc::PR_SET_SECUREBITS, SECBITS, 0, 0, 0) != 0 {
+        fail("prctl(PR_SET_SECUREBITS)", errno());
+    }
+    for cap in 0..64 {
+        if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno() != libc::EINVAL {
+            fail("prctl(PR_CAPBSET_DROP)", errno());
+        }
+    }
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let header = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let data = [
+        Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+        Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+    ];
+    if libc::syscall(libc::SYS_capset, &header, data.as_ptr()) != 0 {
+        fail("capset", errno());
+    }
+}
+
+/// Private mount namespace with the prepared root, bind mounts, pivot.
+unsafe fn enter_namespace(ns: &NamespacePlan) {
+    if libc::unshare(ns.unshare_flags) != 0 {
+        fail("unshare (mount namespace)", errno());
+    }
+    if let Some((uid_map, gid_map)) = &ns.id_maps {
+        write_file(c"/proc/self/setgroups", b"deny");
+        write_file(c"/proc/self/uid_map", uid_map.as_bytes());
+        write_file(c"/proc/self/gid_map", gid_map.as_bytes());
+    }
+    let null = std::ptr::null::<libc::c_char>();
+    if libc::mount(
+        null,
+        c"/".as_ptr(),
+        null,
+        libc::MS_REC | libc::MS_PRIVATE,
+        std::ptr::null(),
+    ) != 0
+    {
+        fail("making / private", errno());
+    }
+    if libc::mount(
+        ns.root.as_ptr(),
+        ns.root.as_ptr(),
+        null,
+        libc::MS_BIND,
+        std::ptr::null(),
+    ) != 0
+    {
+        fail_path("bind mount of the sandbox root", &ns.root, errno());
+    }
+    for b in &ns.binds {
+        let rec = if b.recursive { libc::MS_REC } else { 0 };
+        if libc::mount(
+            b.src.as_ptr(),
+            b.dst.as_ptr(),
+            null,
+            libc::MS_BIND | rec,
+            std::ptr::null(),
+        ) != 0
+        {
+            fail_path("bind mount", &b.src, errno());
+        }
+        if b.readonly || b.data {
+            let mut flags = libc::MS_BIND | libc::MS_REMOUNT | locked_flags(&b.dst);
+            if b.readonly {
+                flags |= libc::MS_RDONLY;
+            }
+            if b.data {
+                flags |= libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+            }
+            if libc::mount(null, b.dst.as_ptr(), null, flags, std::ptr::null()) != 0 {
+                fail_path("read-only remount", &b.dst, errno());
+            }
+        }
+    }
+    let flags = libc::MS_BIND
+        | libc::MS_REMOUNT
+        | libc::MS_RDONLY
+        | libc::MS_NOSUID
+        | libc::MS_NODEV
+        | locked_flags(&ns.root);
+    if libc::mount(null, ns.root.as_ptr(), null, flags, std::ptr::null()) != 0 {
+        fail_path("read-only remount", &ns.root, errno());
+    }
+    if libc::chdir(ns.root.as_ptr()) != 0 {
+        fail_path("chdir", &ns.root, errno());
+    }
+    let dot = c".".as_ptr();
+    if libc::syscall(libc::SYS_pivot_root, dot, dot) == 0 {
+        if libc::umount2(dot, libc::MNT_DETACH) != 0 {
+            fail("detaching the old root", errno());
+        }
+    } else if libc::chroot(dot) != 0 {
+        // pivot_root refuses when the current root is not a mount point (e.g. inside a chroot).
+        fail("pivot_root and chroot", errno());
+    }
+    if libc::chdir(c"/".as_ptr()) != 0 {
+        fail("chdir /", errno());
+    }
+}
+
+/// Mount flags a remount must keep (the kernel refuses to clear locked ones in a user namespace).
+unsafe fn locked_flags(path: &CStr) -> libc::c_ulong {
+    let mut st: libc::statvfs = std::mem::zeroed();
+    if libc::statvfs(path.as_ptr(), &mut st) != 0 {
+        return 0;
+    }
+    let f = st.f_flag as libc::c_ulong;
+    let mut out = 0;
+    for (st_flag, ms_flag) in [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ] {
+        if f & st_flag != 0 {
+            out |= ms_flag;
+        }
+    }
+    out
+}
+
+fn errno() -> i32 {
+    // SAFETY: thread-local errno of the calling thread.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Writes `kube-harness: sandbox setup failed: STEP: ERROR` to stderr and exits 126.
+unsafe fn fail(step: &str, err: i32) -> ! {
+    fail_with(step.as_bytes(), &[], err)
+}
+
+unsafe fn fail_path(step: &str, path: &CStr, err: i32) -> ! {
+    fail_with(step.as_bytes(), path.to_bytes(), err)
+}
+
+unsafe fn fail_with(step: &[u8], path: &[u8], err: i32) -> ! {
+    let mut buf = [0u8; 1024];
+    let mut len = 0;
+    let mut push = |bytes: &[u8]| {
+        let n = bytes.len().min(buf.len() - 1 - len);
+        buf[len..len + n].copy_from_slice(&bytes[..n]);
+        len += n;
+    };
+    push(b"kube-harness: sandbox setup failed: ");
+    push(step);
+    if !path.is_empty() {
+        push(b" ");
+        push(path);
+    }
+    push(b": ");
+    push(errno_text(err));
+    let mut digits = [0u8; 12];
+    push(b" (errno ");
+    push(format_int(err, &mut digits));
+    push(b")");
+    buf[len] = b'\n';
+    write_all(2, &buf[..=len]);
+    libc::_exit(126)
+}
+
+fn errno_text(err: i32) -> &'static [u8] {
+    match err {
+        libc::EPERM => b"operation not permitted",
+        libc::ENOENT => b"no such file or directory",
+        libc::EACCES => b"permission denied",
+        libc::EINVAL => b"invalid argument",
+        libc::ENOSYS => b"not supported by this kernel",
+        libc::ENOMEM => b"out of memory",
+        libc::ENOTDIR => b"not a directory",
+        libc::EAGAIN => b"resource temporarily unavailable (process limit?)",
+        libc::EBUSY => b"busy",
+        libc::EROFS => b"read-only file system",
+        libc::EMFILE => b"too many open files",
+        _ => b"error",
+    }
+}
+
+fn format_int(v: i32, out: &mut [u8; 12]) -> &[u8] {
+    let mut n = v.unsigned_abs();
+    let mut i = out.len();
+    loop {
+        i -= 1;
+        out[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if v < 0 {
+        i -= 1;
+        out[i] = b'-';
+    }
+    &out[i..]
+}
+
+unsafe fn write_all(fd: RawFd, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+        if n < 0 {
+            if errno() == libc::EINTR {
+                continue;
+            }
+            return;
+        }
+        bytes = &bytes[n as usize..];
+    }
+}
+
+unsafe fn write_file(path: &CStr, bytes: &[u8]) {
+    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+        fail_path("open", path, errno());
+    }
+    if libc::write(fd, bytes.as_ptr().cast(), bytes.len()) != bytes.len() as isize {
+        fail_path("write", path, errno());
+    }
+    libc::close(fd);
+}
+
+unsafe fn read_file(path: &CStr, buf: &mut [u8]) -> Option<usize> {
+    let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+        return None;
+    }
+    let mut len = 0;
+    while len < buf.len() {
+        let n = libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len);
+        if n <= 0 {
+            break;
+        }
+        len += n as usize;
+    }
+    libc::close(fd);
+    Some(len)
+}
+
+unsafe fn close_range(first: libc::c_uint, last: libc::c_uint) {
+    if first > last {
+        return;
+    }
+    if libc::syscall(libc::SYS_close_range, first, last, 0u32) != 0 {
+        for fd in first..last.min(4096) {
+            libc::close(fd as libc::c_int);
+        }
+    }
+}
+
+unsafe fn now() -> libc::timespec {
+    let mut ts: libc::timespec = std::mem::zeroed();
+    libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    ts
+}
+
+fn add(t: libc::timespec, d: Duration) -> libc::timespec {
+    let mut sec = t.tv_sec.saturating_add(d.as_secs() as libc::time_t);
+    let mut nsec = t.tv_nsec + d.subsec_nanos() as libc::c_long;
+    if nsec >= 1_000_000_000 {
+        sec = sec.saturating_add(1);
+        nsec -= 1_000_000_000;
+    }
+    libc::timespec {
+        tv_sec: sec,
+        tv_nsec: nsec,
+    }
+}
+
+/// Time left until `deadline` (zero once passed).
+unsafe fn until(deadline: libc::timespec) -> Duration {
+    let n = now();
+    let left_ns = (deadline.tv_sec - n.tv_sec) as i128 * 1_000_000_000
+        + (deadline.tv_nsec - n.tv_nsec) as i128;
+    if left_ns <= 0 {
+        Duration::ZERO
+    } else {
+        Duration::from_nanos(left_ns.min(u64::MAX as i128) as u64)
+    }
+}
+
+/// Turns a harness path into the C string the child chdirs to.
+pub fn cwd_cstring(p: &Path) -> Option<CString> {
+    CString::new(p.as_os_str().as_bytes()).ok()
+}

@@ -1,0 +1,171 @@
+//! The Tier-0 sandbox executor: real `/bin/bash` as a child process with an empty environment,
+//! only the Tier-0 toolset of the capability matrix executable, and the kernel's own confinement
+//! (landlock, seccomp, `no_new_privs`, rlimits, capability drop) applied between fork and exec.
+//!
+//! Everything that can be computed once (tool directory, landlock ruleset, seccomp BPF program,
+//! the namespace root tree) is built in [`Tier0Sandbox::new`]; [`Tier0Sandbox::run`] only forks.
+//! See `docs/security-model.md` for what each layer stops and what it does not.
+
+mod child;
+mod config;
+mod elf;
+mod landlock_rules;
+mod namespace;
+mod probe;
+mod run;
+mod seccomp;
+mod tools;
+
+pub use config::{Invocation, Limits, Outcome, Presentation, SandboxConfig, SandboxError};
+pub use probe::{probe, Capabilities};
+
+use crate::workspace::spec::SESSION;
+use child::ChildPlan;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A ready-to-use Tier-0 sandbox for one workspace spec. Cheap to share (`run` takes `&self`);
+/// several commands may run at once. Dropping it removes its runtime directory.
+pub struct Tier0Sandbox {
+    plan: Arc<ChildPlan>,
+    limits: Limits,
+    /// Environment every command starts from (PATH, HOME, TMPDIR), as the script sees it.
+    base_env: BTreeMap<String, String>,
+    /// Names the tool directory offers, sorted.
+    tools: Vec<String>,
+    /// Owns the runtime directory (tool dir, tmp, namespace root); removed on drop.
+    _runtime: tempfile::TempDir,
+}
+
+impl Tier0Sandbox {
+    /// Prepares the sandbox: checks the host (landlock, seccomp, namespaces when asked for),
+    /// builds the tool directory, the landlock ruleset and the seccomp program.
+    pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
+        let caps = probe();
+        if caps.landlock_abi.is_none() {
+            return Err(SandboxError::LandlockUnavailable);
+        }
+        if !caps.seccomp {
+            return Err(SandboxError::SeccompUnavailable);
+        }
+        config.validate()?;
+        let runtime = tempfile::Builder::new()
+            .prefix("kube-harness-sandbox-")
+            .tempdir()
+            .map_err(|e| SandboxError::io("creating the runtime directory", e))?;
+        let runtime_dir = runtime.path().to_path_buf();
+        let tmp_dir = runtime_dir.join("tmp");
+        mkdir(&tmp_dir)?;
+
+        let toggles = config.workspace.runtime;
+        let ns = matches!(config.presentation, Presentation::Namespace);
+        // Namespace mode: the tool dir lives inside the prepared root and is seen at TOOLS_IN_NS.
+        let (tool_dir, tool_path_visible, tmp_visible) = if ns {
+            let dir = runtime_dir
+                .join("root")
+                .join(namespace::TOOLS_IN_NS.trim_start_matches('/'));
+            (
+                dir,
+                PathBuf::from(namespace::TOOLS_IN_NS),
+                PathBuf::from("/tmp"),
+            )
+        } else {
+            let dir = runtime_dir.join("tools");
+            (dir.clone(), dir, tmp_dir.clone())
+        };
+        let toolset = tools::build(&tool_dir, toggles)?;
+
+        let ns_plan = if ns {
+            if !caps.mount_namespace {
+                return Err(SandboxError::NamespaceUnavailable {
+                    detail: caps.namespace_detail.clone(),
+                });
+            }
+            Some(namespace::prepare(
+                &runtime_dir,
+                &tmp_dir,
+                &config.workspace,
+                toggles.network,
+                caps.is_root,
+            )?)
+        } else {
+            None
+        };
+
+        let ruleset = landlock_rules::build(&landlock_rules::Inputs {
+            workspace: &config.workspace,
+            tool_dir: &tool_dir,
+            executables: &toolset.executables,
+            tmp_dir: &tmp_dir,
+            namespace_root: ns_plan.as_ref().map(|p| p.root_host.as_path()),
+            network: toggles.network,
+        })?;
+        let filter = seccomp::build(toggles.network)?;
+
+        let plan = ChildPlan::new(
+            &toolset.bash,
+            &config.limits,
+            ruleset,
+            filter,
+            ns_plan,
+            caps.is_root,
+        )?;
+
+        let home = if config
+            .workspace
+            .mounts
+            .iter()
+            .any(|m| m.harness_path == Path::new(SESSION))
+        {
+            SESSION.to_string()
+        } else {
+            config
+                .workspace
+                .mounts
+                .iter()
+                .find(|m| m.writable)
+                .map(|m| m.harness_path.display().to_string())
+                .unwrap_or_else(|| "/".to_string())
+        };
+        let mut base_env = BTreeMap::new();
+        base_env.insert("PATH".into(), tool_path_visible.display().to_string());
+        base_env.insert("HOME".into(), home);
+        base_env.insert("TMPDIR".into(), tmp_visible.display().to_string());
+
+        Ok(Tier0Sandbox {
+            plan: Arc::new(plan),
+            limits: config.limits,
+            base_env,
+            tools: toolset.names,
+            _runtime: runtime,
+        })
+    }
+
+    /// Runs one script. Never returns an error: faults become exit code 126 and one
+    /// `kube-harness: …` line on stderr.
+    pub async fn run(&self, inv: &Invocation) -> Outcome {
+        run::run(&self.plan, &self.limits, &self.base_env, inv).await
+    }
+
+    /// The environment every command starts from (`PATH` = the tool directory, `HOME`, `TMPDIR`),
+    /// as the script sees it. [`Invocation::env`] entries override these.
+    pub fn base_env(&self) -> &BTreeMap<String, String> {
+        &self.base_env
+    }
+
+    /// Command names reachable through `PATH` (matrix Tier-0 commands present on this host and
+    /// allowed by the toggles).
+    pub fn tools(&self) -> &[String] {
+        &self.tools
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+}
+
+fn mkdir(path: &Path) -> Result<(), SandboxError> {
+    std::fs::create_dir_all(path)
+        .map_err(|e| SandboxError::io(format!("creating {}", path.display()), e))
+}
