@@ -109,7 +109,9 @@ fn batch(base: &ClassifyOptions, input: impl BufRead, out: &mut impl Write) -> a
                         network: item.network.unwrap_or(base.runtime.network),
                     },
                     policy: Policy {
-                        deny_commands: item.deny.unwrap_or_else(|| base.policy.deny_commands.clone()),
+                        deny_commands: item
+                            .deny
+                            .unwrap_or_else(|| base.policy.deny_commands.clone()),
                         rule: None,
                     },
                     matrix: item.matrix.or_else(|| base.matrix.clone()),

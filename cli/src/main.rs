@@ -10,7 +10,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "kube-harness", version, about = "Shell execution for AI agents, on Kubernetes or locally")]
+#[command(
+    name = "kube-harness",
+    version,
+    about = "Shell execution for AI agents, on Kubernetes or locally"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -61,10 +61,20 @@ fn batch_mode_answers_every_line_in_order_and_survives_bad_lines() {
         "{\"scrip\": \"typo\"}\n",
         "{\"script\": \"python3 x.py\", \"python\": false}\n",
     );
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
-    let lines: Vec<serde_json::Value> = out.stdout.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(json).collect();
+    let lines: Vec<serde_json::Value> = out
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(json)
+        .collect();
     assert_eq!(lines.len(), 6);
     assert_eq!(lines[0]["decision"], "escalate");
     assert!(lines[1]["error"].as_str().unwrap().starts_with("line 2:"));
@@ -76,15 +86,27 @@ fn batch_mode_answers_every_line_in_order_and_survives_bad_lines() {
 
 #[test]
 fn matrix_dump_prints_the_matrix_and_unknown_versions_fail_clearly() {
-    let out = kube_harness().args(["classify", "--matrix-dump"]).output().unwrap();
+    let out = kube_harness()
+        .args(["classify", "--matrix-dump"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let m = json(&out.stdout);
     assert_eq!(m["version"], "v1");
-    assert!(m["needsRealExec"]["version-control"].as_array().unwrap().iter().any(|v| v == "git"));
+    assert!(m["needsRealExec"]["version-control"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|v| v == "git"));
 
-    let out = kube_harness().args(["classify", "--matrix", "v0", "--", "ls"]).output().unwrap();
+    let out = kube_harness()
+        .args(["classify", "--matrix", "v0", "--", "ls"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown capability matrix version \"v0\""));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unknown capability matrix version \"v0\"")
+    );
 
     let out = kube_harness().args(["classify"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));

@@ -10,7 +10,9 @@ pub const DEFAULT_DATA_DIR: &str = ".little-harness";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LocalError {
-    #[error("invalid session id {0:?}: use 1-128 letters, digits, '_', '-' or '.', not '.' or '..'")]
+    #[error(
+        "invalid session id {0:?}: use 1-128 letters, digits, '_', '-' or '.', not '.' or '..'"
+    )]
     InvalidSessionId(String),
     #[error("session {0:?} does not exist under {1}")]
     NoSuchSession(String, PathBuf),
@@ -41,7 +43,8 @@ impl DataDir {
     /// Opens (creating when missing) a data directory.
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, LocalError> {
         let root = root.into();
-        fs::create_dir_all(root.join("sessions")).map_err(io(format!("creating {}", root.display())))?;
+        fs::create_dir_all(root.join("sessions"))
+            .map_err(io(format!("creating {}", root.display())))?;
         let root = root
             .canonicalize()
             .map_err(io(format!("resolving {}", root.display())))?;
@@ -73,7 +76,10 @@ impl DataDir {
         if !root.is_dir() {
             return Err(LocalError::NoSuchSession(id.into(), self.root.clone()));
         }
-        Ok(SessionDir { id: id.into(), root })
+        Ok(SessionDir {
+            id: id.into(),
+            root,
+        })
     }
 
     /// Session ids, sorted.
@@ -122,7 +128,11 @@ impl SessionDir {
     }
 
     /// The canonical mount table over this folder.
-    pub fn workspace(&self, runtime: RuntimeToggles, read_only_prefixes: Vec<PathBuf>) -> WorkspaceSpec {
+    pub fn workspace(
+        &self,
+        runtime: RuntimeToggles,
+        read_only_prefixes: Vec<PathBuf>,
+    ) -> WorkspaceSpec {
         WorkspaceSpec::canonical(&self.root, runtime, read_only_prefixes)
     }
 }
@@ -141,9 +151,19 @@ mod tests {
         }
         assert_eq!(data.sessions().unwrap(), ["chat_123"]);
         for bad in ["", ".", "..", "a/b", "../x", "a b", &"x".repeat(129)] {
-            assert!(matches!(data.session(bad), Err(LocalError::InvalidSessionId(_))), "{bad:?}");
+            assert!(
+                matches!(data.session(bad), Err(LocalError::InvalidSessionId(_))),
+                "{bad:?}"
+            );
         }
-        assert!(matches!(data.existing_session("nope"), Err(LocalError::NoSuchSession(..))));
-        assert!(!tmp.path().join(".little-harness/sessions/..").join("x").exists());
+        assert!(matches!(
+            data.existing_session("nope"),
+            Err(LocalError::NoSuchSession(..))
+        ));
+        assert!(!tmp
+            .path()
+            .join(".little-harness/sessions/..")
+            .join("x")
+            .exists());
     }
 }

@@ -85,7 +85,9 @@ impl PersistentDir {
         match &self.source {
             Source::DataDir(rel) => {
                 let plain = !rel.as_os_str().is_empty()
-                    && rel.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+                    && rel
+                        .components()
+                        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
                     && rel.components().any(|c| matches!(c, Component::Normal(_)));
                 if !plain {
                     return Err(path_error(format!(
@@ -98,9 +100,10 @@ impl PersistentDir {
                 Ok(path)
             }
             Source::Project(rel) => {
-                let root = project_root
-                    .canonicalize()
-                    .map_err(io(format!("resolving project root {}", project_root.display())))?;
+                let root = project_root.canonicalize().map_err(io(format!(
+                    "resolving project root {}",
+                    project_root.display()
+                )))?;
                 let path = normalize(&root.join(rel));
                 if !path.starts_with(&root) {
                     return Err(path_error(format!(
@@ -205,7 +208,8 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), LocalError> {
             std::os::unix::fs::symlink(link, &target)
                 .map_err(io(format!("creating {}", target.display())))?;
         } else if kind.is_file() {
-            fs::copy(entry.path(), &target).map_err(io(format!("copying to {}", target.display())))?;
+            fs::copy(entry.path(), &target)
+                .map_err(io(format!("copying to {}", target.display())))?;
         }
     }
     Ok(())
@@ -221,7 +225,10 @@ mod tests {
         let project = tmp.path().join("project");
         fs::create_dir_all(&data).unwrap();
         fs::create_dir_all(project.join("docs")).unwrap();
-        let (data, project) = (data.canonicalize().unwrap(), project.canonicalize().unwrap());
+        let (data, project) = (
+            data.canonicalize().unwrap(),
+            project.canonicalize().unwrap(),
+        );
         (tmp, data, project)
     }
 
@@ -229,11 +236,28 @@ mod tests {
     fn parses_specs_and_policies() {
         let d = PersistentDir::parse("/persistent/user=persistent/users/u1/memory").unwrap();
         assert_eq!(d.commit, CommitPolicy::AfterTurn);
-        assert_eq!(d.source, Source::DataDir("persistent/users/u1/memory".into()));
+        assert_eq!(
+            d.source,
+            Source::DataDir("persistent/users/u1/memory".into())
+        );
         let d = PersistentDir::parse("/persistent/docs=project:./docs:read-only").unwrap();
-        assert_eq!((d.commit, d.source), (CommitPolicy::ReadOnly, Source::Project("./docs".into())));
-        assert_eq!(PersistentDir::parse("/persistent/m=x:manual").unwrap().commit, CommitPolicy::Manual);
-        for bad in ["nope", "/session/x=a", "/persistent=a", "/persistent/../etc=a", "persistent/x=a"] {
+        assert_eq!(
+            (d.commit, d.source),
+            (CommitPolicy::ReadOnly, Source::Project("./docs".into()))
+        );
+        assert_eq!(
+            PersistentDir::parse("/persistent/m=x:manual")
+                .unwrap()
+                .commit,
+            CommitPolicy::Manual
+        );
+        for bad in [
+            "nope",
+            "/session/x=a",
+            "/persistent=a",
+            "/persistent/../etc=a",
+            "persistent/x=a",
+        ] {
             assert!(PersistentDir::parse(bad).is_err(), "{bad}");
         }
     }
@@ -242,7 +266,10 @@ mod tests {
     fn path_rules_reject_escapes_and_write_nothing() {
         let (tmp, data, project) = dirs();
         let ok = PersistentDir::parse("/persistent/user=persistent/users/u1").unwrap();
-        assert_eq!(ok.resolve(&data, &project).unwrap(), data.join("persistent/users/u1"));
+        assert_eq!(
+            ok.resolve(&data, &project).unwrap(),
+            data.join("persistent/users/u1")
+        );
         std::os::unix::fs::symlink(tmp.path(), data.join("escape")).unwrap();
         for bad in [
             "/persistent/x=/etc",

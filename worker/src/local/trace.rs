@@ -45,14 +45,16 @@ impl EventSink for FileTrace {
         let mut line = match serde_json::to_vec(event) {
             Ok(line) => line,
             Err(_) => {
-                self.failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.failures
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return;
             }
         };
         line.push(b'\n');
         let mut file = self.file.lock().expect("trace lock");
         if file.write_all(&line).is_err() {
-            self.failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.failures
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
