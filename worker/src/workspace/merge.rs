@@ -1,0 +1,489 @@
+//! The worker side of the return trip: a change archive from the higher tier applied to the
+//! tracked mounts' backing paths.
+//!
+//! Two phases. First the whole archive is read through the same gate as `unpack` into a private
+//! scratch directory (file contents as numbered blobs, nothing in the workspace touched): any
+//! unsafe entry, size overrun or manifest mismatch rejects the archive and nothing is applied.
+//! Then each change is checked against the mount table and the base snapshot and applied with
+//! no-follow primitives: files and symlinks are written under a temporary name and renamed over
+//! the old one, so a reader never sees half a file.
+//!
+//! Per-change outcomes: a change under a read-only mount or prefix, or to a runtime-owned name,
+//! is rejected and reported. Conflict rule: the base snapshot is the worker's state at handoff;
+//! if the worker's current state of a changed path (kind, mode, content) differs from the base,
+//! the path changed on both sides and the change is reported as a `Conflict` without touching
+//! the worker's copy. A path whose current state already equals the incoming one (the archive
+//! was applied before) is neither applied nor a conflict.
+
+use super::error::WorkspaceError;
+use super::manifest::{ArchiveKind, Limits};
+use super::paths::Exclude;
+use super::reader::{read_archive, Sink};
+use super::safe_fs::{self, WalkError};
+use super::snapshot::{hash_reader, ChangeKind, Entry, EntryKind, FileChange, Snapshot};
+use super::spec::{Mount, WorkspaceSpec};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+/// Options of `apply`.
+#[derive(Debug, Clone, Default)]
+pub struct ApplyOptions {
+    /// Runtime-owned names the higher tier may not write (reported as `RuntimeOwned`).
+    pub exclude: Exclude,
+    pub limits: Limits,
+    /// Where incoming content is staged before it is applied (default: the system temp dir).
+    pub scratch_dir: Option<PathBuf>,
+}
+
+/// Why one change was not applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "reason")]
+pub enum RejectReason {
+    /// Read-only mount, read-only prefix, or a mount that is not tracked.
+    ReadOnly,
+    /// An excluded, runtime-owned name.
+    RuntimeOwned,
+    /// A mount root cannot be deleted or replaced by a non-directory.
+    MountRoot,
+    /// The path changed on the worker since the handoff as well.
+    Conflict { base: Option<Entry>, current: Option<Entry> },
+    /// A directory to delete still has children the higher tier did not delete (or that were
+    /// themselves rejected).
+    NotEmpty,
+    /// The parent directory is gone or is no longer a directory.
+    ParentMissing,
+}
+
+/// A change that was reported instead of applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rejected {
+    pub harness_path: PathBuf,
+    pub change: ChangeKind,
+    #[serde(flatten)]
+    pub reason: RejectReason,
+}
+
+/// Outcome of `apply`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// Applied changes, sorted by path: one `harness.file.*` event each.
+    pub applied: Vec<FileChange>,
+    pub rejected: Vec<Rejected>,
+    /// Paths whose current state already matched the incoming change.
+    pub already_applied: Vec<PathBuf>,
+}
+
+/// One incoming object (content staged as a blob for files).
+struct Incoming {
+    rel: PathBuf,
+    kind: EntryKind,
+    mode: u32,
+    mtime: u64,
+    size: u64,
+    sha256: Option<String>,
+    target: Option<String>,
+    blob: Option<PathBuf>,
+}
+
+impl Incoming {
+    fn matches(&self, e: &Entry) -> bool {
+        e.kind == self.kind
+            && e.mode == self.mode
+            && match self.kind {
+                EntryKind::Dir => true,
+                EntryKind::Symlink => e.target == self.target,
+                EntryKind::File => e.size == self.size && e.sha256.is_some() && e.sha256 == self.sha256,
+            }
+    }
+}
+
+/// Stages entries into numbered blobs in a private scratch directory.
+struct BlobSink {
+    dir: PathBuf,
+    items: Vec<Incoming>,
+}
+
+impl Sink for BlobSink {
+    fn begin(&mut self, _mounts: &[PathBuf]) -> Result<(), WorkspaceError> {
+        Ok(())
+    }
+
+    fn dir(&mut self, rel: &Path, mode: u32) -> Result<(), WorkspaceError> {
+        self.items.push(Incoming {
+            rel: rel.into(),
+            kind: EntryKind::Dir,
+            mode,
+            mtime: 0,
+            size: 0,
+            sha256: None,
+            target: None,
+            blob: None,
+        });
+        Ok(())
+    }
+
+    fn file(&mut self, rel: &Path, mode: u32, mtime: u64, content: &mut dyn Read) -> Result<(), WorkspaceError> {
+        let blob = self.dir.join(self.items.len().to_string());
+        let mut f = File::create_new(&blob).map_err(|e| WorkspaceError::io(&blob, e))?;
+        io::copy(content, &mut f).map_err(|e| WorkspaceError::io(&blob, e))?;
+        self.items.push(Incoming {
+            rel: rel.into(),
+            kind: EntryKind::File,
+            mode,
+            mtime,
+            size: 0,
+            sha256: None,
+            target: None,
+            blob: Some(blob),
+        });
+        Ok(())
+    }
+
+    fn file_done(&mut self, _rel: &Path, size: u64, sha256: &str) -> Result<(), WorkspaceError> {
+        let last = self.items.last_mut().expect("file_done follows file");
+        last.size = size;
+        last.sha256 = Some(sha256.to_owned());
+        Ok(())
+    }
+
+    fn symlink(&mut self, rel: &Path, target: &str) -> Result<(), WorkspaceError> {
+        self.items.push(Incoming {
+            rel: rel.into(),
+            kind: EntryKind::Symlink,
+            mode: 0o777,
+            mtime: 0,
+            size: target.len() as u64,
+            sha256: None,
+            target: Some(target.to_owned()),
+            blob: None,
+        });
+        Ok(())
+    }
+}
+
+/// The worker's current state of one path.
+enum Current {
+    Absent,
+    Present(Entry),
+    /// A parent is a symlink or a file, or the object is a socket/fifo/device.
+    Blocked,
+}
+
+/// Applies a change archive made by `changes_since` to `spec`'s tracked mounts. `base` is the
+/// snapshot `pack` returned at handoff.
+pub fn apply<R: Read>(
+    spec: &WorkspaceSpec,
+    input: R,
+    base: &Snapshot,
+    opts: &ApplyOptions,
+) -> Result<ApplyReport, WorkspaceError> {
+    let scratch_parent = opts.scratch_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let scratch = tempfile::Builder::new()
+        .prefix("kube-harness-apply-")
+        .tempdir_in(&scratch_parent)
+        .map_err(|e| WorkspaceError::io(&scratch_parent, e))?;
+    let known: Vec<PathBuf> =
+        spec.tracked().filter_map(|m| m.harness_path.strip_prefix("/").ok().map(Path::to_path_buf)).collect();
+    let mut sink = BlobSink { dir: scratch.path().to_path_buf(), items: Vec::new() };
+    let verified = read_archive(input, &known, ArchiveKind::Changes, &opts.limits, &mut sink)?;
+    let mut applier = Applier { spec, base, opts, roots: HashMap::new(), report: ApplyReport::default(), tmp_seq: 0 };
+    applier.run(verified.deleted, sink.items)?;
+    let mut report = applier.report;
+    report.applied.sort_by(|a, b| a.harness_path.cmp(&b.harness_path));
+    Ok(report)
+}
+
+struct Applier<'a> {
+    spec: &'a WorkspaceSpec,
+    base: &'a Snapshot,
+    opts: &'a ApplyOptions,
+    /// Open backing roots by mount harness path.
+    roots: HashMap<PathBuf, OwnedFd>,
+    report: ApplyReport,
+    tmp_seq: u64,
+}
+
+/// A change that passed the policy and conflict checks.
+struct Planned {
+    harness: PathBuf,
+    mount: Mount,
+    /// Path relative to the mount's backing directory ("" for the mount root).
+    rel: PathBuf,
+    current: Option<Entry>,
+}
+
+impl<'a> Applier<'a> {
+    fn run(&mut self, deleted: Vec<(PathBuf, EntryKind)>, items: Vec<Incoming>) -> Result<(), WorkspaceError> {
+        // Decide everything against the state before any write.
+        let mut deletions = Vec::new();
+        for (rel, _) in deleted {
+            if let Some(p) = self.check(&rel, None)? {
+                deletions.push(p);
+            }
+        }
+        let mut upserts = Vec::new();
+        for item in items {
+            if let Some(p) = self.check(&item.rel, Some(&item))? {
+                upserts.push((p, item));
+            }
+        }
+        deletions.sort_by(|a, b| b.harness.cmp(&a.harness));
+        for p in deletions {
+            self.delete(p)?;
+        }
+        let mut chmods = Vec::new();
+        for (p, item) in upserts {
+            self.upsert(p, item, &mut chmods)?;
+        }
+        chmods.sort_by(|a: &(Planned, u32), b| b.0.harness.cmp(&a.0.harness));
+        for (p, mode) in chmods {
+            let root = self.root(&p.mount)?;
+            let res = match p.rel.parent() {
+                None => safe_fs::chmod_fd(root, mode),
+                Some(parent) => match safe_fs::open_dir_beneath(root, parent) {
+                    Ok(dir) => safe_fs::chmod_dir_at(&dir, p.rel.file_name().expect("non-root"), mode),
+                    Err(WalkError::Io(e)) => Err(e),
+                    Err(_) => Ok(()),
+                },
+            };
+            res.map_err(|e| WorkspaceError::io(&p.harness, e))?;
+        }
+        Ok(())
+    }
+
+    fn reject(&mut self, harness: &Path, incoming: Option<&Incoming>, reason: RejectReason) {
+        let change = match incoming {
+            None => ChangeKind::Deleted,
+            Some(_) if self.base.get(harness).is_some() => ChangeKind::Modified,
+            Some(_) => ChangeKind::Created,
+        };
+        self.report.rejected.push(Rejected { harness_path: harness.to_path_buf(), change, reason });
+    }
+
+    /// Policy and conflict checks; `Some` when the change should be applied.
+    fn check(&mut self, rel: &Path, incoming: Option<&Incoming>) -> Result<Option<Planned>, WorkspaceError> {
+        let harness = Path::new("/").join(rel);
+        let Some(mount) = self.spec.mount_for(&harness).filter(|m| m.tracked).cloned() else {
+            self.reject(&harness, incoming, RejectReason::ReadOnly);
+            return Ok(None);
+        };
+        if self.opts.exclude.matches(&harness) {
+            self.reject(&harness, incoming, RejectReason::RuntimeOwned);
+            return Ok(None);
+        }
+        let in_mount = harness.strip_prefix(&mount.harness_path).expect("mount_for is a prefix").to_path_buf();
+        if in_mount.as_os_str().is_empty() && incoming.is_none_or(|i| i.kind != EntryKind::Dir) {
+            self.reject(&harness, incoming, RejectReason::MountRoot);
+            return Ok(None);
+        }
+        if !self.spec.is_writable(&harness) {
+            self.reject(&harness, incoming, RejectReason::ReadOnly);
+            return Ok(None);
+        }
+        let current = self.current(&mount, &harness, &in_mount)?;
+        let base = self.base.get(&harness);
+        let unchanged = match (&current, base) {
+            (Current::Absent, None) => true,
+            (Current::Present(c), Some(b)) => b.same_content(c),
+            _ => false,
+        };
+        if !unchanged {
+            let done = match (&current, incoming) {
+                (Current::Absent, None) => true,
+                (Current::Present(c), Some(i)) => i.matches(c),
+                _ => false,
+            };
+            if done {
+                self.report.already_applied.push(harness);
+            } else {
+                let current = match current {
+                    Current::Present(e) => Some(e),
+                    _ => None,
+                };
+                self.reject(&harness, incoming, RejectReason::Conflict { base: base.cloned(), current });
+            }
+            return Ok(None);
+        }
+        let current = match current {
+            Current::Present(e) => Some(e),
+            _ => None,
+        };
+        Ok(Some(Planned { harness, mount, rel: in_mount, current }))
+    }
+
+    fn root(&mut self, mount: &Mount) -> Result<&OwnedFd, WorkspaceError> {
+        if !self.roots.contains_key(&mount.harness_path) {
+            let path = &mount.backing_path;
+            std::fs::create_dir_all(path).map_err(|e| WorkspaceError::io(path, e))?;
+            let fd = safe_fs::open_root(path).map_err(|e| WorkspaceError::io(path, e))?;
+            self.roots.insert(mount.harness_path.clone(), fd);
+        }
+        Ok(&self.roots[&mount.harness_path])
+    }
+
+    /// The worker's current state of `harness` (content hashed unless the base's hash is reusable).
+    fn current(&mut self, mount: &Mount, harness: &Path, rel: &Path) -> Result<Current, WorkspaceError> {
+        if !mount.backing_path.exists() {
+            return Ok(Current::Absent);
+        }
+        let root = self.root(mount)?;
+        let (dir, name): (OwnedFd, &OsStr) = match rel.parent() {
+            None => {
+                let meta = std::fs::metadata(&mount.backing_path).map_err(|e| WorkspaceError::io(harness, e))?;
+                return Ok(Entry::from_meta(&meta).map_or(Current::Blocked, Current::Present));
+            }
+            Some(parent) => match safe_fs::open_dir_beneath(root, parent) {
+                Ok(fd) => (fd, rel.file_name().expect("non-root")),
+                Err(WalkError::Missing) => return Ok(Current::Absent),
+                Err(WalkError::Blocked) => return Ok(Current::Blocked),
+                Err(WalkError::Io(e)) => return Err(WorkspaceError::io(harness, e)),
+            },
+        };
+        let mut entry = match safe_fs::entry_at(&dir, name) {
+            Ok(None) => return Ok(Current::Absent),
+            Ok(Some(e)) => e,
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => return Ok(Current::Blocked),
+            Err(e) => return Err(WorkspaceError::io(harness, e)),
+        };
+        if entry.kind == EntryKind::File {
+            if let Some(b) = self.base.reusable(harness, &entry) {
+                entry.sha256 = b.sha256.clone();
+            } else {
+                let mut f = safe_fs::open_regular_at(&dir, name).map_err(|e| WorkspaceError::io(harness, e))?;
+                let (sha, len) = hash_reader(&mut f).map_err(|e| WorkspaceError::io(harness, e))?;
+                entry.sha256 = Some(sha);
+                entry.size = len;
+            }
+        }
+        Ok(Current::Present(entry))
+    }
+
+    /// The parent directory of a non-root planned change, opened without following symlinks.
+    fn parent_of(&mut self, p: &Planned, incoming: Option<&Incoming>) -> Result<Option<OwnedFd>, WorkspaceError> {
+        let parent = p.rel.parent().expect("non-root change");
+        let root = self.root(&p.mount)?;
+        match safe_fs::open_dir_beneath(root, parent) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(WalkError::Io(e)) => Err(WorkspaceError::io(&p.harness, e)),
+            Err(_) => {
+                self.reject(&p.harness, incoming, RejectReason::ParentMissing);
+                Ok(None)
+            }
+        }
+    }
+
+    fn delete(&mut self, p: Planned) -> Result<(), WorkspaceError> {
+        let Some(current) = p.current.clone() else {
+            self.report.already_applied.push(p.harness);
+            return Ok(());
+        };
+        let Some(dir) = self.parent_of(&p, None)? else { return Ok(()) };
+        let name = p.rel.file_name().expect("non-root");
+        match safe_fs::unlink_at(&dir, name, current.kind == EntryKind::Dir) {
+            Ok(()) => self.report.applied.push(FileChange::new(&p.harness, ChangeKind::Deleted, &current)),
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOTEMPTY.raw_os_error()) => {
+                self.reject(&p.harness, None, RejectReason::NotEmpty)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => self.report.already_applied.push(p.harness),
+            Err(e) => return Err(WorkspaceError::io(&p.harness, e)),
+        }
+        Ok(())
+    }
+
+    fn upsert(&mut self, p: Planned, item: Incoming, chmods: &mut Vec<(Planned, u32)>) -> Result<(), WorkspaceError> {
+        let change = if p.current.is_some() { ChangeKind::Modified } else { ChangeKind::Created };
+        let applied = FileChange {
+            harness_path: p.harness.clone(),
+            change,
+            kind: item.kind,
+            size: if item.kind == EntryKind::File { item.size } else { 0 },
+            mode: item.mode,
+        };
+        if p.rel.as_os_str().is_empty() {
+            // The mount root itself: only a mode change can reach here.
+            self.report.applied.push(applied);
+            chmods.push((p, item.mode));
+            return Ok(());
+        }
+        let Some(dir) = self.parent_of(&p, Some(&item))? else { return Ok(()) };
+        let name = p.rel.file_name().expect("non-root").to_owned();
+        let err = |e: io::Error| WorkspaceError::io(&p.harness, e);
+        let was_dir = p.current.as_ref().is_some_and(|c| c.kind == EntryKind::Dir);
+        let replaced = match item.kind {
+            EntryKind::Dir => {
+                if !was_dir {
+                    if p.current.is_some() {
+                        safe_fs::unlink_at(&dir, &name, false).map_err(err)?;
+                    }
+                    safe_fs::mkdir_at(&dir, &name, 0o700).map_err(err)?;
+                }
+                self.report.applied.push(applied);
+                chmods.push((p, item.mode));
+                return Ok(());
+            }
+            EntryKind::File => {
+                let tmp = self.tmp_name();
+                let mut out = safe_fs::create_file_at(&dir, &tmp).map_err(err)?;
+                let blob = item.blob.as_ref().expect("files have blobs");
+                let written = File::open(blob)
+                    .and_then(|mut b| io::copy(&mut b, &mut out))
+                    .and_then(|_| safe_fs::chmod_fd(&out, item.mode))
+                    .and_then(|_| out.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(item.mtime)));
+                if let Err(e) = written {
+                    let _ = safe_fs::unlink_at(&dir, &tmp, false);
+                    return Err(err(e));
+                }
+                self.replace(&dir, &tmp, &name, was_dir, &p, &item)?
+            }
+            EntryKind::Symlink => {
+                let tmp = self.tmp_name();
+                let target = item.target.as_deref().expect("symlinks have targets");
+                safe_fs::symlink_at(target, &dir, &tmp).map_err(err)?;
+                self.replace(&dir, &tmp, &name, was_dir, &p, &item)?
+            }
+        };
+        if replaced {
+            self.report.applied.push(applied);
+        }
+        Ok(())
+    }
+
+    /// Renames `tmp` over `name` (removing an empty directory there first). False when the
+    /// directory was not empty and the change was rejected instead.
+    fn replace(
+        &mut self,
+        dir: &OwnedFd,
+        tmp: &OsStr,
+        name: &OsStr,
+        was_dir: bool,
+        p: &Planned,
+        item: &Incoming,
+    ) -> Result<bool, WorkspaceError> {
+        if was_dir {
+            if let Err(e) = safe_fs::unlink_at(dir, name, true) {
+                let _ = safe_fs::unlink_at(dir, tmp, false);
+                if e.raw_os_error() == Some(rustix::io::Errno::NOTEMPTY.raw_os_error()) {
+                    self.reject(&p.harness, Some(item), RejectReason::NotEmpty);
+                    return Ok(false);
+                }
+                return Err(WorkspaceError::io(&p.harness, e));
+            }
+        }
+        if let Err(e) = safe_fs::rename_at(dir, tmp, name) {
+            let _ = safe_fs::unlink_at(dir, tmp, false);
+            return Err(WorkspaceError::io(&p.harness, e));
+        }
+        Ok(true)
+    }
+
+    fn tmp_name(&mut self) -> OsString {
+        self.tmp_seq += 1;
+        OsString::from(format!(".kube-harness-apply-{}-{}", std::process::id(), self.tmp_seq))
+    }
+}

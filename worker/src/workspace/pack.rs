@@ -1,0 +1,289 @@
+//! The sending side: a full workspace archive for the handoff (`pack`), and on the higher tier an
+//! archive of only what changed since the handoff (`changes_since`).
+//!
+//! Both are written in two passes: a snapshot first (hashes, sizes, so the manifest with its
+//! digest can be the first entry and the size limit is checked before a byte is written), then
+//! the content, re-hashed while streaming. A file that changed between the passes fails the pack
+//! with `ChangedDuringPack` instead of producing an archive that disagrees with its manifest.
+
+use super::error::WorkspaceError;
+use super::manifest::{ArchiveKind, Deleted, DigestBuilder, Limits, Manifest, FORMAT, MANIFEST_NAME};
+use super::paths::{archive_name, check_symlink_target, Exclude};
+use super::snapshot::{diff, snapshot_with, ChangeKind, Entry, EntryKind, FileChange, Snapshot};
+use super::spec::WorkspaceSpec;
+use super::safe_fs;
+use sha2::{Digest, Sha256};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// Options of the sending side.
+#[derive(Debug, Clone, Default)]
+pub struct PackOptions {
+    /// Runtime-owned names left out of the archive (default: none).
+    pub exclude: Exclude,
+    /// `max_total_bytes` / `max_entry_bytes` / `max_entries` are enforced before writing.
+    pub limits: Limits,
+}
+
+/// What a pack wrote.
+#[derive(Debug, Clone)]
+pub struct PackReport {
+    pub entries: u64,
+    pub total_bytes: u64,
+    pub digest: String,
+    /// Objects left out: symlinks pointing outside the workspace, special files, odd names.
+    pub warnings: Vec<String>,
+    /// The snapshot the archive was made from. The worker keeps it as the base for `apply`.
+    pub snapshot: Snapshot,
+}
+
+/// What a change archive carries (created/modified objects with content, deletions listed).
+#[derive(Debug, Clone)]
+pub struct ChangesReport {
+    pub changes: Vec<FileChange>,
+    pub entries: u64,
+    pub total_bytes: u64,
+    pub digest: String,
+    pub warnings: Vec<String>,
+    /// The snapshot the changes were computed against `base` from.
+    pub snapshot: Snapshot,
+}
+
+struct Planned {
+    name: String,
+    abs: PathBuf,
+    entry: Entry,
+}
+
+/// Packs every tracked mount of `spec` into `out`.
+pub fn pack<W: Write>(spec: &WorkspaceSpec, opts: &PackOptions, out: W) -> Result<PackReport, WorkspaceError> {
+    pack_with_cache(spec, opts, None, out)
+}
+
+/// `pack`, reusing the hashes of `prev` (e.g. the snapshot taken after the last command).
+pub fn pack_with_cache<W: Write>(
+    spec: &WorkspaceSpec,
+    opts: &PackOptions,
+    prev: Option<&Snapshot>,
+    out: W,
+) -> Result<PackReport, WorkspaceError> {
+    let snapshot = snapshot_with(spec, &opts.exclude, prev)?;
+    let mut warnings = snapshot.warnings.clone();
+    let mounts = mount_names(spec);
+    let planned: Vec<Planned> = snapshot
+        .entries
+        .iter()
+        .filter_map(|(h, e)| plan(spec, &mounts, h, e, &mut warnings))
+        .collect();
+    let (entries, total_bytes, digest) =
+        write_archive(out, ArchiveKind::Full, &mounts, &planned, Vec::new(), &opts.limits)?;
+    Ok(PackReport { entries, total_bytes, digest, warnings, snapshot })
+}
+
+/// On the higher tier: packs what changed in `spec`'s tracked mounts since `base` (the snapshot
+/// `unpack` returned), deletions listed in the manifest.
+pub fn changes_since<W: Write>(
+    spec: &WorkspaceSpec,
+    base: &Snapshot,
+    opts: &PackOptions,
+    out: W,
+) -> Result<ChangesReport, WorkspaceError> {
+    let snapshot = snapshot_with(spec, &opts.exclude, Some(base))?;
+    let mut warnings = snapshot.warnings.clone();
+    let mounts = mount_names(spec);
+    let mut planned = Vec::new();
+    let mut deleted = Vec::new();
+    let mut changes = Vec::new();
+    for change in diff(base, &snapshot) {
+        let path = &change.harness_path;
+        if change.change == ChangeKind::Deleted {
+            match archive_name(path) {
+                Some(name) => deleted.push(Deleted { path: name, kind: change.kind }),
+                None => {
+                    warnings.push(format!("{}: name not representable, deletion skipped", path.display()));
+                    continue;
+                }
+            }
+        } else {
+            let entry = &snapshot.entries[path];
+            match plan(spec, &mounts, path, entry, &mut warnings) {
+                Some(p) => planned.push(p),
+                None => continue,
+            }
+        }
+        changes.push(change);
+    }
+    let (entries, total_bytes, digest) =
+        write_archive(out, ArchiveKind::Changes, &mounts, &planned, deleted, &opts.limits)?;
+    Ok(ChangesReport { changes, entries, total_bytes, digest, warnings, snapshot })
+}
+
+/// Relative names of the tracked mounts (`session`, ...).
+fn mount_names(spec: &WorkspaceSpec) -> Vec<PathBuf> {
+    spec.tracked()
+        .filter_map(|m| m.harness_path.strip_prefix("/").ok().map(Path::to_path_buf))
+        .collect()
+}
+
+fn plan(
+    spec: &WorkspaceSpec,
+    mounts: &[PathBuf],
+    harness: &Path,
+    entry: &Entry,
+    warnings: &mut Vec<String>,
+) -> Option<Planned> {
+    let Some(name) = archive_name(harness) else {
+        warnings.push(format!("{}: name not representable, skipped", harness.display()));
+        return None;
+    };
+    if entry.kind == EntryKind::Symlink {
+        let target = entry.target.as_deref().unwrap_or("");
+        if let Err(reason) = check_symlink_target(Path::new(&name), target.as_bytes(), mounts) {
+            warnings.push(format!("{}: {reason}, skipped", harness.display()));
+            return None;
+        }
+    }
+    let mount = spec.mount_for(harness)?;
+    let rel = harness.strip_prefix(&mount.harness_path).ok()?;
+    let abs = if rel.as_os_str().is_empty() { mount.backing_path.clone() } else { mount.backing_path.join(rel) };
+    Some(Planned { name, abs, entry: entry.clone() })
+}
+
+fn write_archive<W: Write>(
+    out: W,
+    kind: ArchiveKind,
+    mounts: &[PathBuf],
+    planned: &[Planned],
+    deleted: Vec<Deleted>,
+    limits: &Limits,
+) -> Result<(u64, u64, String), WorkspaceError> {
+    let count = planned.len() as u64 + deleted.len() as u64;
+    if count > limits.max_entries {
+        return Err(WorkspaceError::TooLarge { what: "entry count", size: count, limit: limits.max_entries });
+    }
+    let mut total = 0u64;
+    let mut digest = DigestBuilder::new();
+    for p in planned {
+        let e = &p.entry;
+        if e.kind == EntryKind::File {
+            if e.size > limits.max_entry_bytes {
+                return Err(WorkspaceError::TooLarge {
+                    what: "a file",
+                    size: e.size,
+                    limit: limits.max_entry_bytes,
+                });
+            }
+            total += e.size;
+        }
+        let content = match e.kind {
+            EntryKind::File => e.sha256.as_deref().unwrap_or(""),
+            EntryKind::Symlink => e.target.as_deref().unwrap_or(""),
+            EntryKind::Dir => "",
+        };
+        digest.entry(&p.name, e.kind, e.mode, e.size_on_wire(), content);
+    }
+    if total > limits.max_total_bytes {
+        return Err(WorkspaceError::TooLarge { what: "workspace content", size: total, limit: limits.max_total_bytes });
+    }
+    for d in &deleted {
+        digest.deleted(&d.path, d.kind);
+    }
+    let digest = digest.finish();
+    let manifest = Manifest {
+        format: FORMAT.to_owned(),
+        kind,
+        mounts: mounts.iter().map(|m| format!("/{}", m.display())).collect(),
+        entries: planned.len() as u64,
+        total_bytes: total,
+        digest: digest.clone(),
+        deleted,
+    };
+    let json = serde_json::to_vec(&manifest).expect("manifest serializes");
+    let io_err = |e: io::Error| WorkspaceError::io("<archive output>", e);
+    let mut tar = tar::Builder::new(out);
+    let mut h = header(tar::EntryType::Regular, 0o644, 0, json.len() as u64);
+    tar.append_data(&mut h, MANIFEST_NAME, json.as_slice()).map_err(io_err)?;
+    for p in planned {
+        let e = &p.entry;
+        let mtime = (e.mtime_ns.max(0) / 1_000_000_000) as u64;
+        match e.kind {
+            EntryKind::Dir => {
+                let mut h = header(tar::EntryType::Directory, e.mode, mtime, 0);
+                tar.append_data(&mut h, &p.name, io::empty()).map_err(io_err)?;
+            }
+            EntryKind::Symlink => {
+                let mut h = header(tar::EntryType::Symlink, 0o777, mtime, 0);
+                let target = e.target.as_deref().unwrap_or("");
+                tar.append_link(&mut h, &p.name, target).map_err(io_err)?;
+            }
+            EntryKind::File => {
+                let file = safe_fs::open_regular(&p.abs).map_err(|_| WorkspaceError::ChangedDuringPack(p.abs.clone()))?;
+                let mut reader = Verifying::new(file, e.size, e.sha256.clone().unwrap_or_default());
+                let mut h = header(tar::EntryType::Regular, e.mode, mtime, e.size);
+                match tar.append_data(&mut h, &p.name, &mut reader) {
+                    Ok(()) => {}
+                    Err(_) if reader.mismatch => return Err(WorkspaceError::ChangedDuringPack(p.abs.clone())),
+                    Err(err) => return Err(io_err(err)),
+                }
+            }
+        }
+    }
+    tar.into_inner().map_err(io_err)?.flush().map_err(io_err)?;
+    Ok((planned.len() as u64, total, digest))
+}
+
+impl Entry {
+    /// Size as recorded in the digest: file length, 0 for directories and symlinks.
+    pub(crate) fn size_on_wire(&self) -> u64 {
+        if self.kind == EntryKind::File {
+            self.size
+        } else {
+            0
+        }
+    }
+}
+
+fn header(kind: tar::EntryType, mode: u32, mtime: u64, size: u64) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_mode(mode & 0o777);
+    h.set_mtime(mtime);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_size(size);
+    h
+}
+
+/// Streams exactly `size` bytes and fails (instead of padding) if the file is shorter or its bytes
+/// no longer hash to what the manifest says.
+struct Verifying {
+    inner: io::Take<std::fs::File>,
+    remaining: u64,
+    hash: Sha256,
+    expected: String,
+    mismatch: bool,
+    done: bool,
+}
+
+impl Verifying {
+    fn new(file: std::fs::File, size: u64, expected: String) -> Self {
+        Verifying { inner: file.take(size), remaining: size, hash: Sha256::new(), expected, mismatch: false, done: false }
+    }
+}
+
+impl Read for Verifying {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hash.update(&buf[..n]);
+        self.remaining -= n as u64;
+        if n == 0 && !buf.is_empty() && !self.done {
+            self.done = true;
+            let actual = hex::encode(std::mem::take(&mut self.hash).finalize());
+            if self.remaining != 0 || actual != self.expected {
+                self.mismatch = true;
+                return Err(io::Error::other("file changed during pack"));
+            }
+        }
+        Ok(n)
+    }
+}
