@@ -484,6 +484,7 @@ fn errno_text(err: i32) -> &'static [u8] {
         libc::EBUSY => b"busy",
         libc::EROFS => b"read-only file system",
         libc::EMFILE => b"too many open files",
+        libc::EBADFD => b"file descriptor in bad state",
         _ => b"error",
     }
 }

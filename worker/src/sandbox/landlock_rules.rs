@@ -15,7 +15,7 @@ use landlock::{
 };
 use std::collections::BTreeSet;
 use std::ffi::CString;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -127,7 +127,18 @@ pub fn build(i: &Inputs) -> Result<OwnedFd, SandboxError> {
             .map_err(|e| SandboxError::Landlock(format!("{}: {e}", rule.path.display())))?;
     }
     let fd: Option<OwnedFd> = created.into();
-    fd.ok_or(SandboxError::LandlockUnavailable)
+    let fd = fd.ok_or(SandboxError::LandlockUnavailable)?;
+    // The child makes fd 3 its state descriptor: keep the ruleset well above it.
+    // SAFETY: duplicating a valid fd into a fresh close-on-exec one we own.
+    let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
+    if high < 0 {
+        return Err(SandboxError::io(
+            "duplicating the landlock ruleset descriptor",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: fresh fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(high) })
 }
 
 fn collect(i: &Inputs) -> Vec<Rule> {

@@ -40,14 +40,19 @@ pub fn build(dir: &Path, toggles: RuntimeToggles) -> Result<Toolset, SandboxErro
     })?;
     let t = &m.doc.tier0;
     let mut wanted: Vec<&String> = t.always.iter().collect();
-    if toggles.network {
-        wanted.extend(&t.network);
-    }
-    if toggles.python {
-        wanted.extend(&t.python);
-    }
-    if toggles.javascript {
-        wanted.extend(&t.javascript);
+    // Interpreters of toggled-off groups: a tool that needs one (yq is often a python3 script)
+    // would make it executable again, so such tools are left out too.
+    let mut forbidden = BTreeSet::new();
+    for (on, names) in [
+        (toggles.network, &t.network),
+        (toggles.python, &t.python),
+        (toggles.javascript, &t.javascript),
+    ] {
+        if on {
+            wanted.extend(names);
+        } else {
+            forbidden.extend(names.iter().filter_map(|n| locate(n)));
+        }
     }
 
     let bash = ["/usr/bin/bash", "/bin/bash"]
@@ -62,17 +67,18 @@ pub fn build(dir: &Path, toggles: RuntimeToggles) -> Result<Toolset, SandboxErro
         if name.contains('/') || name == "." || name == ".." {
             continue;
         }
-        let Some(target) = SEARCH
-            .iter()
-            .map(|d| Path::new(d).join(name))
-            .find_map(|p| std::fs::canonicalize(&p).ok().filter(|c| is_executable(c)))
-        else {
+        let Some(target) = locate(name) else {
             continue;
         };
+        let mut chain = BTreeSet::new();
+        add_with_interpreters(&target, &mut chain);
+        if !chain.is_disjoint(&forbidden) {
+            continue;
+        }
         let link = dir.join(name);
         std::os::unix::fs::symlink(&target, &link)
             .map_err(|e| SandboxError::io(format!("linking {}", link.display()), e))?;
-        add_with_interpreters(&target, &mut executables);
+        executables.extend(chain);
         names.push(name.clone());
     }
     names.sort();
@@ -81,6 +87,14 @@ pub fn build(dir: &Path, toggles: RuntimeToggles) -> Result<Toolset, SandboxErro
         executables,
         bash,
     })
+}
+
+/// The canonical file a command name resolves to in the system directories.
+fn locate(name: &str) -> Option<PathBuf> {
+    SEARCH
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find_map(|p| std::fs::canonicalize(&p).ok().filter(|c| is_executable(c)))
 }
 
 /// Adds `file` and, transitively, the interpreters the kernel opens to start it.
