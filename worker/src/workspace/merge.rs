@@ -340,7 +340,8 @@ impl<'a> Applier<'a> {
             }
             Some(parent) => match safe_fs::open_dir_beneath(root, parent) {
                 Ok(fd) => (fd, rel.file_name().expect("non-root")),
-                Err(WalkError::Missing) => return Ok(Current::Absent),
+                // Under a file that this change set may be replacing with a directory.
+                Err(WalkError::Missing) | Err(WalkError::NotDir) => return Ok(Current::Absent),
                 Err(WalkError::Blocked) => return Ok(Current::Blocked),
                 Err(WalkError::Io(e)) => return Err(WorkspaceError::io(harness, e)),
             },
@@ -402,7 +403,7 @@ impl<'a> Applier<'a> {
             harness_path: p.harness.clone(),
             change,
             kind: item.kind,
-            size: if item.kind == EntryKind::File { item.size } else { 0 },
+            size: if item.kind == EntryKind::Dir { 0 } else { item.size },
             mode: item.mode,
         };
         if p.rel.as_os_str().is_empty() {

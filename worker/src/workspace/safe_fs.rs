@@ -17,8 +17,10 @@ use std::path::{Component, Path};
 /// Why walking to a directory failed.
 #[derive(Debug)]
 pub(crate) enum WalkError {
-    /// A component is a symlink or not a directory.
+    /// A component is a symlink (or not a plain name).
     Blocked,
+    /// A component is a file or another non-directory.
+    NotDir,
     /// A component does not exist.
     Missing,
     Io(io::Error),
@@ -27,7 +29,7 @@ pub(crate) enum WalkError {
 impl WalkError {
     pub(crate) fn rejection(&self) -> Option<EntryRejection> {
         match self {
-            WalkError::Blocked => Some(EntryRejection::ThroughSymlink),
+            WalkError::Blocked | WalkError::NotDir => Some(EntryRejection::ThroughSymlink),
             WalkError::Missing => Some(EntryRejection::ParentMissing),
             WalkError::Io(_) => None,
         }
@@ -51,7 +53,15 @@ pub(crate) fn open_dir_beneath(root: &OwnedFd, rel: &Path) -> Result<OwnedFd, Wa
         let Component::Normal(name) = c else { return Err(WalkError::Blocked) };
         cur = match rfs::openat(&cur, name, DIR_FLAGS, Mode::empty()) {
             Ok(fd) => fd,
-            Err(Errno::LOOP) | Err(Errno::NOTDIR) => return Err(WalkError::Blocked),
+            // With O_DIRECTORY a symlink may fail as ENOTDIR rather than ELOOP: ask lstat.
+            Err(Errno::LOOP) | Err(Errno::NOTDIR) => {
+                return match rfs::statat(&cur, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::Symlink => {
+                        Err(WalkError::NotDir)
+                    }
+                    _ => Err(WalkError::Blocked),
+                }
+            }
             Err(Errno::NOENT) => return Err(WalkError::Missing),
             Err(e) => return Err(WalkError::Io(e.into())),
         };
