@@ -12,7 +12,6 @@ use kube_harness_worker::workspace::WorkspaceSpec;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// Records every script it runs; answers with the stderr the test scripted for a marker word.
 struct Scripted {
@@ -101,7 +100,6 @@ fn turn(
     let config = TurnConfig {
         workspace: WorkspaceSpec::canonical(Path::new("/nonexistent"), Default::default(), vec![]),
         classify,
-        timeout: Duration::from_secs(5),
         inline_output_limit: 1024,
     };
     let emitter = Emitter::new("s1", "t1", vec![collector.clone()]);

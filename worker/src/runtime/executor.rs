@@ -15,9 +15,8 @@ pub struct ExecRequest {
     /// Harness path to start in.
     pub cwd: PathBuf,
     /// The exported variables carried from earlier commands; the executor adds its own tier-owned
-    /// ones (PATH, HOME, …).
+    /// ones (PATH, HOME, …). Each executor applies its own time limit.
     pub env: BTreeMap<String, String>,
-    pub timeout: Duration,
 }
 
 /// What an executor reports. Faults are results too (exit 126 and a `kube-harness:` stderr line).
@@ -48,7 +47,7 @@ impl ExecResult {
 #[derive(Debug, Clone, Default)]
 pub struct DisposeReport {
     /// Changes merged back into the session's tracked mounts (higher tiers only).
-    pub file_changes: Vec<crate::runtime::FileEvent>,
+    pub file_changes: Vec<crate::workspace::FileChange>,
     /// The tier's own usage figures, when it measures any.
     pub usage: Option<Value>,
 }

@@ -5,43 +5,27 @@
 pub mod event;
 pub mod executor;
 pub mod state;
+pub mod tier0;
+pub mod tracker;
 pub mod turn;
 
 pub use event::{Collector, Emitter, EventSink, TraceEvent};
 pub use executor::{CommandExecutor, DisposeReport, ExecRequest, ExecResult, NextTier};
+pub use tier0::Tier0Executor;
+pub use tracker::WorkspaceTracker;
 pub use turn::{CommandOutcome, Turn, TurnConfig};
 
-use serde::{Deserialize, Serialize};
+use crate::workspace::{ChangeKind, FileChange};
 
 /// The seed's `TIER_REFUSED_EXIT_CODE`: refusals and provisioning failures.
 pub const REFUSED_EXIT_CODE: i32 = 126;
 
-/// What happened to one tracked file, for `harness.file.*` events.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FileEvent {
-    /// Harness path, e.g. `/session/a.txt`.
-    pub path: String,
-    pub change: FileChange,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub size: Option<u64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FileChange {
-    Created,
-    Modified,
-    Deleted,
-}
-
-impl FileChange {
-    pub fn event_type(self) -> &'static str {
-        match self {
-            FileChange::Created => event::kind::FILE_CREATED,
-            FileChange::Modified => event::kind::FILE_MODIFIED,
-            FileChange::Deleted => event::kind::FILE_DELETED,
-        }
+/// The `harness.file.*` event type for a change.
+pub fn file_event_type(change: ChangeKind) -> &'static str {
+    match change {
+        ChangeKind::Created => event::kind::FILE_CREATED,
+        ChangeKind::Modified => event::kind::FILE_MODIFIED,
+        ChangeKind::Deleted => event::kind::FILE_DELETED,
     }
 }
 
@@ -51,5 +35,5 @@ pub struct Snapshot(pub Box<dyn std::any::Any + Send + Sync>);
 /// Observes the tracked mounts around each Tier-0 command (`harness.file.*` events).
 pub trait Tracker: Send + Sync {
     fn snapshot(&self) -> Snapshot;
-    fn changes(&self, before: &Snapshot, after: &Snapshot) -> Vec<FileEvent>;
+    fn changes(&self, before: &Snapshot, after: &Snapshot) -> Vec<FileChange>;
 }

@@ -4,7 +4,7 @@
 
 use super::event::{kind, Emitter};
 use super::executor::{CommandExecutor, ExecRequest, ExecResult, NextTier};
-use super::{state, Tracker, REFUSED_EXIT_CODE};
+use super::{file_event_type, state, Tracker, REFUSED_EXIT_CODE};
 use crate::classify::{self, ClassifyOptions, Decision};
 use crate::workspace::WorkspaceSpec;
 use serde::Serialize;
@@ -12,15 +12,13 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::Mutex;
 
 /// How a turn runs its commands.
 pub struct TurnConfig {
     pub workspace: WorkspaceSpec,
     pub classify: ClassifyOptions,
-    /// Per-command time limit (the executor kills the process group at this point).
-    pub timeout: Duration,
     /// stdout/stderr larger than this go to `/artifacts/trace/…` and the event carries a contentRef.
     pub inline_output_limit: usize,
 }
@@ -165,8 +163,8 @@ impl Turn {
                 Ok(report) => {
                     for change in &report.file_changes {
                         self.emitter.emit(
-                            change.change.event_type(),
-                            json!({"path": change.path, "size": change.size, "tier": higher.tier(), "source": "merge"}),
+                            file_event_type(change.change),
+                            json!({"path": change.harness_path, "kind": change.kind, "size": change.size, "mode": change.mode, "tier": higher.tier(), "source": "merge"}),
                         );
                     }
                     higher_usage = report.usage;
@@ -272,7 +270,6 @@ impl Turn {
                 script: state::wrap(script),
                 cwd: st.cwd.clone(),
                 env: st.env.clone(),
-                timeout: self.config.timeout,
             })
             .await;
         let duration_ms = started.elapsed().as_millis() as u64;
@@ -283,12 +280,12 @@ impl Turn {
         if let (Some(tracker), Some(before)) = (tracker, before) {
             let after = tracker.snapshot();
             for change in tracker.changes(&before, &after) {
-                if self.is_trace_payload(&change.path) {
+                if self.is_trace_payload(&change.harness_path) {
                     continue;
                 }
                 self.emitter.emit(
-                    change.change.event_type(),
-                    json!({"path": change.path, "size": change.size, "tier": tier, "source": "command"}),
+                    file_event_type(change.change),
+                    json!({"path": change.harness_path, "kind": change.kind, "size": change.size, "mode": change.mode, "tier": tier, "source": "command"}),
                 );
             }
         }
@@ -358,8 +355,8 @@ impl Turn {
         }
     }
 
-    fn is_trace_payload(&self, path: &str) -> bool {
-        path.starts_with(&format!("{}/trace/", crate::workspace::spec::ARTIFACTS))
+    fn is_trace_payload(&self, path: &Path) -> bool {
+        path.starts_with(Path::new(crate::workspace::spec::ARTIFACTS).join("trace"))
     }
 }
 

@@ -1,0 +1,156 @@
+//! The runtime over the real Tier-0 sandbox (namespaces, landlock, seccomp): what the agent sees,
+//! what the trace records, and that classification protects the workspace before anything runs.
+
+use kube_harness_worker::classify::{ClassifyOptions, RuntimeToggles};
+use kube_harness_worker::local::DataDir;
+use kube_harness_worker::runtime::{
+    event::kind, Collector, Emitter, Tier0Executor, Turn, TurnConfig, WorkspaceTracker,
+};
+use kube_harness_worker::sandbox::{Presentation, SandboxConfig};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    session_root: PathBuf,
+    turn: Turn,
+    events: Arc<Collector>,
+}
+
+fn fixture(deny: &[&str]) -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = DataDir::open(tmp.path().join(".little-harness")).unwrap();
+    let session = data.session("s1").unwrap();
+    let spec = session.workspace(RuntimeToggles::default(), vec![]);
+    let tier0 = Tier0Executor::new(SandboxConfig::new(spec.clone(), Presentation::Namespace))
+        .expect("the Tier-0 sandbox is available on this machine");
+    let events = Arc::new(Collector::default());
+    let mut classify = ClassifyOptions::default();
+    classify.policy.deny_commands = deny.iter().map(|d| d.to_string()).collect();
+    let turn = Turn::new(
+        TurnConfig {
+            workspace: spec.clone(),
+            classify,
+            inline_output_limit: 4096,
+        },
+        Emitter::new("s1", "t1", vec![events.clone()]),
+        Arc::new(tier0),
+        None,
+        Some(Arc::new(WorkspaceTracker::new(spec))),
+        PathBuf::from("/session"),
+        BTreeMap::new(),
+    );
+    Fixture {
+        session_root: session.root.clone(),
+        _tmp: tmp,
+        turn,
+        events,
+    }
+}
+
+#[tokio::test]
+async fn commands_see_canonical_paths_and_keep_cwd_and_exports() {
+    let f = fixture(&[]);
+    let out = f
+        .turn
+        .exec("echo hi > /session/a.txt && cat /session/a.txt")
+        .await;
+    assert_eq!(
+        (out.stdout.as_str(), out.exit_code, out.tier),
+        ("hi\n", 0, 0),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.session_root.join("session/a.txt")).unwrap(),
+        "hi\n"
+    );
+    f.turn
+        .exec("mkdir -p /session/sub && cd /session/sub && export FOO='a b' && BAR=local")
+        .await;
+    let out = f.turn.exec("pwd; echo \"$FOO|$BAR\"").await;
+    assert_eq!(
+        out.stdout, "/session/sub\na b|\n",
+        "cwd and exported variables carry over, plain ones do not"
+    );
+    let created: Vec<_> = f
+        .events
+        .events()
+        .into_iter()
+        .filter(|e| e.kind == kind::FILE_CREATED)
+        .collect();
+    assert!(
+        created.iter().any(|e| e.data["path"] == "/session/a.txt"),
+        "{created:?}"
+    );
+    assert!(created.iter().any(|e| e.data["path"] == "/session/sub"));
+}
+
+#[tokio::test]
+async fn the_parent_environment_is_invisible() {
+    std::env::set_var("KH_TEST_SECRET_TOKEN", "hunter2");
+    let f = fixture(&[]);
+    let out = f.turn.exec("env; echo \"[$KH_TEST_SECRET_TOKEN]\"").await;
+    assert!(!out.stdout.contains("hunter2"), "{}", out.stdout);
+    assert!(out.stdout.contains("[]"));
+}
+
+#[tokio::test]
+async fn escalation_without_a_higher_tier_refuses_before_the_destructive_prefix() {
+    let f = fixture(&[]);
+    f.turn
+        .exec("mkdir -p /session/build && touch /session/build/keep")
+        .await;
+    let out = f.turn.exec("rm -rf /session/build && cargo build").await;
+    assert_eq!(out.exit_code, 126);
+    assert_eq!(out.stderr.lines().count(), 1);
+    assert!(out.stderr.starts_with("kube-harness: "));
+    assert!(
+        f.session_root.join("session/build/keep").exists(),
+        "build was left intact"
+    );
+    let out = f.turn.exec("ls /session/build").await;
+    assert_eq!(out.stdout, "keep\n");
+}
+
+#[tokio::test]
+async fn denied_commands_are_refused_and_large_output_goes_to_artifacts() {
+    let f = fixture(&["rm"]);
+    let out = f.turn.exec("rm -f /session/x").await;
+    assert_eq!(out.exit_code, 126);
+    assert!(
+        out.stderr.contains("refused by policy: rm"),
+        "{}",
+        out.stderr
+    );
+    let out = f.turn.exec("seq 1 5000").await;
+    assert_eq!(out.stdout.lines().count(), 5000);
+    let done = f
+        .events
+        .events()
+        .into_iter()
+        .filter(|e| e.kind == kind::COMMAND_COMPLETED)
+        .last()
+        .unwrap();
+    let content_ref = done.data["stdoutRef"]["contentRef"]
+        .as_str()
+        .expect("large stdout is referenced");
+    assert!(content_ref.starts_with("/artifacts/trace/"));
+    let stored = f.session_root.join(content_ref.trim_start_matches('/'));
+    assert_eq!(std::fs::read_to_string(stored).unwrap(), out.stdout);
+    assert!(
+        !f.events
+            .events()
+            .iter()
+            .any(|e| e.kind == kind::FILE_CREATED
+                && e.data["path"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("/artifacts/trace")),
+        "trace payloads are not reported as agent file changes"
+    );
+    let usage = f.turn.end().await;
+    assert_eq!(usage["stayedOnTier0"], true);
+    assert_eq!(usage["refusals"], 1);
+}
