@@ -4,6 +4,7 @@
 
 mod classify;
 mod ledger;
+mod local;
 mod session_log;
 
 use clap::{Parser, Subcommand};
@@ -28,6 +29,8 @@ enum Command {
     SessionLog(session_log::SessionLogArgs),
     /// The orchestration ledger service: tasks, continuations, wakeups, workflow queues, results.
     Ledger(ledger::LedgerArgs),
+    /// The local host: run commands in a session without a cluster, and inspect its data.
+    Local(local::LocalArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +40,7 @@ fn main() -> ExitCode {
         Command::Classify(args) => classify::run(args),
         Command::SessionLog(args) => session_log::run(args),
         Command::Ledger(args) => ledger::run(args),
+        Command::Local(args) => local::run(args),
     };
     match result {
         Ok(code) => code,

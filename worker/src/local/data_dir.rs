@@ -20,6 +20,8 @@ pub enum LocalError {
     SessionBusy(String),
     #[error("path error: {0}")]
     Path(String),
+    #[error("the Tier-0 sandbox is not available on this host: {0}")]
+    Sandbox(String),
     #[error("{context}: {source}")]
     Io {
         context: String,

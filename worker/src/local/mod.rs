@@ -3,11 +3,13 @@
 //! `trace.ndjson`, locks), one session never running two turns at once.
 
 pub mod data_dir;
+pub mod host;
 pub mod lock;
 pub mod persistent;
 pub mod trace;
 
 pub use data_dir::{DataDir, LocalError, SessionDir};
+pub use host::{commit_manual, run_turn, LocalTurn, TurnResult};
 pub use lock::{SameSession, TurnGuard};
 pub use persistent::{CommitPolicy, PersistentDir};
 pub use trace::FileTrace;

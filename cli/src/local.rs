@@ -1,0 +1,219 @@
+//! `kube-harness local …`: the local host, no cluster. `exec` runs one command as one turn of a
+//! session; `sessions`, `trace` and `doctor` read the data directory without running anything;
+//! `commit` applies a `manual` Persistent Dir commit.
+
+use anyhow::Context;
+use clap::{ArgAction, Args, Subcommand};
+use kube_harness_worker::classify::RuntimeToggles;
+use kube_harness_worker::local::{
+    self, data_dir::DEFAULT_DATA_DIR, DataDir, FileTrace, LocalTurn, PersistentDir, SameSession,
+};
+use kube_harness_worker::runtime::event::kind;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct LocalArgs {
+    /// The local host's data directory.
+    #[arg(long, global = true, default_value = DEFAULT_DATA_DIR, value_name = "DIR")]
+    data_dir: PathBuf,
+    /// Root that `project:` Persistent Dir sources must stay inside.
+    #[arg(long, global = true, default_value = ".", value_name = "DIR")]
+    project_root: PathBuf,
+    #[command(subcommand)]
+    command: LocalCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum LocalCommand {
+    /// Run a script as one turn of a session (created on first use) and print its output.
+    Exec(ExecArgs),
+    /// List sessions.
+    Sessions,
+    /// Print a session's trace.
+    Trace {
+        session: String,
+        #[arg(long, default_value = "pretty", value_parser = ["pretty", "json"])]
+        format: String,
+    },
+    /// Check a session's trace: dispose failures are failures (exit 1); refusals and timeouts are
+    /// listed for information.
+    Doctor { session: String },
+    /// Commit a `manual` Persistent Dir as it was at the end of a turn.
+    Commit {
+        #[arg(long)]
+        session: String,
+        #[arg(long)]
+        turn: String,
+        /// The Persistent Dir, as given to `exec --persistent-dir`.
+        #[arg(long = "persistent-dir", value_name = "HARNESS_DIR=SOURCE[:POLICY]")]
+        dir: String,
+    },
+}
+
+#[derive(Args, Debug)]
+struct ExecArgs {
+    #[arg(long)]
+    session: String,
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
+    python: bool,
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
+    javascript: bool,
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = ArgAction::Set)]
+    network: bool,
+    /// Refuse this command on every tier (repeatable).
+    #[arg(long = "deny", value_name = "CMD")]
+    deny: Vec<String>,
+    /// The higher tier to escalate to. Only `none` (refuse with 126) exists so far; the local
+    /// Tier-1 (`host`) is not built yet.
+    #[arg(long, default_value = "none", value_parser = ["none"])]
+    tier1: String,
+    /// A second turn for a busy session waits (`queue`) or fails (`reject`).
+    #[arg(long, default_value = "queue", value_parser = ["queue", "reject"])]
+    same_session: String,
+    #[arg(long, value_name = "N")]
+    max_concurrent_sessions: Option<usize>,
+    /// `/persistent/NAME=SOURCE[:read-only|after-turn|manual]`; SOURCE is relative to the data
+    /// directory, or `project:PATH` relative to --project-root (repeatable).
+    #[arg(long = "persistent-dir", value_name = "HARNESS_DIR=SOURCE[:POLICY]")]
+    persistent_dirs: Vec<String>,
+    /// Print {"exitCode", "stdout", "stderr", "tier", "turnId", "events"} instead of the output.
+    #[arg(long)]
+    json: bool,
+    #[arg(last = true, required = true, value_name = "SCRIPT")]
+    script: Vec<String>,
+}
+
+pub fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
+    let data = DataDir::open(&args.data_dir)?;
+    match args.command {
+        LocalCommand::Exec(exec) => run_exec(&data, args.project_root, exec),
+        LocalCommand::Sessions => {
+            for id in data.sessions()? {
+                println!("{id}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        LocalCommand::Trace { session, format } => {
+            let dir = data.existing_session(&session)?;
+            let events = FileTrace::read(&dir.trace_path()).map_err(anyhow::Error::msg)?;
+            let mut out = std::io::stdout().lock();
+            for e in events {
+                if format == "json" {
+                    serde_json::to_writer(&mut out, &e)?;
+                    writeln!(out)?;
+                } else {
+                    writeln!(
+                        out,
+                        "{} #{:<3} {:<34} {}",
+                        e.turn_id,
+                        e.seq,
+                        e.kind,
+                        pretty(&e.data)
+                    )?;
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        LocalCommand::Doctor { session } => {
+            let dir = data.existing_session(&session)?;
+            let events = FileTrace::read(&dir.trace_path()).map_err(anyhow::Error::msg)?;
+            let count = |k: &str| events.iter().filter(|e| e.kind == k).count();
+            let dispose = count(kind::DISPOSE_FAILED);
+            let refused = count(kind::TIER_REFUSED);
+            let timeouts = events
+                .iter()
+                .filter(|e| e.kind == kind::COMMAND_COMPLETED && e.data["timedOut"] == true)
+                .count();
+            println!("session {session}: {} events", events.len());
+            println!("  dispose failures: {dispose}");
+            println!("  refusals:         {refused}");
+            println!("  timeouts:         {timeouts}");
+            println!("{dispose} failure(s)");
+            Ok(if dispose == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        LocalCommand::Commit { session, turn, dir } => {
+            let dir = PersistentDir::parse(&dir)?;
+            local::commit_manual(&data, &session, &turn, &dir, &args.project_root)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn run_exec(data: &DataDir, project_root: PathBuf, args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let persistent_dirs = args
+        .persistent_dirs
+        .iter()
+        .map(|d| PersistentDir::parse(d))
+        .collect::<Result<Vec<_>, _>>()?;
+    let turn = LocalTurn {
+        session: args.session,
+        runtime: RuntimeToggles {
+            python: args.python,
+            javascript: args.javascript,
+            network: args.network,
+        },
+        deny: args.deny,
+        same_session: args
+            .same_session
+            .parse::<SameSession>()
+            .map_err(anyhow::Error::msg)?,
+        max_concurrent_sessions: args.max_concurrent_sessions,
+        persistent_dirs,
+        project_root,
+        next_tier: None,
+    };
+    let script = args.script.join(" ");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let result = rt.block_on(local::run_turn(data, &turn, &script))?;
+    let o = &result.outcome;
+    if args.json {
+        let json = serde_json::json!({
+            "exitCode": o.exit_code,
+            "stdout": o.stdout,
+            "stderr": o.stderr,
+            "tier": o.tier,
+            "turnId": result.turn_id,
+            "events": result.events,
+        });
+        println!("{json}");
+    } else {
+        std::io::stdout().write_all(o.stdout.as_bytes())?;
+        std::io::stderr().write_all(o.stderr.as_bytes())?;
+    }
+    Ok(ExitCode::from(o.exit_code.clamp(0, 255) as u8))
+}
+
+/// One line per event for people: the interesting fields only.
+fn pretty(data: &serde_json::Value) -> String {
+    let field = |k: &str| data.get(k).filter(|v| !v.is_null());
+    let mut parts = Vec::new();
+    for key in [
+        "tier",
+        "command",
+        "exitCode",
+        "durationMs",
+        "path",
+        "reason",
+        "signal",
+        "error",
+        "stayedOnTier0",
+    ] {
+        if let Some(v) = field(key) {
+            let text = match v.as_str() {
+                Some(s) => format!("{s:?}"),
+                None => v.to_string(),
+            };
+            parts.push(format!("{key}={text}"));
+        }
+    }
+    parts.join(" ")
+}
