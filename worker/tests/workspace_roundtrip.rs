@@ -3,8 +3,8 @@
 mod workspace_support;
 
 use kube_harness_worker::workspace::{
-    diff, pack, rehome, snapshot, snapshot_since, unpack, ChangeKind, EntryKind, Exclude, Limits, PackOptions,
-    UnpackOptions, WorkspaceError,
+    diff, pack, rehome, snapshot, snapshot_since, unpack, ChangeKind, EntryKind, Exclude, Limits,
+    PackOptions, UnpackOptions, WorkspaceError,
 };
 use std::path::Path;
 use workspace_support::*;
@@ -15,13 +15,25 @@ fn sample_tree(root: &Path) {
     write(&s.join("empty"), b"", 0o600);
     write(&s.join("run.sh"), b"#!/bin/sh\necho hi\n", 0o755);
     write(&s.join("ro.txt"), b"read only", 0o444);
-    write(&s.join("deep/er/still/deeper/x.bin"), &[0u8, 1, 2, 255], 0o640);
+    write(
+        &s.join("deep/er/still/deeper/x.bin"),
+        &[0u8, 1, 2, 255],
+        0o640,
+    );
     write(&s.join("żółw 🐢.txt"), "unicode ✓".as_bytes(), 0o644);
     write(&s.join("日本語/ファイル.md"), "本文".as_bytes(), 0o644);
     let long = "n".repeat(120);
-    write(&s.join(format!("{long}/{long}.txt")), b"long names use GNU extensions", 0o644);
+    write(
+        &s.join(format!("{long}/{long}.txt")),
+        b"long names use GNU extensions",
+        0o644,
+    );
     mkdir(&s.join("emptydir"), 0o700);
-    write(&s.join("locked/inner.txt"), b"inside a read-only dir", 0o644);
+    write(
+        &s.join("locked/inner.txt"),
+        b"inside a read-only dir",
+        0o644,
+    );
     mkdir(&s.join("locked"), 0o555);
     symlink("a.txt", &s.join("link-to-file"));
     symlink("deep/er", &s.join("link-to-dir"));
@@ -30,7 +42,11 @@ fn sample_tree(root: &Path) {
     symlink(&"l".repeat(150), &s.join("dangling-long-target"));
     write(&root.join("artifacts/report.html"), b"<html></html>", 0o644);
     write(&root.join("persistent/user/notes.md"), b"notes", 0o600);
-    write(&root.join(".agents/skills/s.md"), b"untracked mount, never packed", 0o644);
+    write(
+        &root.join(".agents/skills/s.md"),
+        b"untracked mount, never packed",
+        0o644,
+    );
 }
 
 #[test]
@@ -63,10 +79,21 @@ fn round_trip_preserves_tree_modes_and_links() {
     assert_eq!(content(&there), expected);
     // The snapshot unpack returns is the tree it wrote.
     assert_eq!(content(&unpacked.snapshot), expected);
-    assert!(!target.join(".agents").exists(), "untracked mounts are not packed");
-    assert!(!target.join(kube_harness_worker::workspace::STAGING_NAME).exists());
-    assert_eq!(std::fs::read_link(target.join("session/link-to-dir")).unwrap(), Path::new("deep/er"));
-    assert_eq!(std::fs::read(target.join("session/cross-mount")).unwrap(), b"<html></html>");
+    assert!(
+        !target.join(".agents").exists(),
+        "untracked mounts are not packed"
+    );
+    assert!(!target
+        .join(kube_harness_worker::workspace::STAGING_NAME)
+        .exists());
+    assert_eq!(
+        std::fs::read_link(target.join("session/link-to-dir")).unwrap(),
+        Path::new("deep/er")
+    );
+    assert_eq!(
+        std::fs::read(target.join("session/cross-mount")).unwrap(),
+        b"<html></html>"
+    );
 }
 
 #[test]
@@ -85,14 +112,29 @@ fn packing_is_deterministic() {
 fn excluded_names_stay_behind() {
     let src = tempfile::tempdir().unwrap();
     let spec = layout(src.path(), &[]);
-    write(&src.path().join("session/.kube-harness/state"), b"runtime", 0o600);
+    write(
+        &src.path().join("session/.kube-harness/state"),
+        b"runtime",
+        0o600,
+    );
     write(&src.path().join("session/keep"), b"k", 0o600);
-    let opts = PackOptions { exclude: Exclude::names([".kube-harness"]), ..Default::default() };
+    let opts = PackOptions {
+        exclude: Exclude::names([".kube-harness"]),
+        ..Default::default()
+    };
     let mut bytes = Vec::new();
     let packed = pack(&spec, &opts, &mut bytes).unwrap();
-    assert!(packed.snapshot.get(Path::new("/session/.kube-harness")).is_none());
+    assert!(packed
+        .snapshot
+        .get(Path::new("/session/.kube-harness"))
+        .is_none());
     let target = tempfile::tempdir().unwrap();
-    unpack(bytes.as_slice(), target.path(), &UnpackOptions::for_spec(&spec)).unwrap();
+    unpack(
+        bytes.as_slice(),
+        target.path(),
+        &UnpackOptions::for_spec(&spec),
+    )
+    .unwrap();
     assert!(target.path().join("session/keep").exists());
     assert!(!target.path().join("session/.kube-harness").exists());
 }
@@ -103,11 +145,30 @@ fn pack_over_the_size_limit_fails_before_writing() {
     let spec = layout(src.path(), &[]);
     write(&src.path().join("session/big"), &vec![7u8; 4096], 0o644);
     write(&src.path().join("session/small"), b"x", 0o644);
-    let opts = PackOptions { limits: Limits { max_total_bytes: 4000, ..Limits::default() }, ..Default::default() };
+    let opts = PackOptions {
+        limits: Limits {
+            max_total_bytes: 4000,
+            ..Limits::default()
+        },
+        ..Default::default()
+    };
     let mut out = Vec::new();
     let err = pack(&spec, &opts, &mut out).unwrap_err();
-    assert!(matches!(err, WorkspaceError::TooLarge { size: 4097, limit: 4000, .. }), "{err}");
-    assert!(out.is_empty(), "nothing may be written once the limit is known to be exceeded");
+    assert!(
+        matches!(
+            err,
+            WorkspaceError::TooLarge {
+                size: 4097,
+                limit: 4000,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        out.is_empty(),
+        "nothing may be written once the limit is known to be exceeded"
+    );
     assert!(err.to_string().contains("over the limit"), "{err}");
 }
 
@@ -124,7 +185,11 @@ fn diff_reports_created_modified_deleted_and_modes() {
     let before = snapshot(&spec).unwrap();
 
     write(&s.join("edit"), b"after!", 0o644);
-    std::fs::set_permissions(s.join("chmod"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(
+        s.join("chmod"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     std::fs::remove_file(s.join("gone")).unwrap();
     write(&s.join("new/file"), b"n", 0o644);
     // Rewriting identical bytes is not a modification.
@@ -132,16 +197,48 @@ fn diff_reports_created_modified_deleted_and_modes() {
     let after = snapshot_since(&spec, &before).unwrap();
     let changes: Vec<_> = diff(&before, &after)
         .into_iter()
-        .map(|c| (c.harness_path.display().to_string(), c.change, c.kind, c.mode))
+        .map(|c| {
+            (
+                c.harness_path.display().to_string(),
+                c.change,
+                c.kind,
+                c.mode,
+            )
+        })
         .collect();
     assert_eq!(
         changes,
         vec![
-            ("/session/chmod".into(), ChangeKind::Modified, EntryKind::File, 0o600),
-            ("/session/edit".into(), ChangeKind::Modified, EntryKind::File, 0o644),
-            ("/session/gone".into(), ChangeKind::Deleted, EntryKind::File, 0o644),
-            ("/session/new".into(), ChangeKind::Created, EntryKind::Dir, 0o755),
-            ("/session/new/file".into(), ChangeKind::Created, EntryKind::File, 0o644),
+            (
+                "/session/chmod".into(),
+                ChangeKind::Modified,
+                EntryKind::File,
+                0o600
+            ),
+            (
+                "/session/edit".into(),
+                ChangeKind::Modified,
+                EntryKind::File,
+                0o644
+            ),
+            (
+                "/session/gone".into(),
+                ChangeKind::Deleted,
+                EntryKind::File,
+                0o644
+            ),
+            (
+                "/session/new".into(),
+                ChangeKind::Created,
+                EntryKind::Dir,
+                0o755
+            ),
+            (
+                "/session/new/file".into(),
+                ChangeKind::Created,
+                EntryKind::File,
+                0o644
+            ),
         ]
     );
 }

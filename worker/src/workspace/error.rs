@@ -54,10 +54,17 @@ pub enum WorkspaceError {
     #[error("archive does not match its manifest: {0}")]
     ManifestMismatch(String),
     #[error("archive entry {path:?} rejected: {reason}")]
-    BadEntry { path: String, reason: EntryRejection },
+    BadEntry {
+        path: String,
+        reason: EntryRejection,
+    },
     /// Total size over the configured limit; raised before anything past the limit is written.
     #[error("{what} is {size} bytes, over the limit of {limit} bytes")]
-    TooLarge { what: &'static str, size: u64, limit: u64 },
+    TooLarge {
+        what: &'static str,
+        size: u64,
+        limit: u64,
+    },
     /// A file changed while it was being packed (its bytes no longer match the snapshot).
     #[error("{0} changed while it was being packed; retry when the workspace is idle")]
     ChangedDuringPack(PathBuf),
@@ -68,10 +75,16 @@ pub enum WorkspaceError {
 
 impl WorkspaceError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        WorkspaceError::Io { path: path.into(), source }
+        WorkspaceError::Io {
+            path: path.into(),
+            source,
+        }
     }
 
     pub(crate) fn bad(path: impl Into<String>, reason: EntryRejection) -> Self {
-        WorkspaceError::BadEntry { path: path.into(), reason }
+        WorkspaceError::BadEntry {
+            path: path.into(),
+            reason,
+        }
     }
 }

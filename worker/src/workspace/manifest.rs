@@ -79,7 +79,14 @@ impl DigestBuilder {
 
     pub fn entry(&mut self, path: &str, kind: EntryKind, mode: u32, size: u64, content: &str) {
         let kind = kind_name(kind);
-        for field in ["E", path, kind, &format!("{mode:o}"), &size.to_string(), content] {
+        for field in [
+            "E",
+            path,
+            kind,
+            &format!("{mode:o}"),
+            &size.to_string(),
+            content,
+        ] {
             self.0.update(field.as_bytes());
             self.0.update([0]);
         }

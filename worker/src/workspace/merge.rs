@@ -1,8 +1,9 @@
 //! The worker side of the return trip: a change archive from the higher tier applied to the
 //! tracked mounts' backing paths.
 //!
-//! Two phases. First the whole archive is read through the same gate as `unpack` into a private
-//! scratch directory (file contents as numbered blobs, nothing in the workspace touched): any
+//! Two phases. First the whole archive is read through the same gate as `unpack` and staged (file
+//! contents in memory up to a budget, beyond it as blobs in a private scratch directory; nothing
+//! in the workspace touched): any
 //! unsafe entry, size overrun or manifest mismatch rejects the archive and nothing is applied.
 //! Then each change is checked against the mount table and the base snapshot and applied with
 //! no-follow primitives: files and symlinks are written under a temporary name and renamed over
@@ -31,13 +32,28 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 /// Options of `apply`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ApplyOptions {
     /// Runtime-owned names the higher tier may not write (reported as `RuntimeOwned`).
     pub exclude: Exclude,
     pub limits: Limits,
-    /// Where incoming content is staged before it is applied (default: the system temp dir).
+    /// Where incoming content beyond `memory_staging_bytes` is staged before it is applied
+    /// (default: the system temp dir).
     pub scratch_dir: Option<PathBuf>,
+    /// Incoming file content up to this many bytes in total is staged in memory; the rest goes
+    /// to `scratch_dir`.
+    pub memory_staging_bytes: u64,
+}
+
+impl Default for ApplyOptions {
+    fn default() -> Self {
+        ApplyOptions {
+            exclude: Exclude::default(),
+            limits: Limits::default(),
+            scratch_dir: None,
+            memory_staging_bytes: 64 << 20,
+        }
+    }
 }
 
 /// Why one change was not applied.
@@ -51,7 +67,10 @@ pub enum RejectReason {
     /// A mount root cannot be deleted or replaced by a non-directory.
     MountRoot,
     /// The path changed on the worker since the handoff as well.
-    Conflict { base: Option<Entry>, current: Option<Entry> },
+    Conflict {
+        base: Option<Entry>,
+        current: Option<Entry>,
+    },
     /// A directory to delete still has children the higher tier did not delete (or that were
     /// themselves rejected).
     NotEmpty,
@@ -88,7 +107,13 @@ struct Incoming {
     size: u64,
     sha256: Option<String>,
     target: Option<String>,
-    blob: Option<PathBuf>,
+    blob: Option<Blob>,
+}
+
+/// Staged content of an incoming file.
+enum Blob {
+    Memory(Vec<u8>),
+    Disk(PathBuf),
 }
 
 impl Incoming {
@@ -98,15 +123,62 @@ impl Incoming {
             && match self.kind {
                 EntryKind::Dir => true,
                 EntryKind::Symlink => e.target == self.target,
-                EntryKind::File => e.size == self.size && e.sha256.is_some() && e.sha256 == self.sha256,
+                EntryKind::File => {
+                    e.size == self.size && e.sha256.is_some() && e.sha256 == self.sha256
+                }
             }
     }
 }
 
-/// Stages entries into numbered blobs in a private scratch directory.
+/// Stages file content in memory up to a budget, then as numbered blobs in a private scratch
+/// directory created on first use.
 struct BlobSink {
-    dir: PathBuf,
+    scratch_parent: PathBuf,
+    scratch: Option<tempfile::TempDir>,
+    memory_left: u64,
     items: Vec<Incoming>,
+}
+
+impl BlobSink {
+    fn stage(&mut self, content: &mut dyn Read) -> Result<Blob, WorkspaceError> {
+        if self.memory_left > 0 {
+            let mut buf = Vec::new();
+            content
+                .take(self.memory_left + 1)
+                .read_to_end(&mut buf)
+                .map_err(|e| WorkspaceError::io("<archive>", e))?;
+            if (buf.len() as u64) <= self.memory_left {
+                self.memory_left -= buf.len() as u64;
+                return Ok(Blob::Memory(buf));
+            }
+            self.memory_left = 0;
+            let path = self.blob_path()?;
+            let mut f = File::create_new(&path).map_err(|e| WorkspaceError::io(&path, e))?;
+            std::io::Write::write_all(&mut f, &buf).map_err(|e| WorkspaceError::io(&path, e))?;
+            io::copy(content, &mut f).map_err(|e| WorkspaceError::io(&path, e))?;
+            return Ok(Blob::Disk(path));
+        }
+        let path = self.blob_path()?;
+        let mut f = File::create_new(&path).map_err(|e| WorkspaceError::io(&path, e))?;
+        io::copy(content, &mut f).map_err(|e| WorkspaceError::io(&path, e))?;
+        Ok(Blob::Disk(path))
+    }
+
+    fn blob_path(&mut self) -> Result<PathBuf, WorkspaceError> {
+        if self.scratch.is_none() {
+            let dir = tempfile::Builder::new()
+                .prefix("kube-harness-apply-")
+                .tempdir_in(&self.scratch_parent)
+                .map_err(|e| WorkspaceError::io(&self.scratch_parent, e))?;
+            self.scratch = Some(dir);
+        }
+        Ok(self
+            .scratch
+            .as_ref()
+            .expect("just created")
+            .path()
+            .join(self.items.len().to_string()))
+    }
 }
 
 impl Sink for BlobSink {
@@ -128,10 +200,14 @@ impl Sink for BlobSink {
         Ok(())
     }
 
-    fn file(&mut self, rel: &Path, mode: u32, mtime: u64, content: &mut dyn Read) -> Result<(), WorkspaceError> {
-        let blob = self.dir.join(self.items.len().to_string());
-        let mut f = File::create_new(&blob).map_err(|e| WorkspaceError::io(&blob, e))?;
-        io::copy(content, &mut f).map_err(|e| WorkspaceError::io(&blob, e))?;
+    fn file(
+        &mut self,
+        rel: &Path,
+        mode: u32,
+        mtime: u64,
+        content: &mut dyn Read,
+    ) -> Result<(), WorkspaceError> {
+        let blob = self.stage(content)?;
         self.items.push(Incoming {
             rel: rel.into(),
             kind: EntryKind::File,
@@ -183,19 +259,30 @@ pub fn apply<R: Read>(
     base: &Snapshot,
     opts: &ApplyOptions,
 ) -> Result<ApplyReport, WorkspaceError> {
-    let scratch_parent = opts.scratch_dir.clone().unwrap_or_else(std::env::temp_dir);
-    let scratch = tempfile::Builder::new()
-        .prefix("kube-harness-apply-")
-        .tempdir_in(&scratch_parent)
-        .map_err(|e| WorkspaceError::io(&scratch_parent, e))?;
-    let known: Vec<PathBuf> =
-        spec.tracked().filter_map(|m| m.harness_path.strip_prefix("/").ok().map(Path::to_path_buf)).collect();
-    let mut sink = BlobSink { dir: scratch.path().to_path_buf(), items: Vec::new() };
+    let known: Vec<PathBuf> = spec
+        .tracked()
+        .filter_map(|m| m.harness_path.strip_prefix("/").ok().map(Path::to_path_buf))
+        .collect();
+    let mut sink = BlobSink {
+        scratch_parent: opts.scratch_dir.clone().unwrap_or_else(std::env::temp_dir),
+        scratch: None,
+        memory_left: opts.memory_staging_bytes,
+        items: Vec::new(),
+    };
     let verified = read_archive(input, &known, ArchiveKind::Changes, &opts.limits, &mut sink)?;
-    let mut applier = Applier { spec, base, opts, roots: HashMap::new(), report: ApplyReport::default(), tmp_seq: 0 };
+    let mut applier = Applier {
+        spec,
+        base,
+        opts,
+        roots: HashMap::new(),
+        report: ApplyReport::default(),
+        tmp_seq: 0,
+    };
     applier.run(verified.deleted, sink.items)?;
     let mut report = applier.report;
-    report.applied.sort_by(|a, b| a.harness_path.cmp(&b.harness_path));
+    report
+        .applied
+        .sort_by(|a, b| a.harness_path.cmp(&b.harness_path));
     Ok(report)
 }
 
@@ -219,7 +306,11 @@ struct Planned {
 }
 
 impl<'a> Applier<'a> {
-    fn run(&mut self, deleted: Vec<(PathBuf, EntryKind)>, items: Vec<Incoming>) -> Result<(), WorkspaceError> {
+    fn run(
+        &mut self,
+        deleted: Vec<(PathBuf, EntryKind)>,
+        items: Vec<Incoming>,
+    ) -> Result<(), WorkspaceError> {
         // Decide everything against the state before any write.
         let mut deletions = Vec::new();
         for (rel, _) in deleted {
@@ -247,7 +338,9 @@ impl<'a> Applier<'a> {
             let res = match p.rel.parent() {
                 None => safe_fs::chmod_fd(root, mode),
                 Some(parent) => match safe_fs::open_dir_beneath(root, parent) {
-                    Ok(dir) => safe_fs::chmod_dir_at(&dir, p.rel.file_name().expect("non-root"), mode),
+                    Ok(dir) => {
+                        safe_fs::chmod_dir_at(&dir, p.rel.file_name().expect("non-root"), mode)
+                    }
                     Err(WalkError::Io(e)) => Err(e),
                     Err(_) => Ok(()),
                 },
@@ -263,11 +356,19 @@ impl<'a> Applier<'a> {
             Some(_) if self.base.get(harness).is_some() => ChangeKind::Modified,
             Some(_) => ChangeKind::Created,
         };
-        self.report.rejected.push(Rejected { harness_path: harness.to_path_buf(), change, reason });
+        self.report.rejected.push(Rejected {
+            harness_path: harness.to_path_buf(),
+            change,
+            reason,
+        });
     }
 
     /// Policy and conflict checks; `Some` when the change should be applied.
-    fn check(&mut self, rel: &Path, incoming: Option<&Incoming>) -> Result<Option<Planned>, WorkspaceError> {
+    fn check(
+        &mut self,
+        rel: &Path,
+        incoming: Option<&Incoming>,
+    ) -> Result<Option<Planned>, WorkspaceError> {
         let harness = Path::new("/").join(rel);
         let Some(mount) = self.spec.mount_for(&harness).filter(|m| m.tracked).cloned() else {
             self.reject(&harness, incoming, RejectReason::ReadOnly);
@@ -277,7 +378,10 @@ impl<'a> Applier<'a> {
             self.reject(&harness, incoming, RejectReason::RuntimeOwned);
             return Ok(None);
         }
-        let in_mount = harness.strip_prefix(&mount.harness_path).expect("mount_for is a prefix").to_path_buf();
+        let in_mount = harness
+            .strip_prefix(&mount.harness_path)
+            .expect("mount_for is a prefix")
+            .to_path_buf();
         if in_mount.as_os_str().is_empty() && incoming.is_none_or(|i| i.kind != EntryKind::Dir) {
             self.reject(&harness, incoming, RejectReason::MountRoot);
             return Ok(None);
@@ -306,7 +410,14 @@ impl<'a> Applier<'a> {
                     Current::Present(e) => Some(e),
                     _ => None,
                 };
-                self.reject(&harness, incoming, RejectReason::Conflict { base: base.cloned(), current });
+                self.reject(
+                    &harness,
+                    incoming,
+                    RejectReason::Conflict {
+                        base: base.cloned(),
+                        current,
+                    },
+                );
             }
             return Ok(None);
         }
@@ -314,7 +425,12 @@ impl<'a> Applier<'a> {
             Current::Present(e) => Some(e),
             _ => None,
         };
-        Ok(Some(Planned { harness, mount, rel: in_mount, current }))
+        Ok(Some(Planned {
+            harness,
+            mount,
+            rel: in_mount,
+            current,
+        }))
     }
 
     fn root(&mut self, mount: &Mount) -> Result<&OwnedFd, WorkspaceError> {
@@ -328,14 +444,20 @@ impl<'a> Applier<'a> {
     }
 
     /// The worker's current state of `harness` (content hashed unless the base's hash is reusable).
-    fn current(&mut self, mount: &Mount, harness: &Path, rel: &Path) -> Result<Current, WorkspaceError> {
+    fn current(
+        &mut self,
+        mount: &Mount,
+        harness: &Path,
+        rel: &Path,
+    ) -> Result<Current, WorkspaceError> {
         if !mount.backing_path.exists() {
             return Ok(Current::Absent);
         }
         let root = self.root(mount)?;
         let (dir, name): (OwnedFd, &OsStr) = match rel.parent() {
             None => {
-                let meta = std::fs::metadata(&mount.backing_path).map_err(|e| WorkspaceError::io(harness, e))?;
+                let meta = std::fs::metadata(&mount.backing_path)
+                    .map_err(|e| WorkspaceError::io(harness, e))?;
                 return Ok(Entry::from_meta(&meta).map_or(Current::Blocked, Current::Present));
             }
             Some(parent) => match safe_fs::open_dir_beneath(root, parent) {
@@ -356,7 +478,8 @@ impl<'a> Applier<'a> {
             if let Some(b) = self.base.reusable(harness, &entry) {
                 entry.sha256 = b.sha256.clone();
             } else {
-                let mut f = safe_fs::open_regular_at(&dir, name).map_err(|e| WorkspaceError::io(harness, e))?;
+                let mut f = safe_fs::open_regular_at(&dir, name)
+                    .map_err(|e| WorkspaceError::io(harness, e))?;
                 let (sha, len) = hash_reader(&mut f).map_err(|e| WorkspaceError::io(harness, e))?;
                 entry.sha256 = Some(sha);
                 entry.size = len;
@@ -366,7 +489,11 @@ impl<'a> Applier<'a> {
     }
 
     /// The parent directory of a non-root planned change, opened without following symlinks.
-    fn parent_of(&mut self, p: &Planned, incoming: Option<&Incoming>) -> Result<Option<OwnedFd>, WorkspaceError> {
+    fn parent_of(
+        &mut self,
+        p: &Planned,
+        incoming: Option<&Incoming>,
+    ) -> Result<Option<OwnedFd>, WorkspaceError> {
         let parent = p.rel.parent().expect("non-root change");
         let root = self.root(&p.mount)?;
         match safe_fs::open_dir_beneath(root, parent) {
@@ -384,26 +511,47 @@ impl<'a> Applier<'a> {
             self.report.already_applied.push(p.harness);
             return Ok(());
         };
-        let Some(dir) = self.parent_of(&p, None)? else { return Ok(()) };
+        let Some(dir) = self.parent_of(&p, None)? else {
+            return Ok(());
+        };
         let name = p.rel.file_name().expect("non-root");
         match safe_fs::unlink_at(&dir, name, current.kind == EntryKind::Dir) {
-            Ok(()) => self.report.applied.push(FileChange::new(&p.harness, ChangeKind::Deleted, &current)),
+            Ok(()) => {
+                self.report
+                    .applied
+                    .push(FileChange::new(&p.harness, ChangeKind::Deleted, &current))
+            }
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOTEMPTY.raw_os_error()) => {
                 self.reject(&p.harness, None, RejectReason::NotEmpty)
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => self.report.already_applied.push(p.harness),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.report.already_applied.push(p.harness)
+            }
             Err(e) => return Err(WorkspaceError::io(&p.harness, e)),
         }
         Ok(())
     }
 
-    fn upsert(&mut self, p: Planned, item: Incoming, chmods: &mut Vec<(Planned, u32)>) -> Result<(), WorkspaceError> {
-        let change = if p.current.is_some() { ChangeKind::Modified } else { ChangeKind::Created };
+    fn upsert(
+        &mut self,
+        p: Planned,
+        item: Incoming,
+        chmods: &mut Vec<(Planned, u32)>,
+    ) -> Result<(), WorkspaceError> {
+        let change = if p.current.is_some() {
+            ChangeKind::Modified
+        } else {
+            ChangeKind::Created
+        };
         let applied = FileChange {
             harness_path: p.harness.clone(),
             change,
             kind: item.kind,
-            size: if item.kind == EntryKind::Dir { 0 } else { item.size },
+            size: if item.kind == EntryKind::Dir {
+                0
+            } else {
+                item.size
+            },
             mode: item.mode,
         };
         if p.rel.as_os_str().is_empty() {
@@ -412,7 +560,9 @@ impl<'a> Applier<'a> {
             chmods.push((p, item.mode));
             return Ok(());
         }
-        let Some(dir) = self.parent_of(&p, Some(&item))? else { return Ok(()) };
+        let Some(dir) = self.parent_of(&p, Some(&item))? else {
+            return Ok(());
+        };
         let name = p.rel.file_name().expect("non-root").to_owned();
         let err = |e: io::Error| WorkspaceError::io(&p.harness, e);
         let was_dir = p.current.as_ref().is_some_and(|c| c.kind == EntryKind::Dir);
@@ -432,10 +582,19 @@ impl<'a> Applier<'a> {
                 let tmp = self.tmp_name();
                 let mut out = safe_fs::create_file_at(&dir, &tmp).map_err(err)?;
                 let blob = item.blob.as_ref().expect("files have blobs");
-                let written = File::open(blob)
-                    .and_then(|mut b| io::copy(&mut b, &mut out))
+                let written = match blob {
+                    Blob::Memory(bytes) => io::Write::write_all(&mut out, bytes),
+                    Blob::Disk(path) => File::open(path)
+                        .and_then(|mut b| io::copy(&mut b, &mut out))
+                        .map(|_| ()),
+                };
+                let written = written
                     .and_then(|_| safe_fs::chmod_fd(&out, item.mode))
-                    .and_then(|_| out.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(item.mtime)));
+                    .and_then(|_| {
+                        out.set_modified(
+                            std::time::UNIX_EPOCH + std::time::Duration::from_secs(item.mtime),
+                        )
+                    });
                 if let Err(e) = written {
                     let _ = safe_fs::unlink_at(&dir, &tmp, false);
                     return Err(err(e));
@@ -485,6 +644,10 @@ impl<'a> Applier<'a> {
 
     fn tmp_name(&mut self) -> OsString {
         self.tmp_seq += 1;
-        OsString::from(format!(".kube-harness-apply-{}-{}", std::process::id(), self.tmp_seq))
+        OsString::from(format!(
+            ".kube-harness-apply-{}-{}",
+            std::process::id(),
+            self.tmp_seq
+        ))
     }
 }

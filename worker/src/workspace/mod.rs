@@ -25,8 +25,8 @@ pub use merge::{apply, ApplyOptions, ApplyReport, RejectReason, Rejected};
 pub use pack::{changes_since, pack, pack_with_cache, ChangesReport, PackOptions, PackReport};
 pub use paths::Exclude;
 pub use snapshot::{
-    diff, snapshot, snapshot_since, snapshot_with, ChangeKind, Entry, EntryKind, FileChange, Snapshot,
-    RACY_MARGIN_NS,
+    diff, snapshot, snapshot_since, snapshot_with, ChangeKind, Entry, EntryKind, FileChange,
+    Snapshot, RACY_MARGIN_NS,
 };
 pub use spec::{Mount, WorkspaceSpec};
 pub use unpack::{rehome, unpack, UnpackOptions, UnpackReport, STAGING_NAME};

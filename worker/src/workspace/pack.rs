@@ -7,11 +7,13 @@
 //! with `ChangedDuringPack` instead of producing an archive that disagrees with its manifest.
 
 use super::error::WorkspaceError;
-use super::manifest::{ArchiveKind, Deleted, DigestBuilder, Limits, Manifest, FORMAT, MANIFEST_NAME};
+use super::manifest::{
+    ArchiveKind, Deleted, DigestBuilder, Limits, Manifest, FORMAT, MANIFEST_NAME,
+};
 use super::paths::{archive_name, check_symlink_target, Exclude};
+use super::safe_fs;
 use super::snapshot::{diff, snapshot_with, ChangeKind, Entry, EntryKind, FileChange, Snapshot};
 use super::spec::WorkspaceSpec;
-use super::safe_fs;
 use sha2::{Digest, Sha256};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -56,7 +58,11 @@ struct Planned {
 }
 
 /// Packs every tracked mount of `spec` into `out`.
-pub fn pack<W: Write>(spec: &WorkspaceSpec, opts: &PackOptions, out: W) -> Result<PackReport, WorkspaceError> {
+pub fn pack<W: Write>(
+    spec: &WorkspaceSpec,
+    opts: &PackOptions,
+    out: W,
+) -> Result<PackReport, WorkspaceError> {
     pack_with_cache(spec, opts, None, out)
 }
 
@@ -75,9 +81,21 @@ pub fn pack_with_cache<W: Write>(
         .iter()
         .filter_map(|(h, e)| plan(spec, &mounts, h, e, &mut warnings))
         .collect();
-    let (entries, total_bytes, digest) =
-        write_archive(out, ArchiveKind::Full, &mounts, &planned, Vec::new(), &opts.limits)?;
-    Ok(PackReport { entries, total_bytes, digest, warnings, snapshot })
+    let (entries, total_bytes, digest) = write_archive(
+        out,
+        ArchiveKind::Full,
+        &mounts,
+        &planned,
+        Vec::new(),
+        &opts.limits,
+    )?;
+    Ok(PackReport {
+        entries,
+        total_bytes,
+        digest,
+        warnings,
+        snapshot,
+    })
 }
 
 /// On the higher tier: packs what changed in `spec`'s tracked mounts since `base` (the snapshot
@@ -98,9 +116,15 @@ pub fn changes_since<W: Write>(
         let path = &change.harness_path;
         if change.change == ChangeKind::Deleted {
             match archive_name(path) {
-                Some(name) => deleted.push(Deleted { path: name, kind: change.kind }),
+                Some(name) => deleted.push(Deleted {
+                    path: name,
+                    kind: change.kind,
+                }),
                 None => {
-                    warnings.push(format!("{}: name not representable, deletion skipped", path.display()));
+                    warnings.push(format!(
+                        "{}: name not representable, deletion skipped",
+                        path.display()
+                    ));
                     continue;
                 }
             }
@@ -113,9 +137,22 @@ pub fn changes_since<W: Write>(
         }
         changes.push(change);
     }
-    let (entries, total_bytes, digest) =
-        write_archive(out, ArchiveKind::Changes, &mounts, &planned, deleted, &opts.limits)?;
-    Ok(ChangesReport { changes, entries, total_bytes, digest, warnings, snapshot })
+    let (entries, total_bytes, digest) = write_archive(
+        out,
+        ArchiveKind::Changes,
+        &mounts,
+        &planned,
+        deleted,
+        &opts.limits,
+    )?;
+    Ok(ChangesReport {
+        changes,
+        entries,
+        total_bytes,
+        digest,
+        warnings,
+        snapshot,
+    })
 }
 
 /// Relative names of the tracked mounts (`session`, ...).
@@ -133,7 +170,10 @@ fn plan(
     warnings: &mut Vec<String>,
 ) -> Option<Planned> {
     let Some(name) = archive_name(harness) else {
-        warnings.push(format!("{}: name not representable, skipped", harness.display()));
+        warnings.push(format!(
+            "{}: name not representable, skipped",
+            harness.display()
+        ));
         return None;
     };
     if entry.kind == EntryKind::Symlink {
@@ -145,8 +185,16 @@ fn plan(
     }
     let mount = spec.mount_for(harness)?;
     let rel = harness.strip_prefix(&mount.harness_path).ok()?;
-    let abs = if rel.as_os_str().is_empty() { mount.backing_path.clone() } else { mount.backing_path.join(rel) };
-    Some(Planned { name, abs, entry: entry.clone() })
+    let abs = if rel.as_os_str().is_empty() {
+        mount.backing_path.clone()
+    } else {
+        mount.backing_path.join(rel)
+    };
+    Some(Planned {
+        name,
+        abs,
+        entry: entry.clone(),
+    })
 }
 
 fn write_archive<W: Write>(
@@ -159,7 +207,11 @@ fn write_archive<W: Write>(
 ) -> Result<(u64, u64, String), WorkspaceError> {
     let count = planned.len() as u64 + deleted.len() as u64;
     if count > limits.max_entries {
-        return Err(WorkspaceError::TooLarge { what: "entry count", size: count, limit: limits.max_entries });
+        return Err(WorkspaceError::TooLarge {
+            what: "entry count",
+            size: count,
+            limit: limits.max_entries,
+        });
     }
     let mut total = 0u64;
     let mut digest = DigestBuilder::new();
@@ -183,7 +235,11 @@ fn write_archive<W: Write>(
         digest.entry(&p.name, e.kind, e.mode, e.size_on_wire(), content);
     }
     if total > limits.max_total_bytes {
-        return Err(WorkspaceError::TooLarge { what: "workspace content", size: total, limit: limits.max_total_bytes });
+        return Err(WorkspaceError::TooLarge {
+            what: "workspace content",
+            size: total,
+            limit: limits.max_total_bytes,
+        });
     }
     for d in &deleted {
         digest.deleted(&d.path, d.kind);
@@ -202,14 +258,16 @@ fn write_archive<W: Write>(
     let io_err = |e: io::Error| WorkspaceError::io("<archive output>", e);
     let mut tar = tar::Builder::new(out);
     let mut h = header(tar::EntryType::Regular, 0o644, 0, json.len() as u64);
-    tar.append_data(&mut h, MANIFEST_NAME, json.as_slice()).map_err(io_err)?;
+    tar.append_data(&mut h, MANIFEST_NAME, json.as_slice())
+        .map_err(io_err)?;
     for p in planned {
         let e = &p.entry;
         let mtime = (e.mtime_ns.max(0) / 1_000_000_000) as u64;
         match e.kind {
             EntryKind::Dir => {
                 let mut h = header(tar::EntryType::Directory, e.mode, mtime, 0);
-                tar.append_data(&mut h, &p.name, io::empty()).map_err(io_err)?;
+                tar.append_data(&mut h, &p.name, io::empty())
+                    .map_err(io_err)?;
             }
             EntryKind::Symlink => {
                 let mut h = header(tar::EntryType::Symlink, 0o777, mtime, 0);
@@ -217,12 +275,15 @@ fn write_archive<W: Write>(
                 tar.append_link(&mut h, &p.name, target).map_err(io_err)?;
             }
             EntryKind::File => {
-                let file = safe_fs::open_regular(&p.abs).map_err(|_| WorkspaceError::ChangedDuringPack(p.abs.clone()))?;
+                let file = safe_fs::open_regular(&p.abs)
+                    .map_err(|_| WorkspaceError::ChangedDuringPack(p.abs.clone()))?;
                 let mut reader = Verifying::new(file, e.size, e.sha256.clone().unwrap_or_default());
                 let mut h = header(tar::EntryType::Regular, e.mode, mtime, e.size);
                 match tar.append_data(&mut h, &p.name, &mut reader) {
                     Ok(()) => {}
-                    Err(_) if reader.mismatch => return Err(WorkspaceError::ChangedDuringPack(p.abs.clone())),
+                    Err(_) if reader.mismatch => {
+                        return Err(WorkspaceError::ChangedDuringPack(p.abs.clone()))
+                    }
                     Err(err) => return Err(io_err(err)),
                 }
             }
@@ -267,7 +328,14 @@ struct Verifying {
 
 impl Verifying {
     fn new(file: std::fs::File, size: u64, expected: String) -> Self {
-        Verifying { inner: file.take(size), remaining: size, hash: Sha256::new(), expected, mismatch: false, done: false }
+        Verifying {
+            inner: file.take(size),
+            remaining: size,
+            hash: Sha256::new(),
+            expected,
+            mismatch: false,
+            done: false,
+        }
     }
 }
 

@@ -15,7 +15,9 @@ pub struct Exclude {
 
 impl Exclude {
     pub fn names<I: IntoIterator<Item = S>, S: Into<String>>(names: I) -> Self {
-        Exclude { names: names.into_iter().map(Into::into).collect() }
+        Exclude {
+            names: names.into_iter().map(Into::into).collect(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -25,9 +27,9 @@ impl Exclude {
     /// Whether any component of `path` is an excluded name.
     pub fn matches(&self, path: &Path) -> bool {
         !self.names.is_empty()
-            && path
-                .components()
-                .any(|c| matches!(c, Component::Normal(n) if self.names.iter().any(|x| n == x.as_str())))
+            && path.components().any(
+                |c| matches!(c, Component::Normal(n) if self.names.iter().any(|x| n == x.as_str())),
+            )
     }
 }
 
@@ -119,12 +121,30 @@ mod tests {
 
     #[test]
     fn archive_paths() {
-        assert_eq!(parse_archive_path(b"session/a/b").unwrap(), Path::new("session/a/b"));
-        assert_eq!(parse_archive_path(b"session/d/").unwrap(), Path::new("session/d"));
-        assert_eq!(parse_archive_path(b"/etc/x"), Err(EntryRejection::AbsolutePath));
-        assert_eq!(parse_archive_path(b"session/../x"), Err(EntryRejection::ParentDir));
-        assert_eq!(parse_archive_path(b"./session"), Err(EntryRejection::NonCanonical));
-        assert_eq!(parse_archive_path(b"a//b"), Err(EntryRejection::NonCanonical));
+        assert_eq!(
+            parse_archive_path(b"session/a/b").unwrap(),
+            Path::new("session/a/b")
+        );
+        assert_eq!(
+            parse_archive_path(b"session/d/").unwrap(),
+            Path::new("session/d")
+        );
+        assert_eq!(
+            parse_archive_path(b"/etc/x"),
+            Err(EntryRejection::AbsolutePath)
+        );
+        assert_eq!(
+            parse_archive_path(b"session/../x"),
+            Err(EntryRejection::ParentDir)
+        );
+        assert_eq!(
+            parse_archive_path(b"./session"),
+            Err(EntryRejection::NonCanonical)
+        );
+        assert_eq!(
+            parse_archive_path(b"a//b"),
+            Err(EntryRejection::NonCanonical)
+        );
         assert_eq!(parse_archive_path(b"\xff"), Err(EntryRejection::NotUtf8));
         assert_eq!(archive_name(Path::new("/session/é")).unwrap(), "session/é");
         assert_eq!(archive_name(Path::new("session")), None);
@@ -137,7 +157,14 @@ mod tests {
         assert!(check_symlink_target(link, b"x", &m).is_ok());
         assert!(check_symlink_target(link, b"../x", &m).is_ok());
         assert!(check_symlink_target(link, b"../../artifacts/r", &m).is_ok());
-        for bad in [&b"/etc"[..], b"../../x", b"../../../etc", b"a/../../..", b"", b"../../"] {
+        for bad in [
+            &b"/etc"[..],
+            b"../../x",
+            b"../../../etc",
+            b"a/../../..",
+            b"",
+            b"../../",
+        ] {
             assert!(check_symlink_target(link, bad, &m).is_err(), "{:?}", bad);
         }
     }

@@ -19,7 +19,13 @@ pub(crate) trait Sink {
     fn begin(&mut self, mounts: &[PathBuf]) -> Result<(), WorkspaceError>;
     fn dir(&mut self, rel: &Path, mode: u32) -> Result<(), WorkspaceError>;
     /// Must consume `content` (the reader enforces and hashes it).
-    fn file(&mut self, rel: &Path, mode: u32, mtime: u64, content: &mut dyn Read) -> Result<(), WorkspaceError>;
+    fn file(
+        &mut self,
+        rel: &Path,
+        mode: u32,
+        mtime: u64,
+        content: &mut dyn Read,
+    ) -> Result<(), WorkspaceError>;
     /// After `file`, once the content is known complete: its size and hex SHA-256.
     fn file_done(&mut self, rel: &Path, size: u64, sha256: &str) -> Result<(), WorkspaceError>;
     fn symlink(&mut self, rel: &Path, target: &str) -> Result<(), WorkspaceError>;
@@ -54,24 +60,39 @@ pub(crate) fn read_archive<R: Read>(
         if first.path_bytes().as_ref() != MANIFEST_NAME.as_bytes()
             || first.header().entry_type() != tar::EntryType::Regular
         {
-            return Err(WorkspaceError::Manifest(format!("first entry is not {MANIFEST_NAME}")));
+            return Err(WorkspaceError::Manifest(format!(
+                "first entry is not {MANIFEST_NAME}"
+            )));
         }
         let size = first.size();
         if size > limits.max_manifest_bytes {
-            return Err(WorkspaceError::TooLarge { what: "manifest", size, limit: limits.max_manifest_bytes });
+            return Err(WorkspaceError::TooLarge {
+                what: "manifest",
+                size,
+                limit: limits.max_manifest_bytes,
+            });
         }
         let mut json = Vec::with_capacity(size as usize);
         first.read_to_end(&mut json).map_err(corrupt)?;
         if json.len() as u64 != size {
-            return Err(WorkspaceError::Corrupt("manifest entry is truncated".into()));
+            return Err(WorkspaceError::Corrupt(
+                "manifest entry is truncated".into(),
+            ));
         }
-        serde_json::from_slice::<Manifest>(&json).map_err(|e| WorkspaceError::Manifest(e.to_string()))?
+        serde_json::from_slice::<Manifest>(&json)
+            .map_err(|e| WorkspaceError::Manifest(e.to_string()))?
     };
     if manifest.format != FORMAT {
-        return Err(WorkspaceError::Manifest(format!("format {:?}, expected {FORMAT:?}", manifest.format)));
+        return Err(WorkspaceError::Manifest(format!(
+            "format {:?}, expected {FORMAT:?}",
+            manifest.format
+        )));
     }
     if manifest.kind != expect {
-        return Err(WorkspaceError::Manifest(format!("archive kind {:?}, expected {expect:?}", manifest.kind)));
+        return Err(WorkspaceError::Manifest(format!(
+            "archive kind {:?}, expected {expect:?}",
+            manifest.kind
+        )));
     }
     let mut mounts = Vec::new();
     for m in &manifest.mounts {
@@ -88,9 +109,15 @@ pub(crate) fn read_archive<R: Read>(
         }
         mounts.push(rel);
     }
-    let listed = manifest.entries.saturating_add(manifest.deleted.len() as u64);
+    let listed = manifest
+        .entries
+        .saturating_add(manifest.deleted.len() as u64);
     if listed > limits.max_entries {
-        return Err(WorkspaceError::TooLarge { what: "entry count", size: listed, limit: limits.max_entries });
+        return Err(WorkspaceError::TooLarge {
+            what: "entry count",
+            size: listed,
+            limit: limits.max_entries,
+        });
     }
     if manifest.total_bytes > limits.max_total_bytes {
         return Err(WorkspaceError::TooLarge {
@@ -100,13 +127,16 @@ pub(crate) fn read_archive<R: Read>(
         });
     }
     if expect == ArchiveKind::Full && !manifest.deleted.is_empty() {
-        return Err(WorkspaceError::Manifest("a full archive lists deletions".into()));
+        return Err(WorkspaceError::Manifest(
+            "a full archive lists deletions".into(),
+        ));
     }
     let mut seen: HashSet<PathBuf> = HashSet::new();
     let mut digest = DigestBuilder::new();
     let mut deleted = Vec::new();
     for d in &manifest.deleted {
-        let rel = parse_archive_path(d.path.as_bytes()).map_err(|r| WorkspaceError::bad(&d.path, r))?;
+        let rel =
+            parse_archive_path(d.path.as_bytes()).map_err(|r| WorkspaceError::bad(&d.path, r))?;
         if mount_of(&rel, &mounts).is_none() {
             return Err(WorkspaceError::bad(&d.path, EntryRejection::OutsideMounts));
         }
@@ -145,7 +175,10 @@ pub(crate) fn read_archive<R: Read>(
             tar::EntryType::Regular => {
                 let size = entry.size();
                 if size > limits.max_entry_bytes {
-                    let reason = EntryRejection::TooLarge { size, limit: limits.max_entry_bytes };
+                    let reason = EntryRejection::TooLarge {
+                        size,
+                        limit: limits.max_entry_bytes,
+                    };
                     return Err(WorkspaceError::bad(&shown, reason));
                 }
                 let new_total = total.saturating_add(size);
@@ -164,7 +197,12 @@ pub(crate) fn read_archive<R: Read>(
                 }
                 total = new_total;
                 let mtime = header.mtime().unwrap_or(0);
-                let mut hr = Hashing { inner: &mut entry, hash: Sha256::new(), len: 0, read_error: None };
+                let mut hr = Hashing {
+                    inner: &mut entry,
+                    hash: Sha256::new(),
+                    len: 0,
+                    read_error: None,
+                };
                 let written = sink.file(&rel, mode, mtime, &mut hr);
                 let drained = io::copy(&mut hr, &mut io::sink());
                 if let Some(e) = hr.read_error.take() {
@@ -173,7 +211,9 @@ pub(crate) fn read_archive<R: Read>(
                 written?;
                 drained.map_err(corrupt)?;
                 if hr.len != size {
-                    return Err(WorkspaceError::Corrupt(format!("{shown}: content truncated")));
+                    return Err(WorkspaceError::Corrupt(format!(
+                        "{shown}: content truncated"
+                    )));
                 }
                 let sha = hex::encode(hr.hash.finalize());
                 digest.entry(&name, EntryKind::File, mode, size, &sha);
@@ -186,23 +226,41 @@ pub(crate) fn read_archive<R: Read>(
             tar::EntryType::Symlink => {
                 let target = entry
                     .link_name_bytes()
-                    .ok_or_else(|| WorkspaceError::Corrupt(format!("{shown}: symlink without target")))?
+                    .ok_or_else(|| {
+                        WorkspaceError::Corrupt(format!("{shown}: symlink without target"))
+                    })?
                     .into_owned();
                 let target = check_symlink_target(&rel, &target, &mounts)
                     .map_err(|r| WorkspaceError::bad(&shown, r))?;
                 digest.entry(&name, EntryKind::Symlink, 0o777, 0, &target);
                 sink.symlink(&rel, &target)?;
             }
-            tar::EntryType::Link => return Err(WorkspaceError::bad(&shown, EntryRejection::HardLink)),
+            tar::EntryType::Link => {
+                return Err(WorkspaceError::bad(&shown, EntryRejection::HardLink))
+            }
             tar::EntryType::Char => {
-                return Err(WorkspaceError::bad(&shown, EntryRejection::SpecialFile("character device")))
+                return Err(WorkspaceError::bad(
+                    &shown,
+                    EntryRejection::SpecialFile("character device"),
+                ))
             }
             tar::EntryType::Block => {
-                return Err(WorkspaceError::bad(&shown, EntryRejection::SpecialFile("block device")))
+                return Err(WorkspaceError::bad(
+                    &shown,
+                    EntryRejection::SpecialFile("block device"),
+                ))
             }
-            tar::EntryType::Fifo => return Err(WorkspaceError::bad(&shown, EntryRejection::SpecialFile("fifo"))),
+            tar::EntryType::Fifo => {
+                return Err(WorkspaceError::bad(
+                    &shown,
+                    EntryRejection::SpecialFile("fifo"),
+                ))
+            }
             other => {
-                return Err(WorkspaceError::bad(&shown, EntryRejection::UnsupportedType(format!("{other:?}"))))
+                return Err(WorkspaceError::bad(
+                    &shown,
+                    EntryRejection::UnsupportedType(format!("{other:?}")),
+                ))
             }
         }
     }
@@ -223,7 +281,10 @@ pub(crate) fn read_archive<R: Read>(
     }
     let actual = digest.finish();
     if actual != manifest.digest {
-        return Err(WorkspaceError::ManifestMismatch(format!("digest {actual}, the manifest lists {}", manifest.digest)));
+        return Err(WorkspaceError::ManifestMismatch(format!(
+            "digest {actual}, the manifest lists {}",
+            manifest.digest
+        )));
     }
     Ok(Verified { manifest, deleted })
 }

@@ -43,20 +43,29 @@ const DIR_FLAGS: OFlags = OFlags::RDONLY
 
 /// Opens a trusted root directory (the root itself may be reached through symlinks).
 pub(crate) fn open_root(path: &Path) -> io::Result<OwnedFd> {
-    Ok(rfs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?)
+    Ok(rfs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
 }
 
 /// Opens `rel` (relative, normal components only) under `root` without following symlinks.
 pub(crate) fn open_dir_beneath(root: &OwnedFd, rel: &Path) -> Result<OwnedFd, WalkError> {
-    let mut cur = rfs::openat(root, ".", DIR_FLAGS, Mode::empty()).map_err(|e| WalkError::Io(e.into()))?;
+    let mut cur =
+        rfs::openat(root, ".", DIR_FLAGS, Mode::empty()).map_err(|e| WalkError::Io(e.into()))?;
     for c in rel.components() {
-        let Component::Normal(name) = c else { return Err(WalkError::Blocked) };
+        let Component::Normal(name) = c else {
+            return Err(WalkError::Blocked);
+        };
         cur = match rfs::openat(&cur, name, DIR_FLAGS, Mode::empty()) {
             Ok(fd) => fd,
             // With O_DIRECTORY a symlink may fail as ENOTDIR rather than ELOOP: ask lstat.
             Err(Errno::LOOP) | Err(Errno::NOTDIR) => {
                 return match rfs::statat(&cur, name, AtFlags::SYMLINK_NOFOLLOW) {
-                    Ok(st) if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::Symlink => {
+                    Ok(st)
+                        if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::Symlink =>
+                    {
                         Err(WalkError::NotDir)
                     }
                     _ => Err(WalkError::Blocked),
@@ -79,7 +88,10 @@ pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
     )?;
     let st = rfs::fstat(&fd)?;
     if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
     }
     Ok(File::from(fd))
 }
@@ -104,7 +116,11 @@ pub(crate) fn symlink_at(target: &str, dir: &impl AsFd, name: &OsStr) -> io::Res
 }
 
 pub(crate) fn unlink_at(dir: &impl AsFd, name: &OsStr, is_dir: bool) -> io::Result<()> {
-    let flags = if is_dir { AtFlags::REMOVEDIR } else { AtFlags::empty() };
+    let flags = if is_dir {
+        AtFlags::REMOVEDIR
+    } else {
+        AtFlags::empty()
+    };
     Ok(rfs::unlinkat(dir, name, flags)?)
 }
 
@@ -144,8 +160,16 @@ pub(crate) fn entry_at(dir: &impl AsFd, name: &OsStr) -> io::Result<Option<Entry
     };
     Ok(Some(Entry {
         kind,
-        size: if kind == EntryKind::Dir { 0 } else { st.st_size as u64 },
-        mode: if kind == EntryKind::Symlink { 0o777 } else { st.st_mode as u32 & 0o777 },
+        size: if kind == EntryKind::Dir {
+            0
+        } else {
+            st.st_size as u64
+        },
+        mode: if kind == EntryKind::Symlink {
+            0o777
+        } else {
+            st.st_mode as u32 & 0o777
+        },
         mtime_ns: st.st_mtime as i64 * 1_000_000_000 + st.st_mtime_nsec as i64,
         sha256: None,
         target,
@@ -165,7 +189,10 @@ pub(crate) fn open_regular_at(dir: &impl AsFd, name: &OsStr) -> io::Result<File>
     )?;
     let st = rfs::fstat(&fd)?;
     if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
     }
     Ok(File::from(fd))
 }

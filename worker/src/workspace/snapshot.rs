@@ -6,8 +6,10 @@
 //! when called around every command, `snapshot_since` reuses the previous snapshot's hash for a
 //! file whose stat identity (size, mtime, ctime, inode, device, mode) is unchanged, as git's index
 //! does; only touched files are read. A file whose timestamps fall within `RACY_MARGIN_NS` of the
-//! previous snapshot's start is re-read anyway: kernel timestamps are coarse (one tick), so a
-//! write right after hashing can leave every stat field equal.
+//! previous snapshot's start is re-read anyway: before Linux 6.13's multigrain timestamps, file
+//! timestamps come from a coarse clock (one tick, at most 10 ms at HZ=100), so a write right
+//! after hashing could leave every stat field equal. 20 ms is two ticks at the slowest HZ;
+//! filesystems with coarser timestamps (FAT, some network filesystems) are not supported.
 
 use super::error::WorkspaceError;
 use super::paths::Exclude;
@@ -22,7 +24,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Stat identity is trusted only for files last changed this long before the snapshot began.
-pub const RACY_MARGIN_NS: i64 = 100_000_000;
+pub const RACY_MARGIN_NS: i64 = 20_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -73,8 +75,21 @@ impl Entry {
     }
 
     fn same_stat(&self, other: &Entry) -> bool {
-        (self.size, self.mtime_ns, self.ctime_ns, self.ino, self.dev, self.mode)
-            == (other.size, other.mtime_ns, other.ctime_ns, other.ino, other.dev, other.mode)
+        (
+            self.size,
+            self.mtime_ns,
+            self.ctime_ns,
+            self.ino,
+            self.dev,
+            self.mode,
+        ) == (
+            other.size,
+            other.mtime_ns,
+            other.ctime_ns,
+            other.ino,
+            other.dev,
+            other.mode,
+        )
     }
 
     pub(crate) fn from_meta(meta: &std::fs::Metadata) -> Option<Entry> {
@@ -90,8 +105,16 @@ impl Entry {
         };
         Some(Entry {
             kind,
-            size: if kind == EntryKind::Dir { 0 } else { meta.len() },
-            mode: if kind == EntryKind::Symlink { 0o777 } else { meta.permissions().mode() & 0o777 },
+            size: if kind == EntryKind::Dir {
+                0
+            } else {
+                meta.len()
+            },
+            mode: if kind == EntryKind::Symlink {
+                0o777
+            } else {
+                meta.permissions().mode() & 0o777
+            },
             mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
             sha256: None,
             target: None,
@@ -166,7 +189,11 @@ pub fn snapshot_with(
             )),
         }
     }
-    Ok(Snapshot { entries, taken_at_ns, warnings })
+    Ok(Snapshot {
+        entries,
+        taken_at_ns,
+        warnings,
+    })
 }
 
 pub(crate) enum Described {
@@ -177,12 +204,16 @@ pub(crate) enum Described {
 
 /// Stat + content identity of one walked item (hash reused from `prev` when allowed).
 pub(crate) fn describe(item: &Item, prev: Option<&Snapshot>) -> Result<Described, WorkspaceError> {
-    let Some(mut e) = Entry::from_meta(&item.meta) else { return Ok(Described::Special) };
+    let Some(mut e) = Entry::from_meta(&item.meta) else {
+        return Ok(Described::Special);
+    };
     match e.kind {
         EntryKind::Dir => {}
         EntryKind::Symlink => match std::fs::read_link(&item.abs) {
             Ok(t) => e.target = Some(t.to_string_lossy().into_owned()),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Described::Vanished),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Described::Vanished)
+            }
             Err(err) => return Err(WorkspaceError::io(&item.abs, err)),
         },
         EntryKind::File => {
@@ -252,7 +283,13 @@ pub struct FileChange {
 
 impl FileChange {
     pub(crate) fn new(path: &Path, change: ChangeKind, e: &Entry) -> FileChange {
-        FileChange { harness_path: path.to_path_buf(), change, kind: e.kind, size: e.size, mode: e.mode }
+        FileChange {
+            harness_path: path.to_path_buf(),
+            change,
+            kind: e.kind,
+            size: e.size,
+            mode: e.mode,
+        }
     }
 }
 

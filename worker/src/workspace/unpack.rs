@@ -35,7 +35,10 @@ pub struct UnpackOptions {
 impl UnpackOptions {
     /// Accept the tracked mounts of `spec`, default limits.
     pub fn for_spec(spec: &WorkspaceSpec) -> Self {
-        UnpackOptions { mounts: spec.tracked().map(|m| m.harness_path.clone()).collect(), limits: Limits::default() }
+        UnpackOptions {
+            mounts: spec.tracked().map(|m| m.harness_path.clone()).collect(),
+            limits: Limits::default(),
+        }
     }
 }
 
@@ -61,15 +64,25 @@ pub fn rehome(spec: &WorkspaceSpec, root: &Path) -> WorkspaceSpec {
 }
 
 /// Unpacks a full archive into `target` (an empty or absent directory).
-pub fn unpack<R: Read>(input: R, target: &Path, opts: &UnpackOptions) -> Result<UnpackReport, WorkspaceError> {
+pub fn unpack<R: Read>(
+    input: R,
+    target: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport, WorkspaceError> {
     let known: Vec<PathBuf> = opts
         .mounts
         .iter()
         .map(|m| m.strip_prefix("/").map(Path::to_path_buf))
         .collect::<Result<_, _>>()
-        .map_err(|_| WorkspaceError::Target { path: target.into(), reason: "mount paths must be absolute".into() })?;
+        .map_err(|_| WorkspaceError::Target {
+            path: target.into(),
+            reason: "mount paths must be absolute".into(),
+        })?;
     if known.iter().any(|m| m.starts_with(STAGING_NAME)) {
-        return Err(WorkspaceError::Target { path: target.into(), reason: format!("a mount is named {STAGING_NAME}") });
+        return Err(WorkspaceError::Target {
+            path: target.into(),
+            reason: format!("a mount is named {STAGING_NAME}"),
+        });
     }
     let created = prepare_target(target)?;
     let result = unpack_into(input, target, &known, &opts.limits);
@@ -84,7 +97,10 @@ pub fn unpack<R: Read>(input: R, target: &Path, opts: &UnpackOptions) -> Result<
 
 /// Creates `target` if absent (returns true) or checks it is an empty directory.
 fn prepare_target(target: &Path) -> Result<bool, WorkspaceError> {
-    let err = |reason: &str| WorkspaceError::Target { path: target.into(), reason: reason.into() };
+    let err = |reason: &str| WorkspaceError::Target {
+        path: target.into(),
+        reason: reason.into(),
+    };
     match std::fs::metadata(target) {
         Ok(m) if !m.is_dir() => Err(err("not a directory")),
         Ok(_) => {
@@ -110,7 +126,8 @@ fn unpack_into<R: Read>(
 ) -> Result<UnpackReport, WorkspaceError> {
     let target_fd = safe_fs::open_root(target).map_err(|e| WorkspaceError::io(target, e))?;
     let staging_path = target.join(STAGING_NAME);
-    safe_fs::mkdir_at(&target_fd, OsStr::new(STAGING_NAME), 0o700).map_err(|e| WorkspaceError::io(&staging_path, e))?;
+    safe_fs::mkdir_at(&target_fd, OsStr::new(STAGING_NAME), 0o700)
+        .map_err(|e| WorkspaceError::io(&staging_path, e))?;
     let staging = safe_fs::open_dir_beneath(&target_fd, Path::new(STAGING_NAME))
         .map_err(|e| walk_error(&staging_path, STAGING_NAME, e))?;
     let mut sink = TreeSink {
@@ -130,12 +147,17 @@ fn unpack_into<R: Read>(
         rustix::fs::renameat(&sink.root, top, &target_fd, top)
             .map_err(|e| WorkspaceError::io(target.join(top), e.into()))?;
     }
-    safe_fs::unlink_at(&target_fd, OsStr::new(STAGING_NAME), true).map_err(|e| WorkspaceError::io(&staging_path, e))?;
+    safe_fs::unlink_at(&target_fd, OsStr::new(STAGING_NAME), true)
+        .map_err(|e| WorkspaceError::io(&staging_path, e))?;
     Ok(UnpackReport {
         entries: verified.manifest.entries,
         total_bytes: verified.manifest.total_bytes,
         digest: verified.manifest.digest,
-        snapshot: Snapshot { entries, taken_at_ns: now_ns(), warnings: Vec::new() },
+        snapshot: Snapshot {
+            entries,
+            taken_at_ns: now_ns(),
+            warnings: Vec::new(),
+        },
     })
 }
 
@@ -164,7 +186,9 @@ struct TreeSink {
 impl TreeSink {
     /// The directory holding `rel` and `rel`'s last component.
     fn parent<'r>(&mut self, rel: &'r Path) -> Result<(&OwnedFd, &'r OsStr), WorkspaceError> {
-        let name = rel.file_name().expect("validated paths have a last component");
+        let name = rel
+            .file_name()
+            .expect("validated paths have a last component");
         let parent = rel.parent().unwrap_or(Path::new(""));
         if self.cached.as_ref().map(|(p, _)| p.as_path()) != Some(parent) {
             let shown = rel.to_string_lossy();
@@ -204,7 +228,8 @@ impl TreeSink {
         modes.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
         for (rel, mode) in modes {
             let (dir, name) = self.parent(&rel)?;
-            safe_fs::chmod_dir_at(dir, name, mode).map_err(|e| WorkspaceError::io(self.root_path.join(&rel), e))?;
+            safe_fs::chmod_dir_at(dir, name, mode)
+                .map_err(|e| WorkspaceError::io(self.root_path.join(&rel), e))?;
         }
         self.cached = None;
         Ok(std::mem::take(&mut self.entries))
@@ -237,11 +262,18 @@ impl Sink for TreeSink {
             made.map_err(|e| self.create_error(rel, e))?;
         }
         self.dir_modes.push((rel.to_path_buf(), mode));
-        self.entries.insert(harness_path(rel), Self::dir_entry(mode));
+        self.entries
+            .insert(harness_path(rel), Self::dir_entry(mode));
         Ok(())
     }
 
-    fn file(&mut self, rel: &Path, mode: u32, mtime: u64, content: &mut dyn Read) -> Result<(), WorkspaceError> {
+    fn file(
+        &mut self,
+        rel: &Path,
+        mode: u32,
+        mtime: u64,
+        content: &mut dyn Read,
+    ) -> Result<(), WorkspaceError> {
         let (dir, name) = self.parent(rel)?;
         let created = safe_fs::create_file_at(dir, name);
         let mut file = created.map_err(|e| self.create_error(rel, e))?;
@@ -249,14 +281,17 @@ impl Sink for TreeSink {
         io::copy(content, &mut file).map_err(|e| WorkspaceError::io(path(), e))?;
         safe_fs::chmod_fd(&file, mode).map_err(|e| WorkspaceError::io(path(), e))?;
         let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime);
-        file.set_modified(when).map_err(|e| WorkspaceError::io(path(), e))?;
+        file.set_modified(when)
+            .map_err(|e| WorkspaceError::io(path(), e))?;
         self.pending = Some(file);
         Ok(())
     }
 
     fn file_done(&mut self, rel: &Path, size: u64, sha256: &str) -> Result<(), WorkspaceError> {
         let file = self.pending.take().expect("file_done follows file");
-        let meta = file.metadata().map_err(|e| WorkspaceError::io(self.root_path.join(rel), e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| WorkspaceError::io(self.root_path.join(rel), e))?;
         let mut entry = Entry::from_meta(&meta).expect("a regular file");
         entry.size = size;
         entry.sha256 = Some(sha256.to_owned());

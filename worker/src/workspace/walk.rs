@@ -28,14 +28,24 @@ pub(crate) fn walk(
         let root_meta = match std::fs::metadata(root) {
             Ok(m) if m.is_dir() => m,
             Ok(_) => {
-                warnings.push(format!("{}: backing path is not a directory", root.display()));
+                warnings.push(format!(
+                    "{}: backing path is not a directory",
+                    root.display()
+                ));
                 continue;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(WorkspaceError::io(root, e)),
         };
-        items.push(Item { harness: mount.harness_path.clone(), abs: root.clone(), meta: root_meta });
-        let walker = walkdir::WalkDir::new(root).follow_links(false).min_depth(1).into_iter();
+        items.push(Item {
+            harness: mount.harness_path.clone(),
+            abs: root.clone(),
+            meta: root_meta,
+        });
+        let walker = walkdir::WalkDir::new(root)
+            .follow_links(false)
+            .min_depth(1)
+            .into_iter();
         let mut not_utf8 = Vec::new();
         let mut walker = walker.filter_entry(|e| {
             let name = e.file_name();
@@ -49,7 +59,10 @@ pub(crate) fn walk(
             let entry = match next {
                 Ok(e) => e,
                 // Deleted while we walked: it is simply not in this snapshot.
-                Err(e) if e.io_error().is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound) => {
+                Err(e)
+                    if e.io_error()
+                        .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound) =>
+                {
                     continue
                 }
                 Err(e) => {
@@ -57,7 +70,10 @@ pub(crate) fn walk(
                     return Err(WorkspaceError::io(path, e.into()));
                 }
             };
-            let rel = entry.path().strip_prefix(root).expect("walkdir stays under its root");
+            let rel = entry
+                .path()
+                .strip_prefix(root)
+                .expect("walkdir stays under its root");
             let harness = mount.harness_path.join(rel);
             if spec.mount_for(&harness).map(|m| &m.harness_path) != Some(&mount.harness_path) {
                 if entry.file_type().is_dir() {
@@ -67,15 +83,26 @@ pub(crate) fn walk(
             }
             let meta = match entry.metadata() {
                 Ok(m) => m,
-                Err(e) if e.io_error().is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound) => {
+                Err(e)
+                    if e.io_error()
+                        .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound) =>
+                {
                     continue
                 }
                 Err(e) => return Err(WorkspaceError::io(entry.path(), e.into())),
             };
-            items.push(Item { harness, abs: entry.path().to_path_buf(), meta });
+            items.push(Item {
+                harness,
+                abs: entry.path().to_path_buf(),
+                meta,
+            });
         }
         drop(walker);
-        warnings.extend(not_utf8.into_iter().map(|p| format!("{p}: name is not UTF-8, skipped")));
+        warnings.extend(
+            not_utf8
+                .into_iter()
+                .map(|p| format!("{p}: name is not UTF-8, skipped")),
+        );
     }
     items.sort_by(|a, b| a.harness.cmp(&b.harness));
     Ok((items, warnings))

@@ -13,7 +13,11 @@ pub fn layout(root: &Path, ro: &[&str]) -> WorkspaceSpec {
     for d in ["session", "artifacts", "persistent", ".agents"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
-    WorkspaceSpec::canonical(root, RuntimeToggles::default(), ro.iter().map(PathBuf::from).collect())
+    WorkspaceSpec::canonical(
+        root,
+        RuntimeToggles::default(),
+        ro.iter().map(PathBuf::from).collect(),
+    )
 }
 
 pub fn write(path: &Path, content: &[u8], mode: u32) {
@@ -45,20 +49,42 @@ pub fn listing(dir: &Path) -> BTreeMap<PathBuf, String> {
         } else if m.is_dir() {
             format!("dir {:o}", m.permissions().mode() & 0o777)
         } else {
-            format!("file {:o} {:?}", m.permissions().mode() & 0o777, std::fs::read(e.path()).unwrap())
+            format!(
+                "file {:o} {:?}",
+                m.permissions().mode() & 0o777,
+                std::fs::read(e.path()).unwrap()
+            )
         };
         out.insert(e.path().to_path_buf(), what);
     }
     out
 }
 
+/// Kind, mode, size, SHA-256, symlink target.
+pub type Content = (String, u32, u64, Option<String>, Option<String>);
+
 /// The content view of a snapshot (kind, mode, size, hash / target), stat identity dropped.
-pub fn content(s: &Snapshot) -> BTreeMap<PathBuf, (String, u32, u64, Option<String>, Option<String>)> {
+pub fn content(
+    s: &Snapshot,
+) -> BTreeMap<PathBuf, Content> {
     s.entries
         .iter()
         .map(|(p, e): (&PathBuf, &Entry)| {
-            let size = if e.kind == kube_harness_worker::workspace::EntryKind::File { e.size } else { 0 };
-            (p.clone(), (format!("{:?}", e.kind), e.mode, size, e.sha256.clone(), e.target.clone()))
+            let size = if e.kind == kube_harness_worker::workspace::EntryKind::File {
+                e.size
+            } else {
+                0
+            };
+            (
+                p.clone(),
+                (
+                    format!("{:?}", e.kind),
+                    e.mode,
+                    size,
+                    e.sha256.clone(),
+                    e.target.clone(),
+                ),
+            )
         })
         .collect()
 }
