@@ -10,7 +10,9 @@ command -v go >/dev/null || die "prerequisite missing: go (Go >= 1.24 toolchain)
 go_env
 
 stamp="$KH_BIN/.complete"
-recipe="$KH_K8S_VERSION $KH_ETCD_VERSION $KH_HELM_VERSION $KH_COREDNS_VERSION $(sha256sum "$0" | cut -c1-16)"
+# Bump KH_BUILD_REV when the build recipe below changes in a way that changes the binaries.
+KH_BUILD_REV=1
+recipe="$KH_K8S_VERSION $KH_ETCD_VERSION $KH_HELM_VERSION $KH_COREDNS_VERSION rev$KH_BUILD_REV"
 if [[ -f $stamp && "$(cat "$stamp")" == "$recipe" ]]; then
   log "binaries cached in $KH_BIN"
   exit 0

@@ -5,8 +5,8 @@ write_configs() {
   local s=$KH_STATE
   mkdir -p "$s/containerd" "$s/cni/net.d" "$s/kubelet" "$s/kube-proxy"
 
-  # containerd 1.6 (config v2): all state under $KH_STATE, own socket, netns mounts under its state
-  # dir so down.sh can find them, the locally built pause image, cgroupfs driver.
+  # containerd 1.6 (config v2): all state under $KH_STATE (also runc's), own socket, netns mounts
+  # under its state dir so down.sh can find them, the locally built pause image, cgroupfs driver.
   cat >"$s/containerd/config.toml" <<CFG
 version = 2
 root = "$s/containerd/root"
@@ -23,6 +23,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "localhost/kube-harness/pause:dev"
   netns_mounts_under_state_dir = true
+  # These machines withhold CAP_SYS_RESOURCE from root, so runc cannot lower oom_score_adj below
+  # containerd's own (kubelet asks -998 for sandboxes); clamp instead of failing every sandbox.
+  restrict_oom_score_adj = true
   enable_cdi = false
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
@@ -31,6 +34,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "$s/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$s/cni/net.d"

@@ -25,6 +25,7 @@ if running kube-proxy; then
   stop kube-proxy
 fi
 # kube-proxy removes the iptables rules it created.
+mkdir -p "$KH_STATE/logs"
 if [[ -x $KH_BIN/kube-proxy ]]; then
   "$KH_BIN/kube-proxy" --cleanup --v=0 >>"$(logfile kube-proxy-cleanup)" 2>&1 || log "kube-proxy --cleanup reported errors (log: $(logfile kube-proxy-cleanup))"
 fi
@@ -64,15 +65,23 @@ for ctl in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/unified/kubepods; do
   find "$ctl" -depth -type d -exec rmdir {} + 2>/dev/null || log "could not remove cgroup $ctl (processes left inside?)"
 done
 
-# 5. Network: our egress chain, kubelet's canary chains, the bridge.
+# 5. Network: our egress chain, kubelet's chains, the bridge.
 if iptables -w -n -L KH-EGRESS >/dev/null 2>&1; then
   iptables -w -D FORWARD -j KH-EGRESS 2>/dev/null || true
   iptables -w -F KH-EGRESS && iptables -w -X KH-EGRESS
 fi
-for t in mangle nat filter; do
-  if iptables -w -t "$t" -F KUBE-KUBELET-CANARY 2>/dev/null; then
-    iptables -w -t "$t" -X KUBE-KUBELET-CANARY 2>/dev/null || true
-  fi
+# kubelet's own chains (kube-proxy --cleanup leaves them), IPv4 and IPv6.
+for ipt in iptables ip6tables; do
+  for hook in INPUT OUTPUT; do
+    while "$ipt" -w -D "$hook" -j KUBE-FIREWALL 2>/dev/null; do :; done
+  done
+  for t in mangle nat filter; do
+    for chain in KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT; do
+      if "$ipt" -w -t "$t" -F "$chain" 2>/dev/null; then
+        "$ipt" -w -t "$t" -X "$chain" 2>/dev/null || log "could not delete $ipt chain $t/$chain"
+      fi
+    done
+  done
 done
 if [[ -f $KH_STATE/created-bridge ]] && ip link show "$KH_BRIDGE" >/dev/null 2>&1; then
   ip link del "$KH_BRIDGE"

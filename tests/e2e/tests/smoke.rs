@@ -85,15 +85,21 @@ async fn a_pod_reaches_a_service_by_its_dns_name() {
         };
         let svc = services.create(&PostParams::default(), &svc).await.expect("create service");
         let cluster_ip = svc.spec.and_then(|s| s.cluster_ip).expect("service has a cluster IP");
-        wait_ready(&pods, "web-0", POD_START).await.unwrap_or_else(|e| panic!("{e}"));
+        if let Err(e) = wait_ready(&pods, "web-0", POD_START).await {
+            let logs = pods.logs("web-0", &LogParams::default()).await.unwrap_or_default();
+            panic!("{e}\nserver output:\n{logs}");
+        }
 
         // Client: resolve the name through cluster DNS, then fetch through the Service's virtual IP.
         // Retries cover the seconds CoreDNS and kube-proxy take to see the new Service.
         let fqdn = format!("web.{ns}.svc.cluster.local");
+        // Prints "<address> <name>" and the page only from the attempt that succeeded.
         let fetch = format!(
             "for i in $(seq 1 30); do \
-               if getent hosts {fqdn} && curl -fsS --max-time 3 http://{fqdn}/; then exit 0; fi; sleep 1; \
-             done; echo 'gave up after 30 attempts' >&2; exit 1"
+               if addr=$(getent hosts {fqdn}) && page=$(curl -fsS --max-time 3 http://{fqdn}/ 2>/tmp/err); then \
+                 printf '%s\\n%s\\n' \"$addr\" \"$page\"; exit 0; \
+               fi; sleep 1; \
+             done; echo 'gave up after 30 attempts:' >&2; cat /tmp/err >&2; exit 1"
         );
         let client_pod = command_pod("client", &smoke_image(), &["sh", "-c", &fetch], &[]);
         pods.create(&PostParams::default(), &client_pod).await.expect("create client pod");
@@ -164,17 +170,32 @@ async fn deleting_a_pod_removes_its_containers() {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
 
-        if before.is_some() {
-            // The API object goes first; kubelet and containerd remove the containers right after.
+        if let Some(ids) = before {
+            // The API object goes first. Kubelet stops the pod's processes right away; it removes
+            // the stopped containers in its garbage collection, which runs once a minute.
             wait::until(
-                &format!("containers of pod {uid} to leave containerd"),
+                &format!("processes of pod {uid} to stop"),
                 Duration::from_secs(30),
                 || async {
-                    let ids = node::containers_of_pod(&uid).await?.unwrap_or_default();
-                    Ok(if ids.is_empty() {
+                    let live = node::live_tasks(&ids).await?.unwrap_or_default();
+                    Ok(if live.is_empty() {
                         Check::Done(())
                     } else {
-                        Check::Pending(format!("{ids:?}"))
+                        Check::Pending(format!("live tasks {live:?}"))
+                    })
+                },
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+            wait::until(
+                &format!("containers of pod {uid} to leave containerd"),
+                Duration::from_secs(150),
+                || async {
+                    let left = node::containers_of_pod(&uid).await?.unwrap_or_default();
+                    Ok(if left.is_empty() {
+                        Check::Done(())
+                    } else {
+                        Check::Pending(format!("{left:?}"))
                     })
                 },
             )
