@@ -8,10 +8,11 @@ use kube_harness_worker::classify::RuntimeToggles;
 use kube_harness_worker::local::{
     self, data_dir::DEFAULT_DATA_DIR, DataDir, FileTrace, LocalTurn, PersistentDir, SameSession,
 };
-use kube_harness_worker::runtime::event::kind;
+use kube_harness_worker::runtime::{event::kind, LocalTier1, NextTier};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(Args, Debug)]
 pub struct LocalArgs {
@@ -65,9 +66,9 @@ struct ExecArgs {
     /// Refuse this command on every tier (repeatable).
     #[arg(long = "deny", value_name = "CMD")]
     deny: Vec<String>,
-    /// The higher tier to escalate to. Only `none` (refuse with 126) exists so far; the local
-    /// Tier-1 (`host`) is not built yet.
-    #[arg(long, default_value = "none", value_parser = ["none"])]
+    /// The higher tier to escalate to: `host` (this machine's toolchain, in a private mount
+    /// namespace, with the workspace handed over and merged back) or `none` (refuse with 126).
+    #[arg(long, default_value = "host", value_parser = ["host", "none"])]
     tier1: String,
     /// A second turn for a busy session waits (`queue`) or fails (`reject`).
     #[arg(long, default_value = "queue", value_parser = ["queue", "reject"])]
@@ -166,7 +167,10 @@ fn run_exec(data: &DataDir, project_root: PathBuf, args: ExecArgs) -> anyhow::Re
         max_concurrent_sessions: args.max_concurrent_sessions,
         persistent_dirs,
         project_root,
-        next_tier: None,
+        next_tier: match args.tier1.as_str() {
+            "host" => Some(Arc::new(LocalTier1::default()) as Arc<dyn NextTier>),
+            _ => None,
+        },
     };
     let script = args.script.join(" ");
     let rt = tokio::runtime::Builder::new_multi_thread()

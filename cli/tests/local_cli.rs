@@ -45,7 +45,7 @@ fn exec_prints_output_exits_with_the_command_and_keeps_session_state() {
         (text(&out.stdout).as_str(), out.status.code()),
         ("/session\n1\n", Some(7))
     );
-    let out = exec(tmp.path(), &["--json"], "git status");
+    let out = exec(tmp.path(), &["--json", "--tier1", "none"], "git status");
     assert_eq!(out.status.code(), Some(126));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["exitCode"], 126);

@@ -50,6 +50,9 @@ pub struct DisposeReport {
     pub file_changes: Vec<crate::workspace::FileChange>,
     /// The tier's own usage figures, when it measures any.
     pub usage: Option<Value>,
+    /// Partial failures (a merge that applied some changes and rejected others): each becomes a
+    /// `harness.runtime.dispose.failed` event after the file events of what was applied.
+    pub problems: Vec<String>,
 }
 
 /// A place commands run: the Tier-0 sandbox, a local Tier-1 shell, a Tier-1 pod.

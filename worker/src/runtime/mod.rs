@@ -4,6 +4,7 @@
 
 pub mod event;
 pub mod executor;
+pub mod local_tier1;
 pub mod state;
 pub mod tier0;
 pub mod tracker;
@@ -11,6 +12,7 @@ pub mod turn;
 
 pub use event::{Collector, Emitter, EventSink, TraceEvent};
 pub use executor::{CommandExecutor, DisposeReport, ExecRequest, ExecResult, NextTier};
+pub use local_tier1::LocalTier1;
 pub use tier0::Tier0Executor;
 pub use tracker::WorkspaceTracker;
 pub use turn::{CommandOutcome, Turn, TurnConfig};

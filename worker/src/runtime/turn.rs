@@ -167,6 +167,12 @@ impl Turn {
                             json!({"path": change.harness_path, "kind": change.kind, "size": change.size, "mode": change.mode, "tier": higher.tier(), "source": "merge"}),
                         );
                     }
+                    for problem in &report.problems {
+                        self.emitter.emit(
+                            kind::DISPOSE_FAILED,
+                            json!({"tier": higher.tier(), "error": problem}),
+                        );
+                    }
                     higher_usage = report.usage;
                 }
                 Err(error) => self.emitter.emit(
