@@ -1,56 +1,34 @@
 #!/usr/bin/env bash
-# The newcomer's demo, no cluster needed: builds kube-harness and shows what runs today on the
-# embedded default.
-#   1. classification before execution (the seed's `rm -rf build && cargo build`, and friends);
-#   2. the session log service on loopback with its file store: an idempotent append, a retry with
-#      the same key answered from the log, a conflicting retry refused, and the log read back.
-# The local host (`kube-harness local exec`, Tier-0 sandbox + local Tier-1) joins this demo when
-# issue 3 lands.
+# The newcomer's demo on the embedded default, the local host (no cluster):
+#   1. Tier-0 commands in a session's sandbox (landlock, seccomp, namespaces: needs root or user
+#      namespaces), with files tracked;
+#   2. one command that needs a real toolchain (git) escalates to the local Tier-1: the workspace is
+#      handed over, the command runs there, and the repository is merged back into the session;
+#   3. a refused command (policy), and the session's trace, printed readably.
+# Data goes to a fresh temp dir (pass a directory to keep it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v curl >/dev/null || { echo "demo.sh: needs curl (apt-get install -y curl)" >&2; exit 2; }
 
 echo "== building kube-harness"
 cargo build -q -p kube-harness
-kh="${CARGO_TARGET_DIR:-target}/debug/kube-harness"
-
-echo
-echo "== 1. classify before running"
-for script in 'ls -la /session && rg -n TODO /session | head' \
-              'rm -rf build && cargo build' \
-              'cat <<EOF | git apply
-patch
-EOF' \
-              'curl -s https://example.com | jq .' \
-              'bash -c "docker ps"'; do
-  printf '\n$ kube-harness classify -- %q\n' "$script"
-  "$kh" classify -- "$script"
-done
-printf '\n$ kube-harness classify --deny docker -- %q\n' 'timeout 5 docker ps'
-"$kh" classify --deny docker -- 'timeout 5 docker ps'
-
-echo
-echo "== 2. the session log service (file store, fsync on, bearer token)"
-work=$(mktemp -d)
-trap 'kill "${server:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
-head -c 24 /dev/urandom | base64 > "$work/token"
-port=$((20000 + RANDOM % 20000))
-"$kh" session-log serve --store "file:$work/sessions.ndjson" --listen "127.0.0.1:$port" \
-  --token-file "$work/token" 2> "$work/server.log" &
-server=$!
-base="http://127.0.0.1:$port"
-for _ in $(seq 50); do curl -sf "$base/healthz" >/dev/null && break; sleep 0.1; done
-auth="Authorization: Bearer $(cat "$work/token")"
-append() {
-  curl -s -H "$auth" -H 'content-type: application/json' -d "$1" "$base/v1/runs/run_demo/events"
-  echo
+kh="$PWD/${CARGO_TARGET_DIR:-target}/debug/kube-harness"
+data="${1:-$(mktemp -d)/.little-harness}"
+run() {
+  printf "\n\$ kube-harness local exec --session demo %s-- '%s'\n" "${2:-}" "$1"
+  # shellcheck disable=SC2086
+  "$kh" local --data-dir "$data" exec --session demo ${2:-} -- "$1" || echo "(exit $?)"
 }
-event='{"appendIdempotencyKey":"k1","type":"harness.runtime.command.completed","payload":{"command":"ls","exitCode":0}}'
-echo "append:                 $(append "$event")"
-echo "same key, same content: $(append "$event")   (answered from the log, nothing written)"
-echo "same key, other content: $(append '{"appendIdempotencyKey":"k1","type":"x","payload":{}}')"
-echo "append:                 $(append '{"appendIdempotencyKey":"k2","type":"harness.turn.usage","payload":{"stayedOnTier0":true}}')"
-echo "read back:              $(curl -s -H "$auth" "$base/v1/runs/run_demo/events?after=0")"
-echo "without a token:        HTTP $(curl -s -o /dev/null -w '%{http_code}' "$base/v1/runs/run_demo/events")"
+
+echo "== the local host, data in $data"
+run 'mkdir -p /session/notes && printf "%s\n" alpha beta gamma > /session/notes/list.txt && wc -l /session/notes/list.txt'
+run 'cd /session/notes && sort -r list.txt | head -2 && export NOTE=kept'
+run 'pwd && echo "NOTE=$NOTE" && env | wc -l && cat /etc/shadow 2>&1 | head -1 && echo x > /usr/x 2>&1 | head -1'
+run 'git init -q repo && cd repo && cp ../list.txt . && git add -A && git -c user.name=demo -c user.email=demo@example.com commit -qm "first" && git log --oneline | wc -l'
+run 'ls -a /session/notes/repo | head -5'
+run 'docker ps' '--deny docker '
+
 echo
-echo "demo done"
+echo "== the trace (kube-harness local trace demo)"
+"$kh" local --data-dir "$data" trace demo
+echo
+"$kh" local --data-dir "$data" doctor demo || true

@@ -8,7 +8,7 @@ use kube_harness_worker::classify::RuntimeToggles;
 use kube_harness_worker::local::{
     self, data_dir::DEFAULT_DATA_DIR, DataDir, FileTrace, LocalTurn, PersistentDir, SameSession,
 };
-use kube_harness_worker::runtime::{event::kind, LocalTier1, NextTier};
+use kube_harness_worker::runtime::{event::kind, LocalTier1, NextTier, TraceEvent};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -100,20 +100,13 @@ pub fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
             let dir = data.existing_session(&session)?;
             let events = FileTrace::read(&dir.trace_path()).map_err(anyhow::Error::msg)?;
             let mut out = std::io::stdout().lock();
-            for e in events {
-                if format == "json" {
+            if format == "json" {
+                for e in events {
                     serde_json::to_writer(&mut out, &e)?;
                     writeln!(out)?;
-                } else {
-                    writeln!(
-                        out,
-                        "{} #{:<3} {:<34} {}",
-                        e.turn_id,
-                        e.seq,
-                        e.kind,
-                        pretty(&e.data)
-                    )?;
                 }
+            } else {
+                print_pretty(&mut out, &events)?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -194,6 +187,42 @@ fn run_exec(data: &DataDir, project_root: PathBuf, args: ExecArgs) -> anyhow::Re
         std::io::stderr().write_all(o.stderr.as_bytes())?;
     }
     Ok(ExitCode::from(o.exit_code.clamp(0, 255) as u8))
+}
+
+/// One line per event for people; long runs of file events (a merged repository) are summarised.
+fn print_pretty(out: &mut impl Write, events: &[TraceEvent]) -> std::io::Result<()> {
+    const SHOWN: usize = 3;
+    let line = |out: &mut dyn Write, e: &TraceEvent| {
+        let data = pretty(&e.data);
+        writeln!(out, "{} #{:<3} {:<34} {data}", e.turn_id, e.seq, e.kind)
+    };
+    let mut i = 0;
+    while i < events.len() {
+        let first = &events[i];
+        let same = |o: &TraceEvent| {
+            o.kind.starts_with("harness.file.")
+                && o.kind == first.kind
+                && o.turn_id == first.turn_id
+                && o.data["source"] == first.data["source"]
+        };
+        let run = events[i..].iter().take_while(|o| same(o)).count().max(1);
+        let shown = if run > SHOWN + 1 { SHOWN } else { run };
+        for e in &events[i..i + shown] {
+            line(out, e)?;
+        }
+        if run > shown {
+            let source = first.data["source"].as_str().unwrap_or("");
+            writeln!(
+                out,
+                "{} …    {} more {} ({source})",
+                first.turn_id,
+                run - shown,
+                first.kind
+            )?;
+        }
+        i += run;
+    }
+    Ok(())
 }
 
 /// One line per event for people: the interesting fields only.
