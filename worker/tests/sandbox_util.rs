@@ -1,6 +1,6 @@
 //! Shared helpers for the sandbox integration tests (included with `#[path]`; also built as its
 //! own empty test target).
-#![allow(dead_code)]
+#![allow(dead_code, clippy::new_without_default)]
 
 use kube_harness_worker::classify::RuntimeToggles;
 use kube_harness_worker::sandbox::{
