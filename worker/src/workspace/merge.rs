@@ -30,6 +30,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 /// Options of `apply`.
 #[derive(Debug, Clone)]
@@ -275,6 +276,7 @@ pub fn apply<R: Read>(
         base,
         opts,
         roots: HashMap::new(),
+        parent_cache: None,
         report: ApplyReport::default(),
         tmp_seq: 0,
     };
@@ -292,6 +294,9 @@ struct Applier<'a> {
     opts: &'a ApplyOptions,
     /// Open backing roots by mount harness path.
     roots: HashMap<PathBuf, OwnedFd>,
+    /// The last parent directory opened (changes come sorted, so siblings share it). Dropped
+    /// whenever a directory is removed, so it never points at a directory no longer in the tree.
+    parent_cache: Option<(PathBuf, Rc<OwnedFd>)>,
     report: ApplyReport,
     tmp_seq: u64,
 }
@@ -453,14 +458,13 @@ impl<'a> Applier<'a> {
         if !mount.backing_path.exists() {
             return Ok(Current::Absent);
         }
-        let root = self.root(mount)?;
-        let (dir, name): (OwnedFd, &OsStr) = match rel.parent() {
+        let (dir, name): (Rc<OwnedFd>, &OsStr) = match rel.parent() {
             None => {
                 let meta = std::fs::metadata(&mount.backing_path)
                     .map_err(|e| WorkspaceError::io(harness, e))?;
                 return Ok(Entry::from_meta(&meta).map_or(Current::Blocked, Current::Present));
             }
-            Some(parent) => match safe_fs::open_dir_beneath(root, parent) {
+            Some(parent) => match self.open_parent(mount, parent)? {
                 Ok(fd) => (fd, rel.file_name().expect("non-root")),
                 // Under a file that this change set may be replacing with a directory.
                 Err(WalkError::Missing) | Err(WalkError::NotDir) => return Ok(Current::Absent),
@@ -488,15 +492,34 @@ impl<'a> Applier<'a> {
         Ok(Current::Present(entry))
     }
 
+    /// `parent` (relative to `mount`'s backing root) opened without following symlinks, cached.
+    fn open_parent(
+        &mut self,
+        mount: &Mount,
+        parent: &Path,
+    ) -> Result<Result<Rc<OwnedFd>, WalkError>, WorkspaceError> {
+        let key = mount.harness_path.join(parent);
+        if let Some((k, fd)) = &self.parent_cache {
+            if *k == key {
+                return Ok(Ok(fd.clone()));
+            }
+        }
+        let root = self.root(mount)?;
+        Ok(safe_fs::open_dir_beneath(root, parent).map(|fd| {
+            let fd = Rc::new(fd);
+            self.parent_cache = Some((key, fd.clone()));
+            fd
+        }))
+    }
+
     /// The parent directory of a non-root planned change, opened without following symlinks.
     fn parent_of(
         &mut self,
         p: &Planned,
         incoming: Option<&Incoming>,
-    ) -> Result<Option<OwnedFd>, WorkspaceError> {
+    ) -> Result<Option<Rc<OwnedFd>>, WorkspaceError> {
         let parent = p.rel.parent().expect("non-root change");
-        let root = self.root(&p.mount)?;
-        match safe_fs::open_dir_beneath(root, parent) {
+        match self.open_parent(&p.mount, parent)? {
             Ok(fd) => Ok(Some(fd)),
             Err(WalkError::Io(e)) => Err(WorkspaceError::io(&p.harness, e)),
             Err(_) => {
@@ -515,8 +538,12 @@ impl<'a> Applier<'a> {
             return Ok(());
         };
         let name = p.rel.file_name().expect("non-root");
-        match safe_fs::unlink_at(&dir, name, current.kind == EntryKind::Dir) {
+        let is_dir = current.kind == EntryKind::Dir;
+        match safe_fs::unlink_at(&dir, name, is_dir) {
             Ok(()) => {
+                if is_dir {
+                    self.parent_cache = None;
+                }
                 self.report
                     .applied
                     .push(FileChange::new(&p.harness, ChangeKind::Deleted, &current))
@@ -626,6 +653,7 @@ impl<'a> Applier<'a> {
         item: &Incoming,
     ) -> Result<bool, WorkspaceError> {
         if was_dir {
+            self.parent_cache = None;
             if let Err(e) = safe_fs::unlink_at(dir, name, true) {
                 let _ = safe_fs::unlink_at(dir, tmp, false);
                 if e.raw_os_error() == Some(rustix::io::Errno::NOTEMPTY.raw_os_error()) {

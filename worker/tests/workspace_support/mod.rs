@@ -64,9 +64,7 @@ pub fn listing(dir: &Path) -> BTreeMap<PathBuf, String> {
 pub type Content = (String, u32, u64, Option<String>, Option<String>);
 
 /// The content view of a snapshot (kind, mode, size, hash / target), stat identity dropped.
-pub fn content(
-    s: &Snapshot,
-) -> BTreeMap<PathBuf, Content> {
+pub fn content(s: &Snapshot) -> BTreeMap<PathBuf, Content> {
     s.entries
         .iter()
         .map(|(p, e): (&PathBuf, &Entry)| {
