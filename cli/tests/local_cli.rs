@@ -146,7 +146,7 @@ fn persistent_dirs_follow_their_commit_policy_and_path_errors_write_nothing() {
         !data.join("drafts/d1/d.md").exists(),
         "manual is not committed automatically"
     );
-    let json = exec(tmp.path(), &[&dirs[4], &dirs[5], "--json"][..], "true");
+    let json = exec(tmp.path(), &[dirs[4], dirs[5], "--json"], "true");
     let turn_dirs: Vec<_> = std::fs::read_dir(data.join("sessions/s1/manual-commits"))
         .unwrap()
         .collect();

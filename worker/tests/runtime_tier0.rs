@@ -130,8 +130,7 @@ async fn denied_commands_are_refused_and_large_output_goes_to_artifacts() {
         .events
         .events()
         .into_iter()
-        .filter(|e| e.kind == kind::COMMAND_COMPLETED)
-        .last()
+        .rfind(|e| e.kind == kind::COMMAND_COMPLETED)
         .unwrap();
     let content_ref = done.data["stdoutRef"]["contentRef"]
         .as_str()
