@@ -88,11 +88,15 @@ make_kubeconfig "$KH_STATE/kube-proxy.kubeconfig" "$server" "$pki" kube-proxy sy
 write_configs
 
 # --- components ---------------------------------------------------------------------------------
-# start NAME BINARY ARGS...: runs BINARY in its own session, recording pid and binary path.
+# start NAME BINARY ARGS...: runs BINARY in its own session, recording pid and binary path. Extra
+# flags for debugging come from KH_ARGS_<NAME> (e.g. KH_ARGS_KUBE_APISERVER="--v=4").
 start() {
   local name=$1 bin=$2; shift 2
+  local var extra=()
+  var="KH_ARGS_$(tr 'a-z-' 'A-Z_' <<<"$name")"
+  read -r -a extra <<<"${!var:-}"
   log "starting $name (log: $(logfile "$name"))"
-  setsid "$bin" "$@" >>"$(logfile "$name")" 2>&1 </dev/null &
+  setsid "$bin" "$@" "${extra[@]}" >>"$(logfile "$name")" 2>&1 </dev/null &
   printf '%s\n%s\n' "$!" "$(readlink -f "$bin")" >"$(pidfile "$name")"
 }
 
