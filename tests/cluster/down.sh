@@ -93,6 +93,9 @@ if [[ -f $KH_STATE/sysctl.saved ]]; then
 fi
 [[ -f $KH_STATE/created-var-log-pods ]] && rm -rf /var/log/pods
 [[ -f $KH_STATE/created-var-log-containers ]] && rm -rf /var/log/containers
+if [[ -f $KH_STATE/created-run-containerd && -d /run/containerd ]]; then
+  find /run/containerd -depth -type d -empty -delete 2>/dev/null || true
+fi
 
 # 7. Anything still recorded as running means something refused to die: say so, keep the state.
 left=()

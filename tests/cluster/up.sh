@@ -64,6 +64,8 @@ for k in "${KH_SYSCTLS[@]}"; do
 done >"$KH_STATE/sysctl.saved"
 [[ -d /var/log/pods ]] || touch "$KH_STATE/created-var-log-pods"
 [[ -d /var/log/containers ]] || touch "$KH_STATE/created-var-log-containers"
+# containerd-shim keeps fifos and sockets under /run/containerd whatever its config says.
+[[ -d /run/containerd ]] || touch "$KH_STATE/created-run-containerd"
 sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
 
 log "network: bridge $KH_BRIDGE $KH_NODE_IP, pods $KH_POD_CIDR, services $KH_SERVICE_CIDR"
