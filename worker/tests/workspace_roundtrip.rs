@@ -274,3 +274,44 @@ fn snapshot_since_reuses_settled_hashes_but_still_sees_changes() {
     let third = snapshot_since(&spec, &again).unwrap();
     assert_eq!(diff(&again, &third).len(), 1);
 }
+
+#[test]
+fn nested_mounts_are_walked_by_the_most_specific_mount() {
+    let src = tempfile::tempdir().unwrap();
+    let mut spec = layout(src.path(), &[]);
+    // /session/cache is its own untracked mount inside /session's backing directory.
+    spec.mounts.push(kube_harness_worker::workspace::Mount {
+        harness_path: "/session/cache".into(),
+        backing_path: src.path().join("session/cache"),
+        writable: true,
+        tracked: false,
+        read_only_prefixes: Vec::new(),
+    });
+    write(
+        &src.path().join("session/cache/blob"),
+        b"not tracked",
+        0o644,
+    );
+    write(&src.path().join("session/b"), b"tracked", 0o644);
+    write(
+        &src.path().join("session/cachet"),
+        b"tracked, sorts after cache/",
+        0o644,
+    );
+    let snap = snapshot(&spec).unwrap();
+    let paths: Vec<_> = snap
+        .entries
+        .keys()
+        .map(|p| p.display().to_string())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "/artifacts",
+            "/persistent",
+            "/session",
+            "/session/b",
+            "/session/cachet"
+        ]
+    );
+}

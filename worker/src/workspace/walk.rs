@@ -23,7 +23,16 @@ pub(crate) fn walk(
 ) -> Result<(Vec<Item>, Vec<String>), WorkspaceError> {
     let mut items = Vec::new();
     let mut warnings = Vec::new();
-    for mount in spec.tracked() {
+    // Sorted walks of mounts in harness-path order already yield harness-path order (walkdir
+    // sorts siblings by name, as `Path`'s ordering does); only nested mounts need a final sort.
+    let mut mounts: Vec<_> = spec.tracked().collect();
+    mounts.sort_by(|a, b| a.harness_path.cmp(&b.harness_path));
+    let nested = spec.mounts.iter().any(|m| {
+        spec.mounts.iter().any(|o| {
+            o.harness_path != m.harness_path && o.harness_path.starts_with(&m.harness_path)
+        })
+    });
+    for mount in mounts {
         let root = &mount.backing_path;
         let root_meta = match std::fs::metadata(root) {
             Ok(m) if m.is_dir() => m,
@@ -44,6 +53,7 @@ pub(crate) fn walk(
         });
         let walker = walkdir::WalkDir::new(root)
             .follow_links(false)
+            .sort_by_file_name()
             .min_depth(1)
             .into_iter();
         let mut not_utf8 = Vec::new();
@@ -75,7 +85,9 @@ pub(crate) fn walk(
                 .strip_prefix(root)
                 .expect("walkdir stays under its root");
             let harness = mount.harness_path.join(rel);
-            if spec.mount_for(&harness).map(|m| &m.harness_path) != Some(&mount.harness_path) {
+            if nested
+                && spec.mount_for(&harness).map(|m| &m.harness_path) != Some(&mount.harness_path)
+            {
                 if entry.file_type().is_dir() {
                     walker.skip_current_dir();
                 }
@@ -104,6 +116,9 @@ pub(crate) fn walk(
                 .map(|p| format!("{p}: name is not UTF-8, skipped")),
         );
     }
-    items.sort_by(|a, b| a.harness.cmp(&b.harness));
+    if nested {
+        items.sort_by(|a, b| a.harness.cmp(&b.harness));
+    }
+    debug_assert!(items.windows(2).all(|w| w[0].harness < w[1].harness));
     Ok((items, warnings))
 }
