@@ -145,9 +145,13 @@ impl Snapshot {
     /// Whether `e`'s cached hash can be trusted for a file whose stat is now `now`.
     pub(crate) fn reusable(&self, harness: &Path, now: &Entry) -> Option<&Entry> {
         let prev = self.entries.get(harness)?;
+        self.trusts(prev, now).then_some(prev)
+    }
+
+    /// Whether this snapshot's `prev` entry (same path) still describes a file now `now`.
+    fn trusts(&self, prev: &Entry, now: &Entry) -> bool {
         let settled = prev.mtime_ns.max(prev.ctime_ns) < self.taken_at_ns - RACY_MARGIN_NS;
-        (prev.kind == EntryKind::File && prev.sha256.is_some() && settled && prev.same_stat(now))
-            .then_some(prev)
+        prev.kind == EntryKind::File && prev.sha256.is_some() && settled && prev.same_stat(now)
     }
 }
 
@@ -176,12 +180,25 @@ pub fn snapshot_with(
 ) -> Result<Snapshot, WorkspaceError> {
     let taken_at_ns = now_ns();
     let (items, mut warnings) = walk(spec, exclude)?;
-    let mut entries = BTreeMap::new();
+    // Both the walk and `prev` are in harness-path order: look cached entries up by merging
+    // instead of a tree search per file, and build the map from sorted input.
+    let mut cached = prev.map(|p| p.entries.iter().peekable());
+    let mut entries = Vec::with_capacity(items.len());
     for item in items {
-        match describe(&item, prev)? {
-            Described::Entry(e) => {
-                entries.insert(item.harness, e);
+        let mut cache = None;
+        if let (Some(it), Some(p)) = (cached.as_mut(), prev) {
+            while it
+                .peek()
+                .is_some_and(|(k, _)| k.as_path() < item.harness.as_path())
+            {
+                it.next();
             }
+            if let Some((_, e)) = it.peek().filter(|(k, _)| **k == item.harness) {
+                cache = Some((p, *e));
+            }
+        }
+        match describe(&item, cache)? {
+            Described::Entry(e) => entries.push((item.harness, e)),
             Described::Vanished => {}
             Described::Special => warnings.push(format!(
                 "{}: not a file, directory or symlink, skipped",
@@ -190,7 +207,7 @@ pub fn snapshot_with(
         }
     }
     Ok(Snapshot {
-        entries,
+        entries: entries.into_iter().collect(),
         taken_at_ns,
         warnings,
     })
@@ -203,7 +220,10 @@ pub(crate) enum Described {
 }
 
 /// Stat + content identity of one walked item (hash reused from `prev` when allowed).
-pub(crate) fn describe(item: &Item, prev: Option<&Snapshot>) -> Result<Described, WorkspaceError> {
+pub(crate) fn describe(
+    item: &Item,
+    cache: Option<(&Snapshot, &Entry)>,
+) -> Result<Described, WorkspaceError> {
     let Some(mut e) = Entry::from_meta(&item.meta) else {
         return Ok(Described::Special);
     };
@@ -217,7 +237,7 @@ pub(crate) fn describe(item: &Item, prev: Option<&Snapshot>) -> Result<Described
             Err(err) => return Err(WorkspaceError::io(&item.abs, err)),
         },
         EntryKind::File => {
-            if let Some(p) = prev.and_then(|p| p.reusable(&item.harness, &e)) {
+            if let Some((_, p)) = cache.filter(|(snap, p)| snap.trusts(p, &e)) {
                 e.sha256 = p.sha256.clone();
             } else {
                 match hash_file(&item.abs) {
