@@ -41,6 +41,18 @@ enum LocalCommand {
     /// Check a session's trace: dispose failures are failures (exit 1); refusals and timeouts are
     /// listed for information.
     Doctor { session: String },
+    /// List a session's files under /session and /persistent, with sizes.
+    Files { session: String },
+    /// List a session's artifacts (/artifacts).
+    Artifacts { session: String },
+    /// The change history of one harness path, from the trace.
+    Diff {
+        session: String,
+        #[arg(long)]
+        path: String,
+    },
+    /// One line per turn across all sessions: commands, exit codes, tiers, refusals.
+    Outcomes,
     /// Commit a `manual` Persistent Dir as it was at the end of a turn.
     Commit {
         #[arg(long)]
@@ -131,6 +143,63 @@ pub fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
+        LocalCommand::Files { session } => {
+            let dir = data.existing_session(&session)?;
+            list_tree(&dir.root, &["session", "persistent"])
+        }
+        LocalCommand::Artifacts { session } => {
+            let dir = data.existing_session(&session)?;
+            list_tree(&dir.root, &["artifacts"])
+        }
+        LocalCommand::Diff { session, path } => {
+            let dir = data.existing_session(&session)?;
+            let events = FileTrace::read(&dir.trace_path()).map_err(anyhow::Error::msg)?;
+            let mut found = false;
+            for e in events.iter().filter(|e| {
+                e.kind.starts_with("harness.file.")
+                    && e.data["path"].as_str() == Some(path.as_str())
+            }) {
+                found = true;
+                let change = e.kind.trim_start_matches("harness.file.");
+                println!(
+                    "{} #{:<3} {change:<8} tier={} source={} size={}",
+                    e.turn_id, e.seq, e.data["tier"], e.data["source"], e.data["size"]
+                );
+            }
+            if !found {
+                println!("no recorded changes of {path} in session {session}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        LocalCommand::Outcomes => {
+            for id in data.sessions()? {
+                let dir = data.existing_session(&id)?;
+                let Ok(events) = FileTrace::read(&dir.trace_path()) else {
+                    println!("{id}: unreadable trace");
+                    continue;
+                };
+                let mut turns: Vec<&str> = events.iter().map(|e| e.turn_id.as_str()).collect();
+                turns.dedup();
+                for turn in turns {
+                    let of = |k: &'static str| {
+                        events
+                            .iter()
+                            .filter(move |e| e.turn_id == turn && e.kind == k)
+                    };
+                    let codes: Vec<String> = of(kind::COMMAND_COMPLETED)
+                        .map(|e| format!("{}@t{}", e.data["exitCode"], e.data["tier"]))
+                        .collect();
+                    let usage = of(kind::TURN_USAGE).next().map(|e| e.data.clone());
+                    println!(
+                        "{id} {turn} commands=[{}] refused={} stayedOnTier0={}",
+                        codes.join(" "),
+                        of(kind::TIER_REFUSED).count(),
+                        usage.map_or("?".into(), |u| u["stayedOnTier0"].to_string())
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         LocalCommand::Commit { session, turn, dir } => {
             let dir = PersistentDir::parse(&dir)?;
             local::commit_manual(&data, &session, &turn, &dir, &args.project_root)?;
@@ -187,6 +256,42 @@ fn run_exec(data: &DataDir, project_root: PathBuf, args: ExecArgs) -> anyhow::Re
         std::io::stderr().write_all(o.stderr.as_bytes())?;
     }
     Ok(ExitCode::from(o.exit_code.clamp(0, 255) as u8))
+}
+
+/// Prints `SIZE HARNESS_PATH` for every file under the named session subfolders.
+fn list_tree(root: &std::path::Path, subdirs: &[&str]) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    for sub in subdirs {
+        let base = root.join(sub);
+        let mut stack = vec![base.clone()];
+        let mut files = Vec::new();
+        while let Some(dir) = stack.pop() {
+            for entry in
+                std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))?
+            {
+                let entry = entry?;
+                let kind = entry.file_type()?;
+                if kind.is_dir() {
+                    stack.push(entry.path());
+                } else {
+                    let rel = entry
+                        .path()
+                        .strip_prefix(root)
+                        .map(|p| p.to_path_buf())
+                        .unwrap_or_default();
+                    files.push((
+                        format!("/{}", rel.display()),
+                        entry.metadata().map(|m| m.len()).unwrap_or(0),
+                    ));
+                }
+            }
+        }
+        files.sort();
+        for (path, size) in files {
+            writeln!(out, "{size:>10} {path}")?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// One line per event for people; long runs of file events (a merged repository) are summarised.

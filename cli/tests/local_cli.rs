@@ -58,19 +58,82 @@ fn exec_prints_output_exits_with_the_command_and_keeps_session_state() {
         .unwrap()
         .iter()
         .any(|e| e["type"] == "harness.tier.refused"));
+    let out = exec(
+        tmp.path(),
+        &[],
+        "git init -q /session/repo && git -C /session/repo status --short | wc -l",
+    );
+    assert_eq!(
+        (text(&out.stdout).trim(), out.status.code()),
+        ("0", Some(0)),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        tmp.path()
+            .join(".little-harness/sessions/s1/session/repo/.git")
+            .is_dir(),
+        "merged back from the local Tier-1"
+    );
     let trace = kh(tmp.path())
         .args(["local", "trace", "s1", "--format", "json"])
         .output()
         .unwrap();
+    let trace = text(&trace.stdout);
     assert_eq!(
-        text(&trace.stdout)
+        trace
             .lines()
             .filter(|l| l.contains("harness.turn.usage"))
             .count(),
-        3
+        4
     );
+    assert!(trace.contains("harness.tier.escalated"));
     let sessions = kh(tmp.path()).args(["local", "sessions"]).output().unwrap();
     assert_eq!(text(&sessions.stdout), "s1\n");
+    let files = text(
+        &kh(tmp.path())
+            .args(["local", "files", "s1"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(files.contains("         3 /session/a.txt"), "{files}");
+    assert!(files.contains("/session/repo/.git/HEAD"), "{files}");
+    let diff = text(
+        &kh(tmp.path())
+            .args(["local", "diff", "s1", "--path", "/session/a.txt"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(
+        diff.contains("created") && diff.contains("source=\"command\""),
+        "{diff}"
+    );
+    let outcomes = text(
+        &kh(tmp.path())
+            .args(["local", "outcomes"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert_eq!(outcomes.lines().count(), 4, "{outcomes}");
+    assert!(
+        outcomes.lines().nth(1).unwrap().contains("commands=[7@t0]"),
+        "{outcomes}"
+    );
+    assert!(
+        outcomes.lines().nth(2).unwrap().contains("refused=1"),
+        "{outcomes}"
+    );
+    assert!(
+        outcomes
+            .lines()
+            .nth(3)
+            .unwrap()
+            .contains("stayedOnTier0=false"),
+        "{outcomes}"
+    );
     assert_eq!(
         kh(tmp.path())
             .args(["local", "doctor", "s1"])
