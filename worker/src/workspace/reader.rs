@@ -37,6 +37,9 @@ pub(crate) struct Verified {
     pub deleted: Vec<(PathBuf, EntryKind)>,
 }
 
+/// Longest GNU long name / long link accepted (PATH_MAX plus its NUL).
+const MAX_LONG_NAME: u64 = 4097;
+
 fn corrupt(e: io::Error) -> WorkspaceError {
     WorkspaceError::Corrupt(e.to_string())
 }
@@ -51,7 +54,9 @@ pub(crate) fn read_archive<R: Read>(
     sink: &mut dyn Sink,
 ) -> Result<Verified, WorkspaceError> {
     let mut archive = tar::Archive::new(input);
-    let mut entries = archive.entries().map_err(corrupt)?;
+    // Raw mode: GNU long-name/long-link entries are handled here, bounded, instead of being read
+    // into memory whole by the tar crate; PAX extension headers are refused (v1 is GNU only).
+    let mut entries = archive.entries().map_err(corrupt)?.raw(true);
     let manifest = {
         let mut first = entries
             .next()
@@ -149,8 +154,40 @@ pub(crate) fn read_archive<R: Read>(
     sink.begin(&mounts)?;
     let mut count = 0u64;
     let mut total = 0u64;
+    let mut long_name: Option<Vec<u8>> = None;
+    let mut long_link: Option<Vec<u8>> = None;
     for entry in entries {
         let mut entry = entry.map_err(corrupt)?;
+        let kind = entry.header().entry_type();
+        if kind.is_gnu_longname() || kind.is_gnu_longlink() {
+            let size = entry.size();
+            if size > MAX_LONG_NAME {
+                let what = format!("GNU long name of {size} bytes");
+                return Err(WorkspaceError::bad(
+                    what,
+                    EntryRejection::UnsupportedType("over 4 KiB".into()),
+                ));
+            }
+            let mut value = Vec::with_capacity(size as usize);
+            entry.read_to_end(&mut value).map_err(corrupt)?;
+            if value.len() as u64 != size {
+                return Err(WorkspaceError::Corrupt("GNU long name is truncated".into()));
+            }
+            while value.last() == Some(&0) {
+                value.pop();
+            }
+            let slot = if kind.is_gnu_longname() {
+                &mut long_name
+            } else {
+                &mut long_link
+            };
+            if slot.replace(value).is_some() {
+                return Err(WorkspaceError::Corrupt(
+                    "two GNU long names for one entry".into(),
+                ));
+            }
+            continue;
+        }
         count += 1;
         if count > manifest.entries {
             return Err(WorkspaceError::ManifestMismatch(format!(
@@ -158,7 +195,12 @@ pub(crate) fn read_archive<R: Read>(
                 manifest.entries
             )));
         }
-        let raw = entry.path_bytes().into_owned();
+        let raw = long_name
+            .take()
+            .unwrap_or_else(|| entry.path_bytes().into_owned());
+        let link = long_link
+            .take()
+            .or_else(|| entry.link_name_bytes().map(|l| l.into_owned()));
         let shown = String::from_utf8_lossy(&raw).into_owned();
         let rel = parse_archive_path(&raw).map_err(|r| WorkspaceError::bad(&shown, r))?;
         let name = rel.to_str().expect("validated as UTF-8").to_owned();
@@ -169,7 +211,6 @@ pub(crate) fn read_archive<R: Read>(
             return Err(WorkspaceError::bad(&shown, EntryRejection::Duplicate));
         }
         let header = entry.header();
-        let kind = header.entry_type();
         let mode = header.mode().map_err(corrupt)? & 0o777;
         match kind {
             tar::EntryType::Regular => {
@@ -224,12 +265,9 @@ pub(crate) fn read_archive<R: Read>(
                 sink.dir(&rel, mode)?;
             }
             tar::EntryType::Symlink => {
-                let target = entry
-                    .link_name_bytes()
-                    .ok_or_else(|| {
-                        WorkspaceError::Corrupt(format!("{shown}: symlink without target"))
-                    })?
-                    .into_owned();
+                let target = link.ok_or_else(|| {
+                    WorkspaceError::Corrupt(format!("{shown}: symlink without target"))
+                })?;
                 let target = check_symlink_target(&rel, &target, &mounts)
                     .map_err(|r| WorkspaceError::bad(&shown, r))?;
                 digest.entry(&name, EntryKind::Symlink, 0o777, 0, &target);
@@ -263,6 +301,11 @@ pub(crate) fn read_archive<R: Read>(
                 ))
             }
         }
+    }
+    if long_name.is_some() || long_link.is_some() {
+        return Err(WorkspaceError::Corrupt(
+            "GNU long name without an entry".into(),
+        ));
     }
     if count != manifest.entries {
         return Err(WorkspaceError::ManifestMismatch(format!(
