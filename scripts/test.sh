@@ -12,6 +12,9 @@ need_packages=()
 command -v bash >/dev/null || need_packages+=(bash)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_packages+=(postgresql)
 command -v curl >/dev/null || need_packages+=(curl)
+command -v git >/dev/null || need_packages+=(git)   # the local Tier-1 tests run real git and make
+command -v make >/dev/null || need_packages+=(make)
+command -v unshare >/dev/null || need_packages+=(util-linux)
 if ((${#need_packages[@]})); then
   if [ "$(id -u)" = 0 ]; then
     echo "test.sh: installing ${need_packages[*]}" >&2
