@@ -5,6 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 
 [[ $(id -u) == 0 ]] || die "down.sh must run as root"
+cluster_lock
 if [[ ! -d $KH_STATE ]]; then
   log "no cluster state in $KH_STATE; nothing to do"
   exit 0

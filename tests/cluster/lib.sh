@@ -132,3 +132,14 @@ stop() {
 }
 
 kh_kubectl() { "$KH_BIN/kubectl" --kubeconfig "$KH_KUBECONFIG" --request-timeout=10s "$@"; }
+
+# cluster_lock: serializes up.sh/down.sh runs on this machine (one cluster per KH_STATE). Children
+# (up.sh running down.sh) inherit the held lock through KH_LOCK_HELD.
+cluster_lock() {
+  [[ -n ${KH_LOCK_HELD:-} ]] && return 0
+  local lock
+  lock="/run/kube-harness-cluster.$(printf '%s' "$KH_STATE" | sha256sum | cut -c1-8).lock"
+  exec 9>"$lock"
+  flock -w 600 9 || die "another up.sh/down.sh holds $lock for more than 600s"
+  export KH_LOCK_HELD=1
+}

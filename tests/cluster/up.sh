@@ -10,6 +10,7 @@
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
 
 [[ $(id -u) == 0 ]] || die "up.sh must run as root (it runs kubelet, containerd and changes iptables)"
+cluster_lock
 
 # --- already up? --------------------------------------------------------------------------------
 all_running() { local c; for c in "${COMPONENTS[@]}"; do running "$c" || return 1; done; }
@@ -98,7 +99,7 @@ start() {
   var="KH_ARGS_$(tr 'a-z-' 'A-Z_' <<<"$name")"
   read -r -a extra <<<"${!var:-}"
   log "starting $name (log: $(logfile "$name"))"
-  setsid "$bin" "$@" "${extra[@]}" >>"$(logfile "$name")" 2>&1 </dev/null &
+  setsid "$bin" "$@" "${extra[@]}" >>"$(logfile "$name")" 2>&1 </dev/null 9>&- &
   printf '%s\n%s\n' "$!" "$(readlink -f "$bin")" >"$(pidfile "$name")"
 }
 
