@@ -40,6 +40,17 @@ fn parent_secrets_are_invisible_and_only_the_given_env_is_passed() {
             data_cwd(&sb, &data),
         )));
         assert!(!text(&o.stdout).contains("never-leak"), "{}", show(&o));
+        // Nor through the worker's (or the supervisor's) /proc entry: landlock treats reading
+        // another domain's environ like ptrace and refuses it, same uid or not.
+        let o = rt.block_on(sb.run(&inv(
+            &format!(
+                "cat /proc/{}/environ; echo rc=$?; cat /proc/$PPID/environ; echo rc=$?",
+                std::process::id()
+            ),
+            data_cwd(&sb, &data),
+        )));
+        assert!(!text(&o.stdout).contains("never-leak"), "{}", show(&o));
+        assert_eq!(text(&o.stdout).matches("rc=1").count(), 2, "{}", show(&o));
     }
 }
 

@@ -236,6 +236,26 @@ grep -E '^(NoNewPrivs|Seccomp|CapEff|CapPrm|CapBnd):' /proc/self/status
         let o = run(&sb, &session, &script);
         let out = text(&o.stdout);
         assert!(out.contains("denied copy exec"), "{}", show(&o));
+        // Namespace mode: data mounts are noexec, so even the loader cannot map a copied binary
+        // (Direct mode cannot stop that; docs/security-model.md says so).
+        if session == Path::new("/session") {
+            let loader = ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"]
+                .into_iter()
+                .find(|l| Path::new(l).exists());
+            if let Some(loader) = loader {
+                let o = run(
+                    &sb,
+                    &session,
+                    &format!("{loader} /session/myls /session; echo rc=$?"),
+                );
+                assert!(!text(&o.stdout).contains("rc=0"), "{}", show(&o));
+                assert!(
+                    text(&o.stderr).contains("failed to map segment"),
+                    "{}",
+                    show(&o)
+                );
+            }
+        }
         assert!(out.contains("denied script exec"), "{}", show(&o));
         assert!(
             out.contains("script-ran"),

@@ -156,6 +156,9 @@ unsafe fn supervise(
     rec[0] = kind;
     rec[1..].copy_from_slice(&code.to_le_bytes());
     write_all(run.status_w, &rec);
+    // Close before exiting: tearing down this forked copy of the worker's address space takes
+    // a while, and the parent need not wait for it.
+    libc::close(run.status_w);
     libc::_exit(0)
 }
 

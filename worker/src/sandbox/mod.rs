@@ -86,7 +86,11 @@ impl Tier0Sandbox {
                 &runtime_dir,
                 &tmp_dir,
                 &config.workspace,
-                toggles.network,
+                // With network off, seccomp already refuses inet sockets. An empty network
+                // namespace (≈1 ms per command, plus asynchronous teardown) is only added where
+                // landlock cannot scope abstract unix sockets (ABI < 6): those are per network
+                // namespace, and the host's (X11, container runtimes) must stay unreachable.
+                !toggles.network && caps.landlock_abi.unwrap_or(0) < 6,
                 caps.is_root,
             )?)
         } else {

@@ -43,7 +43,7 @@ pub fn prepare(
     runtime: &Path,
     tmp_dir: &Path,
     workspace: &WorkspaceSpec,
-    network: bool,
+    empty_network: bool,
     is_root: bool,
 ) -> Result<NamespacePlan, SandboxError> {
     let root = runtime.join("root");
@@ -136,7 +136,7 @@ pub fn prepare(
     }
 
     let mut unshare_flags = libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
-    if !network {
+    if empty_network {
         unshare_flags |= libc::CLONE_NEWNET;
     }
     let id_maps = if is_root {

@@ -131,9 +131,17 @@ async fn run_inner(
         }
     };
     let record = rest;
-    // The supervisor has closed its status pipe: it is exiting; reaping is immediate.
-    let waited = proc.wait();
+    // The supervisor has reported (or was killed): it is exiting. Reap it now if it is done,
+    // otherwise in the background (its address-space teardown is not the caller's latency).
     guard.armed = false;
+    let waited = match proc.try_wait() {
+        Ok(Some(status)) => Ok(status),
+        Ok(None) if record.len() == 5 => {
+            reap_later(proc);
+            Ok(std::process::ExitStatus::default())
+        }
+        _ => proc.wait(),
+    };
 
     let mut outcome = Outcome {
         stdout: out.0,
@@ -192,6 +200,29 @@ fn kill_everything(supervisor: libc::pid_t, cmd: libc::pid_t) {
             libc::kill(-cmd, libc::SIGKILL);
         }
         libc::kill(supervisor, libc::SIGKILL);
+    }
+}
+
+/// Hands a finished supervisor to one background thread that waits for it.
+fn reap_later(child: std::process::Child) {
+    use std::sync::mpsc::{channel, Sender};
+    use std::sync::{Mutex, OnceLock};
+    static REAPER: OnceLock<Mutex<Sender<std::process::Child>>> = OnceLock::new();
+    let sender = REAPER.get_or_init(|| {
+        let (tx, rx) = channel::<std::process::Child>();
+        std::thread::Builder::new()
+            .name("kube-harness-reaper".into())
+            .spawn(move || {
+                for mut c in rx {
+                    let _ = c.wait();
+                }
+            })
+            .ok();
+        Mutex::new(tx)
+    });
+    let send = sender.lock().map(|s| s.send(child));
+    if let Ok(Err(std::sync::mpsc::SendError(mut c))) = send {
+        let _ = c.wait();
     }
 }
 
