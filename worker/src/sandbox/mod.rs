@@ -173,3 +173,9 @@ fn mkdir(path: &Path) -> Result<(), SandboxError> {
     std::fs::create_dir_all(path)
         .map_err(|e| SandboxError::io(format!("creating {}", path.display()), e))
 }
+
+// The runtime shares one sandbox between concurrent commands.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<Tier0Sandbox>();
+};
