@@ -1,7 +1,7 @@
 //! `kube-harness classify`: the classifier's command-line face, single-script and batch (`--stdin`).
 
+use crate::toggles::ToggleArgs;
 use anyhow::{bail, Context};
-use clap::ArgAction;
 use kube_harness_worker::classify::{self, matrix, ClassifyOptions, Policy, RuntimeToggles};
 use serde::Deserialize;
 use std::io::{self, BufRead, Write};
@@ -9,18 +9,8 @@ use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct ClassifyArgs {
-    /// Whether python3/python may run on Tier-0.
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
-    python: bool,
-    /// Whether node may run on Tier-0.
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
-    javascript: bool,
-    /// Whether network clients (curl) may run on Tier-0.
-    #[arg(long, value_name = "BOOL", default_value_t = false, action = ArgAction::Set)]
-    network: bool,
-    /// Refuse this command on every tier (repeatable).
-    #[arg(long = "deny", value_name = "CMD")]
-    deny: Vec<String>,
+    #[command(flatten)]
+    toggles: ToggleArgs,
     /// Pin a capability-matrix version (default: the newest).
     #[arg(long, value_name = "VERSION")]
     matrix: Option<String>,
@@ -58,13 +48,9 @@ pub fn run(args: ClassifyArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let base = ClassifyOptions {
-        runtime: RuntimeToggles {
-            python: args.python,
-            javascript: args.javascript,
-            network: args.network,
-        },
+        runtime: args.toggles.runtime(),
         policy: Policy {
-            deny_commands: args.deny.clone(),
+            deny_commands: args.toggles.deny.clone(),
             rule: None,
         },
         matrix: args.matrix.clone(),

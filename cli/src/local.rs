@@ -2,9 +2,9 @@
 //! session; `sessions`, `trace` and `doctor` read the data directory without running anything;
 //! `commit` applies a `manual` Persistent Dir commit.
 
+use crate::toggles::ToggleArgs;
 use anyhow::Context;
-use clap::{ArgAction, Args, Subcommand};
-use kube_harness_worker::classify::RuntimeToggles;
+use clap::{Args, Subcommand};
 use kube_harness_worker::local::{
     self, data_dir::DEFAULT_DATA_DIR, DataDir, FileTrace, LocalTurn, PersistentDir, SameSession,
 };
@@ -67,17 +67,11 @@ enum LocalCommand {
 
 #[derive(Args, Debug)]
 struct ExecArgs {
+    /// The session to run in: 1-128 of [A-Za-z0-9_.-].
     #[arg(long)]
     session: String,
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
-    python: bool,
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
-    javascript: bool,
-    #[arg(long, value_name = "BOOL", default_value_t = false, action = ArgAction::Set)]
-    network: bool,
-    /// Refuse this command on every tier (repeatable).
-    #[arg(long = "deny", value_name = "CMD")]
-    deny: Vec<String>,
+    #[command(flatten)]
+    toggles: ToggleArgs,
     /// The higher tier to escalate to: `host` (this machine's toolchain, in a private mount
     /// namespace, with the workspace handed over and merged back) or `none` (refuse with 126).
     #[arg(long, default_value = "host", value_parser = ["host", "none"])]
@@ -85,6 +79,7 @@ struct ExecArgs {
     /// A second turn for a busy session waits (`queue`) or fails (`reject`).
     #[arg(long, default_value = "queue", value_parser = ["queue", "reject"])]
     same_session: String,
+    /// At most N sessions run turns at once on this data directory (others wait).
     #[arg(long, value_name = "N")]
     max_concurrent_sessions: Option<usize>,
     /// `/persistent/NAME=SOURCE[:read-only|after-turn|manual]`; SOURCE is relative to the data
@@ -216,12 +211,8 @@ fn run_exec(data: &DataDir, project_root: PathBuf, args: ExecArgs) -> anyhow::Re
         .collect::<Result<Vec<_>, _>>()?;
     let turn = LocalTurn {
         session: args.session,
-        runtime: RuntimeToggles {
-            python: args.python,
-            javascript: args.javascript,
-            network: args.network,
-        },
-        deny: args.deny,
+        runtime: args.toggles.runtime(),
+        deny: args.toggles.deny,
         same_session: args
             .same_session
             .parse::<SameSession>()

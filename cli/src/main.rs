@@ -6,6 +6,7 @@ mod classify;
 mod ledger;
 mod local;
 mod session_log;
+mod toggles;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -1,57 +1,14 @@
 //! The runtime over the real Tier-0 sandbox (namespaces, landlock, seccomp): what the agent sees,
 //! what the trace records, and that classification protects the workspace before anything runs.
 
-use kube_harness_worker::classify::{ClassifyOptions, RuntimeToggles};
-use kube_harness_worker::local::DataDir;
-use kube_harness_worker::runtime::{
-    event::kind, Collector, Emitter, Tier0Executor, Turn, TurnConfig, WorkspaceTracker,
-};
-use kube_harness_worker::sandbox::{Presentation, SandboxConfig};
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::Arc;
+mod runtime_support;
 
-struct Fixture {
-    _tmp: tempfile::TempDir,
-    session_root: PathBuf,
-    turn: Turn,
-    events: Arc<Collector>,
-}
-
-fn fixture(deny: &[&str]) -> Fixture {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = DataDir::open(tmp.path().join(".little-harness")).unwrap();
-    let session = data.session("s1").unwrap();
-    let spec = session.workspace(RuntimeToggles::default(), vec![]);
-    let tier0 = Tier0Executor::new(SandboxConfig::new(spec.clone(), Presentation::Namespace))
-        .expect("the Tier-0 sandbox is available on this machine");
-    let events = Arc::new(Collector::default());
-    let mut classify = ClassifyOptions::default();
-    classify.policy.deny_commands = deny.iter().map(|d| d.to_string()).collect();
-    let turn = Turn::new(
-        TurnConfig {
-            workspace: spec.clone(),
-            classify,
-            inline_output_limit: 4096,
-        },
-        Emitter::new("s1", "t1", vec![events.clone()]),
-        Arc::new(tier0),
-        None,
-        Some(Arc::new(WorkspaceTracker::new(spec))),
-        PathBuf::from("/session"),
-        BTreeMap::new(),
-    );
-    Fixture {
-        session_root: session.root.clone(),
-        _tmp: tmp,
-        turn,
-        events,
-    }
-}
+use kube_harness_worker::runtime::event::kind;
+use runtime_support::{fixture, Setup};
 
 #[tokio::test]
 async fn commands_see_canonical_paths_and_keep_cwd_and_exports() {
-    let f = fixture(&[]);
+    let f = fixture(Setup::default());
     let out = f
         .turn
         .exec("echo hi > /session/a.txt && cat /session/a.txt")
@@ -90,7 +47,7 @@ async fn commands_see_canonical_paths_and_keep_cwd_and_exports() {
 #[tokio::test]
 async fn the_parent_environment_is_invisible() {
     std::env::set_var("KH_TEST_SECRET_TOKEN", "hunter2");
-    let f = fixture(&[]);
+    let f = fixture(Setup::default());
     let out = f.turn.exec("env; echo \"[$KH_TEST_SECRET_TOKEN]\"").await;
     assert!(!out.stdout.contains("hunter2"), "{}", out.stdout);
     assert!(out.stdout.contains("[]"));
@@ -98,7 +55,7 @@ async fn the_parent_environment_is_invisible() {
 
 #[tokio::test]
 async fn escalation_without_a_higher_tier_refuses_before_the_destructive_prefix() {
-    let f = fixture(&[]);
+    let f = fixture(Setup::default());
     f.turn
         .exec("mkdir -p /session/build && touch /session/build/keep")
         .await;
@@ -116,7 +73,10 @@ async fn escalation_without_a_higher_tier_refuses_before_the_destructive_prefix(
 
 #[tokio::test]
 async fn denied_commands_are_refused_and_large_output_goes_to_artifacts() {
-    let f = fixture(&["rm"]);
+    let f = fixture(Setup {
+        deny: vec!["rm"],
+        ..Setup::default()
+    });
     let out = f.turn.exec("rm -f /session/x").await;
     assert_eq!(out.exit_code, 126);
     assert!(

@@ -1,50 +1,16 @@
 //! Both tiers for real: the Tier-0 sandbox and the local Tier-1 (host toolchain in a mount
 //! namespace), with the workspace handed over and merged back.
 
-use kube_harness_worker::classify::{ClassifyOptions, RuntimeToggles};
-use kube_harness_worker::local::DataDir;
-use kube_harness_worker::runtime::{
-    event::kind, Collector, Emitter, LocalTier1, Tier0Executor, TraceEvent, Turn, TurnConfig,
-    WorkspaceTracker,
-};
-use kube_harness_worker::sandbox::{Presentation, SandboxConfig};
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::sync::Arc;
+mod runtime_support;
 
-struct Fixture {
-    _tmp: tempfile::TempDir,
-    session_root: PathBuf,
-    turn: Turn,
-    events: Arc<Collector>,
-}
+use kube_harness_worker::runtime::{event::kind, TraceEvent};
+use runtime_support::{fixture, Setup};
+use std::collections::BTreeSet;
 
-fn fixture(read_only: Vec<PathBuf>) -> Fixture {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = DataDir::open(tmp.path().join(".little-harness")).unwrap();
-    let session = data.session("s1").unwrap();
-    let spec = session.workspace(RuntimeToggles::default(), read_only);
-    let tier0 =
-        Tier0Executor::new(SandboxConfig::new(spec.clone(), Presentation::Namespace)).unwrap();
-    let events = Arc::new(Collector::default());
-    let turn = Turn::new(
-        TurnConfig {
-            workspace: spec.clone(),
-            classify: ClassifyOptions::default(),
-            inline_output_limit: 4096,
-        },
-        Emitter::new("s1", "t1", vec![events.clone()]),
-        Arc::new(tier0),
-        Some(Arc::new(LocalTier1::default())),
-        Some(Arc::new(WorkspaceTracker::new(spec))),
-        PathBuf::from("/session"),
-        BTreeMap::new(),
-    );
-    Fixture {
-        session_root: session.root.clone(),
-        _tmp: tmp,
-        turn,
-        events,
+fn tiered() -> Setup {
+    Setup {
+        tier1: true,
+        ..Setup::default()
     }
 }
 
@@ -54,7 +20,7 @@ fn of(events: &[TraceEvent], k: &str) -> Vec<TraceEvent> {
 
 #[tokio::test]
 async fn git_escalates_runs_on_tier1_and_the_repository_is_merged_back() {
-    let f = fixture(vec![]);
+    let f = fixture(tiered());
     let out = f.turn.exec("echo seed > /session/seed.txt").await;
     assert_eq!(out.tier, 0);
     let out = f
@@ -116,7 +82,7 @@ async fn git_escalates_runs_on_tier1_and_the_repository_is_merged_back() {
 
 #[tokio::test]
 async fn both_tiers_emit_command_events_of_the_same_shape() {
-    let f = fixture(vec![]);
+    let f = fixture(tiered());
     f.turn.exec("echo one").await;
     f.turn.exec("make --version > /dev/null; echo two").await;
     let events = f.events.events();
@@ -136,7 +102,7 @@ async fn both_tiers_emit_command_events_of_the_same_shape() {
 
 #[tokio::test]
 async fn the_seed_case_leaves_build_intact_on_tier0_and_runs_on_tier1() {
-    let f = fixture(vec![]);
+    let f = fixture(tiered());
     f.turn
         .exec("mkdir -p /session/build && echo keep > /session/build/keep")
         .await;
@@ -164,7 +130,7 @@ async fn the_seed_case_leaves_build_intact_on_tier0_and_runs_on_tier1() {
 
 #[tokio::test]
 async fn a_forged_emulation_gap_escalates_and_retries_exactly_once() {
-    let f = fixture(vec![]);
+    let f = fixture(tiered());
     let forge = "echo run >> /session/runs.txt; echo 'bash: cargo: command not found' >&2";
     let out = f.turn.exec(forge).await;
     assert_eq!(out.tier, 1);
@@ -184,9 +150,10 @@ async fn a_forged_emulation_gap_escalates_and_retries_exactly_once() {
 
 #[tokio::test]
 async fn a_merge_that_must_reject_changes_is_a_dispose_failure_and_the_turn_still_completes() {
-    let f = fixture(vec![PathBuf::from("/persistent/company")]);
-    std::fs::create_dir_all(f.session_root.join("persistent/company")).unwrap();
-    std::fs::write(f.session_root.join("persistent/company/kb.md"), "kb\n").unwrap();
+    let f = fixture(Setup {
+        read_only: vec!["/persistent/company"],
+        ..tiered()
+    });
     // Tier-1 has no landlock: it can write the copy of a read-only prefix; the merge refuses it.
     let out = f.turn.exec("make --version > /dev/null; echo changed > /persistent/company/kb.md; echo ok > /session/ok.txt").await;
     assert_eq!((out.tier, out.exit_code), (1, 0), "{}", out.stderr);

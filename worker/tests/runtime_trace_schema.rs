@@ -1,15 +1,10 @@
 //! Every event the runtime emits, on both tiers, validates against worker/schema/lh.trace.v2.json,
 //! and a turn covers every event type the schema names.
 
-use kube_harness_worker::classify::{ClassifyOptions, RuntimeToggles};
-use kube_harness_worker::local::DataDir;
-use kube_harness_worker::runtime::{
-    Collector, Emitter, LocalTier1, Tier0Executor, Turn, TurnConfig, WorkspaceTracker,
-};
-use kube_harness_worker::sandbox::{Presentation, SandboxConfig};
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::sync::Arc;
+mod runtime_support;
+
+use runtime_support::{fixture, Setup};
+use std::collections::BTreeSet;
 
 const SCHEMA: &str = include_str!("../schema/lh.trace.v2.json");
 
@@ -17,33 +12,13 @@ const SCHEMA: &str = include_str!("../schema/lh.trace.v2.json");
 async fn every_event_of_a_two_tier_turn_matches_the_schema() {
     let schema: serde_json::Value = serde_json::from_str(SCHEMA).unwrap();
     let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
-    let tmp = tempfile::tempdir().unwrap();
-    let data = DataDir::open(tmp.path().join(".little-harness")).unwrap();
-    let session = data.session("s1").unwrap();
-    std::fs::create_dir_all(session.root.join("persistent/company")).unwrap();
-    std::fs::write(session.root.join("persistent/company/kb.md"), "kb\n").unwrap();
-    let spec = session.workspace(
-        RuntimeToggles::default(),
-        vec![PathBuf::from("/persistent/company")],
-    );
-    let events = Arc::new(Collector::default());
-    let mut classify = ClassifyOptions::default();
-    classify.policy.deny_commands = vec!["docker".into()];
-    let turn = Turn::new(
-        TurnConfig {
-            workspace: spec.clone(),
-            classify,
-            inline_output_limit: 1024,
-        },
-        Emitter::new("s1", "t1", vec![events.clone()]),
-        Arc::new(
-            Tier0Executor::new(SandboxConfig::new(spec.clone(), Presentation::Namespace)).unwrap(),
-        ),
-        Some(Arc::new(LocalTier1::default())),
-        Some(Arc::new(WorkspaceTracker::new(spec))),
-        PathBuf::from("/session"),
-        BTreeMap::new(),
-    );
+    let f = fixture(Setup {
+        deny: vec!["docker"],
+        read_only: vec!["/persistent/company"],
+        tier1: true,
+        inline_output_limit: Some(1024),
+    });
+    let (turn, events) = (f.turn, f.events.clone());
     turn.exec("echo a > /session/a.txt; echo b > /session/b.txt; mkdir /session/d")
         .await;
     turn.exec("echo changed > /session/a.txt; rm /session/b.txt; seq 1 2000")

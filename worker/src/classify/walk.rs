@@ -205,23 +205,14 @@ impl<'o> Walker<'o> {
         self.walk(root, script, depth, &visible);
     }
 
-    /// Pre-order walk with one cursor: no recursion, so a deeply nested tree cannot overflow the stack.
     fn walk(&mut self, root: Node, src: &str, depth: usize, functions: &[String]) {
-        let mut cursor = root.walk();
-        loop {
-            let node = cursor.node();
-            if self.enter(node, src, depth, functions) && cursor.goto_first_child() {
-                continue;
+        preorder(root, |node| {
+            if self.enter(node, src, depth, functions) {
+                Visit::Children
+            } else {
+                Visit::Skip
             }
-            loop {
-                if cursor.goto_next_sibling() {
-                    break;
-                }
-                if !cursor.goto_parent() {
-                    return;
-                }
-            }
-        }
+        });
     }
 
     /// Handles one node on the way down; returns whether to visit its children.
@@ -735,11 +726,10 @@ fn without_misparsed_negations(root: Node, src: &str) -> Option<String> {
 }
 
 fn has_misparsed_negation(root: Node, src: &str) -> bool {
-    let mut cursor = root.walk();
-    loop {
-        let node = cursor.node();
-        if node.kind() == "negated_command" {
-            let misread = node
+    let mut found = false;
+    preorder(root, |node| {
+        let misread = node.kind() == "negated_command"
+            && node
                 .named_child(0)
                 .filter(|c| c.kind() == "command")
                 .and_then(|c| c.child_by_field_name("name"))
@@ -747,22 +737,14 @@ fn has_misparsed_negation(root: Node, src: &str) -> bool {
                     let name = &src[n.byte_range()];
                     RESERVED.contains(&name) || name == "!" || name == "{"
                 });
-            if misread {
-                return true;
-            }
+        found |= misread;
+        if misread {
+            Visit::Stop
+        } else {
+            Visit::Children
         }
-        if cursor.goto_first_child() {
-            continue;
-        }
-        loop {
-            if cursor.goto_next_sibling() {
-                break;
-            }
-            if !cursor.goto_parent() {
-                return false;
-            }
-        }
-    }
+    });
+    found
 }
 
 /// Function names defined anywhere in the script: calls to them are not unknown commands.
@@ -770,33 +752,20 @@ fn collect_functions(root: Node, src: &str, out: &mut Vec<String>) {
     if !src.contains("()") && !src.contains("function") {
         return;
     }
-    let mut cursor = root.walk();
-    loop {
-        let node = cursor.node();
+    preorder(root, |node| {
         if node.kind() == "function_definition" {
             if let Some(name) = node.child_by_field_name("name") {
                 out.push(src[name.byte_range()].to_string());
             }
         }
-        if cursor.goto_first_child() {
-            continue;
-        }
-        loop {
-            if cursor.goto_next_sibling() {
-                break;
-            }
-            if !cursor.goto_parent() {
-                return;
-            }
-        }
-    }
+        Visit::Children
+    });
 }
 
 /// Locates the first ERROR or MISSING node for the `parse-failed` detail.
 fn describe_error(root: Node, src: &str) -> String {
-    let mut cursor = root.walk();
-    loop {
-        let node = cursor.node();
+    let mut found = None;
+    preorder(root, |node| {
         if node.is_error() || node.is_missing() {
             let at = node.start_position();
             let what = if node.is_missing() {
@@ -804,21 +773,44 @@ fn describe_error(root: Node, src: &str) -> String {
             } else {
                 format!("unexpected `{}`", clip(&src[node.byte_range()]))
             };
-            return format!(
+            found = Some(format!(
                 "syntax error at line {}, column {}: {what}",
                 at.row + 1,
                 at.column + 1
-            );
+            ));
+            Visit::Stop
+        } else if node.has_error() {
+            Visit::Children
+        } else {
+            Visit::Skip
         }
-        if node.has_error() && cursor.goto_first_child() {
-            continue;
+    });
+    found.unwrap_or_else(|| "syntax error".into())
+}
+
+/// What a pre-order visit does after a node.
+enum Visit {
+    Children,
+    Skip,
+    Stop,
+}
+
+/// Pre-order traversal with one cursor: no recursion, so a deeply nested tree cannot overflow the
+/// stack.
+fn preorder<'t>(root: Node<'t>, mut visit: impl FnMut(Node<'t>) -> Visit) {
+    let mut cursor = root.walk();
+    loop {
+        match visit(cursor.node()) {
+            Visit::Stop => return,
+            Visit::Children if cursor.goto_first_child() => continue,
+            Visit::Children | Visit::Skip => {}
         }
         loop {
             if cursor.goto_next_sibling() {
                 break;
             }
             if !cursor.goto_parent() {
-                return "syntax error".into();
+                return;
             }
         }
     }
