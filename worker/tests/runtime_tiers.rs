@@ -184,3 +184,25 @@ async fn a_merge_that_must_reject_changes_is_a_dispose_failure_and_the_turn_stil
         "the usage event is still emitted"
     );
 }
+
+#[tokio::test]
+async fn denied_commands_are_refused_on_the_higher_tier_too() {
+    let f = fixture(Setup {
+        deny: vec!["docker"],
+        ..tiered()
+    });
+    let out = f
+        .turn
+        .exec("make --version > /dev/null && echo on-tier1")
+        .await;
+    assert_eq!((out.stdout.as_str(), out.tier), ("on-tier1\n", 1));
+    let out = f.turn.exec("ls; docker ps").await;
+    assert_eq!((out.exit_code, out.tier), (126, 1));
+    assert_eq!(out.stderr, "kube-harness: refused by policy: docker\n");
+    let usage = f.turn.end().await;
+    assert_eq!(usage["refusals"], 1);
+    assert_eq!(
+        usage["higherTier"]["commands"], 1,
+        "the refused command never ran"
+    );
+}
