@@ -219,3 +219,34 @@ fn oversized_scripts_are_unavailable_not_parsed_and_denied_words_still_refuse() 
         Decision::Refuse
     );
 }
+
+/// tree-sitter-bash's scanner crashed on a high code point after `{` (isdigit() past the ctype
+/// table); the classifier parses an ASCII stand-in. Non-ASCII text is still classified as written.
+#[test]
+fn non_ascii_text_is_classified_and_never_crashes_the_scanner() {
+    for c in ['\u{10FFFF}', '\u{FFFD}', 'é', '😀', '\u{A0}'] {
+        for script in [
+            format!("echo {{{c}"),
+            format!("echo {{{c}..5}}"),
+            format!("{c}"),
+            format!("cat <<{c}EOF\n$(git x)\n{c}EOF"),
+            format!("echo '{c}' \"{c}\" $'{c}' {c}{c}"),
+        ] {
+            check(&script, &ClassifyOptions::default());
+        }
+    }
+    let got = classify(
+        "echo héllo wörld > /session/ü.txt && cat /session/ü.txt",
+        &ClassifyOptions::default(),
+    );
+    assert_eq!(got.decision, Decision::Tier0);
+    let got = classify("gït status", &ClassifyOptions::default());
+    assert_eq!(
+        got.reasons[0],
+        Reason::UnknownCommand {
+            command: "gït".into()
+        }
+    );
+    let got = classify("echo ✓ && git status", &ClassifyOptions::default());
+    assert_eq!(got.decision, Decision::Escalate);
+}

@@ -1,6 +1,7 @@
 //! One tree-sitter-bash parser per thread, with the bounds that keep classification from hanging:
 //! a size cap and, for larger inputs, a wall-clock budget enforced by tree-sitter's progress callback.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 use tree_sitter::{ParseOptions, ParseState, Parser, Tree};
@@ -32,11 +33,31 @@ fn new_parser() -> Result<Parser, ParseError> {
     Ok(parser)
 }
 
+/// tree-sitter-bash 0.25.1's external scanner passes the lookahead code point to `isdigit()`,
+/// which is only defined for single bytes: past ASCII it reads outside glibc's ctype table and can
+/// crash the process (`echo {` followed by a high code point; found by the arbitrary-bytes property
+/// test). So the parser gets an ASCII stand-in of the same length: every non-ASCII byte becomes
+/// `x`, a word character as the original is to bash. Byte offsets are unchanged and a multi-byte
+/// character becomes a run of word bytes that no token boundary splits, so the walk reads the
+/// original text at the tree's ranges.
+fn ascii_stand_in(script: &str) -> Cow<'_, str> {
+    if script.is_ascii() {
+        return Cow::Borrowed(script);
+    }
+    let bytes: Vec<u8> = script
+        .bytes()
+        .map(|b| if b.is_ascii() { b } else { b'x' })
+        .collect();
+    Cow::Owned(String::from_utf8(bytes).expect("ASCII bytes are UTF-8"))
+}
+
 /// Parses `script`; the tree may still contain ERROR or MISSING nodes, which the caller checks.
 pub fn parse(script: &str) -> Result<Tree, ParseError> {
     if script.len() > MAX_SCRIPT_BYTES {
         return Err(ParseError::TooLarge(script.len()));
     }
+    let script = ascii_stand_in(script);
+    let script = script.as_ref();
     PARSER.with(|cell| {
         let mut slot = cell
             .try_borrow_mut()
