@@ -26,10 +26,20 @@ pub const KIND_CANCELLED: u8 = 2;
 /// Exit code reported for a timeout (as coreutils `timeout`).
 pub const TIMEOUT_EXIT: i32 = 124;
 
+/// setrlimit's resource type: glibc has its own name for it, musl takes a plain int.
+#[cfg(target_env = "gnu")]
+type Resource = libc::__rlimit_resource_t;
+#[cfg(not(target_env = "gnu"))]
+type Resource = libc::c_int;
+
+/// Linux's statvfs flag for relatime mounts (`ST_RELATIME`, 4096), which the libc crate only
+/// exports for glibc.
+const ST_RELATIME: libc::c_ulong = 4096;
+
 /// Everything the child side needs, prepared once per sandbox.
 pub struct ChildPlan {
     pub bash: PathBuf,
-    rlimits: [(libc::__rlimit_resource_t, u64); 5],
+    rlimits: [(Resource, u64); 5],
     ruleset: OwnedFd,
     filter: BpfProgram,
     ns: Option<NamespacePlan>,
@@ -132,7 +142,7 @@ unsafe fn supervise(
         }
         let wait = left.min(Duration::from_millis(250));
         let ts = libc::timespec {
-            tv_sec: wait.as_secs() as libc::time_t,
+            tv_sec: wait.as_secs() as _,
             tv_nsec: wait.subsec_nanos() as libc::c_long,
         };
         let sig = libc::sigtimedwait(set, std::ptr::null_mut(), &ts);
@@ -426,7 +436,7 @@ unsafe fn locked_flags(path: &CStr) -> libc::c_ulong {
         (libc::ST_NOEXEC, libc::MS_NOEXEC),
         (libc::ST_NOATIME, libc::MS_NOATIME),
         (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
-        (libc::ST_RELATIME, libc::MS_RELATIME),
+        (ST_RELATIME, libc::MS_RELATIME),
     ] {
         if f & st_flag != 0 {
             out |= ms_flag;
@@ -569,7 +579,7 @@ unsafe fn now() -> libc::timespec {
 }
 
 fn add(t: libc::timespec, d: Duration) -> libc::timespec {
-    let mut sec = t.tv_sec.saturating_add(d.as_secs() as libc::time_t);
+    let mut sec = t.tv_sec.saturating_add(d.as_secs() as _);
     let mut nsec = t.tv_nsec + d.subsec_nanos() as libc::c_long;
     if nsec >= 1_000_000_000 {
         sec = sec.saturating_add(1);
