@@ -484,13 +484,7 @@ impl<'o> Walker<'o> {
         let words = script.split(|c: char| c.is_whitespace() || "|&;()<>{}`$\"'=\\".contains(c));
         for word in words.filter(|w| !w.is_empty()) {
             let base = basename(word);
-            if self
-                .opts
-                .policy
-                .deny_commands
-                .iter()
-                .any(|d| basename(d) == base)
-            {
+            if self.is_denied(base) {
                 self.add(Reason::PolicyBlocked {
                     command: base.to_string(),
                     rule: "denyCommands (named in a script that could not be parsed)".into(),
@@ -499,14 +493,14 @@ impl<'o> Walker<'o> {
         }
     }
 
+    /// Deny entries match by basename, so `/usr/bin/docker` in the list denies `docker` too.
+    fn is_denied(&self, base: &str) -> bool {
+        let deny = &self.opts.policy.deny_commands;
+        deny.iter().any(|d| basename(d) == base)
+    }
+
     fn policy(&mut self, base: &str, args: &[Option<String>]) {
-        if self
-            .opts
-            .policy
-            .deny_commands
-            .iter()
-            .any(|d| basename(d) == base)
-        {
+        if self.is_denied(base) {
             self.add(Reason::PolicyBlocked {
                 command: base.to_string(),
                 rule: "denyCommands".into(),

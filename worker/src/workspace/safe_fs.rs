@@ -78,14 +78,8 @@ pub(crate) fn open_dir_beneath(root: &OwnedFd, rel: &Path) -> Result<OwnedFd, Wa
     Ok(cur)
 }
 
-/// Opens a regular file for reading without following a final symlink and without blocking on
-/// a fifo swapped in under our feet.
-pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
-    let fd = rfs::open(
-        path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
+/// Accepts an opened descriptor only if it is a regular file (not a fifo, device or directory).
+fn regular_only(fd: rustix::fd::OwnedFd) -> io::Result<File> {
     let st = rfs::fstat(&fd)?;
     if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile {
         return Err(io::Error::new(
@@ -94,6 +88,17 @@ pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
         ));
     }
     Ok(File::from(fd))
+}
+
+/// Opens a regular file for reading without following a final symlink and without blocking on
+/// a fifo swapped in under our feet.
+pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
+    let fd = rfs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    regular_only(fd)
 }
 
 /// Creates a new file (fails if anything, including a symlink, already has the name).
@@ -187,12 +192,5 @@ pub(crate) fn open_regular_at(dir: &impl AsFd, name: &OsStr) -> io::Result<File>
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
-    let st = rfs::fstat(&fd)?;
-    if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    Ok(File::from(fd))
+    regular_only(fd)
 }
