@@ -231,6 +231,9 @@ fn non_ascii_text_is_classified_and_never_crashes_the_scanner() {
             format!("{c}"),
             format!("cat <<{c}EOF\n$(git x)\n{c}EOF"),
             format!("echo '{c}' \"{c}\" $'{c}' {c}{c}"),
+            // An ERROR node that ends inside the character (found by the property test in CI).
+            format!("\\\r{c}\0"),
+            format!("\\\r{c}\"s{c}"),
         ] {
             check(&script, &ClassifyOptions::default());
         }

@@ -1,6 +1,7 @@
 //! Turning word-like nodes into the literal strings bash would see, where that is knowable without
 //! running anything. Anything that expands at run time has no literal value (`None`).
 
+use super::parse::node_text;
 use tree_sitter::Node;
 
 /// The literal value of a word-like node: quotes removed, escapes applied, concatenations joined.
@@ -10,7 +11,7 @@ pub fn literal(node: Node, src: &str) -> Option<String> {
 }
 
 fn append_literal(node: Node, src: &str, out: &mut String) -> bool {
-    let text = &src[node.byte_range()];
+    let text = node_text(node, src);
     match node.kind() {
         "word" | "number" => {
             unescape_unquoted(text, out);

@@ -89,3 +89,20 @@ pub fn parse(script: &str) -> Result<Tree, ParseError> {
         }
     })
 }
+
+/// The original text under `node`. The tree was built from the ASCII stand-in, so a range can end
+/// inside a multi-byte character (an ERROR node cut through a run of stand-in bytes, found by the
+/// arbitrary-bytes property test); the range is widened to the enclosing character boundaries
+/// rather than slicing mid-character, which would panic.
+pub fn node_text<'s>(node: tree_sitter::Node, src: &'s str) -> &'s str {
+    let range = node.byte_range();
+    let mut start = range.start.min(src.len());
+    let mut end = range.end.clamp(start, src.len());
+    while !src.is_char_boundary(start) {
+        start -= 1;
+    }
+    while !src.is_char_boundary(end) {
+        end += 1;
+    }
+    &src[start..end]
+}

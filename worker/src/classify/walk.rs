@@ -5,7 +5,7 @@
 use super::literal::{has_glob, literal};
 use super::matrix::{Entry, Matrix};
 use super::options::{ClassifyOptions, CommandUse};
-use super::parse::{self, ParseError, MAX_SCRIPT_BYTES, PARSE_BUDGET};
+use super::parse::{self, node_text, ParseError, MAX_SCRIPT_BYTES, PARSE_BUDGET};
 use super::reason::{Reason, Toggle};
 use super::wrappers::{self, Inner};
 use tree_sitter::Node;
@@ -265,7 +265,7 @@ impl<'o> Walker<'o> {
         let Some(name_node) = node.child_by_field_name("name") else {
             return;
         };
-        let text = &src[name_node.byte_range()];
+        let text = node_text(name_node, src);
         let is_plain_word = name_node.named_child(0).is_some_and(|c| c.kind() == "word");
         let name = match literal(name_node, src) {
             Some(name) if !(is_plain_word && has_glob(text)) => name,
@@ -325,7 +325,7 @@ impl<'o> Walker<'o> {
             "{" | "!" if !is_path => self.inner(base, args, node, src, depth, functions),
             "}" if !is_path => {}
             b if !is_path && RESERVED.contains(&b) => {
-                self.deny_mentions(node.map_or(name, |n| &src[n.byte_range()]));
+                self.deny_mentions(node.map_or(name, |n| node_text(n, src)));
                 self.add(Reason::ClassifierUnavailable {
                     detail: format!("tree-sitter-bash read the reserved word `{b}` as a command"),
                 });
@@ -624,7 +624,7 @@ fn heredoc_text(redirect: Node, src: &str) -> Option<String> {
     let Some(body) = heredoc_body(redirect) else {
         return Some(String::new());
     };
-    let text = &src[body.byte_range()];
+    let text = node_text(body, src);
     let mut cursor = body.walk();
     let expands = body
         .named_children(&mut cursor)
@@ -647,7 +647,7 @@ fn heredoc_is_quoted(redirect: Node, src: &str) -> bool {
     let quoted = redirect
         .named_children(&mut cursor)
         .find(|n| n.kind() == "heredoc_start")
-        .is_some_and(|s| src[s.byte_range()].contains(['\'', '"', '\\']));
+        .is_some_and(|s| node_text(s, src).contains(['\'', '"', '\\']));
     quoted
 }
 
@@ -657,7 +657,7 @@ fn heredoc_backticks(redirect: Node, src: &str) -> Result<Vec<String>, ()> {
     let Some(body) = heredoc_body(redirect) else {
         return Ok(Vec::new());
     };
-    if heredoc_is_quoted(redirect, src) || !src[body.byte_range()].contains('`') {
+    if heredoc_is_quoted(redirect, src) || !node_text(body, src).contains('`') {
         return Ok(Vec::new());
     }
     // Blank out what tree-sitter already parsed (`$(…)`, `${…}`), then scan the rest.
@@ -728,7 +728,7 @@ fn has_misparsed_negation(root: Node, src: &str) -> bool {
                 .filter(|c| c.kind() == "command")
                 .and_then(|c| c.child_by_field_name("name"))
                 .is_some_and(|n| {
-                    let name = &src[n.byte_range()];
+                    let name = node_text(n, src);
                     RESERVED.contains(&name) || name == "!" || name == "{"
                 });
         found |= misread;
@@ -749,7 +749,7 @@ fn collect_functions(root: Node, src: &str, out: &mut Vec<String>) {
     preorder(root, |node| {
         if node.kind() == "function_definition" {
             if let Some(name) = node.child_by_field_name("name") {
-                out.push(src[name.byte_range()].to_string());
+                out.push(node_text(name, src).to_string());
             }
         }
         Visit::Children
@@ -765,7 +765,7 @@ fn describe_error(root: Node, src: &str) -> String {
             let what = if node.is_missing() {
                 format!("missing `{}`", node.kind())
             } else {
-                format!("unexpected `{}`", clip(&src[node.byte_range()]))
+                format!("unexpected `{}`", clip(node_text(node, src)))
             };
             found = Some(format!(
                 "syntax error at line {}, column {}: {what}",
