@@ -1,0 +1,309 @@
+//! `HarnessSession`: one agent session: a workspace on a PVC, a Tier-0 worker pod that runs its
+//! commands, and where to escalate what Tier-0 cannot run.
+
+use crate::condition::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// An agent session: its workspace, runtime toggles, policy, escalation tier and lifetime.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "kubeharness.dev",
+    version = "v1alpha1",
+    kind = "HarnessSession",
+    namespaced,
+    shortname = "hs",
+    category = "kube-harness",
+    status = "HarnessSessionStatus",
+    doc = "An agent session: a workspace on a PersistentVolumeClaim, a Tier-0 worker pod that runs its shell commands, and the SandboxTier commands escalate to when Tier-0 cannot run them.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Tier", type_ = "integer", json_path = ".status.currentTier"),
+    printcolumn(name = "Turns", type_ = "integer", json_path = ".status.usage.turns"),
+    printcolumn(
+        name = "Tier0-Share",
+        type_ = "string",
+        json_path = ".status.usage.tier0Share"
+    ),
+    printcolumn(
+        name = "Endpoint",
+        type_ = "string",
+        json_path = ".status.workerEndpoint",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.escalation) || !has(self.escalation.tier) || self.escalation.tier != self.workerTier"
+).message("escalation.tier must name a tier other than workerTier").field_path(".escalation.tier"))]
+#[serde(rename_all = "camelCase")]
+pub struct HarnessSessionSpec {
+    /// The session's files: the PVC behind /session, /artifacts and /persistent, and the skills
+    /// shown read-only at /.agents.
+    #[serde(default)]
+    pub workspace: Workspace,
+    /// What scripts may use: python, javascript, network.
+    #[serde(default)]
+    pub runtime: RuntimeToggles,
+    /// Commands refused on every tier (exit 126).
+    #[serde(default)]
+    pub policy: Policy,
+    /// The level-0 SandboxTier whose pod template runs the session's worker.
+    #[serde(default = "default_worker_tier")]
+    #[x_kube(validation = kube::core::Rule::new("self.size() > 0").message("workerTier must name a SandboxTier"))]
+    #[schemars(length(max = 253))]
+    pub worker_tier: String,
+    /// Where commands go when Tier-0 cannot run them; without a tier they are refused (exit 126).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<Escalation>,
+    /// What a command arriving while another runs in the session does: queue (wait) or reject.
+    #[serde(default)]
+    pub same_session: SameSession,
+    /// How long the session lives and when an idle session hibernates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifetime: Option<Lifetime>,
+}
+
+fn default_worker_tier() -> String {
+    "tier0".into()
+}
+
+/// The workspace volume and what is mounted from it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Workspace {
+    /// Size of the workspace PersistentVolumeClaim, a positive quantity such as 1Gi.
+    #[serde(default = "default_size")]
+    #[x_kube(validation = kube::core::Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))").message("size must be a positive quantity such as 1Gi"))]
+    #[schemars(length(max = 32))]
+    pub size: String,
+    /// StorageClass of the PVC; the cluster default when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// Directories under /persistent that outlive turns, each with its commit policy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = kube::core::Rule::new("self.all(p, self.exists_one(q, q.name == p.name))").message("persistent dir names must be unique"))]
+    #[schemars(length(max = 16))]
+    pub persistent_dirs: Vec<PersistentDir>,
+    /// ConfigMaps whose keys appear as files under /.agents/<name>/ (read-only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub skills: Vec<Skill>,
+}
+
+impl Default for Workspace {
+    fn default() -> Self {
+        Workspace {
+            size: default_size(),
+            storage_class_name: None,
+            persistent_dirs: Vec::new(),
+            skills: Vec::new(),
+        }
+    }
+}
+
+fn default_size() -> String {
+    "1Gi".into()
+}
+
+/// A directory under /persistent.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PersistentDir {
+    /// Directory name under /persistent (one path segment).
+    #[x_kube(validation = kube::core::Rule::new("self.matches('^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$')").message("name must be one path segment of letters, digits, '.', '_' or '-'"))]
+    #[schemars(length(max = 63))]
+    pub name: String,
+    /// auto: changes are kept at end of turn; manual: kept only when committed.
+    #[serde(default)]
+    pub commit: CommitPolicy,
+    /// Paths under the directory that scripts may read but not change.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(max = 1024)))]
+    pub read_only_prefixes: Vec<String>,
+}
+
+/// When changes to a persistent directory are kept.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum CommitPolicy {
+    #[default]
+    Auto,
+    Manual,
+}
+
+/// A ConfigMap of skills shown read-only under /.agents.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Skill {
+    /// Name of a ConfigMap in the session's namespace.
+    #[x_kube(validation = kube::core::Rule::new("self.size() > 0").message("configMap must name a ConfigMap"))]
+    #[schemars(length(max = 253))]
+    pub config_map: String,
+    /// Directory under /.agents (defaults to the ConfigMap name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// Runtime toggles, as in the classifier: python and javascript on, network off by default.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeToggles {
+    /// Allow python3 on Tier-0.
+    #[serde(default = "yes")]
+    pub python: bool,
+    /// Allow node on Tier-0.
+    #[serde(default = "yes")]
+    pub javascript: bool,
+    /// Allow network clients and inet sockets; egress is denied by a NetworkPolicy otherwise.
+    #[serde(default)]
+    pub network: bool,
+}
+
+impl Default for RuntimeToggles {
+    fn default() -> Self {
+        RuntimeToggles {
+            python: true,
+            javascript: true,
+            network: false,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Commands the session may never run.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Policy {
+    /// Command names refused wherever they appear in a script (exit 126).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = kube::core::Rule::new("self.all(c, c.size() > 0 && !c.contains(' '))").message("denyCommands entries must be single command names"))]
+    #[schemars(length(max = 256), inner(length(max = 128)))]
+    pub deny_commands: Vec<String>,
+}
+
+/// The tier escalations go to.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Escalation {
+    /// Name of a SandboxTier with level 1 or more; unset: escalating commands are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub tier: Option<String>,
+}
+
+/// What a second command does while one runs in the same session.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum SameSession {
+    #[default]
+    Queue,
+    Reject,
+}
+
+/// Session lifetime.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.ttlSeconds) || !has(self.idleHibernateSeconds) || self.idleHibernateSeconds < self.ttlSeconds"
+).message("idleHibernateSeconds must be less than ttlSeconds").field_path(".idleHibernateSeconds"))]
+#[serde(rename_all = "camelCase")]
+pub struct Lifetime {
+    /// Seconds after creation when the session is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60))]
+    pub ttl_seconds: Option<u64>,
+    /// Seconds without a command after which the worker pod is deleted (the PVC stays; the next
+    /// exec wakes the session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10))]
+    pub idle_hibernate_seconds: Option<u64>,
+}
+
+/// Observed state of a session.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HarnessSessionStatus {
+    /// Pending, Provisioning, Ready, Hibernated, Failed or Terminating.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready, Hibernated, Escalated and Degraded, each with a stable reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// host:port of the worker API inside the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_endpoint: Option<String>,
+    /// Name of the current worker pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_pod: Option<String>,
+    /// Name of the Secret holding the worker API token (key `token`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_secret: Option<String>,
+    /// The tier the session's commands run on now (0, or the escalation tier's level).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_tier: Option<u8>,
+    /// Usage counters reported by the worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// When the worker last ran a command (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_activity_time: Option<String>,
+}
+
+/// Where a session is in its life.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Pending,
+    Provisioning,
+    Ready,
+    Hibernated,
+    Failed,
+    Terminating,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Provisioning => "Provisioning",
+            Phase::Ready => "Ready",
+            Phase::Hibernated => "Hibernated",
+            Phase::Failed => "Failed",
+            Phase::Terminating => "Terminating",
+        }
+    }
+}
+
+/// Counters of the session's work.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// Turns ended.
+    pub turns: u64,
+    /// Commands run on Tier-0.
+    pub commands_tier0: u64,
+    /// Commands run on an escalation tier.
+    pub commands_tier1: u64,
+    /// Commands refused (exit 126).
+    pub refusals: u64,
+    /// Share of commands that ran on Tier-0, as a percentage with one decimal ("93.5%").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier0_share: Option<String>,
+}

@@ -1,0 +1,206 @@
+//! `SandboxTier`: a kind of sandbox a session can run commands in. Level 0 is the per-session
+//! worker pod; levels 1 and up are the real-toolchain pods a turn escalates to. Cluster-scoped,
+//! like a StorageClass: platform teams define tiers, sessions in any namespace name them.
+
+use crate::condition::Condition;
+use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A kind of sandbox: its pod template, what it can run, and how it is reached.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "kubeharness.dev",
+    version = "v1alpha1",
+    kind = "SandboxTier",
+    shortname = "sbt",
+    category = "kube-harness",
+    status = "SandboxTierStatus",
+    doc = "A kind of sandbox a HarnessSession runs commands in: level 0 is the per-session worker pod, levels 1 and up are real-toolchain pods a turn escalates to.",
+    printcolumn(name = "Level", type_ = "integer", json_path = ".spec.level"),
+    printcolumn(name = "Image", type_ = "string", json_path = ".spec.template.image"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Warm",
+        type_ = "integer",
+        json_path = ".spec.warmPool.size",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = kube::core::Rule::new(
+    "self.level > 0 || !self.capabilities.exists(c, c in ['version-control', 'containers', 'build-toolchain', 'package-manager'])"
+).message("a level-0 tier is the Tier-0 worker and cannot provide version-control, containers, build-toolchain or package-manager; give the tier a level of 1 or more").field_path(".capabilities"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "self.level > 0 || !has(self.warmPool) || self.warmPool.size == 0"
+).message("warm pools are for escalation tiers (level 1 and up); level-0 worker pods are per session").field_path(".warmPool.size"))]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxTierSpec {
+    /// The tier level: 0 is the Tier-0 worker tier, 1 and up are escalation tiers.
+    #[schemars(range(min = 0, max = 9))]
+    pub level: u8,
+    /// The pod every sandbox of this tier runs in.
+    pub template: TierTemplate,
+    /// What the tier can run beyond the Tier-0 toolset. The classifier's escalation reasons
+    /// (version-control, containers, build-toolchain, package-manager, network-client) and the
+    /// runtime toggles (python, javascript, network) name them.
+    #[serde(default)]
+    #[x_kube(validation = kube::core::Rule::new("self.all(c, self.exists_one(d, d == c))").message("capabilities must not repeat"))]
+    #[schemars(length(max = 8))]
+    pub capabilities: Vec<Capability>,
+    /// Outbound traffic the tier's pods may open.
+    #[serde(default)]
+    pub egress: EgressPolicy,
+    /// Seconds an idle sandbox of this tier is kept for reuse by the same session before it is
+    /// deleted (0: deleted at end of turn).
+    #[serde(default = "default_idle_timeout")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub idle_timeout_seconds: u32,
+    /// Pre-started pods kept ready so an escalation claims one instead of waiting for a cold start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_pool: Option<WarmPool>,
+}
+
+fn default_idle_timeout() -> u32 {
+    300
+}
+
+/// The pod template of a tier: any image works for levels 1 and up (the kube-harness agent binary
+/// is copied in by an init container).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TierTemplate {
+    /// Container image of the sandbox.
+    #[x_kube(validation = kube::core::Rule::new("self.size() > 0").message("image must not be empty"))]
+    #[schemars(length(max = 512))]
+    pub image: String,
+    /// Image pull policy: Always, IfNotPresent or Never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<PullPolicy>,
+    /// CPU and memory requests and limits of the sandbox container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// RuntimeClass for stronger isolation (gVisor, Kata), if the cluster has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_class_name: Option<String>,
+    /// Node labels the sandbox pod must match.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints the sandbox pod tolerates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+}
+
+/// When the kubelet pulls the image.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullPolicy {
+    Always,
+    IfNotPresent,
+    Never,
+}
+
+/// Something a tier can run.
+#[derive(
+    schemars::JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Capability {
+    VersionControl,
+    BuildToolchain,
+    PackageManager,
+    NetworkClient,
+    Containers,
+    Python,
+    Javascript,
+    Network,
+}
+
+impl Capability {
+    /// The name used in the API and by the classifier.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Capability::VersionControl => "version-control",
+            Capability::BuildToolchain => "build-toolchain",
+            Capability::PackageManager => "package-manager",
+            Capability::NetworkClient => "network-client",
+            Capability::Containers => "containers",
+            Capability::Python => "python",
+            Capability::Javascript => "javascript",
+            Capability::Network => "network",
+        }
+    }
+}
+
+/// Outbound traffic of a tier's pods. DNS and the session log are always reachable.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(validation = kube::core::Rule::new(
+    "self.mode == 'AllowList' ? (has(self.cidrs) && self.cidrs.size() > 0) : !has(self.cidrs) || self.cidrs.size() == 0"
+).message("cidrs are required with mode AllowList and not allowed with Deny or AllowAll").field_path(".cidrs"))]
+#[serde(rename_all = "camelCase")]
+pub struct EgressPolicy {
+    /// Deny (the default: no egress), AllowAll, or AllowList (only the listed CIDRs).
+    #[serde(default)]
+    pub mode: EgressMode,
+    /// Destination CIDRs allowed with mode AllowList.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = kube::core::Rule::new("self.all(c, isCIDR(c))").message("every entry must be a CIDR such as 10.0.0.0/8"))]
+    #[schemars(length(max = 64), inner(length(max = 64)))]
+    pub cidrs: Vec<String>,
+}
+
+/// How much egress a tier allows.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default,
+)]
+pub enum EgressMode {
+    #[default]
+    Deny,
+    AllowList,
+    AllowAll,
+}
+
+/// Pre-started sandboxes of a tier.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct WarmPool {
+    /// Number of ready, unclaimed pods to keep.
+    #[schemars(range(min = 0, max = 100))]
+    pub size: u32,
+}
+
+/// What the operator found when it checked the tier.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxTierStatus {
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready: the tier is usable (image set, capabilities consistent with the classifier's matrix).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The capability matrix version the tier was checked against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matrix_version: Option<String>,
+    /// Unclaimed warm pods that are ready now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_ready: Option<u32>,
+}
