@@ -3,6 +3,7 @@
 //! Each role lives in its own crate; this file only wires their command-line faces together.
 
 mod classify;
+mod crdgen;
 mod ledger;
 mod local;
 mod session_log;
@@ -32,6 +33,8 @@ enum Command {
     Ledger(ledger::LedgerArgs),
     /// The local host: run commands in a session without a cluster, and inspect its data.
     Local(local::LocalArgs),
+    /// Print the CRDs (HarnessSession, SandboxTier) as YAML, generated from the Rust types.
+    Crdgen(crdgen::CrdgenArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
         Command::SessionLog(args) => session_log::run(args),
         Command::Ledger(args) => ledger::run(args),
         Command::Local(args) => local::run(args),
+        Command::Crdgen(args) => crdgen::run(args),
     };
     match result {
         Ok(code) => code,
