@@ -1,3 +1,4 @@
+pub mod api;
 pub mod classify;
 pub mod local;
 pub mod runtime;

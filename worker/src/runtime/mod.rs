@@ -15,7 +15,7 @@ pub use executor::{CommandExecutor, DisposeReport, ExecRequest, ExecResult, Next
 pub use local_tier1::LocalTier1;
 pub use tier0::Tier0Executor;
 pub use tracker::WorkspaceTracker;
-pub use turn::{CommandOutcome, Turn, TurnConfig};
+pub use turn::{CommandOutcome, StartGate, Turn, TurnConfig};
 
 use crate::workspace::{ChangeKind, FileChange};
 

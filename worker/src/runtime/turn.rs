@@ -52,6 +52,14 @@ struct TurnState {
     refusals: u64,
 }
 
+/// Consulted after `command.started` is emitted and before the command reaches its tier. A host
+/// that must not run commands it could not record (the worker with a session log) makes the
+/// started event durable here; `Err(reason)` keeps the command from running.
+#[async_trait::async_trait]
+pub trait StartGate: Send + Sync {
+    async fn before_run(&self) -> Result<(), String>;
+}
+
 /// A turn in progress. Commands from parallel calls queue: one runs at a time.
 pub struct Turn {
     config: TurnConfig,
@@ -59,6 +67,7 @@ pub struct Turn {
     tier0: Arc<dyn CommandExecutor>,
     next_tier: Option<Arc<dyn NextTier>>,
     tracker: Option<Arc<dyn Tracker>>,
+    gate: Option<Arc<dyn StartGate>>,
     state: Mutex<TurnState>,
 }
 
@@ -78,6 +87,7 @@ impl Turn {
             tier0,
             next_tier,
             tracker,
+            gate: None,
             state: Mutex::new(TurnState {
                 cwd,
                 env,
@@ -90,6 +100,12 @@ impl Turn {
         }
     }
 
+    /// Adds a [`StartGate`] consulted before every command runs.
+    pub fn with_start_gate(mut self, gate: Arc<dyn StartGate>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
     /// The cwd and exported variables the next command will start with.
     pub async fn shell_state(&self) -> (PathBuf, BTreeMap<String, String>) {
         let st = self.state.lock().await;
@@ -98,6 +114,12 @@ impl Turn {
 
     /// Runs one command of the turn. Never fails: every fault is an exit code and stderr.
     pub async fn exec(&self, script: &str) -> CommandOutcome {
+        self.exec_step(script, None).await
+    }
+
+    /// Like [`Turn::exec`], with the caller's step key on the command's started, completed and
+    /// refused events (`data.stepKey`), so a session log can answer "did this step run?".
+    pub async fn exec_step(&self, script: &str, step_key: Option<&str>) -> CommandOutcome {
         let mut st = self.state.lock().await;
         let classification = classify::classify(script, &self.config.classify);
         let current_tier = st.higher.as_ref().map_or(0, |h| h.tier());
@@ -114,6 +136,7 @@ impl Turn {
             return self.refuse(
                 &mut st,
                 script,
+                step_key,
                 current_tier,
                 &reason,
                 json!(classification.reasons),
@@ -125,11 +148,11 @@ impl Turn {
                 .escalate(&mut st, "classification", reasons.clone())
                 .await
             {
-                return self.refuse(&mut st, script, 0, &reason, reasons);
+                return self.refuse(&mut st, script, step_key, 0, &reason, reasons);
             }
         }
         let before = (st.cwd.clone(), st.env.clone());
-        let outcome = self.run(&mut st, script).await;
+        let outcome = self.run(&mut st, script, step_key).await;
         if outcome.tier == 0 {
             if let Some(gap) = classify::detect_emulation_gap(outcome.stderr.as_str()) {
                 // The only retry: stderr is script-writable, so one escalation per command, and a
@@ -138,13 +161,12 @@ impl Turn {
                 match self.escalate(&mut st, "emulation-gap", gap.clone()).await {
                     Ok(()) => {
                         (st.cwd, st.env) = before;
-                        return self.run(&mut st, script).await;
+                        return self.run(&mut st, script, step_key).await;
                     }
                     Err(reason) => {
-                        self.emitter.emit(
-                            kind::TIER_REFUSED,
-                            json!({"command": script, "tier": 0, "reason": reason, "signal": "emulation-gap", "gap": gap}),
-                        );
+                        let mut data = json!({"command": script, "tier": 0, "reason": reason, "signal": "emulation-gap", "gap": gap});
+                        with_step(&mut data, step_key);
+                        self.emitter.emit(kind::TIER_REFUSED, data);
                         st.refusals += 1;
                     }
                 }
@@ -212,15 +234,16 @@ impl Turn {
         &self,
         st: &mut TurnState,
         script: &str,
+        step_key: Option<&str>,
         tier: u8,
         reason: &str,
         reasons: Value,
     ) -> CommandOutcome {
         st.refusals += 1;
-        self.emitter.emit(
-            kind::TIER_REFUSED,
-            json!({"command": script, "tier": tier, "reason": reason, "reasons": reasons}),
-        );
+        let mut data =
+            json!({"command": script, "tier": tier, "reason": reason, "reasons": reasons});
+        with_step(&mut data, step_key);
+        self.emitter.emit(kind::TIER_REFUSED, data);
         let fault = ExecResult::fault(reason);
         CommandOutcome {
             stdout: String::new(),
@@ -259,14 +282,32 @@ impl Turn {
         Ok(())
     }
 
-    async fn run(&self, st: &mut TurnState, script: &str) -> CommandOutcome {
+    async fn run(
+        &self,
+        st: &mut TurnState,
+        script: &str,
+        step_key: Option<&str>,
+    ) -> CommandOutcome {
         let executor = st.higher.clone().unwrap_or_else(|| self.tier0.clone());
         let tier = executor.tier();
         let cwd = st.cwd.display().to_string();
-        self.emitter.emit(
-            kind::COMMAND_STARTED,
-            json!({"command": script, "tier": tier, "cwd": cwd}),
-        );
+        let mut started_data = json!({"command": script, "tier": tier, "cwd": cwd});
+        with_step(&mut started_data, step_key);
+        self.emitter.emit(kind::COMMAND_STARTED, started_data);
+        if let Some(gate) = &self.gate {
+            if let Err(reason) = gate.before_run().await {
+                // Not run, so nothing is counted and no completed event claims a result.
+                let fault = ExecResult::fault(&format!("command not run: {reason}"));
+                return CommandOutcome {
+                    stdout: String::new(),
+                    stderr: String::from_utf8_lossy(&fault.stderr).into_owned(),
+                    exit_code: REFUSED_EXIT_CODE,
+                    tier,
+                    timed_out: false,
+                    truncated: false,
+                };
+            }
+        }
         // Higher tiers work on a copy; their changes come back at dispose.
         let tracker = self.tracker.as_ref().filter(|_| tier == 0);
         let before = tracker.map(|t| t.snapshot());
@@ -313,6 +354,7 @@ impl Turn {
             "timedOut": result.timed_out,
             "truncated": result.truncated,
         });
+        with_step(&mut data, step_key);
         self.attach_output(&mut data, "stdout", &stdout);
         self.attach_output(&mut data, "stderr", &stderr);
         self.emitter.emit(kind::COMMAND_COMPLETED, data);
@@ -363,6 +405,13 @@ impl Turn {
 
     fn is_trace_payload(&self, path: &Path) -> bool {
         path.starts_with(Path::new(crate::workspace::spec::ARTIFACTS).join("trace"))
+    }
+}
+
+/// Puts the caller's step key on an event's data (replay looks steps up by `data.stepKey`).
+fn with_step(data: &mut Value, step_key: Option<&str>) {
+    if let Some(key) = step_key {
+        data["stepKey"] = json!(key);
     }
 }
 

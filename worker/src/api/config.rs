@@ -1,0 +1,106 @@
+//! What `kube-harness worker` configures: one session's runtime, its policy, where its workspace
+//! is, and the session log.
+
+use crate::classify::RuntimeToggles;
+use crate::sandbox::{probe, Presentation};
+use crate::workspace::WorkspaceSpec;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A second exec for a busy session waits (`Queue`) or is answered 409 `session-busy` (`Reject`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SameSession {
+    Queue,
+    Reject,
+}
+
+impl std::str::FromStr for SameSession {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "queue" => Ok(SameSession::Queue),
+            "reject" => Ok(SameSession::Reject),
+            other => Err(format!(
+                "same-session must be queue or reject, not {other:?}"
+            )),
+        }
+    }
+}
+
+/// The session log the worker appends to.
+#[derive(Debug, Clone)]
+pub struct SessionLogConfig {
+    pub url: String,
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The session's name: the default run id, and what `/v1/status` reports.
+    pub session: String,
+    pub runtime: RuntimeToggles,
+    pub deny_commands: Vec<String>,
+    pub same_session: SameSession,
+    /// `/` in a pod (the volumes are mounted at the canonical paths); elsewhere a directory whose
+    /// `session/`, `artifacts/`, `persistent/` and `.agents/` back them.
+    pub workspace_root: PathBuf,
+    pub session_log: Option<SessionLogConfig>,
+    /// Default per-command limit, and the most a request's `timeoutMs` may ask for.
+    pub command_timeout: Duration,
+    pub max_timeout: Duration,
+    /// Largest accepted request body (413 beyond).
+    pub max_body_bytes: usize,
+    /// stdout/stderr beyond this go to `/artifacts/trace/…` (see `TurnConfig`).
+    pub inline_output_limit: usize,
+    /// How long a SIGTERM waits for a running command before ending the turn anyway.
+    pub shutdown_grace: Duration,
+}
+
+impl WorkerConfig {
+    /// Defaults for everything but the session and where its workspace is.
+    pub fn new(session: impl Into<String>, workspace_root: impl Into<PathBuf>) -> Self {
+        WorkerConfig {
+            session: session.into(),
+            runtime: RuntimeToggles::default(),
+            deny_commands: Vec::new(),
+            same_session: SameSession::Queue,
+            workspace_root: workspace_root.into(),
+            session_log: None,
+            command_timeout: Duration::from_secs(60),
+            max_timeout: Duration::from_secs(600),
+            max_body_bytes: 256 * 1024,
+            inline_output_limit: 16 * 1024,
+            shutdown_grace: Duration::from_secs(20),
+        }
+    }
+
+    /// The mount table: the canonical layout, backed by the root's subfolders (`/` in a pod, so
+    /// backing paths are the canonical paths).
+    /// A session without skills may have no `/.agents` volume: that read-only mount is left out
+    /// rather than failing the sandbox.
+    pub fn workspace(&self) -> WorkspaceSpec {
+        let mut spec = WorkspaceSpec::canonical(&self.workspace_root, self.runtime, Vec::new());
+        spec.mounts
+            .retain(|m| m.writable || m.backing_path.is_dir());
+        spec
+    }
+
+    /// How the sandbox presents the workspace: `Direct` when backing paths are the canonical
+    /// paths (the pod: no mount namespaces there); otherwise a private mount namespace, which
+    /// needs root or user namespaces (the local host's way).
+    pub fn presentation(&self) -> Result<Presentation, String> {
+        if self.workspace_root == Path::new("/") {
+            return Ok(Presentation::Direct);
+        }
+        let caps = probe();
+        if caps.mount_namespace {
+            Ok(Presentation::Namespace)
+        } else {
+            Err(format!(
+                "workspace root {} is not /, so the sandbox must present it in a private mount namespace, which this host refuses: {}",
+                self.workspace_root.display(),
+                caps.namespace_detail
+            ))
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Replay: a step (runId + stepKey) that the session log shows as completed is answered from the
+//! log, not run again; one that started and never completed is reported, never re-run.
+
+use super::log::LogForwarder;
+use super::model::ExecResponse;
+use crate::workspace::WorkspaceSpec;
+use kube_harness_session_log::replay::{find_step, StepOutcome, COMMAND_STARTED};
+use kube_harness_session_log::{ClientError, StoredEvent};
+use serde_json::{Map, Value};
+use std::path::Path;
+
+/// What the worker does with a step.
+#[derive(Debug)]
+pub enum Replay {
+    /// Completed before: here is the recorded result.
+    Recorded(Box<ExecResponse>),
+    /// Started, never completed, and not known to this process as "not run".
+    Incomplete(StoredEvent),
+    /// Safe to run.
+    Run,
+}
+
+/// Looks the step up. The lookup is [`find_step`] over the events from the step's LAST start on,
+/// so a command the runtime ran twice (the emulation-gap retry on a higher tier) answers with its
+/// final result, and a step whose start this process refused to run (the log was down after the
+/// start was committed) may run.
+pub async fn lookup(
+    log: &LogForwarder,
+    spec: &WorkspaceSpec,
+    run: &str,
+    step_key: &str,
+) -> Result<Replay, ClientError> {
+    let events = log.client().read_all(run).await?;
+    let last_start = events.iter().rposition(|e| {
+        e.event_type == COMMAND_STARTED
+            && e.payload.get("stepKey").and_then(Value::as_str) == Some(step_key)
+    });
+    let tail = &events[last_start.unwrap_or(0)..];
+    Ok(match find_step(tail, step_key) {
+        StepOutcome::Completed { completed, .. } => {
+            Replay::Recorded(Box::new(recorded(&completed.payload, spec, run)))
+        }
+        StepOutcome::Incomplete { started } => {
+            if log.was_not_run(run, &started.append_idempotency_key) {
+                Replay::Run
+            } else {
+                Replay::Incomplete(started)
+            }
+        }
+        StepOutcome::NotStarted => Replay::Run,
+    })
+}
+
+/// Rebuilds the exec response from a `command.completed` payload. Output that was too large to
+/// ride inline is read back from its `/artifacts/trace/…` file.
+fn recorded(payload: &Map<String, Value>, spec: &WorkspaceSpec, run: &str) -> ExecResponse {
+    let flag = |k: &str| payload.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let output = |field: &str| -> (String, bool) {
+        if let Some(text) = payload.get(field).and_then(Value::as_str) {
+            return (text.to_string(), flag(&format!("{field}Truncated")));
+        }
+        let content_ref = payload
+            .get(&format!("{field}Ref"))
+            .and_then(|r| r.get("contentRef"))
+            .and_then(Value::as_str);
+        match content_ref.and_then(|r| read_artifact(spec, r)) {
+            Some(text) => (text, false),
+            // The payload file is gone: say so rather than pretend the output was empty.
+            None => (String::new(), true),
+        }
+    };
+    let (stdout, out_cut) = output("stdout");
+    let (stderr, err_cut) = output("stderr");
+    ExecResponse {
+        stdout,
+        stderr,
+        exit_code: payload
+            .get("exitCode")
+            .and_then(Value::as_i64)
+            .unwrap_or(126) as i32,
+        tier: payload.get("tier").and_then(Value::as_u64).unwrap_or(0) as u8,
+        timed_out: flag("timedOut"),
+        truncated: flag("truncated") || out_cut || err_cut,
+        classification: None,
+        events: Vec::new(),
+        replayed: true,
+        run_id: run.to_string(),
+        log_pending: 0,
+    }
+}
+
+/// Reads a harness path (`/artifacts/trace/…`) through the mount table.
+fn read_artifact(spec: &WorkspaceSpec, harness: &str) -> Option<String> {
+    let harness = Path::new(harness);
+    if harness.components().any(|c| {
+        !matches!(
+            c,
+            std::path::Component::RootDir | std::path::Component::Normal(_)
+        )
+    }) {
+        return None;
+    }
+    let mount = spec.mount_for(harness)?;
+    let rel = harness.strip_prefix(&mount.harness_path).ok()?;
+    let bytes = std::fs::read(mount.backing_path.join(rel)).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}

@@ -1,0 +1,243 @@
+//! The worker's HTTP face (axum): routes, bearer auth, JSON errors, graceful shutdown.
+//!
+//! Every answer is JSON; every error is `{"error": {"code", "message"}}` with a stable code.
+//! Commands run in their own task, so a client that disconnects (or a server that stops waiting)
+//! does not cut a command off: it finishes, and its events still reach the session log.
+
+use super::model::{
+    code, EndTurnRequest, ErrorBody, ErrorDetail, ExecRequest, Health, MAX_KEY_LEN,
+};
+use super::state::{Refusal, Worker};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use kube_harness_service_kit::AuthConfig;
+use kube_harness_session_log::RunId;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::warn!(code = self.code, "{}", self.message);
+        }
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_string(),
+                message: self.message,
+            },
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+fn bad_request(message: impl Into<String>) -> Refusal {
+    Refusal::new(StatusCode::BAD_REQUEST, code::BAD_REQUEST, message)
+}
+
+/// The whole application. `/healthz` and `/readyz` need no token (kubelet probes carry none).
+pub fn router(worker: Arc<Worker>, auth: AuthConfig) -> Router {
+    let limit = worker.config().max_body_bytes;
+    let api = Router::new()
+        .route("/v1/exec", post(exec))
+        .route("/v1/turns/end", post(end_turn))
+        .route("/v1/status", get(status))
+        .route_layer(axum::middleware::from_fn_with_state(auth, require_bearer));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .merge(api)
+        .layer(DefaultBodyLimit::max(limit))
+        .fallback(|| async {
+            Refusal::new(
+                StatusCode::NOT_FOUND,
+                code::NOT_FOUND,
+                "no such route: the worker serves POST /v1/exec, POST /v1/turns/end, GET /v1/status, GET /healthz, GET /readyz",
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            Refusal::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                code::METHOD_NOT_ALLOWED,
+                "method not allowed on this route",
+            )
+        })
+        .with_state(worker)
+}
+
+async fn require_bearer(State(auth): State<AuthConfig>, request: Request, next: Next) -> Response {
+    if auth.accepts(request.headers().get(AUTHORIZATION)) {
+        return next.run(request).await;
+    }
+    let mut response = Refusal::new(
+        StatusCode::UNAUTHORIZED,
+        code::UNAUTHORIZED,
+        "missing or invalid bearer token",
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+        reason: None,
+    })
+}
+
+async fn readyz(State(worker): State<Arc<Worker>>) -> Response {
+    match worker.readiness() {
+        Ok(()) => Json(Health {
+            status: "ready".into(),
+            reason: None,
+        })
+        .into_response(),
+        Err(reason) => {
+            Refusal::new(StatusCode::SERVICE_UNAVAILABLE, code::NOT_READY, reason).into_response()
+        }
+    }
+}
+
+async fn status(State(worker): State<Arc<Worker>>) -> Response {
+    Json(worker.status()).into_response()
+}
+
+/// The body as bytes; an over-limit body is 413, any other read failure 400.
+fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Refusal> {
+    body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Refusal::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                code::PAYLOAD_TOO_LARGE,
+                format!("request body over the limit: {}", e.body_text()),
+            )
+        } else {
+            bad_request(format!("cannot read the request body: {}", e.body_text()))
+        }
+    })
+}
+
+async fn exec(
+    State(worker): State<Arc<Worker>>,
+    raw: Result<Bytes, BytesRejection>,
+) -> Result<Response, Refusal> {
+    let raw = body(raw)?;
+    let req: ExecRequest = serde_json::from_slice(&raw)
+        .map_err(|e| bad_request(format!("invalid exec request: {e}")))?;
+    validate(&req, &worker)?;
+    // Its own task: the command completes (and is logged) even if this request is dropped.
+    let task = tokio::spawn(async move { worker.exec(req).await });
+    match task.await {
+        Ok(result) => result.map(|r| Json(r).into_response()),
+        Err(e) => Err(Refusal::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("the exec task failed: {e}"),
+        )),
+    }
+}
+
+fn validate(req: &ExecRequest, worker: &Worker) -> Result<(), Refusal> {
+    if let Some(run) = &req.run_id {
+        RunId::parse(run).map_err(|e| bad_request(format!("runId: {}", e.message)))?;
+        if run.len() > MAX_KEY_LEN {
+            return Err(bad_request(format!("runId is longer than {MAX_KEY_LEN}")));
+        }
+    }
+    if let Some(step) = &req.step_key {
+        if step.is_empty() || step.len() > MAX_KEY_LEN || step.chars().any(char::is_control) {
+            return Err(bad_request(format!(
+                "stepKey must be 1..={MAX_KEY_LEN} bytes without control characters"
+            )));
+        }
+    }
+    if let Some(ms) = req.timeout_ms {
+        let max = worker.config().max_timeout;
+        if ms == 0 || Duration::from_millis(ms) > max {
+            return Err(bad_request(format!(
+                "timeoutMs must be 1..={} (the worker's --max-timeout)",
+                max.as_millis()
+            )));
+        }
+    }
+    Ok(())
+}
+
+async fn end_turn(
+    State(worker): State<Arc<Worker>>,
+    raw: Result<Bytes, BytesRejection>,
+) -> Result<Response, Refusal> {
+    let raw = body(raw)?;
+    let req: EndTurnRequest = if raw.iter().all(u8::is_ascii_whitespace) {
+        EndTurnRequest::default()
+    } else {
+        serde_json::from_slice(&raw)
+            .map_err(|e| bad_request(format!("invalid end-turn request: {e}")))?
+    };
+    if let Some(run) = &req.run_id {
+        RunId::parse(run).map_err(|e| bad_request(format!("runId: {}", e.message)))?;
+    }
+    let task = tokio::spawn(async move { worker.end_turn(req.run_id).await });
+    match task.await {
+        Ok(result) => result.map(|r| Json(r).into_response()),
+        Err(e) => Err(Refusal::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("the end-turn task failed: {e}"),
+        )),
+    }
+}
+
+/// Serves until `shutdown` completes, then: stops accepting, answers queued commands 503, lets
+/// the running command finish within the worker's `shutdown_grace`, and ends the turn.
+pub async fn serve(
+    listener: TcpListener,
+    worker: Arc<Worker>,
+    auth: AuthConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let grace = worker.config().shutdown_grace;
+    let app = router(worker.clone(), auth);
+    let (fired_tx, fired_rx) = tokio::sync::oneshot::channel::<tokio::time::Instant>();
+    let (at_tx, at_rx) = tokio::sync::watch::channel(None::<tokio::time::Instant>);
+    let signal_worker = worker.clone();
+    let signal = async move {
+        shutdown.await;
+        signal_worker.begin_shutdown();
+        let _ = fired_tx.send(tokio::time::Instant::now());
+    };
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, session = worker.config().session, "worker listening");
+    }
+    let server = axum::serve(listener, app).with_graceful_shutdown(signal);
+    let deadline = async move {
+        if let Ok(at) = fired_rx.await {
+            let _ = at_tx.send(Some(at));
+            tokio::time::sleep_until(at + grace).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        served = server => served?,
+        _ = deadline => tracing::warn!("shutdown grace passed with requests in flight"),
+    }
+    // What is left of the grace period (at least a second) for the running command to let go.
+    let signalled = (*at_rx.borrow()).unwrap_or_else(tokio::time::Instant::now);
+    let left = grace
+        .saturating_sub(signalled.elapsed())
+        .max(Duration::from_secs(1));
+    worker.shutdown(left).await;
+    Ok(())
+}

@@ -1,0 +1,474 @@
+//! The worker's one session: its open turn (created lazily by the first exec, kept until
+//! end-turn), the shell state carried between turns, usage counters, and the exec / end-turn
+//! logic the HTTP handlers call.
+
+use super::config::{SameSession, WorkerConfig};
+use super::log::{keyed, Capture, ExecContext, LogForwarder, LogGate};
+use super::model::{
+    code, CommandCounts, EndTurnResponse, ExecRequest, ExecResponse, FileChangeSummary, Status,
+    TurnSummary,
+};
+use super::replay::{self, Replay};
+use super::tier0::TimedTier0;
+use crate::classify::{self, ClassifyOptions, Policy};
+use crate::runtime::{
+    event::kind, Emitter, NextTier, TraceEvent, Turn, TurnConfig, WorkspaceTracker,
+};
+use crate::workspace::WorkspaceSpec;
+use axum::http::StatusCode;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// An error answered to the client: status, stable code, message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Refusal {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+struct OpenTurn {
+    turn: Turn,
+    turn_id: String,
+    capture: Arc<Capture>,
+    ctx: Arc<Mutex<ExecContext>>,
+    commands: u64,
+    /// Last change per harness path.
+    files: BTreeMap<String, String>,
+}
+
+/// Guarded by the session lock: one exec or end-turn at a time.
+struct Slot {
+    turn: Option<OpenTurn>,
+    cwd: PathBuf,
+    env: BTreeMap<String, String>,
+    exec_counter: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    turns: AtomicU64,
+    tier0: AtomicU64,
+    tier1: AtomicU64,
+    refusals: AtomicU64,
+    tier: AtomicU64,
+    last_activity_ms: AtomicU64,
+}
+
+/// One worker: one session.
+pub struct Worker {
+    config: WorkerConfig,
+    spec: WorkspaceSpec,
+    /// `Err(reason)` when the sandbox could not be prepared at start-up (`/readyz` says why).
+    tier0: Result<Arc<TimedTier0>, String>,
+    next_tier: Option<Arc<dyn NextTier>>,
+    log: Option<Arc<LogForwarder>>,
+    slot: tokio::sync::Mutex<Slot>,
+    busy: AtomicBool,
+    shutting_down: AtomicBool,
+    counters: Counters,
+    /// Distinguishes this process's idempotency keys from a restarted worker's.
+    instance: String,
+}
+
+impl Worker {
+    /// Prepares the sandbox (a failure makes the worker unready, not absent) and the session log
+    /// client. `next_tier` is the escalation target (`None` for now: refusals with 126).
+    pub fn new(config: WorkerConfig, next_tier: Option<Arc<dyn NextTier>>) -> Result<Self, String> {
+        let spec = config.workspace();
+        let tier0 = config.presentation().and_then(|presentation| {
+            TimedTier0::new(
+                spec.clone(),
+                presentation,
+                crate::sandbox::Limits {
+                    timeout: config.command_timeout,
+                    ..Default::default()
+                },
+            )
+            .map(Arc::new)
+            .map_err(|e| e.to_string())
+        });
+        if let Err(reason) = &tier0 {
+            tracing::error!("the Tier-0 sandbox is not usable; the worker stays unready: {reason}");
+        }
+        let log = match &config.session_log {
+            Some(cfg) => {
+                let client = kube_harness_session_log::SessionLogClient::new(
+                    &cfg.url,
+                    cfg.token.clone(),
+                    kube_harness_session_log::ClientOptions::default(),
+                )
+                .map_err(|e| format!("session log client: {e}"))?;
+                Some(Arc::new(LogForwarder::new(client)))
+            }
+            None => None,
+        };
+        Ok(Worker {
+            spec,
+            tier0,
+            next_tier,
+            log,
+            slot: tokio::sync::Mutex::new(Slot {
+                turn: None,
+                cwd: PathBuf::from(crate::workspace::spec::SESSION),
+                env: BTreeMap::new(),
+                exec_counter: 0,
+            }),
+            busy: AtomicBool::new(false),
+            shutting_down: AtomicBool::new(false),
+            counters: Counters {
+                last_activity_ms: AtomicU64::new(now_ms()),
+                ..Counters::default()
+            },
+            instance: format!("w{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &WorkerConfig {
+        &self.config
+    }
+
+    /// `Err(reason)` while the worker cannot run commands.
+    pub fn readiness(&self) -> Result<(), String> {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return Err("shutting down".into());
+        }
+        self.tier0.as_ref().map(|_| ()).map_err(Clone::clone)
+    }
+
+    /// Stops taking new commands (SIGTERM); queued ones are answered 503.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+    }
+
+    pub fn status(&self) -> Status {
+        let c = &self.counters;
+        Status {
+            session: self.config.session.clone(),
+            tier: c.tier.load(Ordering::SeqCst) as u8,
+            busy: self.busy.load(Ordering::SeqCst),
+            turns: c.turns.load(Ordering::SeqCst),
+            commands: CommandCounts {
+                tier0: c.tier0.load(Ordering::SeqCst),
+                tier1: c.tier1.load(Ordering::SeqCst),
+            },
+            refusals: c.refusals.load(Ordering::SeqCst),
+            last_activity: rfc3339(c.last_activity_ms.load(Ordering::SeqCst)),
+            ready: self.readiness().is_ok(),
+        }
+    }
+
+    async fn lock(&self) -> Result<tokio::sync::MutexGuard<'_, Slot>, Refusal> {
+        let guard = match self.config.same_session {
+            SameSession::Queue => self.slot.lock().await,
+            SameSession::Reject => self.slot.try_lock().map_err(|_| {
+                Refusal::new(
+                    StatusCode::CONFLICT,
+                    code::SESSION_BUSY,
+                    format!(
+                        "session {} is running another command (same-session: reject)",
+                        self.config.session
+                    ),
+                )
+            })?,
+        };
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return Err(Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                code::SHUTTING_DOWN,
+                "the worker is shutting down",
+            ));
+        }
+        Ok(guard)
+    }
+
+    /// Runs (or replays) one command. `Err` only for what the client must handle differently
+    /// from a command result: busy, incomplete step, session log down, not ready.
+    pub async fn exec(&self, req: ExecRequest) -> Result<ExecResponse, Refusal> {
+        let tier0 = self.tier0.as_ref().map_err(|reason| {
+            Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                code::NOT_READY,
+                format!("the Tier-0 sandbox is not usable: {reason}"),
+            )
+        })?;
+        let timeout = match req.timeout_ms {
+            None => None,
+            Some(ms) => Some(Duration::from_millis(ms)),
+        };
+        let run = req
+            .run_id
+            .clone()
+            .unwrap_or_else(|| self.config.session.clone());
+        let mut slot = self.lock().await?;
+        let _busy = BusyFlag::set(&self.busy);
+        self.touch();
+        if let Some(log) = &self.log {
+            log.flush_pending().await.map_err(log_down)?;
+            if let Some(step) = &req.step_key {
+                match replay::lookup(log, &self.spec, &run, step)
+                    .await
+                    .map_err(log_down)?
+                {
+                    Replay::Recorded(response) => return Ok(*response),
+                    Replay::Incomplete(started) => {
+                        return Err(Refusal::new(
+                            StatusCode::CONFLICT,
+                            code::STEP_INCOMPLETE,
+                            format!(
+                                "step {step:?} of run {run:?} started (session log sequence {}) and never completed: the worker stopped mid-command, so its effects are unknown; it is not run again",
+                                started.sequence
+                            ),
+                        ))
+                    }
+                    Replay::Run => {}
+                }
+            }
+        }
+        slot.exec_counter += 1;
+        let prefix = match &req.step_key {
+            Some(step) => format!("step:{step}"),
+            None => format!("{}:exec-{}", self.instance, slot.exec_counter),
+        };
+        if slot.turn.is_none() {
+            let opened = self.open_turn(tier0, &slot);
+            slot.turn = Some(opened);
+        }
+        let open = slot.turn.as_mut().expect("turn opened above");
+        *open.ctx.lock().expect("exec context lock") = ExecContext {
+            run: run.clone(),
+            key_prefix: prefix.clone(),
+            ..ExecContext::default()
+        };
+        tier0.set_next_timeout(timeout);
+        let outcome = open
+            .turn
+            .exec_step(&req.script, req.step_key.as_deref())
+            .await;
+        let events = open.capture.take();
+        let ctx = std::mem::take(&mut *open.ctx.lock().expect("exec context lock"));
+        if let (Some(log), Some(reason)) = (&self.log, &ctx.refused) {
+            if let Some(key) = &ctx.started_key {
+                log.mark_not_run(&run, key);
+            }
+            return Err(log_down_msg(format!("command not run: {reason}")));
+        }
+        if let (Some(log), Some(key)) = (&self.log, &ctx.started_key) {
+            log.forget_not_run(&run, key);
+        }
+        self.account(open, &events);
+        let log_pending = match &self.log {
+            Some(log) => {
+                let rest = keyed(&run, &prefix, &events[ctx.appended..], ctx.appended);
+                log.enqueue_and_flush(rest).await
+            }
+            None => 0,
+        };
+        let classification = req.explain.then(|| {
+            serde_json::to_value(classify::classify(&req.script, &self.classify_options()))
+                .unwrap_or_default()
+        });
+        let mut response = ExecResponse::from_outcome(outcome, events, run);
+        response.classification = classification;
+        response.log_pending = log_pending;
+        Ok(response)
+    }
+
+    /// Ends the open turn (disposing its tiers) and reports it; `turn: None` when none was open.
+    pub async fn end_turn(&self, run_id: Option<String>) -> Result<EndTurnResponse, Refusal> {
+        let mut slot = self.slot.lock().await;
+        let _busy = BusyFlag::set(&self.busy);
+        self.touch();
+        let Some(open) = slot.turn.take() else {
+            return Ok(EndTurnResponse { turn: None });
+        };
+        let (cwd, env) = open.turn.shell_state().await;
+        slot.cwd = cwd;
+        slot.env = env;
+        let OpenTurn {
+            turn,
+            turn_id,
+            capture,
+            commands,
+            mut files,
+            ..
+        } = open;
+        let usage = turn.end().await;
+        let events = capture.take();
+        record_files(&mut files, &events);
+        self.counters.turns.fetch_add(1, Ordering::SeqCst);
+        self.counters.tier.store(0, Ordering::SeqCst);
+        if let Some(log) = &self.log {
+            let run = run_id.unwrap_or_else(|| self.config.session.clone());
+            let prefix = format!("{}:{turn_id}:end", self.instance);
+            log.enqueue_and_flush(keyed(&run, &prefix, &events, 0))
+                .await;
+        }
+        Ok(EndTurnResponse {
+            turn: Some(TurnSummary {
+                turn_id,
+                commands,
+                usage,
+                file_changes: files
+                    .into_iter()
+                    .map(|(path, change)| FileChangeSummary { path, change })
+                    .collect(),
+                events,
+            }),
+        })
+    }
+
+    /// After SIGTERM and the grace period: ends the turn if the running command let go of the
+    /// session within `wait`; otherwise leaves it (the process is exiting).
+    pub async fn shutdown(&self, wait: Duration) {
+        self.begin_shutdown();
+        match tokio::time::timeout(wait, self.end_turn(None)).await {
+            Ok(Ok(r)) => tracing::info!(ended = r.turn.is_some(), "turn ended for shutdown"),
+            Ok(Err(e)) => tracing::warn!("ending the turn at shutdown: {}", e.message),
+            Err(_) => tracing::warn!("a command was still running at shutdown; turn not ended"),
+        }
+    }
+
+    fn classify_options(&self) -> ClassifyOptions {
+        ClassifyOptions {
+            runtime: self.config.runtime,
+            policy: Policy {
+                deny_commands: self.config.deny_commands.clone(),
+                rule: None,
+            },
+            matrix: None,
+        }
+    }
+
+    fn open_turn(&self, tier0: &Arc<TimedTier0>, slot: &Slot) -> OpenTurn {
+        let turn_id = format!("turn_{}_{}", now_ms(), &self.instance);
+        let capture = Arc::new(Capture::default());
+        let ctx = Arc::new(Mutex::new(ExecContext::default()));
+        let emitter = Emitter::new(&self.config.session, &turn_id, vec![capture.clone()]);
+        let mut turn = Turn::new(
+            TurnConfig {
+                workspace: self.spec.clone(),
+                classify: self.classify_options(),
+                inline_output_limit: self.config.inline_output_limit,
+            },
+            emitter,
+            tier0.clone(),
+            self.next_tier.clone(),
+            Some(Arc::new(WorkspaceTracker::new(self.spec.clone()))),
+            slot.cwd.clone(),
+            slot.env.clone(),
+        );
+        if let Some(log) = &self.log {
+            turn = turn.with_start_gate(Arc::new(LogGate {
+                log: log.clone(),
+                capture: capture.clone(),
+                ctx: ctx.clone(),
+            }));
+        }
+        OpenTurn {
+            turn,
+            turn_id,
+            capture,
+            ctx,
+            commands: 0,
+            files: BTreeMap::new(),
+        }
+    }
+
+    /// Usage counters and the turn's file list, from the command's events.
+    fn account(&self, open: &mut OpenTurn, events: &[TraceEvent]) {
+        let c = &self.counters;
+        for e in events {
+            match e.kind.as_str() {
+                kind::COMMAND_COMPLETED => {
+                    open.commands += 1;
+                    match e.data["tier"].as_u64() {
+                        Some(0) => c.tier0.fetch_add(1, Ordering::SeqCst),
+                        _ => c.tier1.fetch_add(1, Ordering::SeqCst),
+                    };
+                }
+                kind::TIER_REFUSED => {
+                    c.refusals.fetch_add(1, Ordering::SeqCst);
+                }
+                kind::TIER_ESCALATED => {
+                    c.tier
+                        .store(e.data["toTier"].as_u64().unwrap_or(1), Ordering::SeqCst);
+                }
+                _ => {}
+            }
+        }
+        record_files(&mut open.files, events);
+    }
+
+    fn touch(&self) {
+        self.counters
+            .last_activity_ms
+            .store(now_ms(), Ordering::SeqCst);
+    }
+}
+
+fn record_files(files: &mut BTreeMap<String, String>, events: &[TraceEvent]) {
+    for e in events {
+        if let (Some(change), Some(path)) = (
+            e.kind.strip_prefix("harness.file."),
+            e.data["path"].as_str(),
+        ) {
+            files.insert(path.to_string(), change.to_string());
+        }
+    }
+}
+
+/// Marks the worker busy while held.
+struct BusyFlag<'a>(&'a AtomicBool);
+
+impl<'a> BusyFlag<'a> {
+    fn set(flag: &'a AtomicBool) -> Self {
+        flag.store(true, Ordering::SeqCst);
+        BusyFlag(flag)
+    }
+}
+
+impl Drop for BusyFlag<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+fn log_down(e: kube_harness_session_log::ClientError) -> Refusal {
+    log_down_msg(format!("session log: {e}"))
+}
+
+fn log_down_msg(message: String) -> Refusal {
+    Refusal::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        code::SESSION_LOG_UNAVAILABLE,
+        message,
+    )
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn rfc3339(ms: u64) -> String {
+    jiff::Timestamp::from_millisecond(ms as i64)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}

@@ -1,0 +1,108 @@
+//! Tier-0 with a per-command time limit. The sandbox fixes its limits when it is built (the
+//! supervisor enforces them between fork and exec), so each distinct `timeoutMs` gets its own
+//! sandbox, built on first use and kept in a small cache; the default one is built at start-up,
+//! which is also the readiness check.
+
+use crate::runtime::{CommandExecutor, DisposeReport, ExecRequest, ExecResult, Tier0Executor};
+use crate::sandbox::{Limits, Presentation, SandboxConfig, SandboxError};
+use crate::workspace::WorkspaceSpec;
+use async_trait::async_trait;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Sandboxes kept for non-default timeouts (beyond it the least recently used is dropped; a
+/// command still running on it keeps it alive through its `Arc`).
+const CACHED: usize = 8;
+
+pub struct TimedTier0 {
+    spec: WorkspaceSpec,
+    presentation: Presentation,
+    limits: Limits,
+    default: Arc<Tier0Executor>,
+    others: Mutex<Vec<(Duration, Arc<Tier0Executor>)>>,
+    /// The limit of the next command; set by the worker (one command at a time per session).
+    next: Mutex<Option<Duration>>,
+}
+
+impl TimedTier0 {
+    /// Builds the default sandbox: an error here means the host cannot run Tier-0 at all.
+    pub fn new(
+        spec: WorkspaceSpec,
+        presentation: Presentation,
+        limits: Limits,
+    ) -> Result<Self, SandboxError> {
+        let default = Arc::new(Tier0Executor::new(SandboxConfig {
+            workspace: spec.clone(),
+            limits: limits.clone(),
+            presentation,
+        })?);
+        Ok(TimedTier0 {
+            spec,
+            presentation,
+            limits,
+            default,
+            others: Mutex::new(Vec::new()),
+            next: Mutex::new(None),
+        })
+    }
+
+    /// The default time limit.
+    pub fn default_timeout(&self) -> Duration {
+        self.limits.timeout
+    }
+
+    /// Sets the limit of the next command (`None`: the default).
+    pub fn set_next_timeout(&self, timeout: Option<Duration>) {
+        *self.next.lock().expect("timeout lock") = timeout;
+    }
+
+    fn executor_for(&self, timeout: Duration) -> Result<Arc<Tier0Executor>, SandboxError> {
+        if timeout == self.limits.timeout {
+            return Ok(self.default.clone());
+        }
+        let mut others = self.others.lock().expect("sandbox cache lock");
+        if let Some(i) = others.iter().position(|(t, _)| *t == timeout) {
+            let hit = others.remove(i);
+            let executor = hit.1.clone();
+            others.push(hit);
+            return Ok(executor);
+        }
+        // Built under the lock: concurrent builds of the same limit would waste a tool directory.
+        let executor = Arc::new(Tier0Executor::new(SandboxConfig {
+            workspace: self.spec.clone(),
+            limits: Limits {
+                timeout,
+                ..self.limits.clone()
+            },
+            presentation: self.presentation,
+        })?);
+        if others.len() >= CACHED {
+            others.remove(0);
+        }
+        others.push((timeout, executor.clone()));
+        Ok(executor)
+    }
+}
+
+#[async_trait]
+impl CommandExecutor for TimedTier0 {
+    fn tier(&self) -> u8 {
+        0
+    }
+
+    async fn execute(&self, req: ExecRequest) -> ExecResult {
+        let timeout = self
+            .next
+            .lock()
+            .expect("timeout lock")
+            .unwrap_or(self.limits.timeout);
+        match self.executor_for(timeout) {
+            Ok(executor) => executor.execute(req).await,
+            Err(e) => ExecResult::fault(&format!("preparing the sandbox for {timeout:?}: {e}")),
+        }
+    }
+
+    async fn dispose(&self) -> Result<DisposeReport, String> {
+        Ok(DisposeReport::default())
+    }
+}
