@@ -4,10 +4,14 @@
 
 mod classify;
 mod crdgen;
+mod exec;
 mod ledger;
 mod local;
+mod operator;
 mod session_log;
+mod sessions;
 mod toggles;
+mod worker;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -35,6 +39,14 @@ enum Command {
     Local(local::LocalArgs),
     /// Print the CRDs (HarnessSession, SandboxTier) as YAML, generated from the Rust types.
     Crdgen(crdgen::CrdgenArgs),
+    /// The operator: HarnessSession and SandboxTier controllers, leader-elected.
+    Operator(operator::OperatorArgs),
+    /// Run one command in a HarnessSession (through the API server) and exit with its code.
+    Exec(exec::ExecArgs),
+    /// List HarnessSessions with phase, readiness, tier and usage.
+    Sessions(sessions::SessionsArgs),
+    /// The Tier-0 worker of one session: serves exec, end-turn and status over HTTP.
+    Worker(worker::WorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,7 +57,11 @@ fn main() -> ExitCode {
         Command::SessionLog(args) => session_log::run(args),
         Command::Ledger(args) => ledger::run(args),
         Command::Local(args) => local::run(args),
+        Command::Worker(args) => worker::run(args),
         Command::Crdgen(args) => crdgen::run(args),
+        Command::Operator(args) => operator::run(args),
+        Command::Exec(args) => exec::run(args),
+        Command::Sessions(args) => sessions::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,71 @@
+//! `kube-harness exec [-n NS] SESSION [--json] -- SCRIPT`: run one command in a HarnessSession
+//! from anywhere the kubeconfig reaches, and exit with its exit code.
+
+use anyhow::Context;
+use clap::Args;
+use kube_harness_client::SessionHandle;
+use kube_harness_worker::api::model::ExecRequest;
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct ExecArgs {
+    /// Namespace of the session (default: the kubeconfig's namespace).
+    #[arg(short = 'n', long)]
+    namespace: Option<String>,
+    /// Name of the HarnessSession.
+    session: String,
+    /// Print the whole JSON response (events included) instead of stdout/stderr.
+    #[arg(long)]
+    json: bool,
+    /// Session log run the command belongs to (default: the session's name).
+    #[arg(long)]
+    run_id: Option<String>,
+    /// Step key: the same run and step return the recorded result instead of running again.
+    #[arg(long)]
+    step_key: Option<String>,
+    /// Command time limit in seconds (the worker caps it).
+    #[arg(long)]
+    timeout: Option<u64>,
+    /// How long to wait for the session to be Ready (waking it if hibernated).
+    #[arg(long, default_value_t = 180)]
+    wait: u64,
+    /// The script, as one argument or several joined by spaces.
+    #[arg(last = true, required = true)]
+    script: Vec<String>,
+}
+
+pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(exec(args))
+}
+
+async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let client = kube::Client::try_default()
+        .await
+        .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
+    let namespace = args
+        .namespace
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let handle = SessionHandle::new(client, namespace, &args.session);
+    let connected = handle.connect(Duration::from_secs(args.wait)).await?;
+    let mut request = ExecRequest::new(args.script.join(" "));
+    request.run_id = args.run_id;
+    request.step_key = args.step_key;
+    request.timeout_ms = args.timeout.map(|s| s.saturating_mul(1000));
+    let response = connected.worker.exec(&request).await.with_context(|| {
+        format!(
+            "the command's result was lost (the worker pod may have died mid-command); \
+             session {} recovers on its own: check `kubectl get hs {}`",
+            args.session, args.session
+        )
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&response)?);
+    } else {
+        std::io::stdout().write_all(response.stdout.as_bytes())?;
+        std::io::stderr().write_all(response.stderr.as_bytes())?;
+    }
+    Ok(ExitCode::from(response.exit_code.clamp(0, 255) as u8))
+}

@@ -1,0 +1,24 @@
+use thiserror::Error;
+
+#[derive(Error, Debug)]
+pub enum ClientError {
+    #[error("HarnessSession {name} not found in namespace {namespace}")]
+    NotFound { namespace: String, name: String },
+    #[error(
+        "HarnessSession {name} did not become Ready within {seconds}s (phase {phase}: {reason})"
+    )]
+    NotReady {
+        name: String,
+        seconds: u64,
+        phase: String,
+        reason: String,
+    },
+    #[error("HarnessSession {0} has no token Secret yet")]
+    NoToken(String),
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("port-forward: {0}")]
+    Tunnel(String),
+    #[error(transparent)]
+    Worker(#[from] kube_harness_worker::api::client::WorkerClientError),
+}

@@ -1,0 +1,20 @@
+//! The Kube Harness operator: a HarnessSession controller (workspace PVC, Tier-0 worker pod,
+//! NetworkPolicy, token Secret, hibernation, status) and a SandboxTier controller (validation
+//! against the classifier's capability matrix), run by the replica that holds a Lease, with
+//! Prometheus metrics and health probes.
+
+pub mod config;
+pub mod context;
+pub mod error;
+pub mod labels;
+pub mod leader;
+pub mod metrics;
+pub mod run;
+pub mod server;
+pub mod session;
+pub mod tier;
+
+pub use config::OperatorConfig;
+pub use context::Context;
+pub use error::{Error, Result};
+pub use run::run;

@@ -1,0 +1,176 @@
+//! Prometheus metrics of the operator: reconciles and failures by cause, how long sessions take
+//! to become Ready, sessions by phase, and the share of commands that stayed on Tier-0.
+
+use kube_harness_crds::Phase;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    pub controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub controller: &'static str,
+    pub error: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub phase: &'static str,
+}
+
+/// Per-session figures the gauges are computed from.
+#[derive(Clone, Copy, Debug, Default)]
+struct SessionFigures {
+    phase: Option<Phase>,
+    tier0: u64,
+    total: u64,
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    reconciles: Family<ControllerLabel, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    reconcile_seconds: Family<ControllerLabel, Histogram>,
+    provisioning_seconds: Histogram,
+    sessions: Family<PhaseLabel, Gauge>,
+    tier0_share: Gauge<f64, AtomicU64>,
+    pub leader: Gauge,
+    figures: Mutex<HashMap<String, SessionFigures>>,
+}
+
+const PHASES: [Phase; 6] = [
+    Phase::Pending,
+    Phase::Provisioning,
+    Phase::Ready,
+    Phase::Hibernated,
+    Phase::Failed,
+    Phase::Terminating,
+];
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("kube_harness");
+        let reconciles = Family::<ControllerLabel, Counter>::default();
+        let errors = Family::<ErrorLabels, Counter>::default();
+        let reconcile_seconds = Family::<ControllerLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 14))
+        });
+        let provisioning_seconds = Histogram::new(exponential_buckets(0.25, 2.0, 12));
+        let sessions = Family::<PhaseLabel, Gauge>::default();
+        let tier0_share = Gauge::<f64, AtomicU64>::default();
+        let leader = Gauge::default();
+        registry.register("reconciles", "Reconciles run", reconciles.clone());
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by cause",
+            errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time one reconcile took",
+            reconcile_seconds.clone(),
+        );
+        registry.register(
+            "session_provisioning_seconds",
+            "From a session's creation (or wake request) to its worker being Ready",
+            provisioning_seconds.clone(),
+        );
+        registry.register("sessions", "HarnessSessions by phase", sessions.clone());
+        registry.register(
+            "tier0_share",
+            "Share of all sessions' commands that ran on Tier-0 (0..1)",
+            tier0_share.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the Lease and reconciles",
+            leader.clone(),
+        );
+        Metrics {
+            registry,
+            reconciles,
+            errors,
+            reconcile_seconds,
+            provisioning_seconds,
+            sessions,
+            tier0_share,
+            leader,
+            figures: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn reconciled(&self, controller: &'static str, seconds: f64) {
+        let label = ControllerLabel { controller };
+        self.reconciles.get_or_create(&label).inc();
+        self.reconcile_seconds
+            .get_or_create(&label)
+            .observe(seconds);
+    }
+
+    pub fn failed(&self, controller: &'static str, error: &'static str) {
+        self.errors
+            .get_or_create(&ErrorLabels { controller, error })
+            .inc();
+    }
+
+    pub fn provisioned(&self, seconds: f64) {
+        self.provisioning_seconds.observe(seconds);
+    }
+
+    /// Records a session's phase and command counts; `None` forgets the session (deleted).
+    pub fn session(&self, key: &str, figures: Option<(Phase, u64, u64)>) {
+        let mut all = self.figures.lock().unwrap_or_else(|e| e.into_inner());
+        match figures {
+            Some((phase, tier0, total)) => {
+                all.insert(
+                    key.to_string(),
+                    SessionFigures {
+                        phase: Some(phase),
+                        tier0,
+                        total,
+                    },
+                );
+            }
+            None => {
+                all.remove(key);
+            }
+        }
+        for phase in PHASES {
+            let n = all.values().filter(|f| f.phase == Some(phase)).count();
+            self.sessions
+                .get_or_create(&PhaseLabel {
+                    phase: phase.as_str(),
+                })
+                .set(n as i64);
+        }
+        let (tier0, total) = all
+            .values()
+            .fold((0, 0), |(a, b), f| (a + f.tier0, b + f.total));
+        self.tier0_share.set(if total == 0 {
+            0.0
+        } else {
+            tier0 as f64 / total as f64
+        });
+    }
+
+    /// The text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

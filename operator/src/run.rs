@@ -1,0 +1,140 @@
+//! The operator's main loop: serve probes and metrics, check the CRDs are installed, wait for the
+//! Lease, then run both controllers until SIGTERM or the Lease is lost.
+
+use crate::config::OperatorConfig;
+use crate::context::Context;
+use crate::labels::MANAGED_BY;
+use crate::{leader, server, session, tier};
+use anyhow::Context as _;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use kube::runtime::{watcher, Controller};
+use kube::{Api, Client};
+use kube_harness_crds::{HarnessSession, SandboxTier};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
+    let client = Client::try_default()
+        .await
+        .context("no Kubernetes client configuration (in-cluster or KUBECONFIG)")?;
+    let ctx = Arc::new(Context::new(client.clone(), config.clone()));
+    let ready = Arc::new(AtomicBool::new(false));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let http = tokio::spawn(server::serve(
+        config.listen,
+        ctx.clone(),
+        ready.clone(),
+        stopped(stop_rx.clone()),
+    ));
+    let signals = tokio::spawn({
+        let stop_tx = stop_tx.clone();
+        async move {
+            shutdown_signal().await;
+            tracing::info!("shutdown requested");
+            let _ = stop_tx.send(true);
+        }
+    });
+
+    for (what, check) in [
+        (
+            "HarnessSession",
+            Api::<HarnessSession>::all(client.clone())
+                .list(&ListParams::default().limit(1))
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "SandboxTier",
+            Api::<SandboxTier>::all(client.clone())
+                .list(&ListParams::default().limit(1))
+                .await
+                .map(|_| ()),
+        ),
+    ] {
+        check.with_context(|| format!("cannot list {what} objects: is the CRD installed (kubectl apply --server-side -f crds/) and may the operator list them?"))?;
+    }
+    ready.store(true, Ordering::Relaxed);
+
+    let (mut leading, lease_task) = leader::compete(client.clone(), &config).await?;
+    let mut stop_wait = stop_rx.clone();
+    let stop_first = tokio::select! {
+        r = leading.wait_for(|l| *l) => { r.context("leader election ended")?; false }
+        _ = stop_wait.wait_for(|s| *s) => true,
+    };
+    if stop_first {
+        drop(leading);
+        let _ = lease_task.await;
+        let _ = http.await;
+        return Ok(());
+    }
+    tracing::info!(identity = %config.identity, "leading: starting controllers");
+    ctx.metrics.leader.set(1);
+
+    // Leadership lost also stops the controllers.
+    let lost = tokio::spawn({
+        let stop_tx = stop_tx.clone();
+        let mut leading = leading.clone();
+        async move {
+            if leading.wait_for(|l| !*l).await.is_ok() {
+                tracing::error!("lost the Lease: stopping controllers");
+                let _ = stop_tx.send(true);
+            }
+        }
+    });
+
+    let managed = watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
+    let sessions = Controller::new(
+        Api::<HarnessSession>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(Api::<Pod>::all(client.clone()), managed)
+    .graceful_shutdown_on(stopped(stop_rx.clone()))
+    .run(session::reconcile, session::error_policy, ctx.clone())
+    .for_each(|r| async move {
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "session reconcile");
+        }
+    });
+    let tiers = Controller::new(
+        Api::<SandboxTier>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .graceful_shutdown_on(stopped(stop_rx.clone()))
+    .run(tier::reconcile, tier::error_policy, ctx.clone())
+    .for_each(|r| async move {
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "tier reconcile");
+        }
+    });
+    futures::join!(sessions, tiers);
+    ctx.metrics.leader.set(0);
+    let lost_lease = !*leading.borrow();
+    lost.abort();
+    signals.abort();
+    drop(leading);
+    let _ = lease_task.await;
+    let _ = stop_tx.send(true);
+    let _ = http.await;
+    if lost_lease {
+        anyhow::bail!("lost the Lease");
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

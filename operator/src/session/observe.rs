@@ -1,0 +1,79 @@
+//! Reading a worker pod: is it ready, starting, or failing, and why. Pure, so tests can feed it
+//! pod statuses.
+
+use k8s_openapi::api::core::v1::Pod;
+
+/// What the worker pod says about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerState {
+    /// Running and passing its readiness probe; the endpoint is `ip:port`.
+    Ready { ip: String },
+    /// Scheduled or starting; the reason says what it waits for.
+    Starting { reason: String },
+    /// Will not become ready without help (image missing, crash loop, unschedulable).
+    Failing { reason: String, message: String },
+    /// Finished or being deleted: it must be replaced.
+    Gone,
+}
+
+/// Container waiting reasons that do not fix themselves.
+const FAILING_WAIT: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+
+pub fn worker_state(pod: &Pod) -> WorkerState {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return WorkerState::Gone;
+    }
+    let Some(status) = &pod.status else {
+        return WorkerState::Starting {
+            reason: "PodPending".into(),
+        };
+    };
+    match status.phase.as_deref() {
+        Some("Succeeded") | Some("Failed") => return WorkerState::Gone,
+        _ => {}
+    }
+    for cs in status.container_statuses.iter().flatten() {
+        if let Some(waiting) = cs.state.as_ref().and_then(|s| s.waiting.as_ref()) {
+            let reason = waiting.reason.clone().unwrap_or_default();
+            if FAILING_WAIT.contains(&reason.as_str()) {
+                return WorkerState::Failing {
+                    message: waiting.message.clone().unwrap_or_else(|| reason.clone()),
+                    reason,
+                };
+            }
+        }
+    }
+    if let Some(unschedulable) = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+    {
+        return WorkerState::Starting {
+            reason: unschedulable
+                .reason
+                .clone()
+                .unwrap_or_else(|| "Unschedulable".into()),
+        };
+    }
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    match (ready, status.pod_ip.as_ref()) {
+        (true, Some(ip)) => WorkerState::Ready { ip: ip.clone() },
+        _ => WorkerState::Starting {
+            reason: "WorkerStarting".into(),
+        },
+    }
+}

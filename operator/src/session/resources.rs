@@ -1,0 +1,433 @@
+//! What a session owns, as objects built from its spec: pure functions, so tests can check the
+//! exact pod the operator would create (restricted Pod Security, no token, canonical mounts).
+
+use crate::config::OperatorConfig;
+use crate::labels;
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, ConfigMapProjection, Container, ContainerPort, EmptyDirVolumeSource,
+    EnvVar, HTTPGetAction, KeyToPath, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, Probe,
+    ProjectedVolumeSource, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, Volume,
+    VolumeMount, VolumeProjection, VolumeResourceRequirements,
+};
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
+    NetworkPolicyPort, NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::ByteString;
+use kube::{Resource, ResourceExt};
+use kube_harness_crds::session::SameSession;
+use kube_harness_crds::{HarnessSession, SandboxTierSpec};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// Where the token Secret is mounted in the worker pod.
+pub const TOKEN_DIR: &str = "/var/run/kube-harness/token";
+/// UID/GID the worker runs as (the image's `harness` user).
+pub const WORKER_UID: i64 = 65532;
+
+/// Labels on everything a session owns; the pod selector of its NetworkPolicy.
+pub fn session_labels(session: &HarnessSession) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::SESSION.into(), session.name_any()),
+        (labels::MANAGED_BY.0.into(), labels::MANAGED_BY.1.into()),
+    ])
+}
+
+fn owner(session: &HarnessSession) -> Vec<OwnerReference> {
+    session.controller_owner_ref(&()).into_iter().collect()
+}
+
+fn meta(session: &HarnessSession, name: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: session.namespace(),
+        labels: Some(session_labels(session)),
+        owner_references: Some(owner(session)),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The session's token Secret: `token` authenticates callers of the worker API;
+/// `session-log-token` (when the operator has one) authenticates the worker to the session log.
+pub fn token_secret(
+    session: &HarnessSession,
+    token: &str,
+    session_log_token: Option<&str>,
+) -> Secret {
+    let mut data = BTreeMap::from([("token".to_string(), ByteString(token.as_bytes().to_vec()))]);
+    if let Some(t) = session_log_token {
+        data.insert(
+            "session-log-token".into(),
+            ByteString(t.as_bytes().to_vec()),
+        );
+    }
+    Secret {
+        metadata: meta(session, labels::token_secret(&session.name_any())),
+        type_: Some("Opaque".into()),
+        data: Some(data),
+        ..Secret::default()
+    }
+}
+
+/// A fresh random worker token (256 bits, hex).
+pub fn new_token() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
+
+/// The workspace PVC behind /session, /artifacts and /persistent.
+pub fn workspace_pvc(session: &HarnessSession) -> PersistentVolumeClaim {
+    let ws = &session.spec.workspace;
+    PersistentVolumeClaim {
+        metadata: meta(session, labels::workspace_pvc(&session.name_any())),
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: ws.storage_class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".into(),
+                    Quantity(ws.size.clone()),
+                )])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    }
+}
+
+/// Egress: nothing but DNS and the session log unless the session enables network. Ingress: the
+/// operator (status polling) only; `kube-harness exec` arrives through the kubelet's port-forward,
+/// which NetworkPolicy does not filter.
+pub fn network_policy(session: &HarnessSession, config: &OperatorConfig) -> NetworkPolicy {
+    let operator_ns = || {
+        Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                "kubernetes.io/metadata.name".into(),
+                config.namespace.clone(),
+            )])),
+            ..LabelSelector::default()
+        })
+    };
+    let pods = |(k, v): (&str, &str)| {
+        Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(k.into(), v.into())])),
+            ..LabelSelector::default()
+        })
+    };
+    let port = |p: i32, proto: &str| NetworkPolicyPort {
+        port: Some(IntOrString::Int(p)),
+        protocol: Some(proto.into()),
+        ..NetworkPolicyPort::default()
+    };
+    let egress = if session.spec.runtime.network {
+        vec![NetworkPolicyEgressRule::default()]
+    } else {
+        vec![
+            NetworkPolicyEgressRule {
+                to: Some(vec![NetworkPolicyPeer {
+                    namespace_selector: Some(LabelSelector::default()),
+                    pod_selector: pods(("k8s-app", "kube-dns")),
+                    ..NetworkPolicyPeer::default()
+                }]),
+                ports: Some(vec![port(53, "UDP"), port(53, "TCP")]),
+            },
+            NetworkPolicyEgressRule {
+                to: Some(vec![NetworkPolicyPeer {
+                    namespace_selector: operator_ns(),
+                    pod_selector: pods(labels::SESSION_LOG_POD),
+                    ..NetworkPolicyPeer::default()
+                }]),
+                ports: Some(vec![port(8080, "TCP")]),
+            },
+        ]
+    };
+    NetworkPolicy {
+        metadata: meta(session, labels::network_policy(&session.name_any())),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(session_labels(session)),
+                ..LabelSelector::default()
+            }),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(vec![NetworkPolicyPeer {
+                    namespace_selector: operator_ns(),
+                    pod_selector: pods(labels::OPERATOR_POD),
+                    ..NetworkPolicyPeer::default()
+                }]),
+                ports: Some(vec![port(i32::from(config.worker_port), "TCP")]),
+            }]),
+            egress: Some(egress),
+        }),
+    }
+}
+
+/// The worker's command line, from the session spec.
+fn worker_args(session: &HarnessSession, config: &OperatorConfig) -> Vec<String> {
+    let spec = &session.spec;
+    let mut args = vec![
+        "worker".to_string(),
+        "--listen".into(),
+        format!("0.0.0.0:{}", config.worker_port),
+        "--token-file".into(),
+        format!("{TOKEN_DIR}/token"),
+        "--session".into(),
+        session.name_any(),
+        format!("--python={}", spec.runtime.python),
+        format!("--javascript={}", spec.runtime.javascript),
+        format!("--network={}", spec.runtime.network),
+        "--same-session".into(),
+        match spec.same_session {
+            SameSession::Queue => "queue",
+            SameSession::Reject => "reject",
+        }
+        .into(),
+    ];
+    for deny in &spec.policy.deny_commands {
+        args.push("--deny-command".into());
+        args.push(deny.clone());
+    }
+    if let Some(url) = &config.session_log_url {
+        args.extend([
+            "--session-log-url".into(),
+            url.clone(),
+            "--session-log-token-file".into(),
+            format!("{TOKEN_DIR}/session-log-token"),
+        ]);
+    }
+    args
+}
+
+/// The skills ConfigMaps as one projected volume: each key becomes `<dir>/<key>` under /.agents.
+fn skills_volume(session: &HarnessSession, config_maps: &[ConfigMap]) -> Volume {
+    let sources: Vec<VolumeProjection> = session
+        .spec
+        .workspace
+        .skills
+        .iter()
+        .map(|skill| {
+            let dir = skill
+                .path
+                .clone()
+                .unwrap_or_else(|| skill.config_map.clone());
+            let keys = config_maps
+                .iter()
+                .find(|cm| cm.name_any() == skill.config_map)
+                .map(|cm| {
+                    let mut keys: Vec<String> =
+                        cm.data.iter().flat_map(|d| d.keys().cloned()).collect();
+                    keys.extend(cm.binary_data.iter().flat_map(|d| d.keys().cloned()));
+                    keys
+                })
+                .unwrap_or_default();
+            VolumeProjection {
+                config_map: Some(ConfigMapProjection {
+                    name: skill.config_map.clone(),
+                    items: Some(
+                        keys.into_iter()
+                            .map(|k| KeyToPath {
+                                path: format!("{dir}/{k}"),
+                                key: k,
+                                mode: None,
+                            })
+                            .collect(),
+                    ),
+                    optional: Some(false),
+                }),
+                ..VolumeProjection::default()
+            }
+        })
+        .collect();
+    if sources.is_empty() {
+        return Volume {
+            name: "agents".into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: Some(Quantity("1Mi".into())),
+                ..EmptyDirVolumeSource::default()
+            }),
+            ..Volume::default()
+        };
+    }
+    Volume {
+        name: "agents".into(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(sources),
+            default_mode: Some(0o444),
+        }),
+        ..Volume::default()
+    }
+}
+
+fn mount(name: &str, path: &str, sub_path: Option<&str>, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        sub_path: sub_path.map(Into::into),
+        read_only: Some(read_only),
+        ..VolumeMount::default()
+    }
+}
+
+/// The Tier-0 worker pod: restricted Pod Security (non-root, read-only root filesystem, no
+/// privilege escalation, no capabilities, RuntimeDefault seccomp), no ServiceAccount token, no
+/// service links (nothing about the cluster in its environment), the workspace PVC at the
+/// canonical paths, skills read-only at /.agents, and a writable /tmp.
+pub fn worker_pod(
+    session: &HarnessSession,
+    tier: &SandboxTierSpec,
+    config: &OperatorConfig,
+    config_maps: &[ConfigMap],
+) -> Pod {
+    let name = session.name_any();
+    let template = &tier.template;
+    let image = if template.image.is_empty() {
+        config.worker_image.clone()
+    } else {
+        template.image.clone()
+    };
+    let mut labels = session_labels(session);
+    labels.insert(labels::ROLE.into(), "worker".into());
+    labels.insert(labels::NAME_WORKER.0.into(), labels::NAME_WORKER.1.into());
+    let probe = |path: &str, period: i32| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::Int(i32::from(config.worker_port)),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(3),
+        ..Probe::default()
+    };
+    let container = Container {
+        name: "worker".into(),
+        image: Some(image),
+        image_pull_policy: template
+            .image_pull_policy
+            .map(|p| format!("{p:?}"))
+            .or(Some("IfNotPresent".into())),
+        args: Some(worker_args(session, config)),
+        env: Some(vec![
+            EnvVar {
+                name: "TMPDIR".into(),
+                value: Some("/tmp".into()),
+                ..EnvVar::default()
+            },
+            EnvVar {
+                name: "HOME".into(),
+                value: Some("/tmp".into()),
+                ..EnvVar::default()
+            },
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("worker".into()),
+            container_port: i32::from(config.worker_port),
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        }]),
+        readiness_probe: Some(Probe {
+            initial_delay_seconds: Some(0),
+            ..probe("/readyz", 1)
+        }),
+        liveness_probe: Some(probe("/healthz", 10)),
+        resources: template.resources.clone(),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            run_as_user: Some(WORKER_UID),
+            run_as_group: Some(WORKER_UID),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                add: None,
+            }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            }),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(vec![
+            mount("workspace", "/session", Some("session"), false),
+            mount("workspace", "/artifacts", Some("artifacts"), false),
+            mount("workspace", "/persistent", Some("persistent"), false),
+            mount("agents", "/.agents", None, true),
+            mount("tmp", "/tmp", None, false),
+            mount("token", TOKEN_DIR, None, true),
+        ]),
+        ..Container::default()
+    };
+    let volumes = vec![
+        Volume {
+            name: "workspace".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: labels::workspace_pvc(&name),
+                read_only: Some(false),
+            }),
+            ..Volume::default()
+        },
+        skills_volume(session, config_maps),
+        Volume {
+            name: "tmp".into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: Some(Quantity("256Mi".into())),
+                ..EmptyDirVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        Volume {
+            name: "token".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(labels::token_secret(&name)),
+                default_mode: Some(0o440),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+    ];
+    let spec = PodSpec {
+        containers: vec![container],
+        volumes: Some(volumes),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        restart_policy: Some("Always".into()),
+        termination_grace_period_seconds: Some(30),
+        runtime_class_name: template.runtime_class_name.clone(),
+        node_selector: (!template.node_selector.is_empty()).then(|| template.node_selector.clone()),
+        tolerations: (!template.tolerations.is_empty()).then(|| template.tolerations.clone()),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(WORKER_UID),
+            run_as_group: Some(WORKER_UID),
+            fs_group: Some(WORKER_UID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            }),
+            ..PodSecurityContext::default()
+        }),
+        ..PodSpec::default()
+    };
+    let hash = spec_hash(&spec);
+    Pod {
+        metadata: ObjectMeta {
+            labels: Some(labels),
+            annotations: Some(BTreeMap::from([(labels::SPEC_HASH.into(), hash)])),
+            ..meta(session, labels::worker_pod(&name))
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+/// Hash of a pod spec: the operator recreates the worker when the spec it would build changes.
+fn spec_hash(spec: &PodSpec) -> String {
+    let bytes = serde_json::to_vec(spec).unwrap_or_default();
+    hex::encode(&Sha256::digest(bytes)[..8])
+}

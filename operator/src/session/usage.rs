@@ -1,0 +1,42 @@
+//! Polls the worker API for the usage counters and last activity shown in the session status.
+
+use kube_harness_crds::session::Usage;
+use kube_harness_worker::api::client::WorkerClient;
+use std::time::Duration;
+
+/// What the worker reported.
+pub struct WorkerReport {
+    pub usage: Usage,
+    pub tier: u8,
+    pub busy: bool,
+    pub last_activity: String,
+}
+
+/// Asks the worker at `ip:port` for its status; `None` when it does not answer in time (the
+/// status keeps its previous figures; the worker's readiness is the kubelet's business).
+pub async fn poll(ip: &str, port: u16, token: &str) -> Option<WorkerReport> {
+    let client = WorkerClient::new(format!("http://{ip}:{port}"), token).ok()?;
+    let status = tokio::time::timeout(Duration::from_secs(3), client.status())
+        .await
+        .ok()?
+        .map_err(|e| tracing::debug!(error = %e, ip, "worker status poll failed"))
+        .ok()?;
+    let total = status.commands.tier0 + status.commands.tier1;
+    Some(WorkerReport {
+        usage: Usage {
+            turns: status.turns,
+            commands_tier0: status.commands.tier0,
+            commands_tier1: status.commands.tier1,
+            refusals: status.refusals,
+            tier0_share: (total > 0).then(|| {
+                format!(
+                    "{:.1}%",
+                    status.commands.tier0 as f64 * 100.0 / total as f64
+                )
+            }),
+        },
+        tier: status.tier,
+        busy: status.busy,
+        last_activity: status.last_activity,
+    })
+}

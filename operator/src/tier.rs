@@ -1,0 +1,130 @@
+//! The SandboxTier controller: checks each tier against the classifier's capability matrix and
+//! reports it Ready (or not, with a stable reason) in status.
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::labels::MANAGER;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use kube_harness_crds::condition::{self, types};
+use kube_harness_crds::{Capability, SandboxTier, SandboxTierSpec, SandboxTierStatus};
+use kube_harness_worker::classify::{matrix, RealExecReason};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a tier is or is not usable: (ready, reason, message).
+pub fn check(spec: &SandboxTierSpec) -> (bool, &'static str, String) {
+    let Some(matrix) = matrix::get(None) else {
+        return (
+            false,
+            "MatrixUnavailable",
+            "no capability matrix is built in".into(),
+        );
+    };
+    let known: Vec<&str> = RealExecReason::ALL
+        .iter()
+        .map(|r| r.as_str())
+        .chain(["python", "javascript", "network"])
+        .collect();
+    if let Some(c) = spec
+        .capabilities
+        .iter()
+        .find(|c| !known.contains(&c.as_str()))
+    {
+        return (
+            false,
+            "UnknownCapability",
+            format!(
+                "capability {} is not known to capability matrix {}",
+                c.as_str(),
+                matrix.version()
+            ),
+        );
+    }
+    if spec.template.image.trim().is_empty() {
+        return (false, "ImageMissing", "template.image is empty".into());
+    }
+    let escalates = spec.capabilities.iter().any(|c| {
+        !matches!(
+            c,
+            Capability::Python | Capability::Javascript | Capability::Network
+        )
+    });
+    if spec.level > 0 && !escalates {
+        return (
+            false,
+            "NoEscalationCapability",
+            "an escalation tier must provide at least one of version-control, build-toolchain, package-manager, network-client or containers".into(),
+        );
+    }
+    let what = if spec.level == 0 {
+        "Tier-0 worker tier".to_string()
+    } else {
+        format!(
+            "escalation tier (level {}) providing {}",
+            spec.level,
+            spec.capabilities
+                .iter()
+                .map(|c| c.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    (
+        true,
+        "Valid",
+        format!(
+            "{what}; checked against capability matrix {}",
+            matrix.version()
+        ),
+    )
+}
+
+pub async fn reconcile(tier: Arc<SandboxTier>, ctx: Arc<Context>) -> Result<Action> {
+    let started = std::time::Instant::now();
+    let (ready, reason, message) = check(&tier.spec);
+    let mut status = tier.status.clone().unwrap_or_default();
+    let generation = tier.metadata.generation;
+    let changed = condition::set(
+        &mut status.conditions,
+        types::READY,
+        ready,
+        reason,
+        message.clone(),
+        generation,
+    ) || status.observed_generation != generation;
+    if changed {
+        status.observed_generation = generation;
+        status.matrix_version = matrix::get(None).map(|m| m.version().to_string());
+        write_status(&ctx, &tier.name_any(), &status).await?;
+        crate::session::events::publish(&ctx, &*tier, !ready, reason, &message, "Validate").await;
+    }
+    ctx.metrics
+        .reconciled("sandboxtier", started.elapsed().as_secs_f64());
+    Ok(Action::requeue(Duration::from_secs(600)))
+}
+
+async fn write_status(ctx: &Context, name: &str, status: &SandboxTierStatus) -> Result<()> {
+    let api: Api<SandboxTier> = Api::all(ctx.client.clone());
+    let patch = json!({
+        "apiVersion": "kubeharness.dev/v1alpha1",
+        "kind": "SandboxTier",
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(patch),
+    )
+    .await
+    .map_err(Error::Kube)?;
+    Ok(())
+}
+
+pub fn error_policy(tier: Arc<SandboxTier>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(tier = %tier.name_any(), %error, "SandboxTier reconcile failed");
+    ctx.metrics.failed("sandboxtier", error.metric_label());
+    Action::requeue(ctx.backoff(&format!("tier/{}", tier.name_any())))
+}
