@@ -196,5 +196,7 @@ if ! wait_until 120 "CoreDNS to become ready" dns_ready; then
   die "CoreDNS did not become ready within 120s (kubelet log: $(logfile kubelet), containerd log: $(logfile containerd))"
 fi
 
+"$KH_CLUSTER_DIR/storage.sh"
+
 log "cluster up: $KH_K8S_VERSION, node $KH_NODE_NAME Ready, CoreDNS at $KH_DNS_IP"
 echo "KUBECONFIG=$KH_KUBECONFIG"

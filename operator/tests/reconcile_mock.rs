@@ -1,0 +1,287 @@
+//! Reconcile logic against a mocked API server that asserts every request, in order. The real
+//! thing is proven by the e2e suite (tests/e2e); these pin down exactly what one reconcile asks.
+
+mod support;
+
+use kube_harness_crds::HarnessSession;
+use kube_harness_operator::{session, Context, OperatorConfig};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use support::{drain_events, expect, not_found};
+
+const NS: &str = "team-a";
+
+fn session_obj(extra: Value) -> HarnessSession {
+    let mut v = json!({
+        "apiVersion": "kubeharness.dev/v1alpha1",
+        "kind": "HarnessSession",
+        "metadata": {"name": "demo", "namespace": NS, "uid": "uid-1", "generation": 3, "resourceVersion": "10"},
+        "spec": {"policy": {"denyCommands": ["shutdown"]}},
+    });
+    merge(&mut v, extra);
+    serde_json::from_value(v).unwrap()
+}
+
+fn merge(into: &mut Value, from: Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+fn tier0() -> Value {
+    json!({
+        "apiVersion": "kubeharness.dev/v1alpha1", "kind": "SandboxTier",
+        "metadata": {"name": "tier0", "uid": "t0", "generation": 1},
+        "spec": {"level": 0, "template": {"image": "example.org/kh:1"}, "capabilities": ["python", "javascript"]}
+    })
+}
+
+fn context(client: kube::Client) -> Arc<Context> {
+    Arc::new(Context::new(
+        client,
+        OperatorConfig::for_namespace("kube-harness"),
+    ))
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition in {status}"))
+}
+
+#[tokio::test]
+async fn a_new_session_first_gets_the_finalizer() {
+    let (client, mut server) = support::client();
+    let obj = session_obj(json!({}));
+    let ctx = context(client);
+    let run = tokio::spawn(session::reconcile(Arc::new(obj.clone()), ctx));
+    let seen = expect(
+        &mut server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+        200,
+        json!(session_obj(
+            json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"]}})
+        )),
+    )
+    .await;
+    assert!(
+        seen.content_type.contains("json-patch"),
+        "{}",
+        seen.content_type
+    );
+    assert!(
+        seen.body.to_string().contains("kubeharness.dev/cleanup"),
+        "{}",
+        seen.body
+    );
+    run.await.unwrap().expect("reconcile");
+}
+
+#[tokio::test]
+async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
+    let (client, mut server) = support::client();
+    let obj = session_obj(json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"]}}));
+    let ctx = context(client);
+    let run = tokio::spawn(session::reconcile(Arc::new(obj), ctx));
+    let base = format!("/api/v1/namespaces/{NS}");
+
+    expect(
+        &mut server,
+        "GET",
+        "/apis/kubeharness.dev/v1alpha1/sandboxtiers/tier0",
+        200,
+        tier0(),
+    )
+    .await;
+    expect(
+        &mut server,
+        "GET",
+        &format!("{base}/secrets/demo-token"),
+        404,
+        not_found("secrets", "demo-token"),
+    )
+    .await;
+    let secret = expect(&mut server, "POST", &format!("{base}/secrets"), 201, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-token", "namespace": NS}})).await;
+    assert_eq!(
+        secret.body["metadata"]["ownerReferences"][0]["uid"],
+        "uid-1"
+    );
+    assert_eq!(
+        secret.body["metadata"]["ownerReferences"][0]["controller"],
+        true
+    );
+    assert_eq!(
+        secret.body["data"]["token"].as_str().map(str::len),
+        Some(88),
+        "base64 of 64 hex chars"
+    );
+
+    let pvc = expect(&mut server, "PATCH", &format!("{base}/persistentvolumeclaims/demo-workspace"), 200, json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "demo-workspace"}})).await;
+    assert_eq!(pvc.content_type, "application/apply-patch+yaml");
+    assert!(
+        pvc.query.contains("fieldManager=kube-harness-operator")
+            && pvc.query.contains("force=true"),
+        "{}",
+        pvc.query
+    );
+    assert_eq!(pvc.body["spec"]["resources"]["requests"]["storage"], "1Gi");
+
+    let np = expect(&mut server, "PATCH", &format!("/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/demo-worker"), 200, json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "demo-worker"}})).await;
+    let egress = np.body["spec"]["egress"].as_array().unwrap();
+    assert_eq!(
+        egress.len(),
+        2,
+        "network off: DNS and the session log only: {egress:?}"
+    );
+    assert!(
+        egress.iter().all(|r| r.get("to").is_some()),
+        "no allow-all egress rule"
+    );
+
+    expect(
+        &mut server,
+        "GET",
+        &format!("{base}/pods/demo-worker"),
+        404,
+        not_found("pods", "demo-worker"),
+    )
+    .await;
+    let pod = expect(&mut server, "POST", &format!("{base}/pods"), 201, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker", "namespace": NS}})).await;
+    let spec = &pod.body["spec"];
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    assert_eq!(spec["enableServiceLinks"], false);
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        spec["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let c = &spec["containers"][0];
+    assert_eq!(c["image"], "example.org/kh:1");
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        args.windows(2).any(|w| w == ["--deny-command", "shutdown"]),
+        "{args:?}"
+    );
+    assert!(args.contains(&"--network=false"), "{args:?}");
+    let mounts: Vec<&str> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap())
+        .collect();
+    for path in ["/session", "/artifacts", "/persistent", "/.agents", "/tmp"] {
+        assert!(mounts.contains(&path), "{path} not mounted: {mounts:?}");
+    }
+
+    let status = expect(
+        &mut server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo/status"),
+        200,
+        json!(session_obj(json!({}))),
+    )
+    .await;
+    assert_eq!(status.content_type, "application/apply-patch+yaml");
+    let st = &status.body["status"];
+    assert_eq!(st["phase"], "Provisioning");
+    assert_eq!(st["observedGeneration"], 3);
+    assert_eq!(condition(st, "Ready")["status"], "False");
+    assert_eq!(condition(st, "Ready")["reason"], "WorkerStarting");
+    assert_eq!(condition(st, "Escalated")["reason"], "NoEscalationTier");
+    assert!(condition(st, "Escalated")["message"]
+        .as_str()
+        .unwrap()
+        .contains("126"));
+    assert_eq!(condition(st, "Ready")["observedGeneration"], 3);
+    assert!(condition(st, "Ready")["lastTransitionTime"].is_string());
+
+    // One Event per condition that changed: Escalated, Hibernated, Ready, Degraded.
+    let events = drain_events(&mut server, NS, 4).await;
+    let reasons: Vec<&str> = events
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap())
+        .collect();
+    assert!(
+        reasons.contains(&"NoEscalationTier") && reasons.contains(&"WorkerStarting"),
+        "{reasons:?}"
+    );
+    run.await.unwrap().expect("reconcile");
+}
+
+#[tokio::test]
+async fn a_missing_worker_tier_is_reported_degraded_without_creating_anything() {
+    let (client, mut server) = support::client();
+    let obj = session_obj(
+        json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"]}, "spec": {"workerTier": "gone"}}),
+    );
+    let run = tokio::spawn(session::reconcile(Arc::new(obj), context(client)));
+    expect(
+        &mut server,
+        "GET",
+        "/apis/kubeharness.dev/v1alpha1/sandboxtiers/gone",
+        404,
+        not_found("sandboxtiers", "gone"),
+    )
+    .await;
+    let status = expect(
+        &mut server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo/status"),
+        200,
+        json!(session_obj(json!({}))),
+    )
+    .await;
+    let st = &status.body["status"];
+    assert_eq!(st["phase"], "Pending");
+    assert_eq!(condition(st, "Degraded")["status"], "True");
+    assert_eq!(condition(st, "Degraded")["reason"], "WorkerTierNotFound");
+    let events = drain_events(&mut server, NS, 2).await;
+    assert!(events.iter().any(|e| e["type"] == "Warning"), "{events:?}");
+    run.await.unwrap().expect("reconcile");
+}
+
+#[tokio::test]
+async fn deleting_a_session_stops_its_worker_then_drops_the_finalizer() {
+    let (client, mut server) = support::client();
+    let obj = session_obj(
+        json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"], "deletionTimestamp": "2026-11-30T10:00:00Z"}}),
+    );
+    let run = tokio::spawn(session::reconcile(Arc::new(obj), context(client)));
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{NS}/pods/demo-worker"),
+        200,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker"}}),
+    )
+    .await;
+    drain_events(&mut server, NS, 1).await;
+    let fin = expect(
+        &mut server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+        200,
+        json!(session_obj(json!({}))),
+    )
+    .await;
+    assert!(fin.content_type.contains("json-patch"));
+    assert!(fin.body.to_string().contains("remove"), "{}", fin.body);
+    run.await.unwrap().expect("reconcile");
+}

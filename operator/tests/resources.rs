@@ -1,0 +1,158 @@
+//! The objects a session owns, built from its spec; reading worker pod states; tier checks.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube_harness_crds::{HarnessSession, SandboxTierSpec};
+use kube_harness_operator::session::observe::{worker_state, WorkerState};
+use kube_harness_operator::session::resources;
+use kube_harness_operator::{tier, OperatorConfig};
+use serde_json::json;
+
+fn session(spec: serde_json::Value) -> HarnessSession {
+    serde_json::from_value(json!({
+        "apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessSession",
+        "metadata": {"name": "s1", "namespace": "ns", "uid": "u1"},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn tier_spec(v: serde_json::Value) -> SandboxTierSpec {
+    serde_json::from_value(v).unwrap()
+}
+
+#[test]
+fn network_on_allows_all_egress_and_off_allows_only_dns_and_the_session_log() {
+    let config = OperatorConfig::for_namespace("kh");
+    let off = resources::network_policy(&session(json!({})), &config);
+    let egress = off.spec.as_ref().unwrap().egress.clone().unwrap();
+    assert_eq!(egress.len(), 2);
+    assert!(egress.iter().all(|r| r.to.is_some()));
+    let on = resources::network_policy(&session(json!({"runtime": {"network": true}})), &config);
+    let egress = on.spec.unwrap().egress.unwrap();
+    assert_eq!(egress.len(), 1);
+    assert!(
+        egress[0].to.is_none(),
+        "one rule with no peers: all destinations"
+    );
+}
+
+#[test]
+fn the_worker_pod_spec_follows_the_session_and_changes_hash_with_it() {
+    let config = OperatorConfig::for_namespace("kh");
+    let tier = tier_spec(
+        json!({"level": 0, "template": {"image": "img:1", "runtimeClassName": "gvisor"}}),
+    );
+    let a = resources::worker_pod(&session(json!({})), &tier, &config, &[]);
+    let b = resources::worker_pod(
+        &session(json!({"runtime": {"python": false}})),
+        &tier,
+        &config,
+        &[],
+    );
+    let hash =
+        |p: &Pod| p.metadata.annotations.as_ref().unwrap()["kubeharness.dev/spec-hash"].clone();
+    assert_ne!(
+        hash(&a),
+        hash(&b),
+        "a toggle change must recreate the worker"
+    );
+    assert_eq!(
+        hash(&a),
+        hash(&resources::worker_pod(
+            &session(json!({})),
+            &tier,
+            &config,
+            &[]
+        ))
+    );
+    let spec = b.spec.unwrap();
+    assert_eq!(spec.runtime_class_name.as_deref(), Some("gvisor"));
+    assert!(spec.containers[0]
+        .args
+        .as_ref()
+        .unwrap()
+        .contains(&"--python=false".to_string()));
+    let with_log = OperatorConfig {
+        session_log_url: Some("http://log:8080".into()),
+        ..config
+    };
+    let p = resources::worker_pod(&session(json!({})), &tier, &with_log, &[]);
+    let args = p.spec.unwrap().containers[0].args.clone().unwrap();
+    assert!(
+        args.windows(2)
+            .any(|w| w == ["--session-log-url", "http://log:8080"]),
+        "{args:?}"
+    );
+}
+
+#[test]
+fn skills_become_files_under_agents() {
+    let config = OperatorConfig::for_namespace("kh");
+    let tier = tier_spec(json!({"level": 0, "template": {"image": "img"}}));
+    let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "tools"}, "data": {"SKILL.md": "x", "run.sh": "y"}
+    }))
+    .unwrap();
+    let s = session(json!({"workspace": {"skills": [{"configMap": "tools", "path": "t"}]}}));
+    let pod = resources::worker_pod(&s, &tier, &config, &[cm]);
+    let vol = pod
+        .spec
+        .unwrap()
+        .volumes
+        .unwrap()
+        .into_iter()
+        .find(|v| v.name == "agents")
+        .unwrap();
+    let items = vol.projected.unwrap().sources.unwrap()[0]
+        .config_map
+        .clone()
+        .unwrap()
+        .items
+        .unwrap();
+    let paths: Vec<String> = items.into_iter().map(|i| i.path).collect();
+    assert_eq!(paths, vec!["t/SKILL.md", "t/run.sh"]);
+}
+
+#[test]
+fn worker_states_are_read_from_pod_status() {
+    let pod = |status: serde_json::Value| -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": "p"}, "status": status})).unwrap()
+    };
+    assert_eq!(
+        worker_state(&pod(
+            json!({"phase": "Running", "podIP": "10.0.0.5", "conditions": [{"type": "Ready", "status": "True"}]})
+        )),
+        WorkerState::Ready {
+            ip: "10.0.0.5".into()
+        }
+    );
+    assert!(matches!(
+        worker_state(&pod(json!({"phase": "Pending", "containerStatuses": [{"name": "worker", "image": "i", "imageID": "", "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ErrImageNeverPull", "message": "not present"}}}]}))),
+        WorkerState::Failing { ref reason, .. } if reason == "ErrImageNeverPull"
+    ));
+    assert_eq!(
+        worker_state(&pod(json!({"phase": "Failed"}))),
+        WorkerState::Gone
+    );
+    assert!(matches!(
+        worker_state(&pod(json!({"phase": "Running"}))),
+        WorkerState::Starting { .. }
+    ));
+}
+
+#[test]
+fn tiers_are_checked_against_the_matrix() {
+    let ok = tier::check(&tier_spec(
+        json!({"level": 1, "template": {"image": "rust:1"}, "capabilities": ["build-toolchain", "version-control"]}),
+    ));
+    assert!(ok.0, "{ok:?}");
+    let no_escalation = tier::check(&tier_spec(
+        json!({"level": 2, "template": {"image": "x"}, "capabilities": ["python"]}),
+    ));
+    assert_eq!(
+        (no_escalation.0, no_escalation.1),
+        (false, "NoEscalationCapability")
+    );
+    let blank = tier::check(&tier_spec(json!({"level": 0, "template": {"image": " "}})));
+    assert_eq!(blank.1, "ImageMissing");
+}

@@ -1,0 +1,100 @@
+//! A mocked API server for reconcile unit tests (the kube-rs/controller-rs pattern): the test
+//! states the exact requests it expects, in order, and what the "server" answers. Any request
+//! out of order or missing fails the test.
+
+use http::{Request, Response};
+use kube::client::Body;
+use kube::Client;
+use serde_json::{json, Value};
+
+pub type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+pub fn client() -> (Client, Handle) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    (Client::new(service, "default"), handle)
+}
+
+/// One request seen by the mock server.
+pub struct Seen {
+    pub query: String,
+    pub body: Value,
+    pub content_type: String,
+}
+
+/// Waits for the next request, checks its method and path, answers `status` with `reply`.
+pub async fn expect(
+    handle: &mut Handle,
+    method: &str,
+    path: &str,
+    status: u16,
+    reply: Value,
+) -> Seen {
+    let (request, send) =
+        tokio::time::timeout(std::time::Duration::from_secs(5), handle.next_request())
+            .await
+            .unwrap_or_else(|_| panic!("no request arrived; expected {method} {path}"))
+            .unwrap_or_else(|| panic!("client gone; expected {method} {path}"));
+    let seen_method = request.method().to_string();
+    let seen_path = request.uri().path().to_string();
+    let query = request.uri().query().unwrap_or_default().to_string();
+    let content_type = request
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let bytes = request.into_body().collect_bytes().await.unwrap();
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+    };
+    // Events the recorder already posted come back as PATCHes of their series.
+    let events = path.contains("/apis/events.k8s.io/");
+    let matches = if events {
+        seen_path.starts_with(path) && (seen_method == "POST" || seen_method == "PATCH")
+    } else {
+        seen_method == method && seen_path == path
+    };
+    assert!(
+        matches,
+        "unexpected request: {seen_method} {seen_path}, expected {method} {path} (body: {body})"
+    );
+    let response = Response::builder()
+        .status(status)
+        .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+        .unwrap();
+    send.send_response(response);
+    Seen {
+        query,
+        body,
+        content_type,
+    }
+}
+
+/// The API server's 404 body.
+pub fn not_found(kind: &str, name: &str) -> Value {
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("{kind} \"{name}\" not found"), "reason": "NotFound",
+        "details": {"name": name, "kind": kind}, "code": 404
+    })
+}
+
+/// Answers the next `n` Event requests (new Events, or PATCHes of a repeated Event's series) and
+/// returns their bodies.
+pub async fn drain_events(handle: &mut Handle, ns: &str, n: usize) -> Vec<Value> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let seen = expect(
+            handle,
+            "POST",
+            &format!("/apis/events.k8s.io/v1/namespaces/{ns}/events"),
+            201,
+            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e", "namespace": ns}, "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "x", "reportingInstance": "x", "action": "x", "reason": "x", "type": "Normal"}),
+        )
+        .await;
+        out.push(seen.body);
+    }
+    out
+}
