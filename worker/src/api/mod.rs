@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod config;
+pub mod escalation;
 pub mod log;
 pub mod model;
 pub mod replay;
@@ -13,5 +14,7 @@ pub mod tier0;
 
 pub use client::{WorkerClient, WorkerClientError};
 pub use config::{SameSession, SessionLogConfig, WorkerConfig};
+/// Auth, binding and the SIGTERM/SIGINT future are the services' own (one behaviour everywhere).
+pub use kube_harness_service_kit::{bind, shutdown_signal, AuthConfig};
 pub use server::{router, serve};
 pub use state::Worker;

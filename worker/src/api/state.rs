@@ -86,7 +86,8 @@ pub struct Worker {
 
 impl Worker {
     /// Prepares the sandbox (a failure makes the worker unready, not absent) and the session log
-    /// client. `next_tier` is the escalation target (`None` for now: refusals with 126).
+    /// client. `next_tier` is the escalation target; `None` refuses escalations with 126 and a
+    /// message naming the missing Tier-1 tier.
     pub fn new(config: WorkerConfig, next_tier: Option<Arc<dyn NextTier>>) -> Result<Self, String> {
         let spec = config.workspace();
         let tier0 = config.presentation().and_then(|presentation| {
@@ -119,7 +120,7 @@ impl Worker {
         Ok(Worker {
             spec,
             tier0,
-            next_tier,
+            next_tier: Some(next_tier.unwrap_or_else(|| Arc::new(super::escalation::NoTier1))),
             log,
             slot: tokio::sync::Mutex::new(Slot {
                 turn: None,
@@ -206,10 +207,7 @@ impl Worker {
                 format!("the Tier-0 sandbox is not usable: {reason}"),
             )
         })?;
-        let timeout = match req.timeout_ms {
-            None => None,
-            Some(ms) => Some(Duration::from_millis(ms)),
-        };
+        let timeout = req.timeout_ms.map(Duration::from_millis);
         let run = req
             .run_id
             .clone()

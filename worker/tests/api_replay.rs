@@ -1,0 +1,222 @@
+//! The worker with a REAL session log server (memory store, loopback): events are appended with
+//! step keys, a completed step is answered from the log without running, a started-but-never-
+//! completed step is refused with 409, and an unreachable log keeps commands from running.
+
+mod api_support;
+
+use api_support::{config, start_with, TestLog};
+use kube_harness_session_log::client::NewEvent;
+use kube_harness_session_log::replay::COMMAND_STARTED;
+use kube_harness_worker::api::model::ExecRequest;
+use kube_harness_worker::api::SessionLogConfig;
+use kube_harness_worker::runtime::event::kind;
+use serde_json::json;
+
+async fn worker_with_log(log: &TestLog) -> api_support::TestWorker {
+    let (tmp, mut cfg) = config();
+    cfg.session_log = Some(log.config());
+    start_with(tmp, cfg).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_step_is_replayed_without_running_again() {
+    let log = TestLog::start().await;
+    let w = worker_with_log(&log).await;
+    let req = ExecRequest::new("echo run >> /session/count; echo hi; echo warn >&2; exit 7")
+        .step("run-1", "step-1");
+    let first = w.client.exec(&req).await.unwrap();
+    assert_eq!(
+        (first.stdout.as_str(), first.exit_code, first.replayed),
+        ("hi\n", 7, false)
+    );
+    assert_eq!(first.log_pending, 0);
+    let again = w.client.exec(&req).await.unwrap();
+    assert!(again.replayed);
+    assert!(again.events.is_empty());
+    assert_eq!(
+        (
+            again.stdout.as_str(),
+            again.stderr.as_str(),
+            again.exit_code,
+            again.tier,
+            again.run_id.as_str()
+        ),
+        ("hi\n", "warn\n", 7, 0, "run-1")
+    );
+    // It really did not run twice.
+    assert_eq!(
+        std::fs::read_to_string(w.host("/session/count")).unwrap(),
+        "run\n"
+    );
+
+    // The log holds the command's events, with the step key, in order, exactly once.
+    let events = log.client().read_all("run-1").await.unwrap();
+    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            kind::COMMAND_STARTED,
+            kind::FILE_CREATED,
+            kind::COMMAND_COMPLETED
+        ]
+    );
+    assert_eq!(events[0].payload["stepKey"], "step-1");
+    assert_eq!(events[2].payload["stepKey"], "step-1");
+    assert_eq!(events[2].payload["exitCode"], 7);
+    // Same step key in another run is another step.
+    let other = w
+        .client
+        .exec(&ExecRequest::new("echo run >> /session/count").step("run-2", "step-1"))
+        .await
+        .unwrap();
+    assert!(!other.replayed);
+    assert_eq!(
+        std::fs::read_to_string(w.host("/session/count")).unwrap(),
+        "run\nrun\n"
+    );
+    // Commands without a step key go to the session's run.
+    w.client.exec(&ExecRequest::new("true")).await.unwrap();
+    let session_run = log.client().read_all("s1").await.unwrap();
+    assert_eq!(session_run.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_output_is_replayed_from_its_artifact() {
+    let log = TestLog::start().await;
+    let w = worker_with_log(&log).await;
+    let req = ExecRequest::new("seq 1 20000").step("run-big", "s");
+    let first = w.client.exec(&req).await.unwrap();
+    assert!(first.stdout.len() > 16 * 1024);
+    let again = w.client.exec(&req).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.stdout, first.stdout);
+    assert!(!again.truncated);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_but_never_completed_step_is_409_and_not_run() {
+    let log = TestLog::start().await;
+    // What a worker that died mid-command leaves behind: the start, no completion.
+    log.client()
+        .append(
+            "run-1",
+            &NewEvent::with_key(
+                "step:step-9:1",
+                COMMAND_STARTED,
+                json!({"command": "rm -rf /session/build", "tier": 0, "cwd": "/session", "stepKey": "step-9"})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            ),
+        )
+        .await
+        .unwrap();
+    let w = worker_with_log(&log).await;
+    let err = w
+        .client
+        .exec(&ExecRequest::new("touch /session/ran").step("run-1", "step-9"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.status(), err.code()),
+        (Some(409), Some("step-incomplete"))
+    );
+    assert!(err.to_string().contains("never completed"), "{err}");
+    assert!(!w.host("/session/ran").exists(), "never re-run");
+    // A different step of the same run is fine.
+    let r = w
+        .client
+        .exec(&ExecRequest::new("touch /session/ran").step("run-1", "step-10"))
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_session_log_keeps_commands_from_running() {
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let (tmp, mut cfg) = config();
+    cfg.session_log = Some(SessionLogConfig { url, token: None });
+    let w = start_with(tmp, cfg).await;
+    for req in [
+        ExecRequest::new("touch /session/unlogged"),
+        ExecRequest::new("touch /session/unlogged").step("run-1", "a"),
+    ] {
+        let err = w.client.exec(&req).await.unwrap_err();
+        assert_eq!(
+            (err.status(), err.code()),
+            (Some(503), Some("session-log-unavailable")),
+            "{err}"
+        );
+    }
+    assert!(
+        !w.host("/session/unlogged").exists(),
+        "fail-closed: nothing ran unlogged"
+    );
+    assert_eq!(w.client.status().await.unwrap().commands.tier0, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_the_log_missed_are_appended_before_the_next_command_runs() {
+    let mut log = TestLog::start().await;
+    let w = worker_with_log(&log).await;
+    let c = w.client.clone();
+    // The log goes away while the command runs: its start is recorded, its completion is not.
+    let running = tokio::spawn(async move {
+        c.exec(&ExecRequest::new("sleep 0.5; echo one").step("run-q", "s1"))
+            .await
+    });
+    api_support::wait_busy(&w.client).await;
+    log.pause().await;
+    let r = running.await.unwrap().unwrap();
+    assert_eq!(r.stdout, "one\n", "a command that ran returns its result");
+    assert_eq!(r.log_pending, 1, "its completion waits for the log");
+    // While the log is down nothing else runs.
+    let err = w
+        .client
+        .exec(&ExecRequest::new("touch /session/x"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("session-log-unavailable"));
+    assert!(!w.host("/session/x").exists());
+
+    log.resume().await;
+    // The pending completion goes first, so the step now replays instead of looking incomplete.
+    let again = w
+        .client
+        .exec(&ExecRequest::new("sleep 0.5; echo one").step("run-q", "s1"))
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.stdout, "one\n");
+    let turn = w
+        .client
+        .end_turn_with(&kube_harness_worker::api::model::EndTurnRequest {
+            run_id: Some("run-q".into()),
+        })
+        .await
+        .unwrap()
+        .turn
+        .unwrap();
+    assert!(turn.events.iter().any(|e| e.kind == kind::TURN_USAGE));
+    let types: Vec<String> = log
+        .client()
+        .read_all("run-q")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event_type)
+        .collect();
+    assert_eq!(
+        types,
+        [
+            kind::COMMAND_STARTED,
+            kind::COMMAND_COMPLETED,
+            kind::TURN_USAGE
+        ],
+        "each event once, in order"
+    );
+}
