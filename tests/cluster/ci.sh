@@ -28,6 +28,15 @@ kubeconfig=$(tail -n1 <<<"$out")
 export KUBECONFIG="${kubeconfig#KUBECONFIG=}"
 log "cluster up in $((SECONDS - start))s"
 "$KH_CLUSTER_DIR/images.sh"
+HELM="$KH_BIN/helm" bash "$KH_REPO_ROOT/charts/kube-harness/tests/render.sh"
+"$KH_CLUSTER_DIR/install-chart.sh"
+# The e2e tests drive the same static binary the image carries, and the cluster's kubectl.
+target_dir="${CARGO_TARGET_DIR:-$KH_REPO_ROOT/target}"
+for bin in "$target_dir"/x86_64-unknown-linux-{musl,gnu}/release/kube-harness; do
+  [[ -x $bin ]] && { export KH_KUBE_HARNESS_BIN="$bin"; break; }
+done
+[[ -n ${KH_KUBE_HARNESS_BIN:-} ]] || die "no static kube-harness binary under $target_dir"
+export KH_KUBECTL="$KH_BIN/kubectl"
 # The tests check container removal through the node's containerd too.
 export KH_CONTAINERD_ADDRESS="$KH_CONTAINERD_SOCK"
 cd "$KH_REPO_ROOT"

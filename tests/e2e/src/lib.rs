@@ -2,6 +2,7 @@
 //! `tests/cluster/up.sh` in CI, or a kind cluster on a developer machine. Every wait is bounded and
 //! reports what it was waiting for and the last state seen, so a broken cluster fails fast and legibly.
 
+pub mod harness;
 pub mod namespace;
 pub mod node;
 pub mod pods;

@@ -1,0 +1,117 @@
+//! Helpers for the operator e2e tests: the installed chart, sessions from examples/, the
+//! `kube-harness` and `kubectl` binaries, and restricted namespaces.
+
+use crate::wait::{self, Check};
+use crate::{E2eError, Result};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use kube_harness_crds::condition::{is_true, types};
+use kube_harness_crds::HarnessSession;
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+/// Namespace the chart is installed in (tests/cluster/install-chart.sh).
+pub fn release_namespace() -> String {
+    std::env::var("KH_RELEASE_NAMESPACE").unwrap_or_else(|_| "kube-harness".into())
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn binary(env: &str, fallback: &str) -> String {
+    std::env::var(env).unwrap_or_else(|_| fallback.to_string())
+}
+
+/// Runs the `kube-harness` binary (KH_KUBE_HARNESS_BIN) with `args`.
+pub fn kube_harness(args: &[&str]) -> Result<Output> {
+    run(&binary("KH_KUBE_HARNESS_BIN", "kube-harness"), args)
+}
+
+/// Runs `kubectl` (KH_KUBECTL) with `args`.
+pub fn kubectl(args: &[&str]) -> Result<Output> {
+    run(&binary("KH_KUBECTL", "kubectl"), args)
+}
+
+fn run(program: &str, args: &[&str]) -> Result<Output> {
+    Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| E2eError::Command {
+            cmd: format!("{program} {}", args.join(" ")),
+            detail: e.to_string(),
+        })
+}
+
+/// Enforces the restricted Pod Security Standard in `ns`: the worker pods must pass it.
+pub async fn restrict(client: &Client, ns: &str) -> Result<()> {
+    let patch =
+        json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}});
+    Api::<Namespace>::all(client.clone())
+        .patch(ns, &PatchParams::default(), &Patch::Merge(patch))
+        .await?;
+    Ok(())
+}
+
+/// Creates the HarnessSession of `examples/<file>` in `ns`, renamed to `name` when given.
+pub async fn apply_example(
+    client: &Client,
+    ns: &str,
+    file: &str,
+    name: Option<&str>,
+) -> Result<HarnessSession> {
+    let path = repo_root().join("examples").join(file);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| E2eError::Failed(format!("{}: {e}", path.display())))?;
+    let mut session: HarnessSession = serde_yaml::from_str(&text)
+        .map_err(|e| E2eError::Failed(format!("{}: {e}", path.display())))?;
+    if let Some(name) = name {
+        session.metadata.name = Some(name.into());
+    }
+    Ok(Api::<HarnessSession>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &session)
+        .await?)
+}
+
+/// Waits until the session reports Ready=True.
+pub async fn wait_ready(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    timeout: Duration,
+) -> Result<HarnessSession> {
+    let api: Api<HarnessSession> = Api::namespaced(client.clone(), ns);
+    wait::until(
+        &format!("HarnessSession {ns}/{name} Ready"),
+        timeout,
+        || async {
+            let s = api.get(name).await?;
+            let status = s.status.clone().unwrap_or_default();
+            if is_true(&status.conditions, types::READY) {
+                return Ok(Check::Done(s));
+            }
+            Ok(Check::Pending(format!(
+                "phase {:?}, conditions {:?}",
+                status.phase,
+                status
+                    .conditions
+                    .iter()
+                    .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+                    .collect::<Vec<_>>()
+            )))
+        },
+    )
+    .await
+}
+
+/// stdout of a finished command as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}

@@ -1,0 +1,482 @@
+//! The operator on a real cluster, everything installed by the chart (tests/cluster/install-chart.sh)
+//! and the operator running under the chart's RBAC. Run with `--ignored` against a cluster.
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::core::ApiResource;
+use kube::{Api, Client, Resource, ResourceExt};
+use kube_harness_client::tunnel::Tunnel;
+use kube_harness_client::SessionHandle;
+use kube_harness_crds::condition::types;
+use kube_harness_crds::{HarnessSession, SandboxTier};
+use kube_harness_e2e::harness::{self, kube_harness, kubectl, stderr, stdout};
+use kube_harness_e2e::namespace::with_namespace;
+use kube_harness_e2e::wait::{self, Check};
+use kube_harness_session_log::client::{ClientOptions, SessionLogClient};
+use kube_harness_worker::api::model::ExecRequest;
+use serde_json::json;
+use std::time::Duration;
+
+const READY: Duration = Duration::from_secs(180);
+
+async fn demo(client: &Client, ns: &str, name: &str) -> HarnessSession {
+    harness::restrict(client, ns).await.unwrap();
+    harness::apply_example(client, ns, "demo.yaml", Some(name))
+        .await
+        .unwrap();
+    harness::wait_ready(client, ns, name, READY).await.unwrap()
+}
+
+/// `kube-harness exec -n NS NAME -- SCRIPT` → (exit code, stdout, stderr).
+fn cli_exec(ns: &str, name: &str, script: &str, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec!["exec", "-n", ns, name];
+    args.extend_from_slice(extra);
+    args.extend(["--", script]);
+    let out = kube_harness(&args).unwrap();
+    (out.status.code().unwrap_or(-1), stdout(&out), stderr(&out))
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn demo_runs_commands_refuses_escalation_and_is_explained() {
+    with_namespace("demo", |client, ns| async move {
+        demo(&client, &ns, "demo").await;
+        let (code, out, err) = cli_exec(
+            &ns,
+            "demo",
+            "echo hi > /session/a.txt && cat /session/a.txt",
+            &[],
+        );
+        assert_eq!((code, out.as_str()), (0, "hi\n"), "stderr: {err}");
+
+        // Printer columns and kubectl explain.
+        let get = kubectl(&["get", "harnesssessions", "-n", &ns]).unwrap();
+        let table = stdout(&get);
+        for column in ["PHASE", "READY", "TIER", "TIER0-SHARE"] {
+            assert!(table.contains(column), "no {column} column:\n{table}");
+        }
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with("demo") && l.contains("Ready")),
+            "{table}"
+        );
+        let explain = stdout(&kubectl(&["explain", "harnesssession.spec"]).unwrap());
+        assert!(
+            explain.contains("workspace")
+                && explain.contains("Where commands go when Tier-0 cannot run them"),
+            "{explain}"
+        );
+
+        // Escalation without a Tier-1 tier: 126 and Escalated=False with a reason.
+        let (code, _, err) = cli_exec(&ns, "demo", "git status", &[]);
+        assert_eq!(code, 126, "stderr: {err}");
+        let s: HarnessSession = Api::namespaced(client.clone(), &ns)
+            .get("demo")
+            .await
+            .unwrap();
+        let escalated = s
+            .status
+            .unwrap()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == types::ESCALATED)
+            .unwrap();
+        assert_eq!(
+            (escalated.status.as_str(), escalated.reason.as_str()),
+            ("False", "NoEscalationTier")
+        );
+        assert!(escalated.message.contains("126"));
+        // A denied command is refused on every tier.
+        let (code, _, err) = cli_exec(&ns, "demo", "echo x && shutdown now", &[]);
+        assert_eq!(code, 126, "stderr: {err}");
+        assert!(err.contains("shutdown"), "{err}");
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn the_worker_has_no_token_no_root_no_writable_root_and_no_network() {
+    with_namespace("sec", |client, ns| async move {
+        demo(&client, &ns, "sec").await;
+        let pod: Pod = Api::namespaced(client.clone(), &ns).get("sec-worker").await.unwrap();
+        let spec = pod.spec.clone().unwrap();
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        assert!(spec.containers[0].volume_mounts.iter().flatten().all(|m| !m.mount_path.contains("serviceaccount")));
+        let (_, out, _) = cli_exec(&ns, "sec", "id -u; test -e /var/run/secrets/kubernetes.io/serviceaccount/token && echo token || echo no-token; touch /usr/local/x 2>/dev/null && echo wrote-rootfs || echo rootfs-read-only; env | grep -c KUBERNETES || true", &[]);
+        assert_eq!(out, "65532\nno-token\nrootfs-read-only\n0\n");
+
+        // The API server's ClusterIP and another pod's IP: no connection with network off.
+        let api_ip = Api::<Service>::namespaced(client.clone(), "default").get("kubernetes").await.unwrap().spec.unwrap().cluster_ip.unwrap();
+        let log_pod = Api::<Pod>::namespaced(client.clone(), &harness::release_namespace())
+            .list(&ListParams::default().labels("app.kubernetes.io/name=kube-harness-session-log")).await.unwrap()
+            .items.into_iter().next().expect("session log pod");
+        let log_ip = log_pod.status.unwrap().pod_ip.unwrap();
+        for (ip, port) in [(api_ip.as_str(), 443), (log_ip.as_str(), 8080)] {
+            let script = format!("python3 -c \"import socket; socket.create_connection(('{ip}', {port}), 3); print('connected')\"");
+            let (code, out, err) = cli_exec(&ns, "sec", &script, &[]);
+            assert!(code != 0 && !out.contains("connected"), "{ip}:{port} reachable: {code} {out} {err}");
+            let (code, out, err) = cli_exec(&ns, "sec", &format!("(exec 3<>/dev/tcp/{ip}/{port}) && echo connected || echo blocked"), &[]);
+            assert!(!out.contains("connected"), "{ip}:{port} reachable through bash: {code} {out} {err}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn events_reach_the_session_log_and_a_step_replays_without_running_again() {
+    with_namespace("log", |client, ns| async move {
+        demo(&client, &ns, "log").await;
+        let script = "echo line >> /session/count && wc -l < /session/count";
+        let step = ["--run-id", "run-1", "--step-key", "s1"];
+        let (code, first, err) = cli_exec(&ns, "log", script, &step);
+        assert_eq!((code, first.as_str()), (0, "1\n"), "{err}");
+        let (code, again, err) = cli_exec(&ns, "log", script, &step);
+        assert_eq!(
+            (code, again.as_str()),
+            (0, "1\n"),
+            "replayed, not run again: {err}"
+        );
+        let handle = SessionHandle::new(client.clone(), &ns, "log");
+        let connected = handle.connect(READY).await.unwrap();
+        let replay = connected
+            .worker
+            .exec(&ExecRequest::new(script).step("run-1", "s1"))
+            .await
+            .unwrap();
+        assert!(replay.replayed, "{replay:?}");
+        let fresh = connected
+            .worker
+            .exec(&ExecRequest::new(script).step("run-1", "s2"))
+            .await
+            .unwrap();
+        assert_eq!((fresh.replayed, fresh.stdout.as_str()), (false, "2\n"));
+
+        // The events are in the session log service.
+        let release = harness::release_namespace();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &release);
+        let log_pod = pods
+            .list(&ListParams::default().labels("app.kubernetes.io/name=kube-harness-session-log"))
+            .await
+            .unwrap()
+            .items
+            .remove(0);
+        let tunnel = Tunnel::open(pods, &log_pod.name_any(), 8080).await.unwrap();
+        let secret: Secret = Api::namespaced(client.clone(), &release)
+            .get("kube-harness-session-log-token")
+            .await
+            .unwrap();
+        let token = String::from_utf8(secret.data.unwrap()["token"].0.clone()).unwrap();
+        let log = SessionLogClient::new(
+            format!("http://{}", tunnel.local),
+            Some(token),
+            ClientOptions::default(),
+        )
+        .unwrap();
+        let events = log.read_all("run-1").await.unwrap();
+        let completed: Vec<_> = events
+            .iter()
+            .filter(|e| e.event_type == "harness.runtime.command.completed")
+            .collect();
+        assert_eq!(
+            completed.len(),
+            2,
+            "one per step run (s1 once, s2 once): {events:#?}"
+        );
+        assert!(completed.iter().any(|e| e.payload["stepKey"] == "s1"));
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn a_killed_worker_fails_the_command_and_the_session_recovers() {
+    with_namespace("kill", |client, ns| async move {
+        demo(&client, &ns, "kill").await;
+        let (code, _, err) = cli_exec(&ns, "kill", "echo kept > /session/keep", &[]);
+        assert_eq!(code, 0, "{err}");
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let old_uid = pods.get("kill-worker").await.unwrap().uid().unwrap();
+        let handle = SessionHandle::new(client.clone(), &ns, "kill");
+        let connected = handle.connect(READY).await.unwrap();
+        let running = tokio::spawn(async move {
+            connected
+                .worker
+                .exec(&ExecRequest::new("sleep 60; echo finished"))
+                .await
+        });
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        pods.delete(
+            "kill-worker",
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+        )
+        .await
+        .unwrap();
+        let result = tokio::time::timeout(Duration::from_secs(60), running)
+            .await
+            .expect("the client must not hang")
+            .unwrap();
+        assert!(
+            result.is_err(),
+            "a killed worker is an error result, got {result:?}"
+        );
+
+        let pods2 = pods.clone();
+        wait::until("a new worker pod", READY, || async {
+            match pods2.get_opt("kill-worker").await? {
+                Some(p) if p.uid().as_deref() != Some(old_uid.as_str()) => Ok(Check::Done(())),
+                other => Ok(Check::Pending(format!("{:?}", other.map(|p| p.uid())))),
+            }
+        })
+        .await
+        .unwrap();
+        harness::wait_ready(&client, &ns, "kill", READY)
+            .await
+            .unwrap();
+        let (code, out, err) = cli_exec(&ns, "kill", "cat /session/keep", &[]);
+        assert_eq!((code, out.as_str()), (0, "kept\n"), "{err}");
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn deleting_a_session_removes_pod_pvc_secret_and_policy() {
+    with_namespace("del", |client, ns| async move {
+        demo(&client, &ns, "del").await;
+        Api::<HarnessSession>::namespaced(client.clone(), &ns)
+            .delete("del", &DeleteParams::default())
+            .await
+            .unwrap();
+        let c = client.clone();
+        let ns2 = ns.clone();
+        wait::until(
+            "the session's objects to be gone",
+            Duration::from_secs(120),
+            || {
+                let c = c.clone();
+                let ns = ns2.clone();
+                async move {
+                    let left = [
+                        Api::<Pod>::namespaced(c.clone(), &ns)
+                            .get_opt("del-worker")
+                            .await?
+                            .map(|_| "pod"),
+                        Api::<PersistentVolumeClaim>::namespaced(c.clone(), &ns)
+                            .get_opt("del-workspace")
+                            .await?
+                            .map(|_| "pvc"),
+                        Api::<Secret>::namespaced(c.clone(), &ns)
+                            .get_opt("del-token")
+                            .await?
+                            .map(|_| "secret"),
+                        Api::<NetworkPolicy>::namespaced(c.clone(), &ns)
+                            .get_opt("del-worker")
+                            .await?
+                            .map(|_| "networkpolicy"),
+                        Api::<HarnessSession>::namespaced(c.clone(), &ns)
+                            .get_opt("del")
+                            .await?
+                            .map(|_| "session"),
+                    ];
+                    let left: Vec<_> = left.into_iter().flatten().collect();
+                    Ok(if left.is_empty() {
+                        Check::Done(())
+                    } else {
+                        Check::Pending(format!("still there: {left:?}"))
+                    })
+                }
+            },
+        )
+        .await
+        .unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn restarting_the_operator_changes_nothing_that_was_ready() {
+    with_namespace("restart", |client, ns| async move {
+        let before = demo(&client, &ns, "steady").await;
+        let ready_at = |s: &HarnessSession| {
+            s.status
+                .as_ref()
+                .unwrap()
+                .conditions
+                .iter()
+                .find(|c| c.type_ == types::READY)
+                .unwrap()
+                .last_transition_time
+                .clone()
+        };
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let worker_uid = pods.get("steady-worker").await.unwrap().uid();
+        let release: Api<Pod> = Api::namespaced(client.clone(), &harness::release_namespace());
+        let selector = ListParams::default().labels("app.kubernetes.io/name=kube-harness-operator");
+        let old: Vec<String> = release
+            .list(&selector)
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter_map(|p| p.uid())
+            .collect();
+        for p in release.list(&selector).await.unwrap() {
+            release
+                .delete(&p.name_any(), &DeleteParams::default())
+                .await
+                .unwrap();
+        }
+        let r2 = release.clone();
+        wait::until("a new operator pod to be Ready", READY, || async {
+            let pods = r2
+                .list(&ListParams::default().labels("app.kubernetes.io/name=kube-harness-operator"))
+                .await?;
+            let fresh_ready = pods.items.iter().any(|p| {
+                !old.contains(&p.uid().unwrap_or_default())
+                    && p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            });
+            Ok(if fresh_ready {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{} pods", pods.items.len()))
+            })
+        })
+        .await
+        .unwrap();
+        // Give the new leader time to take the Lease and reconcile everything once.
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        let after: HarnessSession = Api::namespaced(client.clone(), &ns)
+            .get("steady")
+            .await
+            .unwrap();
+        assert_eq!(
+            pods.get("steady-worker").await.unwrap().uid(),
+            worker_uid,
+            "the worker pod was replaced"
+        );
+        assert_eq!(ready_at(&after), ready_at(&before), "Ready flapped");
+        assert_eq!(
+            after.status.unwrap().phase,
+            Some(kube_harness_crds::Phase::Ready)
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn an_idle_session_hibernates_keeps_its_files_and_exec_wakes_it() {
+    with_namespace("hib", |client, ns| async move {
+        harness::restrict(&client, &ns).await.unwrap();
+        let mut s: HarnessSession = serde_yaml::from_str(
+            &std::fs::read_to_string(harness::repo_root().join("examples/demo.yaml")).unwrap(),
+        )
+        .unwrap();
+        s.metadata.name = Some("sleepy".into());
+        s.spec.lifetime =
+            Some(serde_json::from_value(json!({"idleHibernateSeconds": 10})).unwrap());
+        Api::<HarnessSession>::namespaced(client.clone(), &ns)
+            .create(&PostParams::default(), &s)
+            .await
+            .unwrap();
+        harness::wait_ready(&client, &ns, "sleepy", READY)
+            .await
+            .unwrap();
+        let (code, _, err) = cli_exec(&ns, "sleepy", "echo before > /session/f", &[]);
+        assert_eq!(code, 0, "{err}");
+        let api: Api<HarnessSession> = Api::namespaced(client.clone(), &ns);
+        wait::until("hibernation", Duration::from_secs(90), || async {
+            let s = api.get("sleepy").await?;
+            let phase = s.status.and_then(|s| s.phase);
+            Ok(if phase == Some(kube_harness_crds::Phase::Hibernated) {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{phase:?}"))
+            })
+        })
+        .await
+        .unwrap();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let pods2 = pods.clone();
+        wait::until("the worker pod to go", Duration::from_secs(60), || async {
+            Ok(match pods2.get_opt("sleepy-worker").await? {
+                None => Check::Done(()),
+                Some(_) => Check::Pending("still there".into()),
+            })
+        })
+        .await
+        .unwrap();
+        assert!(
+            Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
+                .get_opt("sleepy-workspace")
+                .await
+                .unwrap()
+                .is_some()
+        );
+        let (code, out, err) = cli_exec(&ns, "sleepy", "cat /session/f", &[]);
+        assert_eq!((code, out.as_str()), (0, "before\n"), "{err}");
+    })
+    .await;
+}
+
+/// Creates a raw object and returns the API server's error message (panics if it was accepted).
+async fn rejected<K: Resource<DynamicType = ()>>(
+    client: &Client,
+    ns: Option<&str>,
+    obj: serde_json::Value,
+) -> String {
+    let ar = ApiResource::erase::<K>(&());
+    let api: Api<DynamicObject> = match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    let obj: DynamicObject = serde_json::from_value(obj).unwrap();
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(_) => panic!("accepted: {}", obj.name_any()),
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{e:?}");
+            e.message
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn invalid_objects_are_rejected_with_the_field_named() {
+    with_namespace("bad", |client, ns| async move {
+        let session = |name: &str, spec: serde_json::Value| json!({"apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessSession", "metadata": {"name": name}, "spec": spec});
+        for (name, spec, field) in [
+            ("bad-enum", json!({"sameSession": "maybe"}), "spec.sameSession"),
+            ("negative", json!({"workspace": {"size": "-1Gi"}}), "spec.workspace.size"),
+            ("zero", json!({"workspace": {"size": "0"}}), "spec.workspace.size"),
+            ("conflict", json!({"workerTier": "tier0", "escalation": {"tier": "tier0"}}), "spec.escalation.tier"),
+            ("lifetime", json!({"lifetime": {"ttlSeconds": 100, "idleHibernateSeconds": 200}}), "spec.lifetime.idleHibernateSeconds"),
+            ("type", json!({"runtime": {"network": "yes"}}), "spec.runtime.network"),
+        ] {
+            let message = rejected::<HarnessSession>(&client, Some(&ns), session(name, spec)).await;
+            assert!(message.contains(field), "{name}: {message}");
+        }
+        let tier = |name: &str, spec: serde_json::Value| json!({"apiVersion": "kubeharness.dev/v1alpha1", "kind": "SandboxTier", "metadata": {"name": name}, "spec": spec});
+        for (name, spec, field) in [
+            ("kh-e2e-bad-level0", json!({"level": 0, "template": {"image": "x"}, "capabilities": ["version-control"]}), "spec.capabilities"),
+            ("kh-e2e-bad-egress", json!({"level": 1, "template": {"image": "x"}, "capabilities": ["version-control"], "egress": {"mode": "AllowList"}}), "spec.egress.cidrs"),
+            ("kh-e2e-bad-level", json!({"level": -1, "template": {"image": "x"}}), "spec.level"),
+        ] {
+            let message = rejected::<SandboxTier>(&client, None, tier(name, spec)).await;
+            assert!(message.contains(field), "{name}: {message}");
+        }
+    })
+    .await;
+}
