@@ -1,6 +1,7 @@
 //! Classifier throughput and latency on one thread, over a mixed corpus of agent commands (every
 //! script under 200 bytes from tests/corpus/classify.txt), with a bare tree-sitter parse of the same
-//! scripts measured in the same run as the baseline.
+//! scripts measured in the same run as the baseline; then the bare-parse cost of pipelines by length
+//! against a single command.
 //!
 //! Run: `cargo bench -p kube-harness-worker --bench classify` (add `-- --seconds 5` for longer runs).
 
@@ -80,6 +81,37 @@ fn main() {
         &scripts(Some("realistic agent commands")),
         budget,
     );
+    pipelines(budget / 4);
+}
+
+/// Bare-parse cost by pipeline length, against a single command in the same run: with the
+/// vendored grammar it grows with the stages; upstream's GLR pipeline rule made `a | b | c` cost
+/// twenty times `a | b` (docs/classifier.md).
+fn pipelines(budget: Duration) {
+    let mut parser = tree_sitter::Parser::new();
+    parser
+        .set_language(&kube_harness_bash_grammar::LANGUAGE.into())
+        .expect("grammar");
+    println!("\n== bare parse by pipeline length (per-call CPU time, median)");
+    let mut median = |script: &str| {
+        let (_, mut samples) = measure(&[script.to_string()], budget, |s| {
+            black_box(parser.parse(s, None));
+        });
+        samples.sort_unstable();
+        percentile(&samples, 0.5)
+    };
+    let single = median("a");
+    for stages in [1, 2, 3, 5, 10] {
+        let script = ["a"; 10][..stages].join(" | ");
+        let t = median(&script);
+        println!(
+            "{:>2} stage(s) {:<40} {:>7.1} µs  {:>5.1}x one command",
+            stages,
+            format!("`{script}`"),
+            t.as_secs_f64() * 1e6,
+            t.as_secs_f64() / single.as_secs_f64()
+        );
+    }
 }
 
 fn run(label: &str, scripts: &[String], budget: Duration) {
@@ -96,7 +128,7 @@ fn run(label: &str, scripts: &[String], budget: Duration) {
     );
     let mut parser = tree_sitter::Parser::new();
     parser
-        .set_language(&tree_sitter_bash::LANGUAGE.into())
+        .set_language(&kube_harness_bash_grammar::LANGUAGE.into())
         .expect("grammar");
     let (parse_rate, _) = measure(scripts, budget, |s| {
         black_box(parser.parse(s, None));

@@ -3,7 +3,7 @@ fn main() {
     let script = std::env::args().nth(1).unwrap_or_default();
     let mut parser = tree_sitter::Parser::new();
     parser
-        .set_language(&tree_sitter_bash::LANGUAGE.into())
+        .set_language(&kube_harness_bash_grammar::LANGUAGE.into())
         .expect("grammar loads");
     let tree = parser.parse(&script, None).expect("parse");
     print(tree.root_node(), &script, 0, None);

@@ -28,7 +28,7 @@ thread_local! {
 fn new_parser() -> Result<Parser, ParseError> {
     let mut parser = Parser::new();
     parser
-        .set_language(&tree_sitter_bash::LANGUAGE.into())
+        .set_language(&kube_harness_bash_grammar::LANGUAGE.into())
         .map_err(|e| ParseError::Unavailable(format!("tree-sitter-bash grammar: {e}")))?;
     Ok(parser)
 }
