@@ -41,15 +41,25 @@ fn thread_cpu_time() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// Runs `f` over the scripts round-robin for `budget`, timing each call by this thread's CPU time
-/// (so other processes on a busy machine do not count), and returns calls per CPU-second with the
-/// per-call samples.
+/// Runs `f` over the scripts round-robin for `budget` twice: untimed, for calls per CPU-second of
+/// this thread (so other processes on a busy machine do not count), then timing each call by the
+/// thread's CPU time for the latency samples. The first pass does not include the two
+/// `clock_gettime` system calls per call that the second needs (their cost is printed at the start).
 fn measure(scripts: &[String], budget: Duration, mut f: impl FnMut(&str)) -> (f64, Vec<Duration>) {
     for s in scripts.iter().take(2000) {
         f(s); // warm-up: thread-local parser, matrix, caches
     }
-    let mut samples = Vec::with_capacity(1 << 20);
     let cpu_start = thread_cpu_time();
+    let start = Instant::now();
+    let mut calls = 0;
+    while start.elapsed() < budget {
+        for s in scripts {
+            f(s);
+        }
+        calls += scripts.len();
+    }
+    let rate = calls as f64 / (thread_cpu_time() - cpu_start).as_secs_f64();
+    let mut samples = Vec::with_capacity(1 << 20);
     let start = Instant::now();
     let mut i = 0;
     while start.elapsed() < budget {
@@ -59,8 +69,7 @@ fn measure(scripts: &[String], budget: Duration, mut f: impl FnMut(&str)) -> (f6
         samples.push(thread_cpu_time() - t);
         i += 1;
     }
-    let cpu = thread_cpu_time() - cpu_start;
-    (samples.len() as f64 / cpu.as_secs_f64(), samples)
+    (rate, samples)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -75,6 +84,14 @@ fn main() {
         .unwrap_or(2.0);
     let budget = Duration::from_secs_f64(seconds);
     println!("rates are per CPU-second of one thread; latencies are per-call thread CPU time");
+    let clock_start = thread_cpu_time();
+    for _ in 0..100_000 {
+        black_box(thread_cpu_time());
+    }
+    println!(
+        "one thread CPU-time reading costs {:.2} µs (included once in each latency sample)",
+        (thread_cpu_time() - clock_start).as_secs_f64() * 1e6 / 100_000.0
+    );
     run("whole corpus", &scripts(None), budget);
     run(
         "realistic agent commands",
@@ -138,11 +155,13 @@ fn run(label: &str, scripts: &[String], budget: Duration) {
     });
     samples.sort_unstable();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
     let p50 = percentile(&samples, 0.50);
     let p99 = percentile(&samples, 0.99);
     println!("baseline  tree-sitter parse only : {parse_rate:>9.0} scripts/s");
     println!(
-        "classify  full decision          : {rate:>9.0} scripts/s  p50 {:>6.1} µs  p99 {:>6.1} µs  max {:>7.1} µs  ({} samples)",
+        "classify  full decision          : {rate:>9.0} scripts/s  mean {:>5.1} µs  p50 {:>6.1} µs  p99 {:>6.1} µs  max {:>7.1} µs  ({} samples)",
+        us(mean),
         us(p50),
         us(p99),
         us(*samples.last().unwrap()),

@@ -1,6 +1,7 @@
 //! Turning word-like nodes into the literal strings bash would see, where that is knowable without
 //! running anything. Anything that expands at run time has no literal value (`None`).
 
+use super::kinds::kinds;
 use super::parse::node_text;
 use tree_sitter::Node;
 
@@ -12,32 +13,31 @@ pub fn literal(node: Node, src: &str) -> Option<String> {
 
 fn append_literal(node: Node, src: &str, out: &mut String) -> bool {
     let text = node_text(node, src);
-    match node.kind() {
-        "word" | "number" => {
-            unescape_unquoted(text, out);
-            true
+    let kinds = kinds();
+    let kind = node.kind_id();
+    if kind == kinds.word || kind == kinds.number {
+        unescape_unquoted(text, out);
+        true
+    } else if kind == kinds.raw_string {
+        out.push_str(strip_pair(text, '\'', '\''));
+        true
+    } else if kind == kinds.string {
+        let mut cursor = node.walk();
+        let only_text = node
+            .named_children(&mut cursor)
+            .all(|c| c.kind_id() == kinds.string_content);
+        if only_text {
+            unescape_double_quoted(strip_pair(text, '"', '"'), out);
         }
-        "raw_string" => {
-            out.push_str(strip_pair(text, '\'', '\''));
-            true
-        }
-        "string" => {
-            let mut cursor = node.walk();
-            let only_text = node
-                .named_children(&mut cursor)
-                .all(|c| c.kind() == "string_content");
-            if only_text {
-                unescape_double_quoted(strip_pair(text, '"', '"'), out);
-            }
-            only_text
-        }
-        "concatenation" | "command_name" => {
-            let mut cursor = node.walk();
-            let children: Vec<Node> = node.children(&mut cursor).collect();
-            children.into_iter().all(|c| append_literal(c, src, out))
-        }
-        // `$'…'`, `$"…"`, expansions, substitutions, brace and arithmetic expansions: run-time values.
-        _ => false,
+        only_text
+    } else if kind == kinds.concatenation || kind == kinds.command_name {
+        let mut cursor = node.walk();
+        let children: Vec<Node> = node.children(&mut cursor).collect();
+        children.into_iter().all(|c| append_literal(c, src, out))
+    } else {
+        // `$'…'`, `$"…"`, expansions, substitutions, brace and arithmetic expansions: run-time
+        // values.
+        false
     }
 }
 

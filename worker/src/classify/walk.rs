@@ -2,6 +2,7 @@
 //! turns each into a reason. Unknown syntax is never skipped silently: it makes the classifier
 //! unavailable for that script, which escalates.
 
+use super::kinds::{kinds, may_hold_commands, Class};
 use super::literal::{has_glob, literal};
 use super::matrix::{Entry, Matrix};
 use super::options::{ClassifyOptions, CommandUse};
@@ -16,69 +17,6 @@ pub const MAX_NESTING: usize = 16;
 
 /// All the parsing one classification may do, nested scripts included.
 const MAX_PARSED_BYTES: usize = 2 * MAX_SCRIPT_BYTES;
-
-/// Named node kinds of tree-sitter-bash 0.25 that the walk understands.
-const KNOWN_KINDS: &[&str] = &[
-    "program",
-    "command",
-    "command_name",
-    "declaration_command",
-    "unset_command",
-    "function_definition",
-    "comment",
-    "list",
-    "pipeline",
-    "subshell",
-    "compound_statement",
-    "negated_command",
-    "if_statement",
-    "elif_clause",
-    "else_clause",
-    "while_statement",
-    "for_statement",
-    "c_style_for_statement",
-    "do_group",
-    "case_statement",
-    "case_item",
-    "redirected_statement",
-    "file_redirect",
-    "heredoc_redirect",
-    "herestring_redirect",
-    "heredoc_body",
-    "heredoc_start",
-    "heredoc_end",
-    "heredoc_content",
-    "test_command",
-    "variable_assignment",
-    "variable_assignments",
-    "command_substitution",
-    "process_substitution",
-    "expansion",
-    "simple_expansion",
-    "arithmetic_expansion",
-    "string",
-    "string_content",
-    "raw_string",
-    "ansi_c_string",
-    "translated_string",
-    "concatenation",
-    "word",
-    "number",
-    "array",
-    "brace_expression",
-    "binary_expression",
-    "unary_expression",
-    "postfix_expression",
-    "ternary_expression",
-    "parenthesized_expression",
-    "subscript",
-    "variable_name",
-    "special_variable_name",
-    "file_descriptor",
-    "extglob_pattern",
-    "regex",
-    "test_operator",
-];
 
 /// Reserved words: as a command name they mean tree-sitter-bash misread the script.
 const RESERVED: &[&str] = &[
@@ -196,7 +134,7 @@ impl<'o> Walker<'o> {
         let mut cursor = root.walk();
         if root
             .named_children(&mut cursor)
-            .any(|n| n.kind() != "comment")
+            .any(|n| n.kind_id() != kinds().comment)
         {
             self.saw_statement = true;
         }
@@ -220,22 +158,23 @@ impl<'o> Walker<'o> {
         if !node.is_named() {
             return false;
         }
-        match node.kind() {
-            "command" => {
+        let class = kinds().class(node);
+        match class {
+            Class::Command => {
                 self.command(node, src, depth, functions);
-                true
+                may_hold_commands(node_text(node, src))
             }
-            "declaration_command" => {
+            Class::DeclarationCommand => {
                 if let Some(keyword) = node.child(0) {
                     self.lookup(keyword.kind());
                 }
-                true
+                may_hold_commands(node_text(node, src))
             }
-            "unset_command" => {
+            Class::UnsetCommand => {
                 self.lookup("unset");
-                true
+                may_hold_commands(node_text(node, src))
             }
-            "heredoc_redirect" => {
+            Class::HeredocRedirect => {
                 match heredoc_backticks(node, src) {
                     Ok(scripts) => {
                         for script in scripts {
@@ -248,13 +187,12 @@ impl<'o> Walker<'o> {
                 }
                 true
             }
-            "comment" | "word" | "number" | "raw_string" | "ansi_c_string" | "heredoc_content" => {
-                false
-            }
-            kind if KNOWN_KINDS.contains(&kind) => true,
-            kind => {
+            Class::Words => may_hold_commands(node_text(node, src)),
+            Class::Leaf => false,
+            Class::Descend => true,
+            Class::Unknown => {
                 self.add(Reason::ClassifierUnavailable {
-                    detail: format!("unsupported syntax `{kind}`"),
+                    detail: format!("unsupported syntax `{}`", node.kind()),
                 });
                 false
             }
@@ -262,11 +200,14 @@ impl<'o> Walker<'o> {
     }
 
     fn command(&mut self, node: Node, src: &str, depth: usize, functions: &[String]) {
-        let Some(name_node) = node.child_by_field_name("name") else {
+        let kinds = kinds();
+        let Some(name_node) = node.child_by_field_id(kinds.field_name.get()) else {
             return;
         };
         let text = node_text(name_node, src);
-        let is_plain_word = name_node.named_child(0).is_some_and(|c| c.kind() == "word");
+        let is_plain_word = name_node
+            .named_child(0)
+            .is_some_and(|c| c.kind_id() == kinds.word);
         let name = match literal(name_node, src) {
             Some(name) if !(is_plain_word && has_glob(text)) => name,
             _ => {
@@ -279,7 +220,7 @@ impl<'o> Walker<'o> {
         let base = basename(&name);
         let args: Vec<Option<String>> = if needs_args(base) || self.opts.policy.rule.is_some() {
             let mut cursor = node.walk();
-            node.children_by_field_name("argument", &mut cursor)
+            node.children_by_field_id(kinds.field_argument, &mut cursor)
                 .map(|arg| literal(arg, src))
                 .collect()
         } else {
