@@ -4,7 +4,9 @@
 
 use anyhow::Context;
 use clap::{ArgAction, Args};
-use kube_harness_worker::api::{self, AuthConfig, SameSession, SessionLogConfig, Worker, WorkerConfig};
+use kube_harness_worker::api::{
+    self, AuthConfig, SameSession, SessionLogConfig, Worker, WorkerConfig,
+};
 use kube_harness_worker::classify::RuntimeToggles;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -36,7 +38,12 @@ pub struct WorkerArgs {
     #[arg(long, env = "KH_WORKER_NETWORK", value_name = "BOOL", default_value_t = false, action = ArgAction::Set)]
     network: bool,
     /// Refuse this command on every tier (repeatable; in the env variable: comma-separated).
-    #[arg(long = "deny-command", env = "KH_WORKER_DENY_COMMAND", value_name = "CMD", value_delimiter = ',')]
+    #[arg(
+        long = "deny-command",
+        env = "KH_WORKER_DENY_COMMAND",
+        value_name = "CMD",
+        value_delimiter = ','
+    )]
     deny_command: Vec<String>,
     /// A second exec for a busy session waits (`queue`) or is answered 409 (`reject`).
     #[arg(long, env = "KH_WORKER_SAME_SESSION", default_value = "queue", value_parser = ["queue", "reject"])]
@@ -51,19 +58,39 @@ pub struct WorkerArgs {
     /// Where the canonical workspace directories are: `/` in a pod (volumes mounted at
     /// /session, /artifacts, /persistent, /.agents); elsewhere a directory holding session/,
     /// artifacts/, persistent/ and .agents/ (presented through a private mount namespace).
-    #[arg(long, env = "KH_WORKER_WORKSPACE_ROOT", default_value = "/", value_name = "DIR")]
+    #[arg(
+        long,
+        env = "KH_WORKER_WORKSPACE_ROOT",
+        default_value = "/",
+        value_name = "DIR"
+    )]
     workspace_root: PathBuf,
     /// Where escalating commands go: `none` refuses them with exit 126 (no Tier-1 tier yet).
     #[arg(long, env = "KH_WORKER_ESCALATION", default_value = "none", value_parser = ["none"])]
     escalation: String,
     /// Default per-command time limit, in seconds.
-    #[arg(long, env = "KH_WORKER_COMMAND_TIMEOUT", default_value_t = 60, value_name = "SECONDS")]
+    #[arg(
+        long,
+        env = "KH_WORKER_COMMAND_TIMEOUT",
+        default_value_t = 60,
+        value_name = "SECONDS"
+    )]
     command_timeout: u64,
     /// The most a request's timeoutMs may ask for, in seconds.
-    #[arg(long, env = "KH_WORKER_MAX_TIMEOUT", default_value_t = 600, value_name = "SECONDS")]
+    #[arg(
+        long,
+        env = "KH_WORKER_MAX_TIMEOUT",
+        default_value_t = 600,
+        value_name = "SECONDS"
+    )]
     max_timeout: u64,
     /// On SIGTERM, how long the running command may take to finish before the turn is ended.
-    #[arg(long, env = "KH_WORKER_SHUTDOWN_GRACE", default_value_t = 20, value_name = "SECONDS")]
+    #[arg(
+        long,
+        env = "KH_WORKER_SHUTDOWN_GRACE",
+        default_value_t = 20,
+        value_name = "SECONDS"
+    )]
     shutdown_grace: u64,
 }
 

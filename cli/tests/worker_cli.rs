@@ -1,0 +1,163 @@
+//! `kube-harness worker` as a real process: flags and `KH_WORKER_*` variables, exec over loopback
+//! with the typed client, and a real SIGTERM that lets the running command finish.
+
+use kube_harness_worker::api::model::ExecRequest;
+use kube_harness_worker::api::WorkerClient;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_kube-harness"))
+}
+
+struct Running {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(root: &std::path::Path, token_file: &std::path::Path) -> Running {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = bin()
+        .args(["worker", "--session", "cli-s", "--deny-command", "docker"])
+        .arg("--token-file")
+        .arg(token_file)
+        .env("KH_WORKER_LISTEN", format!("127.0.0.1:{port}"))
+        .env("KH_WORKER_WORKSPACE_ROOT", root)
+        .env("KH_WORKER_SAME_SESSION", "reject")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Running {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    }
+}
+
+fn workspace() -> (tempfile::TempDir, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    for dir in ["ws/session", "ws/artifacts", "ws/persistent"] {
+        std::fs::create_dir_all(tmp.path().join(dir)).unwrap();
+    }
+    let token = tmp.path().join("token");
+    std::fs::write(&token, "cli-token-99\n").unwrap();
+    (tmp, token)
+}
+
+#[test]
+fn serves_exec_and_stops_cleanly_on_sigterm() {
+    let (tmp, token) = workspace();
+    let root = tmp.path().join("ws");
+    let mut worker = start(&root, &token);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = WorkerClient::new(&worker.url, "cli-token-99").unwrap();
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while client.readyz().await.is_err() {
+            assert!(Instant::now() < deadline, "the worker never became ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let r = client
+            .exec(&ExecRequest::new(
+                "echo hi > /session/a.txt && cat /session/a.txt",
+            ))
+            .await
+            .unwrap();
+        assert_eq!((r.stdout.as_str(), r.exit_code), ("hi\n", 0));
+        assert_eq!(
+            std::fs::read_to_string(root.join("session/a.txt")).unwrap(),
+            "hi\n"
+        );
+        let r = client
+            .exec(&ExecRequest::new("make --version"))
+            .await
+            .unwrap();
+        assert_eq!(r.exit_code, 126);
+        assert!(r.stderr.contains("Tier-1"), "{}", r.stderr);
+        let r = client.exec(&ExecRequest::new("docker ps")).await.unwrap();
+        assert!(
+            r.stderr.contains("refused by policy: docker"),
+            "{}",
+            r.stderr
+        );
+        assert_eq!(client.status().await.unwrap().session, "cli-s");
+
+        let slow = client.clone();
+        let running = tokio::spawn(async move {
+            slow.exec(&ExecRequest::new(
+                "sleep 1; echo late > /session/late; echo done",
+            ))
+            .await
+        });
+        while !client.status().await.unwrap().busy {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // KH_WORKER_SAME_SESSION=reject took effect.
+        let busy = client.exec(&ExecRequest::new("true")).await.unwrap_err();
+        assert_eq!(busy.code(), Some("session-busy"));
+        let killed = Command::new("kill")
+            .args(["-TERM", &worker.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let r = running.await.unwrap().unwrap();
+        assert_eq!((r.stdout.as_str(), r.exit_code), ("done\n", 0));
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = worker.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(root.join("session/late").exists());
+}
+
+#[test]
+fn bad_configuration_is_refused_at_start() {
+    let (tmp, token) = workspace();
+    let out = bin()
+        .args(["worker", "--tier", "1"])
+        .arg("--token-file")
+        .arg(&token)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Tier-0 only"));
+    let out = bin()
+        .args(["worker", "--token-file"])
+        .arg(tmp.path().join("missing"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read token file"));
+    let out = bin()
+        .args(["worker"])
+        .env_remove("KH_WORKER_TOKEN_FILE")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "--token-file is required");
+    let out = bin()
+        .args(["worker", "--escalation", "tier1"])
+        .arg("--token-file")
+        .arg(&token)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
