@@ -1,5 +1,6 @@
-//! One tree-sitter-bash parser per thread, with the bounds that keep classification from hanging:
-//! a size cap and, for larger inputs, a wall-clock budget enforced by tree-sitter's progress callback.
+//! One tree-sitter-bash parser per thread (the vendored grammar in worker/grammar/bash), with the
+//! bounds that keep classification from hanging: a size cap and, for larger inputs, a wall-clock
+//! budget enforced by tree-sitter's progress callback.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -33,13 +34,15 @@ fn new_parser() -> Result<Parser, ParseError> {
     Ok(parser)
 }
 
-/// tree-sitter-bash 0.25.1's external scanner passes the lookahead code point to `isdigit()`,
-/// which is only defined for single bytes: past ASCII it reads outside glibc's ctype table and can
-/// crash the process (`echo {` followed by a high code point; found by the arbitrary-bytes property
-/// test). So the parser gets an ASCII stand-in of the same length: every non-ASCII byte becomes
-/// `x`, a word character as the original is to bash. Byte offsets are unchanged and a multi-byte
-/// character becomes a run of word bytes that no token boundary splits, so the walk reads the
-/// original text at the tree's ranges.
+/// Upstream tree-sitter-bash 0.25.1's external scanner passed the lookahead code point to
+/// `isdigit()`, which is only defined for single bytes: past ASCII it read outside glibc's ctype
+/// table and could crash the process (`echo {` followed by a high code point; found by the
+/// arbitrary-bytes property test). The vendored scanner (worker/grammar/bash) tests digits by range
+/// now; this guard stays as defence in depth against the next such bug in C code that sees every
+/// script, at the cost of one `is_ascii` scan for ASCII scripts. The parser gets an ASCII stand-in
+/// of the same length: every non-ASCII byte becomes `x`, a word character as the original is to
+/// bash. Byte offsets are unchanged and a multi-byte character becomes a run of word bytes that no
+/// token boundary splits, so the walk reads the original text at the tree's ranges.
 fn ascii_stand_in(script: &str) -> Cow<'_, str> {
     if script.is_ascii() {
         return Cow::Borrowed(script);

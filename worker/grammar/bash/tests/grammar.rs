@@ -77,7 +77,15 @@ fn scanner_survives_high_code_points_after_a_brace() {
     // Upstream's scanner called isdigit() on the lookahead here, which reads outside glibc's ctype
     // table for code points past one byte and crashed the process.
     let mut parser = parser();
-    for c in ['\u{ff}', '\u{100}', '\u{ffff}', '\u{10000}', '\u{10ffff}', 'é', '٣'] {
+    for c in [
+        '\u{ff}',
+        '\u{100}',
+        '\u{ffff}',
+        '\u{10000}',
+        '\u{10ffff}',
+        'é',
+        '٣',
+    ] {
         for script in [
             format!("echo {{{c}"),
             format!("echo {{1..{c}"),
