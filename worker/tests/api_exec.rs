@@ -101,6 +101,13 @@ async fn files_land_in_the_workspace_and_end_turn_reports_them() {
         (1, 2, 0)
     );
     assert!(!status.busy);
+    let last: jiff::Timestamp = status.last_activity.parse().expect("RFC 3339");
+    let age = jiff::Timestamp::now().duration_since(last);
+    assert!(
+        age.as_secs() < 60,
+        "lastActivity is recent: {}",
+        status.last_activity
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
