@@ -114,6 +114,18 @@ async fn oversized_bodies_are_413_and_nothing_runs() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some("payload-too-large"));
+    // Under the body limit but over what bash can take as one argument.
+    let err = w
+        .client
+        .exec(&ExecRequest::new(format!(
+            "touch /session/long; : {}",
+            "y".repeat(130 * 1024)
+        )))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("payload-too-large"));
+    assert!(err.to_string().contains("one argument"), "{err}");
+    assert!(!w.host("/session/long").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

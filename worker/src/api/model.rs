@@ -8,6 +8,9 @@ use serde_json::Value;
 /// Longest accepted `runId` / `stepKey`: a step's idempotency keys must stay under the session
 /// log's 200-character limit.
 pub const MAX_KEY_LEN: usize = 128;
+/// Longest accepted script: bash receives it as one argument, which the kernel caps at 128 KiB
+/// (MAX_ARG_STRLEN), and the runtime wraps it with a few lines of its own.
+pub const MAX_SCRIPT_BYTES: usize = 120 * 1024;
 
 /// `POST /v1/exec`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,6 +6,7 @@
 
 use super::model::{
     code, EndTurnRequest, ErrorBody, ErrorDetail, ExecRequest, Health, MAX_KEY_LEN,
+    MAX_SCRIPT_BYTES,
 };
 use super::state::{Refusal, Worker};
 use axum::body::Bytes;
@@ -149,6 +150,16 @@ async fn exec(
 }
 
 fn validate(req: &ExecRequest, worker: &Worker) -> Result<(), Refusal> {
+    if req.script.len() > MAX_SCRIPT_BYTES {
+        return Err(Refusal::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            code::PAYLOAD_TOO_LARGE,
+            format!(
+                "script is {} bytes, over the limit of {MAX_SCRIPT_BYTES} (bash gets it as one argument, which the kernel caps at 128 KiB); put long content in a file under /session",
+                req.script.len()
+            ),
+        ));
+    }
     if let Some(run) = &req.run_id {
         RunId::parse(run).map_err(|e| bad_request(format!("runId: {}", e.message)))?;
         if run.len() > MAX_KEY_LEN {
