@@ -110,7 +110,12 @@ impl Worker {
                 let client = kube_harness_session_log::SessionLogClient::new(
                     &cfg.url,
                     cfg.token.clone(),
-                    kube_harness_session_log::ClientOptions::default(),
+                    // Commands wait on the log (fail-closed): bound each attempt well below
+                    // the default 30 s so a dead log costs a caller seconds, not minutes.
+                    kube_harness_session_log::ClientOptions {
+                        timeout: Duration::from_secs(5),
+                        ..Default::default()
+                    },
                 )
                 .map_err(|e| format!("session log client: {e}"))?;
                 Some(Arc::new(LogForwarder::new(client)))
