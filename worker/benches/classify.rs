@@ -3,7 +3,8 @@
 //! scripts measured in the same run as the baseline; then the bare-parse cost of pipelines by length
 //! against a single command.
 //!
-//! Run: `cargo bench -p kube-harness-worker --bench classify` (add `-- --seconds 5` for longer runs).
+//! Run: `cargo bench -p kube-harness-worker --bench classify` (add `-- --seconds 5` for longer runs;
+//! `-- --rounds N [--parse-only]` only runs the realistic scripts N times, for callgrind).
 
 use kube_harness_worker::classify::{classify, ClassifyOptions, Decision};
 use std::hint::black_box;
@@ -82,6 +83,13 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(2.0);
+    if let Some(rounds) = std::env::args()
+        .skip_while(|a| a != "--rounds")
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+    {
+        return rounds_only(rounds, std::env::args().any(|a| a == "--parse-only"));
+    }
     let budget = Duration::from_secs_f64(seconds);
     println!("rates are per CPU-second of one thread; latencies are per-call thread CPU time");
     let clock_start = thread_cpu_time();
@@ -129,6 +137,28 @@ fn pipelines(budget: Duration) {
             t.as_secs_f64() / single.as_secs_f64()
         );
     }
+}
+
+/// Classifies (or only parses) each realistic script `rounds` times, timing nothing: for counting
+/// instructions, which load does not change, under
+/// `valgrind --tool=callgrind target/release/deps/classify-… --rounds 20 [--parse-only]`.
+fn rounds_only(rounds: usize, parse_only: bool) {
+    let scripts = scripts(Some("realistic agent commands"));
+    let options = ClassifyOptions::default();
+    let mut parser = tree_sitter::Parser::new();
+    parser
+        .set_language(&kube_harness_bash_grammar::LANGUAGE.into())
+        .expect("grammar");
+    for _ in 0..rounds {
+        for s in &scripts {
+            if parse_only {
+                black_box(parser.parse(s, None));
+            } else {
+                black_box(classify(s, &options));
+            }
+        }
+    }
+    println!("{} calls", rounds * scripts.len());
 }
 
 fn run(label: &str, scripts: &[String], budget: Duration) {
