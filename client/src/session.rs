@@ -7,13 +7,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use kube_harness_crds::condition::{is_true, types};
+use kube_harness_crds::session::WAKE_ANNOTATION;
 use kube_harness_crds::{HarnessSession, Phase};
 use kube_harness_worker::api::client::WorkerClient;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-/// Annotation the operator reads as "wake this hibernated session" (an RFC 3339 time).
-pub const WAKE_ANNOTATION: &str = "kubeharness.dev/wake-requested";
 /// Port of the worker API in the worker pod.
 pub const WORKER_PORT: u16 = 8080;
 

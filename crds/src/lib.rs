@@ -3,6 +3,9 @@
 //! (`kube-harness crdgen`; the committed copies under `crds/` and the chart are checked against
 //! the types by this crate's tests).
 
+// `printcolumn(...)` repeats keys such as `type_` once per column by design of kube-derive.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod condition;
 pub mod session;
 pub mod tier;

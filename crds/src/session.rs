@@ -2,6 +2,10 @@
 //! commands, and where to escalate what Tier-0 cannot run.
 
 use crate::condition::Condition;
+
+/// Annotation on a HarnessSession asking the operator to wake it from hibernation: an RFC 3339
+/// time, newer than when it hibernated. `kube-harness exec` sets it.
+pub const WAKE_ANNOTATION: &str = "kubeharness.dev/wake-requested";
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 

@@ -12,7 +12,7 @@ pub const ROLE: &str = "kubeharness.dev/role";
 /// Annotation on the worker pod: hash of the spec it was built from (a change recreates it).
 pub const SPEC_HASH: &str = "kubeharness.dev/spec-hash";
 /// Annotation on a HarnessSession: set by `kube-harness exec` to wake a hibernated session.
-pub const WAKE: &str = "kubeharness.dev/wake-requested";
+pub const WAKE: &str = kube_harness_crds::session::WAKE_ANNOTATION;
 /// Label values every object created by the operator carries.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kube-harness-operator");
 pub const NAME_WORKER: (&str, &str) = ("app.kubernetes.io/name", "kube-harness-worker");
