@@ -41,7 +41,18 @@ fn cli_exec(ns: &str, name: &str, script: &str, extra: &[&str]) -> (i32, String,
 #[ignore = "needs a cluster with the chart installed"]
 async fn demo_runs_commands_refuses_escalation_and_is_explained() {
     with_namespace("demo", |client, ns| async move {
-        demo(&client, &ns, "demo").await;
+        // As a user does it: kubectl apply -f examples/ (demo.yaml names the session `demo`).
+        harness::restrict(&client, &ns).await.unwrap();
+        let dir = harness::repo_root().join("examples");
+        let applied = kubectl(&["apply", "-n", &ns, "-f", dir.to_str().unwrap()]).unwrap();
+        assert!(
+            applied.status.success(),
+            "kubectl apply: {}",
+            stderr(&applied)
+        );
+        harness::wait_ready(&client, &ns, "demo", READY)
+            .await
+            .unwrap();
         let (code, out, err) = cli_exec(
             &ns,
             "demo",
@@ -479,4 +490,112 @@ async fn invalid_objects_are_rejected_with_the_field_named() {
         }
     })
     .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn two_operator_replicas_elect_one_leader_and_serve_metrics() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{LogParams, Patch, PatchParams};
+    let client = Client::try_default().await.unwrap();
+    let release = harness::release_namespace();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &release);
+    let scale = |n: i32| json!({"spec": {"replicas": n}});
+    deployments
+        .patch(
+            "kube-harness-operator",
+            &PatchParams::default(),
+            &Patch::Merge(scale(2)),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &release);
+    let selector = ListParams::default().labels("app.kubernetes.io/name=kube-harness-operator");
+    let outcome = async {
+        let p = pods.clone();
+        let s = selector.clone();
+        let ready = wait::until("two Ready operator pods", READY, || async {
+            let list = p.list(&s).await?;
+            let ready: Vec<Pod> = list
+                .items
+                .into_iter()
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && p.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                })
+                .collect();
+            Ok(if ready.len() == 2 {
+                Check::Done(ready)
+            } else {
+                Check::Pending(format!("{} ready", ready.len()))
+            })
+        })
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let lease: Lease = Api::namespaced(client.clone(), &release)
+            .get("kube-harness-operator")
+            .await
+            .unwrap();
+        let holder = lease.spec.unwrap().holder_identity.expect("a Lease holder");
+        let mut leaders = 0;
+        for pod in &ready {
+            let tunnel = Tunnel::open(pods.clone(), &pod.name_any(), 8000)
+                .await
+                .unwrap();
+            let body = String::from_utf8(
+                std::process::Command::new("curl")
+                    .args(["-fsS", &format!("http://{}/metrics", tunnel.local)])
+                    .output()
+                    .unwrap()
+                    .stdout,
+            )
+            .unwrap();
+            assert!(
+                body.contains("kube_harness_reconciles_total")
+                    || body.contains("kube_harness_leader"),
+                "{body}"
+            );
+            let leading = body
+                .lines()
+                .any(|l| l.starts_with("kube_harness_leader ") && l.ends_with(" 1"));
+            if leading {
+                leaders += 1;
+                assert_eq!(
+                    pod.name_any(),
+                    holder,
+                    "the replica reporting leader=1 holds the Lease"
+                );
+            }
+            let logs = pods
+                .logs(&pod.name_any(), &LogParams::default())
+                .await
+                .unwrap();
+            assert_eq!(
+                logs.contains("leading: starting controllers"),
+                leading,
+                "{}: {logs}",
+                pod.name_any()
+            );
+        }
+        assert_eq!(leaders, 1, "exactly one replica reconciles");
+    };
+    let result = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(outcome)).await;
+    deployments
+        .patch(
+            "kube-harness-operator",
+            &PatchParams::default(),
+            &Patch::Merge(scale(1)),
+        )
+        .await
+        .unwrap();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
 }
