@@ -65,12 +65,7 @@ fn key(session: &HarnessSession) -> String {
 async fn cleanup(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> {
     let ns = session.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let name = labels::worker_pod(&session.name_any());
-    match pods.delete(&name, &DeleteParams::default()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 => {}
-        Err(e) => return Err(e.into()),
-    }
+    delete_worker(&pods, &session).await?;
     events::publish(
         ctx,
         &*session,
@@ -257,22 +252,7 @@ async fn ensure(
             None
         }
         Some(pod) => Some(pod),
-        None => {
-            match pods
-                .create(
-                    &PostParams {
-                        field_manager: Some(MANAGER.into()),
-                        ..PostParams::default()
-                    },
-                    &desired,
-                )
-                .await
-            {
-                Ok(p) => Some(p),
-                Err(kube::Error::Api(e)) if e.code == 409 => None,
-                Err(e) => return Err(e.into()),
-            }
-        }
+        None => create_if_absent(&pods, &desired).await?,
     };
 
     let state = pod
@@ -432,19 +412,41 @@ async fn ensure_secret(session: &HarnessSession, ctx: &Context) -> Result<String
     let log_token = session_log_token(ctx).await?;
     let token = resources::new_token();
     let secret = resources::token_secret(session, &token, log_token.as_deref());
-    match secrets
-        .create(
-            &PostParams {
-                field_manager: Some(MANAGER.into()),
-                ..PostParams::default()
-            },
-            &secret,
+    match create_if_absent(&secrets, &secret).await? {
+        Some(_) => Ok(token),
+        // Another reconcile created it first: use theirs.
+        None => Box::pin(ensure_secret(session, ctx)).await,
+    }
+}
+
+/// Creates `obj`; `None` when an object of that name already exists (409), which a later
+/// reconcile reads instead.
+async fn create_if_absent<K>(api: &Api<K>, obj: &K) -> Result<Option<K>>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = PostParams {
+        field_manager: Some(MANAGER.into()),
+        ..PostParams::default()
+    };
+    match api.create(&params, obj).await {
+        Ok(created) => Ok(Some(created)),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes the session's worker pod; already gone is fine.
+async fn delete_worker(pods: &Api<Pod>, session: &HarnessSession) -> Result<()> {
+    match pods
+        .delete(
+            &labels::worker_pod(&session.name_any()),
+            &DeleteParams::default(),
         )
         .await
     {
-        Ok(_) => Ok(token),
-        // Another reconcile created it first: use theirs.
-        Err(kube::Error::Api(e)) if e.code == 409 => Box::pin(ensure_secret(session, ctx)).await,
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
@@ -590,17 +592,7 @@ async fn hibernate(
 ) -> Result<Observed> {
     let ns = session.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    match pods
-        .delete(
-            &labels::worker_pod(&session.name_any()),
-            &DeleteParams::default(),
-        )
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 => {}
-        Err(e) => return Err(e.into()),
-    }
+    delete_worker(&pods, session).await?;
     let generation = session.metadata.generation;
     status.phase = Some(Phase::Hibernated);
     status.worker_endpoint = None;
