@@ -344,9 +344,7 @@ async fn ensure(
             Some(WAIT_REQUEUE)
         }
         WorkerState::Gone => {
-            pods.delete(&labels::worker_pod(&name), &DeleteParams::default())
-                .await
-                .ok();
+            delete_worker(&pods, session).await?;
             status.worker_endpoint = None;
             status.phase = Some(Phase::Provisioning);
             condition::set(
