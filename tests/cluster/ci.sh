@@ -40,5 +40,10 @@ export KH_KUBECTL="$KH_BIN/kubectl"
 # The tests check container removal through the node's containerd too.
 export KH_CONTAINERD_ADDRESS="$KH_CONTAINERD_SOCK"
 cd "$KH_REPO_ROOT"
-cargo test -p kube-harness-e2e -- --ignored --test-threads=1
+cargo test -p kube-harness-e2e --no-run
+# A bound on the whole suite, so a hung test fails the stage with the cluster logs instead of
+# running CI into its own limit.
+timeout --kill-after=30 "${KH_E2E_TIMEOUT:-1500}" \
+  cargo test -p kube-harness-e2e -- --ignored --test-threads=1 ||
+  die "e2e suite failed or exceeded ${KH_E2E_TIMEOUT:-1500}s (exit $?)"
 log "cluster stage passed in $((SECONDS - start))s"

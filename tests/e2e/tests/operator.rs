@@ -549,14 +549,19 @@ async fn two_operator_replicas_elect_one_leader_and_serve_metrics() {
             let tunnel = Tunnel::open(pods.clone(), &pod.name_any(), 8000)
                 .await
                 .unwrap();
-            let body = String::from_utf8(
-                std::process::Command::new("curl")
-                    .args(["-fsS", &format!("http://{}/metrics", tunnel.local)])
-                    .output()
-                    .unwrap()
-                    .stdout,
-            )
-            .unwrap();
+            // Async on purpose: a blocking client here would starve the tunnel's own task.
+            let body = reqwest::Client::builder()
+                .timeout(Duration::from_secs(20))
+                .build()
+                .unwrap()
+                .get(format!("http://{}/metrics", tunnel.local))
+                .send()
+                .await
+                .and_then(|r| r.error_for_status())
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
             assert!(
                 body.contains("kube_harness_reconciles_total")
                     || body.contains("kube_harness_leader"),
