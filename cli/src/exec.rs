@@ -4,7 +4,8 @@
 use anyhow::Context;
 use clap::Args;
 use kube_harness_client::SessionHandle;
-use kube_harness_worker::api::model::ExecRequest;
+use kube_harness_worker::api::client::WorkerClient;
+use kube_harness_worker::api::model::{EndTurnResponse, ExecRequest};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -31,6 +32,10 @@ pub struct ExecArgs {
     /// How long to wait for the session to be Ready (waking it if hibernated).
     #[arg(long, default_value_t = 180)]
     wait: u64,
+    /// End the turn after the command: a Tier-1 sandbox merges its changes back and is released,
+    /// and the turn's usage event is written (with `--json`, the turn summary is printed too).
+    #[arg(long)]
+    end_turn: bool,
     /// The script, as one argument or several joined by spaces.
     #[arg(last = true, required = true)]
     script: Vec<String>,
@@ -61,11 +66,73 @@ async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
             args.session, args.session
         )
     })?;
+    let ended = if args.end_turn {
+        Some(end_turn(&connected.worker, &args.session).await?)
+    } else {
+        None
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&response)?);
+        let mut out = serde_json::to_value(&response)?;
+        if let Some(ended) = ended {
+            out["endTurn"] = serde_json::to_value(ended)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         std::io::stdout().write_all(response.stdout.as_bytes())?;
         std::io::stderr().write_all(response.stderr.as_bytes())?;
     }
     Ok(ExitCode::from(response.exit_code.clamp(0, 255) as u8))
+}
+
+/// Ends the session's open turn (no-op when none is open).
+async fn end_turn(worker: &WorkerClient, session: &str) -> anyhow::Result<EndTurnResponse> {
+    worker
+        .end_turn()
+        .await
+        .with_context(|| format!("ending the turn of session {session}"))
+}
+
+/// `kube-harness end-turn [-n NS] SESSION [--json]`: end the open turn (merge a Tier-1 sandbox
+/// back, release it, write the usage event) without running a command.
+#[derive(Args)]
+pub struct EndTurnArgs {
+    /// Namespace of the session (default: the kubeconfig's namespace).
+    #[arg(short = 'n', long)]
+    namespace: Option<String>,
+    /// Name of the HarnessSession.
+    session: String,
+    /// Print the turn summary as JSON.
+    #[arg(long)]
+    json: bool,
+    /// How long to wait for the session to be Ready.
+    #[arg(long, default_value_t = 180)]
+    wait: u64,
+}
+
+pub fn run_end_turn(args: EndTurnArgs) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Runtime::new()?.block_on(async move {
+        let client = kube::Client::try_default()
+            .await
+            .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
+        let namespace = args
+            .namespace
+            .unwrap_or_else(|| client.default_namespace().to_string());
+        let handle = SessionHandle::new(client, namespace, &args.session);
+        let connected = handle.connect(Duration::from_secs(args.wait)).await?;
+        let ended = end_turn(&connected.worker, &args.session).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&ended)?);
+        } else {
+            match &ended.turn {
+                Some(t) => println!(
+                    "turn {} ended: {} commands, {} files changed",
+                    t.turn_id,
+                    t.commands,
+                    t.file_changes.len()
+                ),
+                None => println!("no turn was open"),
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
 }

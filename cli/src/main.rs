@@ -43,6 +43,8 @@ enum Command {
     Operator(operator::OperatorArgs),
     /// Run one command in a HarnessSession (through the API server) and exit with its code.
     Exec(exec::ExecArgs),
+    /// End a session's open turn: merge a Tier-1 sandbox back and release it, write the usage.
+    EndTurn(exec::EndTurnArgs),
     /// List HarnessSessions with phase, readiness, tier and usage.
     Sessions(sessions::SessionsArgs),
     /// The Tier-0 worker of one session: serves exec, end-turn and status over HTTP.
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
         Command::Crdgen(args) => crdgen::run(args),
         Command::Operator(args) => operator::run(args),
         Command::Exec(args) => exec::run(args),
+        Command::EndTurn(args) => exec::run_end_turn(args),
         Command::Sessions(args) => sessions::run(args),
     };
     match result {

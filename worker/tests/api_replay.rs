@@ -170,6 +170,18 @@ async fn events_the_log_missed_are_appended_before_the_next_command_runs() {
             .await
     });
     api_support::wait_busy(&w.client).await;
+    // Busy is set before the start is appended: pause only once the log holds the start.
+    let reader = log.client();
+    for _ in 0..500 {
+        let events = reader.read_all("run-q").await.unwrap();
+        if events
+            .iter()
+            .any(|e| e.event_type == "harness.runtime.command.started")
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     log.pause().await;
     let r = running.await.unwrap().unwrap();
     assert_eq!(r.stdout, "one\n", "a command that ran returns its result");

@@ -56,21 +56,25 @@ pub async fn restrict(client: &Client, ns: &str) -> Result<()> {
     Ok(())
 }
 
-/// Creates the HarnessSession of `examples/<file>` in `ns`, renamed to `name` when given.
-pub async fn apply_example(
-    client: &Client,
-    ns: &str,
-    file: &str,
-    name: Option<&str>,
-) -> Result<HarnessSession> {
+/// The HarnessSession of `examples/<file>`, renamed to `name`.
+pub fn example_session(file: &str, name: &str) -> Result<HarnessSession> {
     let path = repo_root().join("examples").join(file);
     let text = std::fs::read_to_string(&path)
         .map_err(|e| E2eError::Failed(format!("{}: {e}", path.display())))?;
     let mut session: HarnessSession = serde_yaml::from_str(&text)
         .map_err(|e| E2eError::Failed(format!("{}: {e}", path.display())))?;
-    if let Some(name) = name {
-        session.metadata.name = Some(name.into());
-    }
+    session.metadata.name = Some(name.into());
+    Ok(session)
+}
+
+/// Creates the HarnessSession of `examples/<file>` in `ns`, renamed to `name`.
+pub async fn apply_example(
+    client: &Client,
+    ns: &str,
+    file: &str,
+    name: &str,
+) -> Result<HarnessSession> {
+    let session = example_session(file, name)?;
     Ok(Api::<HarnessSession>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &session)
         .await?)
@@ -114,4 +118,47 @@ pub fn stdout(o: &Output) -> String {
 
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Every event of `run` in the chart's session log service, read through a port-forward with the
+/// service's token.
+pub async fn session_log_events(
+    client: &Client,
+    run: &str,
+) -> Result<Vec<kube_harness_session_log::model::StoredEvent>> {
+    use k8s_openapi::api::core::v1::{Pod, Secret};
+    use kube::api::ListParams;
+    use kube::ResourceExt;
+    use kube_harness_session_log::client::{ClientOptions, SessionLogClient};
+    let release = release_namespace();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &release);
+    let log_pod = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=kube-harness-session-log"))
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .ok_or_else(|| E2eError::Failed("no session log pod".into()))?;
+    let tunnel = kube_harness_client::tunnel::Tunnel::open(pods, &log_pod.name_any(), 8080)
+        .await
+        .map_err(|e| E2eError::Failed(e.to_string()))?;
+    let secret: Secret = Api::namespaced(client.clone(), &release)
+        .get("kube-harness-session-log-token")
+        .await?;
+    let token = secret
+        .data
+        .and_then(|d| {
+            d.get("token")
+                .map(|t| String::from_utf8_lossy(&t.0).into_owned())
+        })
+        .ok_or_else(|| E2eError::Failed("session log Secret has no token".into()))?;
+    let log = SessionLogClient::new(
+        format!("http://{}", tunnel.local),
+        Some(token),
+        ClientOptions::default(),
+    )
+    .map_err(|e| E2eError::Failed(e.to_string()))?;
+    log.read_all(run)
+        .await
+        .map_err(|e| E2eError::Failed(format!("reading run {run}: {e}")))
 }

@@ -13,7 +13,6 @@ use kube_harness_crds::{HarnessSession, SandboxTier};
 use kube_harness_e2e::harness::{self, kube_harness, kubectl, stderr, stdout};
 use kube_harness_e2e::namespace::with_namespace;
 use kube_harness_e2e::wait::{self, Check};
-use kube_harness_session_log::client::{ClientOptions, SessionLogClient};
 use kube_harness_worker::api::model::ExecRequest;
 use serde_json::json;
 use std::time::Duration;
@@ -22,7 +21,7 @@ const READY: Duration = Duration::from_secs(180);
 
 async fn demo(client: &Client, ns: &str, name: &str) -> HarnessSession {
     harness::restrict(client, ns).await.unwrap();
-    harness::apply_example(client, ns, "demo.yaml", Some(name))
+    harness::apply_example(client, ns, "demo.yaml", name)
         .await
         .unwrap();
     harness::wait_ready(client, ns, name, READY).await.unwrap()
@@ -167,27 +166,7 @@ async fn events_reach_the_session_log_and_a_step_replays_without_running_again()
         assert_eq!((fresh.replayed, fresh.stdout.as_str()), (false, "2\n"));
 
         // The events are in the session log service.
-        let release = harness::release_namespace();
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &release);
-        let log_pod = pods
-            .list(&ListParams::default().labels("app.kubernetes.io/name=kube-harness-session-log"))
-            .await
-            .unwrap()
-            .items
-            .remove(0);
-        let tunnel = Tunnel::open(pods, &log_pod.name_any(), 8080).await.unwrap();
-        let secret: Secret = Api::namespaced(client.clone(), &release)
-            .get("kube-harness-session-log-token")
-            .await
-            .unwrap();
-        let token = String::from_utf8(secret.data.unwrap()["token"].0.clone()).unwrap();
-        let log = SessionLogClient::new(
-            format!("http://{}", tunnel.local),
-            Some(token),
-            ClientOptions::default(),
-        )
-        .unwrap();
-        let events = log.read_all("run-1").await.unwrap();
+        let events = harness::session_log_events(&client, "run-1").await.unwrap();
         let completed: Vec<_> = events
             .iter()
             .filter(|e| e.event_type == "harness.runtime.command.completed")

@@ -1,0 +1,574 @@
+//! Tier-1 pods on the real cluster: escalation provisions a pod from the session's SandboxTier, the
+//! workspace goes over and comes back, warm pools hand out prepared pods, and failures end the turn
+//! cleanly. Run with `--ignored` against a cluster with the chart installed and the toolchain image
+//! loaded (tests/cluster/images.sh).
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use kube_harness_crds::tier::{
+    Capability, EgressPolicy, PullPolicy, SandboxTierSpec, TierTemplate, WarmPool,
+};
+use kube_harness_crds::{HarnessSession, SandboxTier};
+use kube_harness_e2e::harness::{self, kube_harness, stderr, stdout};
+use kube_harness_e2e::namespace::with_namespace;
+use kube_harness_e2e::wait::{self, Check};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const READY: Duration = Duration::from_secs(180);
+const TOOLCHAIN: &str = "localhost/kube-harness/toolchain:dev";
+
+fn toolchain_tier(name: &str, pool: u32) -> SandboxTier {
+    SandboxTier::new(
+        name,
+        SandboxTierSpec {
+            level: 1,
+            template: TierTemplate {
+                image: TOOLCHAIN.into(),
+                image_pull_policy: Some(PullPolicy::Never),
+                ..TierTemplate::default()
+            },
+            capabilities: vec![
+                Capability::VersionControl,
+                Capability::BuildToolchain,
+                Capability::PackageManager,
+            ],
+            egress: EgressPolicy::default(),
+            idle_timeout_seconds: 0,
+            warm_pool: WarmPool { size: pool }.into(),
+        },
+    )
+}
+
+/// Creates the cluster-scoped tier, runs `body`, deletes the tier whatever happened.
+async fn with_tier<F, Fut>(client: &Client, tier: SandboxTier, body: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let tiers: Api<SandboxTier> = Api::all(client.clone());
+    let name = tier.name_any();
+    let _ = tiers.delete(&name, &DeleteParams::default()).await;
+    tiers.create(&PostParams::default(), &tier).await.unwrap();
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(body())).await;
+    if let Err(e) = tiers.delete(&name, &DeleteParams::default()).await {
+        eprintln!("warning: deleting SandboxTier {name}: {e}");
+    }
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The demo session, escalating to `tier`.
+async fn session(client: &Client, ns: &str, name: &str, tier: &str) -> HarnessSession {
+    harness::restrict(client, ns).await.unwrap();
+    let mut s = harness::example_session("demo.yaml", name).unwrap();
+    s.spec.escalation = Some(kube_harness_crds::session::Escalation {
+        tier: Some(tier.into()),
+    });
+    Api::<HarnessSession>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &s)
+        .await
+        .unwrap();
+    harness::wait_ready(client, ns, name, READY).await.unwrap()
+}
+
+/// `kube-harness exec --json` in the session's own run → the parsed response.
+fn exec_json(ns: &str, name: &str, script: &str, end_turn: bool) -> Value {
+    let mut args = vec!["exec", "-n", ns, name, "--json", "--run-id", ns];
+    if end_turn {
+        args.push("--end-turn");
+    }
+    args.extend(["--", script]);
+    let out = kube_harness(&args).unwrap();
+    serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| {
+        panic!(
+            "exec {script:?}: not JSON ({e}); stdout: {}; stderr: {}",
+            stdout(&out),
+            stderr(&out)
+        )
+    })
+}
+
+/// Tier-1 pods serving this session (in the release namespace).
+async fn tier1_pods(client: &Client, ns: &str, session: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), &harness::release_namespace())
+        .list(&ListParams::default().labels(&format!(
+            "kubeharness.dev/role=tier1,kubeharness.dev/session-namespace={ns},kubeharness.dev/session={session}"
+        )))
+        .await
+        .unwrap()
+        .items
+}
+
+async fn no_tier1_pod_left(client: &Client, ns: &str, session: &str) {
+    wait::until(
+        "no Tier-1 pod left for the session",
+        Duration::from_secs(90),
+        || async {
+            let left: Vec<String> = tier1_pods(client, ns, session)
+                .await
+                .iter()
+                .map(|p| p.name_any())
+                .collect();
+            Ok(if left.is_empty() {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{left:?}"))
+            })
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// The session log events of a run, by type.
+async fn events(client: &Client, run: &str) -> Vec<(String, Value)> {
+    harness::session_log_events(client, run)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.event_type, Value::Object(e.payload)))
+        .collect()
+}
+
+fn escalations(events: &[(String, Value)]) -> Vec<&Value> {
+    events
+        .iter()
+        .filter(|(t, _)| t == "harness.tier.escalated")
+        .map(|(_, p)| p)
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn git_runs_on_a_tier1_pod_and_the_repository_comes_back() {
+    let client = Client::try_default().await.unwrap();
+    with_tier(&client, toolchain_tier("e2e-git", 0), || async {
+        with_namespace("t1git", |client, ns| async move {
+            session(&client, &ns, "git", "e2e-git").await;
+            // Watch for the Tier-1 pod while the command runs.
+            let watcher = {
+                let (client, ns) = (client.clone(), ns.clone());
+                tokio::spawn(async move {
+                    let mut seen = std::collections::BTreeSet::new();
+                    for _ in 0..600 {
+                        for p in tier1_pods(&client, &ns, "git").await {
+                            seen.insert(p.name_any());
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    seen
+                })
+            };
+            let script = "git init -q r && cd r && echo x > f && git add f && git -c user.name=a -c user.email=a@b commit -qm m && git log --oneline | wc -l";
+            let r = exec_json(&ns, "git", script, true);
+            assert_eq!(r["stdout"], "1\n", "{r:#}");
+            assert_eq!((r["exitCode"].as_i64(), r["tier"].as_i64()), (Some(0), Some(1)), "{r:#}");
+            let summary = &r["endTurn"]["turn"];
+            assert!(
+                summary["fileChanges"].as_array().unwrap().iter().any(|c| c["path"] == "/session/r/.git/HEAD"),
+                "{summary:#}"
+            );
+            // The repository is in the Tier-0 workspace; the next turn is plain Tier-0.
+            let r = exec_json(&ns, "git", "test -f /session/r/.git/HEAD && cat /session/r/f", true);
+            assert_eq!((r["stdout"].as_str(), r["tier"].as_i64()), (Some("x\n"), Some(0)), "{r:#}");
+            no_tier1_pod_left(&client, &ns, "git").await;
+            watcher.abort();
+
+            let ev = events(&client, &ns).await;
+            let esc = escalations(&ev);
+            assert_eq!(esc.len(), 1, "{ev:#?}");
+            assert_eq!(esc[0]["sandbox"]["source"], "ordinary", "{:#}", esc[0]);
+            let pod = esc[0]["sandbox"]["pod"].as_str().unwrap().to_string();
+            assert!(pod.starts_with("t1-"), "{pod}");
+            let created = ev.iter().position(|(t, p)| t == "harness.file.created" && p["path"] == "/session/r/.git/HEAD" && p["source"] == "merge");
+            let usage = ev.iter().position(|(t, _)| t == "harness.turn.usage");
+            assert!(matches!((created, usage), (Some(c), Some(u)) if c < u), "file events before usage: {ev:#?}");
+            let higher = &ev[usage.unwrap()].1["higherTier"];
+            assert_eq!(higher["provider"], "pod", "{higher:#}");
+            assert!(higher["bytesHandedOver"].as_u64().is_some() && higher["bytesReturned"].as_u64().unwrap() > 0, "{higher:#}");
+            assert!(higher["commands"].as_u64() == Some(1), "{higher:#}");
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn a_build_script_escalates_whole_before_anything_runs_on_tier0() {
+    let client = Client::try_default().await.unwrap();
+    with_tier(&client, toolchain_tier("e2e-build", 0), || async {
+        with_namespace("t1build", |client, ns| async move {
+            session(&client, &ns, "build", "e2e-build").await;
+            let r = exec_json(&ns, "build", "mkdir -p build && echo old > build/keep && printf 'all:\\n\\tmkdir -p build && echo new > build/out\\n' > Makefile", true);
+            assert_eq!((r["exitCode"].as_i64(), r["tier"].as_i64()), (Some(0), Some(0)), "{r:#}");
+            // The seed's case: `rm -rf build` must not run on Tier-0 ahead of the build tool.
+            let r = exec_json(&ns, "build", "rm -rf build && make -s && ls build", true);
+            assert_eq!((r["exitCode"].as_i64(), r["tier"].as_i64()), (Some(0), Some(1)), "{r:#}");
+            assert_eq!(r["stdout"], "out\n", "{r:#}");
+            let ev = events(&client, &ns).await;
+            let tier0_runs: Vec<_> = ev
+                .iter()
+                .filter(|(t, p)| t == "harness.runtime.command.started" && p["tier"] == 0 && p["command"].as_str().unwrap_or("").contains("rm -rf build"))
+                .collect();
+            assert!(tier0_runs.is_empty(), "rm -rf ran on Tier-0: {tier0_runs:#?}");
+            let r = exec_json(&ns, "build", "cat build/out; test -e build/keep && echo kept || echo gone", true);
+            assert_eq!((r["stdout"].as_str(), r["tier"].as_i64()), (Some("new\ngone\n"), Some(0)), "{r:#}");
+            no_tier1_pod_left(&client, &ns, "build").await;
+        })
+        .await;
+    })
+    .await;
+}
+
+/// Pool pods of a tier: (name, claimed, ready, image).
+async fn pool_pods(client: &Client, tier: &str) -> Vec<(String, bool, bool, String)> {
+    Api::<Pod>::namespaced(client.clone(), &harness::release_namespace())
+        .list(&ListParams::default().labels(&format!("kubeharness.dev/pool={tier}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            let claimed = p
+                .labels()
+                .get("kubeharness.dev/claimed")
+                .map(String::as_str)
+                == Some("true");
+            let ready = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let image = p
+                .spec
+                .as_ref()
+                .map(|s| s.containers[0].image.clone().unwrap_or_default())
+                .unwrap_or_default();
+            (p.name_any(), claimed, ready, image)
+        })
+        .collect()
+}
+
+/// Waits until the tier has `n` ready, unclaimed pool pods running `image`, and no other idle ones.
+async fn pool_settles(client: &Client, tier: &str, n: usize, image: &str) {
+    wait::until(
+        &format!("{n} ready pool pods of {tier} on {image}"),
+        READY,
+        || async {
+            let idle: Vec<_> = pool_pods(client, tier)
+                .await
+                .into_iter()
+                .filter(|p| !p.1)
+                .collect();
+            let good = idle.iter().filter(|p| p.2 && p.3 == image).count();
+            Ok(if good == n && idle.len() == n {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{idle:?}"))
+            })
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// The sandbox record of the last escalation in `run`.
+async fn last_sandbox(client: &Client, run: &str) -> Value {
+    let ev = events(client, run).await;
+    escalations(&ev)
+        .last()
+        .map(|e| e["sandbox"].clone())
+        .unwrap_or_else(|| panic!("no escalation in {ev:#?}"))
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn a_warm_pool_hands_out_prepared_pods_refills_rolls_and_reports_misses() {
+    let client = Client::try_default().await.unwrap();
+    with_tier(&client, toolchain_tier("e2e-pool", 2), || async {
+        with_namespace("t1pool", |client, ns| async move {
+            pool_settles(&client, "e2e-pool", 2, TOOLCHAIN).await;
+            session(&client, &ns, "pool", "e2e-pool").await;
+            let git = "git init -q r 2>/dev/null; git -C r status --short | wc -l";
+
+            // A prepared pod serves, and the pool refills.
+            let r = exec_json(&ns, "pool", git, true);
+            assert_eq!(
+                (r["exitCode"].as_i64(), r["tier"].as_i64()),
+                (Some(0), Some(1)),
+                "{r:#}"
+            );
+            let sandbox = last_sandbox(&client, &ns).await;
+            assert_eq!(
+                (sandbox["source"].as_str(), &sandbox["missReason"]),
+                (Some("prepared"), &Value::Null),
+                "{sandbox:#}"
+            );
+            pool_settles(&client, "e2e-pool", 2, TOOLCHAIN).await;
+
+            // Over the prepared-pod archive limit: an ordinary pod, and the reason.
+            let r = exec_json(
+                &ns,
+                "pool",
+                "head -c 300000 /dev/urandom > /session/big",
+                true,
+            );
+            assert_eq!(
+                (r["exitCode"].as_i64(), r["tier"].as_i64()),
+                (Some(0), Some(0)),
+                "{r:#}"
+            );
+            let r = exec_json(&ns, "pool", git, true);
+            assert_eq!(r["exitCode"].as_i64(), Some(0), "{r:#}");
+            let sandbox = last_sandbox(&client, &ns).await;
+            assert_eq!(
+                (sandbox["source"].as_str(), sandbox["missReason"].as_str()),
+                (Some("ordinary"), Some("workspace_too_large")),
+                "{sandbox:#}"
+            );
+            exec_json(&ns, "pool", "rm /session/big", true);
+
+            // A new image rolls the pool: no stale pod is handed out after the change.
+            let worker_image = "localhost/kube-harness/worker:dev";
+            Api::<SandboxTier>::all(client.clone())
+                .patch(
+                    "e2e-pool",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"template": {"image": worker_image}}})),
+                )
+                .await
+                .unwrap();
+            let r = exec_json(
+                &ns,
+                "pool",
+                "git --version >/dev/null 2>&1 && echo old-template || echo new-template",
+                true,
+            );
+            assert_eq!(r["stdout"], "new-template\n", "{r:#}");
+            pool_settles(&client, "e2e-pool", 2, worker_image).await;
+            let tier: SandboxTier = Api::all(client.clone()).get("e2e-pool").await.unwrap();
+            let status = serde_json::to_value(tier.status.unwrap()).unwrap();
+            assert_eq!(
+                (status["warmReady"].as_u64(), status["warmUpdated"].as_u64()),
+                (Some(2), Some(2)),
+                "{status:#}"
+            );
+
+            // /scale drives the pool (as an HPA would); with the only prepared pod held by another
+            // session's open turn, the next escalation reports stock_empty.
+            let scaled =
+                harness::kubectl(&["scale", "sandboxtier", "e2e-pool", "--replicas=1"]).unwrap();
+            assert!(scaled.status.success(), "{}", stderr(&scaled));
+            pool_settles(&client, "e2e-pool", 1, worker_image).await;
+            session(&client, &ns, "hold", "e2e-pool").await;
+            let mut reasons = Vec::new();
+            for _ in 0..3 {
+                // Claims the pod and keeps the turn (and the pod) open.
+                let r = exec_json(
+                    &ns,
+                    "hold",
+                    "git --version >/dev/null 2>&1; echo held",
+                    false,
+                );
+                assert_eq!(r["tier"].as_i64(), Some(1), "{r:#}");
+                let idle_ready = pool_pods(&client, "e2e-pool")
+                    .await
+                    .into_iter()
+                    .filter(|p| !p.1 && p.2)
+                    .count();
+                let r = exec_json(&ns, "pool", "git --version >/dev/null 2>&1; echo ran", true);
+                assert_eq!(r["stdout"], "ran\n", "{r:#}");
+                let sandbox = last_sandbox(&client, &ns).await;
+                reasons.push((idle_ready, sandbox["missReason"].clone()));
+                kube_harness(&["end-turn", "-n", &ns, "hold"]).unwrap();
+                if idle_ready == 0 {
+                    assert_eq!(sandbox["missReason"], "stock_empty", "{sandbox:#}");
+                    break;
+                }
+                pool_settles(&client, "e2e-pool", 1, worker_image).await;
+            }
+            assert!(
+                reasons.iter().any(|(idle, _)| *idle == 0),
+                "the pool refilled before every try: {reasons:?}"
+            );
+            no_tier1_pod_left(&client, &ns, "pool").await;
+            no_tier1_pod_left(&client, &ns, "hold").await;
+        })
+        .await;
+    })
+    .await;
+}
+
+/// `kube-harness exec` in the background → (exit code, stdout, stderr).
+fn spawn_exec(
+    ns: &str,
+    name: &str,
+    script: &str,
+) -> tokio::task::JoinHandle<(i32, String, String)> {
+    let args: Vec<String> = [
+        "exec",
+        "-n",
+        ns,
+        name,
+        "--run-id",
+        ns,
+        "--timeout",
+        "120",
+        "--",
+        script,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = kube_harness(&args).unwrap();
+        (out.status.code().unwrap_or(-1), stdout(&out), stderr(&out))
+    })
+}
+
+async fn first_tier1_pod(client: &Client, ns: &str, session: &str, running: bool) -> Pod {
+    wait::until("a Tier-1 pod for the session", READY, || async {
+        let pods = tier1_pods(client, ns, session).await;
+        let found = pods.into_iter().find(|p| {
+            !running || p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        });
+        Ok(match found {
+            Some(p) => Check::Done(p),
+            None => Check::Pending("none yet".into()),
+        })
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn failures_end_the_turn_cleanly_and_leave_no_tier1_pod() {
+    let client = Client::try_default().await.unwrap();
+    with_tier(&client, toolchain_tier("e2e-fail", 0), || async {
+        with_namespace("t1fail", |client, ns| async move {
+            session(&client, &ns, "fail", "e2e-fail").await;
+            let r = exec_json(&ns, "fail", "echo kept > /session/keep", true);
+            assert_eq!(r["exitCode"].as_i64(), Some(0), "{r:#}");
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &harness::release_namespace());
+
+            // The Tier-1 pod killed mid-command.
+            let running = spawn_exec(&ns, "fail", "git init -q k && sleep 60 && echo finished");
+            let pod = first_tier1_pod(&client, &ns, "fail", true).await;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            pods.delete(
+                &pod.name_any(),
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..DeleteParams::default()
+                },
+            )
+            .await
+            .unwrap();
+            let (code, out, err) = tokio::time::timeout(Duration::from_secs(120), running)
+                .await
+                .expect("exec must not hang")
+                .unwrap();
+            assert!(code != 0 && !out.contains("finished"), "{code} {out} {err}");
+            assert!(err.contains("kube-harness:"), "a clear stderr line: {err}");
+            let ended = kube_harness(&["end-turn", "-n", &ns, "fail", "--json"]).unwrap();
+            assert!(ended.status.success(), "{}", stderr(&ended));
+            no_tier1_pod_left(&client, &ns, "fail").await;
+            let r = exec_json(&ns, "fail", "cat /session/keep", true);
+            assert_eq!(
+                (r["stdout"].as_str(), r["tier"].as_i64()),
+                (Some("kept\n"), Some(0)),
+                "{r:#}"
+            );
+
+            // The operator restarted while the pod is being provisioned.
+            let running = spawn_exec(&ns, "fail", "git init -q o && echo provisioned");
+            first_tier1_pod(&client, &ns, "fail", false).await;
+            let operators: Api<Pod> =
+                Api::namespaced(client.clone(), &harness::release_namespace());
+            for op in operators
+                .list(&ListParams::default().labels("app.kubernetes.io/name=kube-harness-operator"))
+                .await
+                .unwrap()
+                .items
+            {
+                operators
+                    .delete(
+                        &op.name_any(),
+                        &DeleteParams {
+                            grace_period_seconds: Some(0),
+                            ..DeleteParams::default()
+                        },
+                    )
+                    .await
+                    .unwrap();
+            }
+            let (code, out, err) = tokio::time::timeout(Duration::from_secs(240), running)
+                .await
+                .expect("exec must not hang")
+                .unwrap();
+            assert!(
+                (code == 0 && out == "provisioned\n")
+                    || (code == 126 && err.starts_with("kube-harness:")),
+                "{code} {out} {err}"
+            );
+            kube_harness(&["end-turn", "-n", &ns, "fail"]).unwrap();
+            no_tier1_pod_left(&client, &ns, "fail").await;
+            let r = exec_json(&ns, "fail", "cat /session/keep", true);
+            assert_eq!(r["stdout"], "kept\n", "{r:#}");
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn an_image_that_cannot_start_is_126_with_a_reason_and_a_condition() {
+    let client = Client::try_default().await.unwrap();
+    let mut tier = toolchain_tier("e2e-noimage", 0);
+    tier.spec.template.image = "localhost/kube-harness/does-not-exist:dev".into();
+    with_tier(&client, tier, || async {
+        with_namespace("t1img", |client, ns| async move {
+            session(&client, &ns, "img", "e2e-noimage").await;
+            let r = exec_json(&ns, "img", "git status", true);
+            assert_eq!(r["exitCode"].as_i64(), Some(126), "{r:#}");
+            let err = r["stderr"].as_str().unwrap();
+            assert!(
+                err.starts_with("kube-harness:") && err.contains("Image"),
+                "{err}"
+            );
+            let s: HarnessSession = Api::namespaced(client.clone(), &ns)
+                .get("img")
+                .await
+                .unwrap();
+            let escalated = s
+                .status
+                .unwrap()
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Escalated")
+                .unwrap();
+            assert_eq!(
+                (escalated.status.as_str(), escalated.reason.as_str()),
+                ("False", "Tier1Failed"),
+                "{escalated:?}"
+            );
+            no_tier1_pod_left(&client, &ns, "img").await;
+            let r = exec_json(&ns, "img", "echo still-here", true);
+            assert_eq!(
+                (r["stdout"].as_str(), r["tier"].as_i64()),
+                (Some("still-here\n"), Some(0)),
+                "{r:#}"
+            );
+        })
+        .await;
+    })
+    .await;
+}
