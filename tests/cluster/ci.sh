@@ -40,10 +40,12 @@ export KH_KUBECTL="$KH_BIN/kubectl"
 # The tests check container removal through the node's containerd too.
 export KH_CONTAINERD_ADDRESS="$KH_CONTAINERD_SOCK"
 cd "$KH_REPO_ROOT"
-cargo test -p kube-harness-e2e --no-run
+# The suites that gate CI (tier1 joins when the Tier-1 pods of issue 8 are complete).
+read -r -a suites <<<"${KH_E2E_SUITES:---test smoke --test operator}"
+cargo test -p kube-harness-e2e "${suites[@]}" --no-run
 # A bound on the whole suite, so a hung test fails the stage with the cluster logs instead of
 # running CI into its own limit.
 timeout --kill-after=30 "${KH_E2E_TIMEOUT:-1500}" \
-  cargo test -p kube-harness-e2e -- --ignored --test-threads=1 ||
+  cargo test -p kube-harness-e2e "${suites[@]}" -- --ignored --test-threads=1 ||
   die "e2e suite failed or exceeded ${KH_E2E_TIMEOUT:-1500}s (exit $?)"
 log "cluster stage passed in $((SECONDS - start))s"
