@@ -6,6 +6,8 @@ pub mod harness;
 pub mod namespace;
 pub mod node;
 pub mod pods;
+pub mod stats;
+pub mod tiers;
 pub mod wait;
 
 /// Image the smoke tests run (built from `images/smoke/Containerfile`); override with `KH_E2E_IMAGE`.

@@ -4,75 +4,20 @@
 //! loaded (tests/cluster/images.sh).
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
-use kube_harness_crds::tier::{
-    Capability, EgressPolicy, PullPolicy, SandboxTierSpec, TierTemplate, WarmPool,
-};
 use kube_harness_crds::{HarnessSession, SandboxTier};
 use kube_harness_e2e::harness::{self, kube_harness, stderr, stdout};
 use kube_harness_e2e::namespace::with_namespace;
+use kube_harness_e2e::tiers::{
+    no_tier1_pod_left, pool_pods, pool_settles, session, tier1_pods, toolchain_tier, with_tier,
+    TOOLCHAIN,
+};
 use kube_harness_e2e::wait::{self, Check};
 use serde_json::{json, Value};
 use std::time::Duration;
 
 const READY: Duration = Duration::from_secs(180);
-const TOOLCHAIN: &str = "localhost/kube-harness/toolchain:dev";
-
-fn toolchain_tier(name: &str, pool: u32) -> SandboxTier {
-    SandboxTier::new(
-        name,
-        SandboxTierSpec {
-            level: 1,
-            template: TierTemplate {
-                image: TOOLCHAIN.into(),
-                image_pull_policy: Some(PullPolicy::Never),
-                ..TierTemplate::default()
-            },
-            capabilities: vec![
-                Capability::VersionControl,
-                Capability::BuildToolchain,
-                Capability::PackageManager,
-            ],
-            egress: EgressPolicy::default(),
-            idle_timeout_seconds: 0,
-            warm_pool: WarmPool { size: pool }.into(),
-        },
-    )
-}
-
-/// Creates the cluster-scoped tier, runs `body`, deletes the tier whatever happened.
-async fn with_tier<F, Fut>(client: &Client, tier: SandboxTier, body: F)
-where
-    F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    let tiers: Api<SandboxTier> = Api::all(client.clone());
-    let name = tier.name_any();
-    let _ = tiers.delete(&name, &DeleteParams::default()).await;
-    tiers.create(&PostParams::default(), &tier).await.unwrap();
-    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(body())).await;
-    if let Err(e) = tiers.delete(&name, &DeleteParams::default()).await {
-        eprintln!("warning: deleting SandboxTier {name}: {e}");
-    }
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
-}
-
-/// The demo session, escalating to `tier`.
-async fn session(client: &Client, ns: &str, name: &str, tier: &str) -> HarnessSession {
-    harness::restrict(client, ns).await.unwrap();
-    let mut s = harness::example_session("demo.yaml", name).unwrap();
-    s.spec.escalation = Some(kube_harness_crds::session::Escalation {
-        tier: Some(tier.into()),
-    });
-    Api::<HarnessSession>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &s)
-        .await
-        .unwrap();
-    harness::wait_ready(client, ns, name, READY).await.unwrap()
-}
 
 /// `kube-harness exec --json` in the session's own run → the parsed response.
 fn exec_json(ns: &str, name: &str, script: &str, end_turn: bool) -> Value {
@@ -89,38 +34,6 @@ fn exec_json(ns: &str, name: &str, script: &str, end_turn: bool) -> Value {
             stderr(&out)
         )
     })
-}
-
-/// Tier-1 pods serving this session (in the release namespace).
-async fn tier1_pods(client: &Client, ns: &str, session: &str) -> Vec<Pod> {
-    Api::<Pod>::namespaced(client.clone(), &harness::release_namespace())
-        .list(&ListParams::default().labels(&format!(
-            "kubeharness.dev/role=tier1,kubeharness.dev/session-namespace={ns},kubeharness.dev/session={session}"
-        )))
-        .await
-        .unwrap()
-        .items
-}
-
-async fn no_tier1_pod_left(client: &Client, ns: &str, session: &str) {
-    wait::until(
-        "no Tier-1 pod left for the session",
-        Duration::from_secs(90),
-        || async {
-            let left: Vec<String> = tier1_pods(client, ns, session)
-                .await
-                .iter()
-                .map(|p| p.name_any())
-                .collect();
-            Ok(if left.is_empty() {
-                Check::Done(())
-            } else {
-                Check::Pending(format!("{left:?}"))
-            })
-        },
-    )
-    .await
-    .unwrap();
 }
 
 /// The session log events of a run, by type.
@@ -222,59 +135,6 @@ async fn a_build_script_escalates_whole_before_anything_runs_on_tier0() {
         .await;
     })
     .await;
-}
-
-/// Pool pods of a tier: (name, claimed, ready, image).
-async fn pool_pods(client: &Client, tier: &str) -> Vec<(String, bool, bool, String)> {
-    Api::<Pod>::namespaced(client.clone(), &harness::release_namespace())
-        .list(&ListParams::default().labels(&format!("kubeharness.dev/pool={tier}")))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .map(|p| {
-            let claimed = p
-                .labels()
-                .get("kubeharness.dev/claimed")
-                .map(String::as_str)
-                == Some("true");
-            let ready = p
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            let image = p
-                .spec
-                .as_ref()
-                .map(|s| s.containers[0].image.clone().unwrap_or_default())
-                .unwrap_or_default();
-            (p.name_any(), claimed, ready, image)
-        })
-        .collect()
-}
-
-/// Waits until the tier has `n` ready, unclaimed pool pods running `image`, and no other idle ones.
-async fn pool_settles(client: &Client, tier: &str, n: usize, image: &str) {
-    wait::until(
-        &format!("{n} ready pool pods of {tier} on {image}"),
-        READY,
-        || async {
-            let idle: Vec<_> = pool_pods(client, tier)
-                .await
-                .into_iter()
-                .filter(|p| !p.1)
-                .collect();
-            let good = idle.iter().filter(|p| p.2 && p.3 == image).count();
-            Ok(if good == n && idle.len() == n {
-                Check::Done(())
-            } else {
-                Check::Pending(format!("{idle:?}"))
-            })
-        },
-    )
-    .await
-    .unwrap();
 }
 
 /// The sandbox record of the last escalation in `run`.

@@ -5,51 +5,15 @@
 //!
 //!   cargo run -p kube-harness-e2e --bin cluster-bench
 
-use kube::api::{DeleteParams, PostParams};
-use kube::{Api, Client};
+use kube::api::DeleteParams;
+use kube::Api;
 use kube_harness_client::SessionHandle;
 use kube_harness_crds::HarnessSession;
 use kube_harness_e2e::harness::{self, kube_harness, kubectl};
 use kube_harness_e2e::namespace::with_namespace;
+use kube_harness_e2e::stats::{env_usize, summary};
 use kube_harness_worker::api::model::ExecRequest;
 use std::time::{Duration, Instant};
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn summary(label: &str, mut samples: Vec<Duration>) -> (Duration, Duration) {
-    samples.sort();
-    let (p50, p95) = (percentile(&samples, 0.5), percentile(&samples, 0.95));
-    println!(
-        "{label:<44} n={:<3} p50 {:>9.1} ms   p95 {:>9.1} ms",
-        samples.len(),
-        p50.as_secs_f64() * 1e3,
-        p95.as_secs_f64() * 1e3
-    );
-    (p50, p95)
-}
-
-async fn demo_session(client: &Client, ns: &str, name: &str) -> HarnessSession {
-    let mut s: HarnessSession = serde_yaml::from_str(
-        &std::fs::read_to_string(harness::repo_root().join("examples/demo.yaml"))
-            .expect("examples/demo.yaml"),
-    )
-    .expect("demo.yaml");
-    s.metadata.name = Some(name.into());
-    Api::<HarnessSession>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &s)
-        .await
-        .expect("create session")
-}
 
 #[tokio::main]
 async fn main() {
@@ -63,7 +27,7 @@ async fn main() {
         for i in 0..sessions {
             let name = format!("b{i}");
             let start = Instant::now();
-            demo_session(&client, &ns, &name).await;
+            harness::apply_example(&client, &ns, "demo.yaml", &name).await.unwrap();
             harness::wait_ready(&client, &ns, &name, Duration::from_secs(180)).await.unwrap();
             ready.push(start.elapsed());
             api.delete(&name, &DeleteParams::default()).await.unwrap();
@@ -71,7 +35,7 @@ async fn main() {
         summary("created -> Ready", ready);
 
         println!("\n== exec round trip of `true` ({execs} each, same worker pod, same run)");
-        demo_session(&client, &ns, "rt").await;
+        harness::apply_example(&client, &ns, "demo.yaml", "rt").await.unwrap();
         harness::wait_ready(&client, &ns, "rt", Duration::from_secs(180)).await.unwrap();
         let handle = SessionHandle::new(client.clone(), &ns, "rt");
         let connected = handle.connect(Duration::from_secs(60)).await.unwrap();

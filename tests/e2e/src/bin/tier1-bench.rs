@@ -1,0 +1,133 @@
+//! Tier-1 bench (issue 8), on a cluster with the chart installed and the toolchain image loaded:
+//!
+//! - escalation latency, from the worker's escalation decision to the first Tier-1 command done
+//!   (the exec round trip of an escalating `git --version` through the worker API; the worker's own
+//!   `provisionMs` is printed beside it), for a 100-file / 1 MiB workspace, with a cold tier (no
+//!   pool: a pod is created per escalation) against a warm pool (a prepared pod is claimed), p50/p95
+//!   over KH_BENCH_RUNS (default 20) each;
+//! - handoff and merge throughput for 1,000 files / 10 MiB: every file is handed over, modified on
+//!   Tier-1, and merged back at the end of the turn.
+//!
+//!   cargo run --release -p kube-harness-e2e --bin tier1-bench
+
+use kube::Client;
+use kube_harness_client::SessionHandle;
+use kube_harness_e2e::namespace::with_namespace;
+use kube_harness_e2e::stats::{env_usize, summary};
+use kube_harness_e2e::tiers::{pool_settles, session, toolchain_tier, with_tier, TOOLCHAIN};
+use kube_harness_worker::api::client::WorkerClient;
+use kube_harness_worker::api::model::ExecRequest;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(180);
+
+/// Runs `script` (ending the turn) and returns the response's events' escalation record.
+async fn escalate_once(worker: &WorkerClient, script: &str) -> (Duration, Value, Value) {
+    let t = Instant::now();
+    let r = worker.exec(&ExecRequest::new(script)).await.unwrap();
+    let took = t.elapsed();
+    assert_eq!((r.exit_code, r.tier), (0, 1), "{r:?}");
+    let escalated = r
+        .events
+        .iter()
+        .find(|e| e.kind == "harness.tier.escalated")
+        .map(|e| e.data.clone())
+        .unwrap_or_else(|| panic!("no escalation event in {:?}", r.events));
+    let ended = worker.end_turn().await.unwrap();
+    let usage = ended.turn.map(|t| t.usage).unwrap_or(Value::Null);
+    (took, escalated, usage)
+}
+
+fn workspace_script(dir: &str, files: usize, bytes_each: usize) -> String {
+    format!("mkdir -p /session/{dir} && for i in $(seq 1 {files}); do head -c {bytes_each} /dev/urandom > /session/{dir}/f$i; done")
+}
+
+#[tokio::main]
+async fn main() {
+    let runs = env_usize("KH_BENCH_RUNS", 20);
+    let client = Client::try_default().await.unwrap();
+    let mut warm = toolchain_tier("bench-warm", 2);
+    // The bench's workspace is 1 MiB: let prepared pods take it.
+    warm.spec = serde_json::from_value({
+        let mut v = serde_json::to_value(&warm.spec).unwrap();
+        v["warmPool"]["maxWorkspaceBytes"] = (4u64 << 20).into();
+        v
+    })
+    .unwrap();
+    let c2 = client.clone();
+    with_tier(&client, toolchain_tier("bench-cold", 0), || async move {
+        with_tier(&c2, warm, || async {
+            with_namespace("t1bench", |client, ns| async move {
+                let mut workers = Vec::new();
+                for (name, tier) in [("cold", "bench-cold"), ("warm", "bench-warm")] {
+                    session(&client, &ns, name, tier).await;
+                    let h = SessionHandle::new(client.clone(), &ns, name);
+                    let connected = h.connect(WAIT).await.unwrap();
+                    let r = connected
+                        .worker
+                        .exec(&ExecRequest::new(workspace_script("ws", 100, 10 * 1024)))
+                        .await
+                        .unwrap();
+                    assert_eq!((r.exit_code, r.tier), (0, 0), "{r:?}");
+                    connected.worker.end_turn().await.unwrap();
+                    workers.push(connected);
+                }
+                println!("== escalation latency, 100 files / 1 MiB workspace, {runs} runs each");
+                let mut results = Vec::new();
+                for (i, label) in ["cold (ordinary pod per escalation)", "warm pool (prepared pod)"].iter().enumerate() {
+                    let (mut total, mut provision) = (Vec::new(), Vec::new());
+                    for _ in 0..runs {
+                        if i == 1 {
+                            pool_settles(&client, "bench-warm", 2, TOOLCHAIN).await;
+                        }
+                        let (took, escalated, _) = escalate_once(&workers[i].worker, "git --version").await;
+                        let source = escalated["sandbox"]["source"].as_str().unwrap_or("?").to_string();
+                        assert_eq!(source, if i == 0 { "ordinary" } else { "prepared" }, "{escalated}");
+                        total.push(took);
+                        provision.push(Duration::from_millis(escalated["provisionMs"].as_u64().unwrap_or(0)));
+                    }
+                    let (p50, p95) = summary(&format!("{label}: exec round trip"), total);
+                    summary(&format!("{label}: provisionMs"), provision);
+                    results.push((p50, p95));
+                }
+                println!(
+                    "ratio cold / warm: p50 {:.2}x, p95 {:.2}x",
+                    results[0].0.as_secs_f64() / results[1].0.as_secs_f64(),
+                    results[0].1.as_secs_f64() / results[1].1.as_secs_f64()
+                );
+
+                println!("\n== handoff and merge, 1,000 files / 10 MiB (cold tier)");
+                let cold = &workers[0].worker;
+                let r = cold.exec(&ExecRequest::new(workspace_script("big", 1000, 10 * 1024))).await.unwrap();
+                assert_eq!(r.exit_code, 0, "{r:?}");
+                cold.end_turn().await.unwrap();
+                let script = "git --version >/dev/null && for f in /session/big/*; do echo x >> \"$f\"; done";
+                let t = Instant::now();
+                let r = cold.exec(&ExecRequest::new(script)).await.unwrap();
+                let exec_took = t.elapsed();
+                assert_eq!((r.exit_code, r.tier), (0, 1), "{r:?}");
+                let t = Instant::now();
+                let ended = cold.end_turn().await.unwrap().turn.unwrap();
+                let merge_took = t.elapsed();
+                let higher = &ended.usage["higherTier"];
+                let over = higher["bytesHandedOver"].as_u64().unwrap_or(0) as f64;
+                let back = higher["bytesReturned"].as_u64().unwrap_or(0) as f64;
+                let changed = ended.file_changes.len();
+                assert!(changed >= 1000, "{changed} files merged back");
+                let mib = |b: f64| b / (1 << 20) as f64;
+                println!("exec (provision + handoff + command): {:>8.1} ms, {:.1} MiB handed over", exec_took.as_secs_f64() * 1e3, mib(over));
+                println!("  of which provisionMs (pod start + handoff): {}", higher["provisionMs"]);
+                println!(
+                    "end of turn (changes + merge + release): {:>8.1} ms, {:.1} MiB back, {changed} files, {:.1} MiB/s",
+                    merge_took.as_secs_f64() * 1e3,
+                    mib(back),
+                    mib(back) / merge_took.as_secs_f64()
+                );
+            })
+            .await;
+        })
+        .await;
+    })
+    .await;
+}
