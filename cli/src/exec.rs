@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use clap::Args;
-use kube_harness_client::SessionHandle;
+use kube_harness_client::{Connected, SessionHandle};
 use kube_harness_worker::api::client::WorkerClient;
 use kube_harness_worker::api::model::{EndTurnResponse, ExecRequest};
 use std::io::Write;
@@ -47,14 +47,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
-    let client = kube::Client::try_default()
-        .await
-        .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
-    let namespace = args
-        .namespace
-        .unwrap_or_else(|| client.default_namespace().to_string());
-    let handle = SessionHandle::new(client, namespace, &args.session);
-    let connected = handle.connect(Duration::from_secs(args.wait)).await?;
+    let connected = connect(args.namespace, &args.session, args.wait).await?;
     let mut request = ExecRequest::new(args.script.join(" "));
     request.run_id = args.run_id;
     request.step_key = args.step_key;
@@ -84,6 +77,17 @@ async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(response.exit_code.clamp(0, 255) as u8))
 }
 
+/// Finds the session (in `namespace`, default the kubeconfig's), waits up to `wait` seconds for it
+/// to be Ready (waking it), and opens a tunnel to its worker.
+async fn connect(namespace: Option<String>, session: &str, wait: u64) -> anyhow::Result<Connected> {
+    let client = kube::Client::try_default()
+        .await
+        .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
+    let namespace = namespace.unwrap_or_else(|| client.default_namespace().to_string());
+    let handle = SessionHandle::new(client, namespace, session);
+    Ok(handle.connect(Duration::from_secs(wait)).await?)
+}
+
 /// Ends the session's open turn (no-op when none is open).
 async fn end_turn(worker: &WorkerClient, session: &str) -> anyhow::Result<EndTurnResponse> {
     worker
@@ -111,14 +115,7 @@ pub struct EndTurnArgs {
 
 pub fn run_end_turn(args: EndTurnArgs) -> anyhow::Result<ExitCode> {
     tokio::runtime::Runtime::new()?.block_on(async move {
-        let client = kube::Client::try_default()
-            .await
-            .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
-        let namespace = args
-            .namespace
-            .unwrap_or_else(|| client.default_namespace().to_string());
-        let handle = SessionHandle::new(client, namespace, &args.session);
-        let connected = handle.connect(Duration::from_secs(args.wait)).await?;
+        let connected = connect(args.namespace, &args.session, args.wait).await?;
         let ended = end_turn(&connected.worker, &args.session).await?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&ended)?);

@@ -162,3 +162,29 @@ pub async fn session_log_events(
         .await
         .map_err(|e| E2eError::Failed(format!("reading run {run}: {e}")))
 }
+
+/// The session's condition of `type_` (panics with the status when absent).
+pub async fn condition(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    type_: &str,
+) -> Result<kube_harness_crds::condition::Condition> {
+    let s: HarnessSession = Api::namespaced(client.clone(), ns).get(name).await?;
+    let conditions = s.status.unwrap_or_default().conditions;
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .cloned()
+        .ok_or_else(|| E2eError::Failed(format!("no {type_} condition in {conditions:?}")))
+}
+
+/// Deletes a pod with no grace period: its containers get SIGKILL.
+pub async fn kill_pod(pods: &Api<k8s_openapi::api::core::v1::Pod>, name: &str) -> Result<()> {
+    let now = kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        ..kube::api::DeleteParams::default()
+    };
+    pods.delete(name, &now).await?;
+    Ok(())
+}

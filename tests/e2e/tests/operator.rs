@@ -82,16 +82,8 @@ async fn demo_runs_commands_refuses_escalation_and_is_explained() {
         // Escalation without a Tier-1 tier: 126 and Escalated=False with a reason.
         let (code, _, err) = cli_exec(&ns, "demo", "git status", &[]);
         assert_eq!(code, 126, "stderr: {err}");
-        let s: HarnessSession = Api::namespaced(client.clone(), &ns)
-            .get("demo")
+        let escalated = harness::condition(&client, &ns, "demo", types::ESCALATED)
             .await
-            .unwrap();
-        let escalated = s
-            .status
-            .unwrap()
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == types::ESCALATED)
             .unwrap();
         assert_eq!(
             (escalated.status.as_str(), escalated.reason.as_str()),
@@ -199,15 +191,7 @@ async fn a_killed_worker_fails_the_command_and_the_session_recovers() {
                 .await
         });
         tokio::time::sleep(Duration::from_secs(3)).await;
-        pods.delete(
-            "kill-worker",
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..DeleteParams::default()
-            },
-        )
-        .await
-        .unwrap();
+        harness::kill_pod(&pods, "kill-worker").await.unwrap();
         let result = tokio::time::timeout(Duration::from_secs(60), running)
             .await
             .expect("the client must not hang")

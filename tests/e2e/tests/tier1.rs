@@ -4,9 +4,9 @@
 //! loaded (tests/cluster/images.sh).
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
-use kube_harness_crds::{HarnessSession, SandboxTier};
+use kube_harness_crds::SandboxTier;
 use kube_harness_e2e::harness::{self, kube_harness, stderr, stdout};
 use kube_harness_e2e::namespace::with_namespace;
 use kube_harness_e2e::tiers::{
@@ -322,15 +322,7 @@ async fn failures_end_the_turn_cleanly_and_leave_no_tier1_pod() {
             let running = spawn_exec(&ns, "fail", "git init -q k && sleep 60 && echo finished");
             let pod = first_tier1_pod(&client, &ns, "fail", true).await;
             tokio::time::sleep(Duration::from_secs(3)).await;
-            pods.delete(
-                &pod.name_any(),
-                &DeleteParams {
-                    grace_period_seconds: Some(0),
-                    ..DeleteParams::default()
-                },
-            )
-            .await
-            .unwrap();
+            harness::kill_pod(&pods, &pod.name_any()).await.unwrap();
             let (code, out, err) = tokio::time::timeout(Duration::from_secs(120), running)
                 .await
                 .expect("exec must not hang")
@@ -358,16 +350,7 @@ async fn failures_end_the_turn_cleanly_and_leave_no_tier1_pod() {
                 .unwrap()
                 .items
             {
-                operators
-                    .delete(
-                        &op.name_any(),
-                        &DeleteParams {
-                            grace_period_seconds: Some(0),
-                            ..DeleteParams::default()
-                        },
-                    )
-                    .await
-                    .unwrap();
+                harness::kill_pod(&operators, &op.name_any()).await.unwrap();
             }
             let (code, out, err) = tokio::time::timeout(Duration::from_secs(240), running)
                 .await
@@ -404,16 +387,8 @@ async fn an_image_that_cannot_start_is_126_with_a_reason_and_a_condition() {
                 err.starts_with("kube-harness:") && err.contains("Image"),
                 "{err}"
             );
-            let s: HarnessSession = Api::namespaced(client.clone(), &ns)
-                .get("img")
+            let escalated = harness::condition(&client, &ns, "img", "Escalated")
                 .await
-                .unwrap();
-            let escalated = s
-                .status
-                .unwrap()
-                .conditions
-                .into_iter()
-                .find(|c| c.type_ == "Escalated")
                 .unwrap();
             assert_eq!(
                 (escalated.status.as_str(), escalated.reason.as_str()),
