@@ -1,6 +1,7 @@
 //! `kube-harness worker`: the Tier-0 worker of one session, serving the runtime over HTTP (the
-//! operator runs it in the session's pod). Every flag can also come from a `KH_WORKER_*`
-//! environment variable, which is how the pod template sets them.
+//! operator runs it in the session's pod), or with `--tier 1` the agent of a Tier-1 pod
+//! (docs/tier1.md). Every flag can also come from a `KH_WORKER_*` environment variable, which is
+//! how the pod template sets them.
 
 use anyhow::Context;
 use clap::{ArgAction, Args};
@@ -8,6 +9,8 @@ use kube_harness_worker::api::{
     self, AuthConfig, SameSession, SessionLogConfig, Worker, WorkerConfig,
 };
 use kube_harness_worker::classify::RuntimeToggles;
+use kube_harness_worker::runtime::NextTier;
+use kube_harness_worker::tier1::{self, Agent, AgentConfig, PodTier1, PodTier1Config};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,8 +28,10 @@ pub struct WorkerArgs {
     /// The session's name: the default session log run id, reported by /v1/status.
     #[arg(long, env = "KH_WORKER_SESSION", default_value = "session")]
     session: String,
-    /// The tier this worker is. Only 0 exists so far (Tier-1 agent mode is not built yet).
-    #[arg(long, env = "KH_WORKER_TIER", default_value_t = 0)]
+    /// The tier this process is: 0 (the session's worker) or 1 (the agent of a Tier-1 pod,
+    /// which uses only --listen, --token-file, --workspace-root, --command-timeout and
+    /// --max-timeout).
+    #[arg(long, env = "KH_WORKER_TIER", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
     tier: u8,
     /// Whether python3/python may run on Tier-0.
     #[arg(long, env = "KH_WORKER_PYTHON", value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
@@ -65,9 +70,26 @@ pub struct WorkerArgs {
         value_name = "DIR"
     )]
     workspace_root: PathBuf,
-    /// Where escalating commands go: `none` refuses them with exit 126 (no Tier-1 tier yet).
-    #[arg(long, env = "KH_WORKER_ESCALATION", default_value = "none", value_parser = ["none"])]
+    /// Where escalating commands go: `none` refuses them with exit 126; `pod` asks the
+    /// operator's tier API for a Tier-1 pod (needs --tier-api-url and --session-namespace).
+    #[arg(long, env = "KH_WORKER_ESCALATION", default_value = "none", value_parser = ["none", "pod"])]
     escalation: String,
+    /// The operator's tier API (`http://<release>-operator.<namespace>:8081`), for
+    /// `--escalation pod`; the worker's own token (--token-file) is the bearer.
+    #[arg(long, env = "KH_WORKER_TIER_API_URL", value_name = "URL")]
+    tier_api_url: Option<String>,
+    /// The session's namespace, for `--escalation pod`.
+    #[arg(long, env = "KH_WORKER_SESSION_NAMESPACE", value_name = "NS")]
+    session_namespace: Option<String>,
+    /// How long a Tier-1 pod may take to be ready and bound before the command is refused
+    /// with 126, in seconds.
+    #[arg(
+        long,
+        env = "KH_WORKER_PROVISION_TIMEOUT",
+        default_value_t = 180,
+        value_name = "SECONDS"
+    )]
+    provision_timeout: u64,
     /// Default per-command time limit, in seconds.
     #[arg(
         long,
@@ -95,16 +117,17 @@ pub struct WorkerArgs {
 }
 
 pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
-    if args.tier != 0 {
-        anyhow::bail!(
-            "--tier {} is not supported: this worker serves Tier-0 only (Tier-1 agent mode is not built yet)",
-            args.tier
-        );
-    }
     if args.command_timeout == 0 || args.command_timeout > args.max_timeout {
         anyhow::bail!("--command-timeout must be 1..=--max-timeout seconds");
     }
+    if args.tier == 1 {
+        return run_agent(args);
+    }
     let auth = AuthConfig::from_token_file(&args.token_file)?;
+    let next_tier = match args.escalation.as_str() {
+        "pod" => Some(pod_tier(&args)?),
+        _ => None,
+    };
     let session_log = match (&args.session_log_url, &args.session_log_token_file) {
         (Some(url), token_file) => Some(SessionLogConfig {
             url: url.clone(),
@@ -136,18 +159,60 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     config.command_timeout = Duration::from_secs(args.command_timeout);
     config.max_timeout = Duration::from_secs(args.max_timeout);
     config.shutdown_grace = Duration::from_secs(args.shutdown_grace);
-    // `--escalation none` is the only choice so far: no next tier, escalations refused with 126.
-    debug_assert_eq!(args.escalation, "none");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
-        let worker = Arc::new(Worker::new(config, None).map_err(anyhow::Error::msg)?);
+        let worker = Arc::new(Worker::new(config, next_tier).map_err(anyhow::Error::msg)?);
         let listener = api::bind(args.listen)
             .await
             .with_context(|| format!("binding {}", args.listen))?;
         api::serve(listener, worker, auth, api::shutdown_signal())
+            .await
+            .context("serving")
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--escalation pod`: Tier-1 pods from the operator, the worker's token as the bearer.
+fn pod_tier(args: &WorkerArgs) -> anyhow::Result<Arc<dyn NextTier>> {
+    let (Some(url), Some(namespace)) = (&args.tier_api_url, &args.session_namespace) else {
+        anyhow::bail!("--escalation pod needs --tier-api-url and --session-namespace");
+    };
+    if args.provision_timeout == 0 {
+        anyhow::bail!("--provision-timeout must be at least 1 second");
+    }
+    let token = std::fs::read_to_string(&args.token_file)
+        .with_context(|| format!("reading {}", args.token_file.display()))?;
+    let mut config = PodTier1Config::new(url, namespace, &args.session, token.trim());
+    config.provision_timeout = Duration::from_secs(args.provision_timeout);
+    config.command_timeout = Duration::from_secs(args.command_timeout);
+    Ok(Arc::new(PodTier1::new(config).map_err(anyhow::Error::msg)?))
+}
+
+/// `--tier 1`: the agent of a Tier-1 pod. It reaps its commands' escaped descendants (it is the
+/// container's PID 1, or made a subreaper here).
+fn run_agent(args: WorkerArgs) -> anyhow::Result<ExitCode> {
+    let auth = AuthConfig::from_token_file(&args.token_file)?;
+    tier1::reap::become_subreaper().context("becoming the reaper of orphaned commands")?;
+    let mut config = AgentConfig::new(&args.workspace_root);
+    config.default_timeout = Duration::from_secs(args.command_timeout);
+    // The worker sends its own limits (up to its --max-timeout); the agent's bound is a guard
+    // against nonsense, not a second policy.
+    config.max_timeout = Duration::from_secs(args.max_timeout.max(3600));
+    config.reap_orphans = true;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let agent = Arc::new(Agent::new(config).map_err(anyhow::Error::msg)?);
+        let listener = api::bind(args.listen)
+            .await
+            .with_context(|| format!("binding {}", args.listen))?;
+        tracing::info!(addr = %args.listen, "Tier-1 agent listening");
+        tier1::agent_http::serve(listener, agent, auth, api::shutdown_signal())
             .await
             .context("serving")
     })?;

@@ -258,6 +258,8 @@ impl Worker {
             ..ExecContext::default()
         };
         tier0.set_next_timeout(timeout);
+        // The same limit for a command that runs on Tier-1.
+        open.turn.set_next_timeout(timeout);
         let outcome = open
             .turn
             .exec_step(&req.script, req.step_key.as_deref())

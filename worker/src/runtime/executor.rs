@@ -15,8 +15,11 @@ pub struct ExecRequest {
     /// Harness path to start in.
     pub cwd: PathBuf,
     /// The exported variables carried from earlier commands; the executor adds its own tier-owned
-    /// ones (PATH, HOME, …). Each executor applies its own time limit.
+    /// ones (PATH, HOME, …).
     pub env: BTreeMap<String, String>,
+    /// This command's time limit, when the caller set one; otherwise the executor's default.
+    /// (Tier-0 takes its limit from the sandbox it was built with, see `api::tier0`.)
+    pub timeout: Option<Duration>,
 }
 
 /// What an executor reports. Faults are results too (exit 126 and a `kube-harness:` stderr line).
@@ -62,6 +65,11 @@ pub trait CommandExecutor: Send + Sync {
     fn tier(&self) -> u8;
     /// Runs one command. Must not panic or hang past `req.timeout` (plus cleanup).
     async fn execute(&self, req: ExecRequest) -> ExecResult;
+    /// What the tier reports about itself when it opens, before its first command runs (a pod:
+    /// `{"source", "missReason", "pod"}`); it goes into the `harness.tier.escalated` record.
+    fn opened(&self) -> Option<Value> {
+        None
+    }
     /// Releases the tier at the end of the turn; an error becomes `harness.runtime.dispose.failed`.
     async fn dispose(&self) -> Result<DisposeReport, String>;
 }

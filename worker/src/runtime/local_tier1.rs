@@ -6,6 +6,7 @@
 //! worker pod's own tests). Without it, provisioning fails and the command is refused with 126.
 
 use super::executor::{CommandExecutor, DisposeReport, ExecRequest, ExecResult, NextTier};
+use crate::tier1::shell::{self, ShellCommand, ShellLimits, View};
 use crate::workspace::{self, ApplyOptions, PackOptions, Snapshot, UnpackOptions, WorkspaceSpec};
 use async_trait::async_trait;
 use serde_json::json;
@@ -14,7 +15,6 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::AsyncReadExt;
 
 /// Provisions [`HostShell`]s lazily, on a turn's first escalation.
 pub struct LocalTier1 {
@@ -112,151 +112,29 @@ pub struct HostShell {
     busy_ms: AtomicU64,
 }
 
-/// Builds the namespace (a tmpfs root that binds every top-level host directory, then the
-/// workspace copy at the canonical paths) and runs the script there, state on fd 3.
-const SETUP: &str = r#"set -e
-new="$KH_ROOT/newroot"
-mkdir -p "$new"
-mount -t tmpfs kh-tier1 "$new"
-for d in /*; do
-  name="${d#/}"
-  case "$name" in proc|sys|dev|session|artifacts|persistent|.agents) continue ;; esac
-  if [ -L "$d" ]; then ln -s "$(readlink "$d")" "$new/$name"
-  elif [ -d "$d" ]; then mkdir "$new/$name"; mount --rbind "$d" "$new/$name"; fi
-done
-for d in proc sys dev; do mkdir "$new/$d"; mount --rbind "/$d" "$new/$d"; done
-while IFS='|' read -r harness backing mode; do
-  [ -n "$harness" ] || continue
-  mkdir -p "$new$harness"
-  mount --bind "$backing" "$new$harness"
-  if [ "$mode" = ro ]; then mount -o remount,bind,ro "$new$harness"; fi
-done < "$KH_ROOT/mounts"
-exec 3>"$KH_ROOT/state"
-exec chroot "$new" /bin/bash -c 'cd -- "$KH_CWD" 2>/dev/null || cd /session; unset KH_ROOT KH_CWD KH_SCRIPT_FILE; exec /bin/bash -c "$(cat "$0")"' "/.kh-script"
-"#;
-
 impl HostShell {
-    fn mount_table(&self) -> String {
-        let mut lines = String::new();
-        for m in &self.tier1_spec.mounts {
-            let mode = if m.writable { "rw" } else { "ro" };
-            lines.push_str(&format!(
-                "{}|{}|{mode}\n",
-                m.harness_path.display(),
-                m.backing_path.display()
-            ));
-        }
-        lines
-    }
-
     async fn run(&self, req: &ExecRequest) -> Result<ExecResult, String> {
-        let root = self.scratch.path();
-        let script_path = root.join("script");
-        tokio::fs::write(&script_path, &req.script)
-            .await
-            .map_err(|e| format!("writing the script: {e}"))?;
-        tokio::fs::write(root.join("mounts"), self.mount_table())
-            .await
-            .map_err(|e| format!("writing the mount table: {e}"))?;
-        let _ = tokio::fs::remove_file(root.join("state")).await;
-        // The script reaches the chroot through a bind of the scratch dir's file at /.kh-script.
-        let setup = SETUP.replace(
-            "exec 3>\"$KH_ROOT/state\"",
-            "touch \"$new/.kh-script\"; mount --bind \"$KH_ROOT/script\" \"$new/.kh-script\"\nexec 3>\"$KH_ROOT/state\"",
+        let mut env = req.env.clone();
+        env.insert("PATH".into(), host_path());
+        env.insert(
+            "HOME".into(),
+            std::env::var("HOME").unwrap_or_else(|_| "/root".into()),
         );
-        let mut cmd = tokio::process::Command::new("unshare");
-        cmd.args([
-            "--mount",
-            "--propagation",
-            "private",
-            "/bin/sh",
-            "-c",
-            &setup,
-        ])
-        .env_clear()
-        .envs(&req.env)
-        .env("PATH", host_path())
-        .env(
-            "HOME",
-            std::env::var_os("HOME").unwrap_or_else(|| "/root".into()),
-        )
-        .env("KH_ROOT", root)
-        .env("KH_CWD", &req.cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-        let started = Instant::now();
-        let mut child = cmd.spawn().map_err(|e| format!("starting unshare: {e}"))?;
-        let pgid = child.id().map(|p| p as i32);
-        let limit = self.max_output_bytes;
-        let mut out = child.stdout.take().expect("piped");
-        let mut err = child.stderr.take().expect("piped");
-        let read_capped = |mut r: Box<dyn tokio::io::AsyncRead + Unpin + Send>| async move {
-            let mut kept = Vec::new();
-            let mut buf = [0u8; 8192];
-            let mut truncated = false;
-            loop {
-                match r.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        let room = limit.saturating_sub(kept.len());
-                        kept.extend_from_slice(&buf[..n.min(room)]);
-                        truncated |= n > room;
-                    }
-                }
-            }
-            (kept, truncated)
+        let view = View::Namespace {
+            scratch: self.scratch.path().to_path_buf(),
+            mounts: self.tier1_spec.mounts.clone(),
         };
-        let collect = async {
-            let (o, e, status) = tokio::join!(
-                read_capped(Box::new(&mut out)),
-                read_capped(Box::new(&mut err)),
-                child.wait()
-            );
-            (o, e, status)
+        let limits = ShellLimits {
+            timeout: req.timeout.unwrap_or(self.timeout),
+            max_output_bytes: self.max_output_bytes,
+            ..ShellLimits::default()
         };
-        let finished = tokio::time::timeout(self.timeout, collect).await;
-        // Whatever happened, nothing of the command's process group outlives it.
-        if let Some(pgid) = pgid {
-            // SAFETY: kill(2) on our own child's process group.
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        }
-        let state = tokio::fs::read(root.join("state"))
-            .await
-            .unwrap_or_default();
-        let duration = started.elapsed();
-        match finished {
-            Ok(((stdout, t1), (stderr, t2), status)) => {
-                let status = status.map_err(|e| format!("waiting for the command: {e}"))?;
-                use std::os::unix::process::ExitStatusExt;
-                let exit_code = status
-                    .code()
-                    .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-                Ok(ExecResult {
-                    stdout,
-                    stderr,
-                    exit_code,
-                    timed_out: false,
-                    truncated: t1 || t2,
-                    duration,
-                    state,
-                })
-            }
-            Err(_) => Ok(ExecResult {
-                stderr: format!(
-                    "kube-harness: the command timed out after {:?}\n",
-                    self.timeout
-                )
-                .into_bytes(),
-                exit_code: 124,
-                timed_out: true,
-                duration,
-                state,
-                ..ExecResult::default()
-            }),
-        }
+        let cmd = ShellCommand {
+            script: &req.script,
+            cwd: &req.cwd,
+            env: &env,
+        };
+        shell::run(&cmd, &view, &limits).await
     }
 }
 

@@ -68,6 +68,8 @@ pub struct Turn {
     next_tier: Option<Arc<dyn NextTier>>,
     tracker: Option<Arc<dyn Tracker>>,
     gate: Option<Arc<dyn StartGate>>,
+    /// The time limit of the next command (`None`: each tier's default).
+    next_timeout: std::sync::Mutex<Option<std::time::Duration>>,
     state: Mutex<TurnState>,
 }
 
@@ -88,6 +90,7 @@ impl Turn {
             next_tier,
             tracker,
             gate: None,
+            next_timeout: std::sync::Mutex::new(None),
             state: Mutex::new(TurnState {
                 cwd,
                 env,
@@ -104,6 +107,12 @@ impl Turn {
     pub fn with_start_gate(mut self, gate: Arc<dyn StartGate>) -> Self {
         self.gate = Some(gate);
         self
+    }
+
+    /// Sets the time limit of the next command, on whichever tier it runs (`None`: the tier's
+    /// default).
+    pub fn set_next_timeout(&self, timeout: Option<std::time::Duration>) {
+        *self.next_timeout.lock().expect("timeout lock") = timeout;
     }
 
     /// The cwd and exported variables the next command will start with.
@@ -270,12 +279,16 @@ impl Turn {
             .provision(&self.config.workspace)
             .await
             .map_err(|e| format!("the higher tier could not be provisioned: {e}"))?;
-        let record = json!({
+        let mut record = json!({
             "signal": signal,
             "detail": detail,
             "toTier": higher.tier(),
             "provisionMs": started.elapsed().as_millis() as u64,
         });
+        // Where the sandbox came from (prepared or ordinary, and why), before any command runs.
+        if let Some(sandbox) = higher.opened() {
+            record["sandbox"] = sandbox;
+        }
         self.emitter.emit(kind::TIER_ESCALATED, record.clone());
         st.escalations.push(record);
         st.higher = Some(higher);
@@ -312,11 +325,13 @@ impl Turn {
         let tracker = self.tracker.as_ref().filter(|_| tier == 0);
         let before = tracker.map(|t| t.snapshot());
         let started = Instant::now();
+        let timeout = *self.next_timeout.lock().expect("timeout lock");
         let result = executor
             .execute(ExecRequest {
                 script: state::wrap(script),
                 cwd: st.cwd.clone(),
                 env: st.env.clone(),
+                timeout,
             })
             .await;
         let duration_ms = started.elapsed().as_millis() as u64;
