@@ -17,6 +17,11 @@ use std::collections::BTreeMap;
     shortname = "sbt",
     category = "kube-harness",
     status = "SandboxTierStatus",
+    scale(
+        spec_replicas_path = ".spec.warmPool.size",
+        status_replicas_path = ".status.warmReady",
+        label_selector_path = ".status.selector"
+    ),
     doc = "A kind of sandbox a HarnessSession runs commands in: level 0 is the per-session worker pod, levels 1 and up are real-toolchain pods a turn escalates to.",
     printcolumn(name = "Level", type_ = "integer", json_path = ".spec.level"),
     printcolumn(name = "Image", type_ = "string", json_path = ".spec.template.image"),
@@ -66,8 +71,9 @@ pub struct SandboxTierSpec {
     #[schemars(range(min = 0, max = 86400))]
     pub idle_timeout_seconds: u32,
     /// Pre-started pods kept ready so an escalation claims one instead of waiting for a cold start.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub warm_pool: Option<WarmPool>,
+    /// Always present (size 0 by default) so the /scale subresource can read and set its size.
+    #[serde(default)]
+    pub warm_pool: WarmPool,
 }
 
 fn default_idle_timeout() -> u32 {
@@ -182,7 +188,9 @@ pub enum EgressMode {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct WarmPool {
-    /// Number of ready, unclaimed pods to keep.
+    /// Number of ready, unclaimed pods to keep (0: no pool; every escalation starts a pod).
+    /// Set through /scale by `kubectl scale sandboxtier/<name> --replicas N` or an HPA.
+    #[serde(default)]
     #[schemars(range(min = 0, max = 100))]
     pub size: u32,
 }
@@ -200,7 +208,14 @@ pub struct SandboxTierStatus {
     /// The capability matrix version the tier was checked against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matrix_version: Option<String>,
-    /// Unclaimed warm pods that are ready now.
+    /// Unclaimed warm pods that are ready now (the /scale status replicas).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm_ready: Option<u32>,
+    /// Unclaimed warm pods built from the current template (ready or still starting); fewer than
+    /// the pool size while a template change rolls the pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_updated: Option<u32>,
+    /// Label selector of the tier's unclaimed warm pods (the /scale selector, for an HPA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
 }

@@ -21,7 +21,20 @@ pub struct OperatorConfig {
     pub worker_image: String,
     /// Port the worker API listens on in its pod.
     pub worker_port: u16,
+    /// Pull policy of the worker image where the operator names it itself (the Tier-1 init
+    /// container that copies the agent binary); none: the cluster default.
+    pub worker_image_pull_policy: Option<String>,
+    /// Address of the tier API (docs/tier1.md), served by every replica.
+    pub tier_api_listen: SocketAddr,
+    /// URL of the tier API as worker pods reach it (the chart's `<release>-operator` Service);
+    /// none: workers are not told to escalate and refuse escalating commands.
+    pub tier_api_url: Option<String>,
+    /// Largest workspace archive (bytes) a prepared warm-pool pod takes.
+    pub prepared_max_bytes: u64,
 }
+
+/// Default of [`OperatorConfig::prepared_max_bytes`]: 128 KiB.
+pub const PREPARED_MAX_BYTES: u64 = 128 * 1024;
 
 impl OperatorConfig {
     /// Settings for tests and local runs: no session log, default ports.
@@ -35,6 +48,10 @@ impl OperatorConfig {
             session_log_token_secret: None,
             worker_image: "localhost/kube-harness/worker:dev".into(),
             worker_port: 8080,
+            worker_image_pull_policy: None,
+            tier_api_listen: ([0, 0, 0, 0], 8081).into(),
+            tier_api_url: None,
+            prepared_max_bytes: PREPARED_MAX_BYTES,
         }
     }
 }

@@ -36,3 +36,36 @@ pub fn token_secret(session: &str) -> String {
 pub fn network_policy(session: &str) -> String {
     format!("{session}-worker")
 }
+
+/// Tier-1 pods (docs/tier1.md): `app.kubernetes.io/managed-by=kube-harness`, deliberately not the
+/// worker pods' value, so the chart's "worker pod" NetworkPolicy peers never match a Tier-1 pod.
+pub const TIER1_MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kube-harness");
+/// Value of [`ROLE`] on Tier-1 pods.
+pub const ROLE_TIER1: &str = "tier1";
+/// Label: the SandboxTier a Tier-1 pod was built from.
+pub const TIER: &str = "kubeharness.dev/tier";
+/// Label: namespace of the session a Tier-1 pod serves ([`SESSION`] names the session).
+pub const SESSION_NAMESPACE: &str = "kubeharness.dev/session-namespace";
+/// Label: hash of the turn id a Tier-1 pod serves (turn ids need not be valid label values).
+pub const TURN: &str = "kubeharness.dev/turn";
+/// Label: the SandboxTier whose warm pool a pod was started for.
+pub const POOL: &str = "kubeharness.dev/pool";
+/// Label on pool pods: `false` while idle, `true` once a turn claimed it.
+pub const CLAIMED: &str = "kubeharness.dev/claimed";
+/// Label on pool pods: hash of the tier template and worker image they were built from.
+pub const TEMPLATE_HASH: &str = "kubeharness.dev/template-hash";
+/// Annotation on a serving Tier-1 pod: the turn id as the worker sent it.
+pub const TURN_ID: &str = "kubeharness.dev/turn-id";
+/// Annotation on a serving Tier-1 pod: uid of the worker pod that asked for it (a replaced
+/// worker means the turn is gone, so the sweep deletes the Tier-1 pod).
+pub const WORKER_UID: &str = "kubeharness.dev/worker-uid";
+/// Annotation on an ordinary Tier-1 pod of a pooled tier: why no prepared pod was used.
+pub const MISS_REASON: &str = "kubeharness.dev/miss-reason";
+
+/// NetworkPolicy of a tier's Tier-1 pods (in the operator's namespace).
+pub fn tier1_network_policy(tier: &str) -> String {
+    format!("t1-{tier}")
+}
+/// Annotation on a Tier-1 pod: the level of its tier (what status.currentTier shows while it
+/// serves).
+pub const TIER_LEVEL: &str = "kubeharness.dev/tier-level";

@@ -13,6 +13,7 @@ pub mod run;
 pub mod server;
 pub mod session;
 pub mod tier;
+pub mod tier1;
 
 pub use config::OperatorConfig;
 pub use context::Context;

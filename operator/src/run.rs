@@ -4,12 +4,14 @@
 use crate::config::OperatorConfig;
 use crate::context::Context;
 use crate::labels::MANAGED_BY;
-use crate::{leader, server, session, tier};
+use crate::{leader, server, session, tier, tier1};
 use anyhow::Context as _;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
+use kube::ResourceExt;
 use kube::{Api, Client};
 use kube_harness_crds::{HarnessSession, SandboxTier};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +32,12 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         config.listen,
         ctx.clone(),
         ready.clone(),
+        stopped(stop_rx.clone()),
+    ));
+    // The tier API answers on every replica, leader or not: its state is all in the API server.
+    let tier_api = tokio::spawn(tier1::api::serve(
+        config.tier_api_listen,
+        ctx.clone(),
         stopped(stop_rx.clone()),
     ));
     let signals = tokio::spawn({
@@ -71,6 +79,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         drop(leading);
         let _ = lease_task.await;
         let _ = http.await;
+        let _ = tier_api.await;
         return Ok(());
     }
     tracing::info!(identity = %config.identity, "leading: starting controllers");
@@ -101,9 +110,25 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
             tracing::debug!(error = %e, "session reconcile");
         }
     });
+    // Tier-1 pods (pool pods and serving ones) requeue their tier: a pool refills as soon as a
+    // pod is claimed, becomes ready or goes away.
+    let tier1_pods = watcher::Config::default().labels(&format!(
+        "{}={}",
+        crate::labels::ROLE,
+        crate::labels::ROLE_TIER1
+    ));
     let tiers = Controller::new(
         Api::<SandboxTier>::all(client.clone()),
         watcher::Config::default(),
+    )
+    .watches(
+        Api::<Pod>::namespaced(client.clone(), &config.namespace),
+        tier1_pods,
+        |pod: Pod| {
+            pod.labels()
+                .get(crate::labels::TIER)
+                .map(|t| ObjectRef::<SandboxTier>::new(t))
+        },
     )
     .graceful_shutdown_on(stopped(stop_rx.clone()))
     .run(tier::reconcile, tier::error_policy, ctx.clone())
@@ -112,7 +137,8 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
             tracing::debug!(error = %e, "tier reconcile");
         }
     });
-    futures::join!(sessions, tiers);
+    let sweep = tier1::sweep::run(ctx.clone(), stopped(stop_rx.clone()));
+    futures::join!(sessions, tiers, sweep);
     ctx.metrics.leader.set(0);
     let lost_lease = !*leading.borrow();
     lost.abort();
@@ -121,6 +147,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let _ = lease_task.await;
     let _ = stop_tx.send(true);
     let _ = http.await;
+    let _ = tier_api.await;
     if lost_lease {
         anyhow::bail!("lost the Lease");
     }

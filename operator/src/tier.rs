@@ -1,9 +1,14 @@
 //! The SandboxTier controller: checks each tier against the classifier's capability matrix and
-//! reports it Ready (or not, with a stable reason) in status.
+//! reports it Ready (or not, with a stable reason) in status; for escalation tiers it also keeps
+//! the NetworkPolicy of their Tier-1 pods and their warm pool (status warmReady, warmUpdated and
+//! the /scale selector).
 
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::labels::MANAGER;
+use crate::session::reconcile::apply_owned;
+use crate::tier1;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
@@ -87,23 +92,42 @@ pub async fn reconcile(tier: Arc<SandboxTier>, ctx: Arc<Context>) -> Result<Acti
     let (ready, reason, message) = check(&tier.spec);
     let mut status = tier.status.clone().unwrap_or_default();
     let generation = tier.metadata.generation;
-    let changed = condition::set(
+    let condition_changed = condition::set(
         &mut status.conditions,
         types::READY,
         ready,
         reason,
         message.clone(),
         generation,
-    ) || status.observed_generation != generation;
-    if changed {
-        status.observed_generation = generation;
-        status.matrix_version = matrix::get(None).map(|m| m.version().to_string());
+    );
+    let mut requeue = Duration::from_secs(600);
+    if tier.spec.level > 0 {
+        // Tier-1 pods of this tier: their NetworkPolicy, and the warm pool.
+        apply_owned::<NetworkPolicy>(
+            &ctx,
+            &ctx.config.namespace,
+            &tier1::pod::network_policy(&tier, &ctx.config),
+        )
+        .await?;
+        let pool = tier1::pool::reconcile(&tier, &ctx, ready).await?;
+        status.warm_ready = Some(pool.ready);
+        status.warm_updated = Some(pool.updated);
+        status.selector = Some(tier1::pod::pool_selector(&tier.name_any()));
+        if pool.ready < tier.spec.warm_pool.size {
+            requeue = Duration::from_secs(30);
+        }
+    }
+    status.matrix_version = matrix::get(None).map(|m| m.version().to_string());
+    status.observed_generation = generation;
+    if tier.status.as_ref() != Some(&status) {
         write_status(&ctx, &tier.name_any(), &status).await?;
+    }
+    if condition_changed {
         crate::session::events::publish(&ctx, &*tier, !ready, reason, &message, "Validate").await;
     }
     ctx.metrics
         .reconciled("sandboxtier", started.elapsed().as_secs_f64());
-    Ok(Action::requeue(Duration::from_secs(600)))
+    Ok(Action::requeue(requeue))
 }
 
 async fn write_status(ctx: &Context, name: &str, status: &SandboxTierStatus) -> Result<()> {

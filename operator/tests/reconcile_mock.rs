@@ -272,6 +272,39 @@ async fn deleting_a_session_stops_its_worker_then_drops_the_finalizer() {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker"}}),
     )
     .await;
+    // Its Tier-1 pods, in the operator's namespace, found by label and deleted with their Secrets.
+    let list = expect(
+        &mut server,
+        "GET",
+        "/api/v1/namespaces/kube-harness/pods",
+        200,
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-abc", "namespace": "kube-harness"}}
+        ]}),
+    )
+    .await;
+    assert!(
+        list.query.contains("kubeharness.dev%2Fsession-namespace%3Dteam-a")
+            && list.query.contains("kubeharness.dev%2Fsession%3Ddemo"),
+        "{}",
+        list.query
+    );
+    expect(
+        &mut server,
+        "DELETE",
+        "/api/v1/namespaces/kube-harness/pods/t1-abc",
+        200,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-abc"}}),
+    )
+    .await;
+    expect(
+        &mut server,
+        "DELETE",
+        "/api/v1/namespaces/kube-harness/secrets/t1-abc",
+        404,
+        not_found("secrets", "t1-abc"),
+    )
+    .await;
     drain_events(&mut server, NS, 1).await;
     let fin = expect(
         &mut server,

@@ -66,12 +66,14 @@ async fn cleanup(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> 
     let ns = session.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     delete_worker(&pods, &session).await?;
+    // Tier-1 pods live in the operator's namespace: no owner reference can reach them.
+    crate::tier1::sweep::delete_for_session(ctx, &ns, &session.name_any()).await?;
     events::publish(
         ctx,
         &*session,
         false,
         "Deleting",
-        "worker pod deleted; the workspace PVC, token Secret and NetworkPolicy follow by owner reference",
+        "worker pod and Tier-1 pods deleted; the workspace PVC, token Secret and NetworkPolicy follow by owner reference",
         "Cleanup",
     )
     .await;
@@ -204,7 +206,7 @@ async fn ensure(
             }));
         }
     };
-    escalation_condition(session, &tiers, &mut status).await?;
+    let serving_level = escalation_condition(session, ctx, &tiers, &mut status).await?;
 
     let token = ensure_secret(session, ctx).await?;
     apply_owned::<PersistentVolumeClaim>(ctx, &ns, &resources::workspace_pvc(session)).await?;
@@ -282,6 +284,9 @@ async fn ensure(
                 }
             }
             status.current_tier.get_or_insert(0);
+            if let Some(level) = serving_level {
+                status.current_tier = Some(level);
+            }
             status.phase = Some(Phase::Ready);
             condition::set(
                 &mut status.conditions,
@@ -361,35 +366,86 @@ async fn ensure(
     Ok(Ok(Observed { status, requeue }))
 }
 
-/// Escalated is False until a turn escalates; its reason says what an escalating command meets.
+/// Escalated says what an escalating command meets: refused (no usable tier, with why), a Tier-1
+/// pod (True while one serves), or how the last one went. The tier API sets it as it happens; this
+/// derives the same from the Tier-1 pods, so a lost write converges. Returns the tier level while
+/// a Tier-1 pod serves.
 async fn escalation_condition(
     session: &HarnessSession,
+    ctx: &Context,
     tiers: &Api<SandboxTier>,
     status: &mut HarnessSessionStatus,
-) -> Result<()> {
+) -> Result<Option<u8>> {
+    use crate::tier1::report::reasons;
+    use crate::tier1::state::{self, Phase as T1};
     let generation = session.metadata.generation;
-    let wanted = session
-        .spec
-        .escalation
-        .as_ref()
-        .and_then(|e| e.tier.clone());
-    let (reason, message) = match wanted {
-        None => ("NoEscalationTier", "no escalation tier is configured: commands that need more than Tier-0 are refused with exit 126".to_string()),
+    let refused = |reason: &str, message: String| (false, reason.to_string(), message);
+    let wanted = resources::escalation_tier(session).map(str::to_string);
+    let mut serving = None;
+    let (escalated, reason, message) = match wanted {
+        None => refused("NoEscalationTier", "no escalation tier is configured: commands that need more than Tier-0 are refused with exit 126".to_string()),
         Some(t) => match tiers.get_opt(&t).await? {
-            None => ("EscalationTierNotFound", format!("SandboxTier {t} does not exist: escalating commands are refused with exit 126")),
-            Some(tier) if tier.spec.level == 0 => ("EscalationTierIsLevelZero", format!("SandboxTier {t} is a level-0 tier: escalating commands are refused with exit 126")),
-            Some(_) => ("EscalationNotSupported", format!("escalation to SandboxTier {t} is not available in this operator version: escalating commands are refused with exit 126")),
+            None => refused("EscalationTierNotFound", format!("SandboxTier {t} does not exist: escalating commands are refused with exit 126")),
+            Some(tier) if tier.spec.level == 0 => refused("EscalationTierIsLevelZero", format!("SandboxTier {t} is a level-0 tier: escalating commands are refused with exit 126")),
+            Some(_) if ctx.config.tier_api_url.is_none() => refused("EscalationNotConfigured", format!("escalation to SandboxTier {t} needs the operator's tier API URL (--tier-api-url): escalating commands are refused with exit 126")),
+            Some(tier) => {
+                let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+                let selector = crate::tier1::pod::serving_selector(
+                    &session.namespace().unwrap_or_default(),
+                    &session.name_any(),
+                    None,
+                );
+                let phases: Vec<(String, T1)> = pods
+                    .list(&kube::api::ListParams::default().labels(&selector))
+                    .await?
+                    .items
+                    .iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                    .map(|p| (p.name_any(), state::phase(p)))
+                    .collect();
+                let now = status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == types::ESCALATED)
+                    .map(|c| c.reason.clone())
+                    .unwrap_or_default();
+                let ready = phases.iter().find(|(_, p)| matches!(p, T1::Ready { .. }));
+                let failed = phases.iter().find_map(|(n, p)| match p {
+                    T1::Failed { reason, message } => Some((n, reason, message)),
+                    _ => None,
+                });
+                if let Some((pod, _)) = ready {
+                    serving = Some(tier.spec.level);
+                    (true, reasons::READY.to_string(), format!("Tier-1 pod {pod} of SandboxTier {t} serves a turn"))
+                } else if let Some((pod, why, message)) = failed {
+                    (false, reasons::FAILED.to_string(), format!("Tier-1 pod {pod} of SandboxTier {t} failed: {why}: {message}"))
+                } else if let Some((pod, _)) = phases.first() {
+                    (false, reasons::PROVISIONING.to_string(), format!("Tier-1 pod {pod} of SandboxTier {t} is starting"))
+                } else if now == reasons::READY || now == reasons::PROVISIONING {
+                    (false, reasons::ENDED.to_string(), format!("the turn's Tier-1 pod of SandboxTier {t} is gone"))
+                } else if now == reasons::ENDED || now == reasons::FAILED {
+                    return Ok(None);
+                } else {
+                    (false, "Tier1Available".to_string(), format!("escalating commands run on a Tier-1 pod of SandboxTier {t} (level {})", tier.spec.level))
+                }
+            }
         },
     };
-    condition::set(
-        &mut status.conditions,
-        types::ESCALATED,
-        false,
-        reason,
-        message,
-        generation,
-    );
-    Ok(())
+    // The tier API's message names the turn; keep it while status and reason agree.
+    let same = status.conditions.iter().any(|c| {
+        c.type_ == types::ESCALATED && c.reason == reason && (c.status == "True") == escalated
+    });
+    if !same || !reason.starts_with("Tier1") {
+        condition::set(
+            &mut status.conditions,
+            types::ESCALATED,
+            escalated,
+            &reason,
+            message,
+            generation,
+        );
+    }
+    Ok(serving)
 }
 
 /// The session's token Secret: created once with a random token, never rotated by a reconcile
@@ -419,7 +475,7 @@ async fn ensure_secret(session: &HarnessSession, ctx: &Context) -> Result<String
 
 /// Creates `obj`; `None` when an object of that name already exists (409), which a later
 /// reconcile reads instead.
-async fn create_if_absent<K>(api: &Api<K>, obj: &K) -> Result<Option<K>>
+pub(crate) async fn create_if_absent<K>(api: &Api<K>, obj: &K) -> Result<Option<K>>
 where
     K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -475,8 +531,8 @@ async fn skills_config_maps(session: &HarnessSession, ctx: &Context) -> Result<V
     Ok(out)
 }
 
-/// Server-side apply of an object the session owns.
-async fn apply_owned<K>(ctx: &Context, ns: &str, obj: &K) -> Result<()>
+/// Server-side apply of an object the operator owns (a session's, or a tier's NetworkPolicy).
+pub(crate) async fn apply_owned<K>(ctx: &Context, ns: &str, obj: &K) -> Result<()>
 where
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone

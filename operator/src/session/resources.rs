@@ -102,7 +102,8 @@ pub fn workspace_pvc(session: &HarnessSession) -> PersistentVolumeClaim {
     }
 }
 
-/// Egress: nothing but DNS and the session log unless the session enables network. Ingress: the
+/// Egress: nothing but DNS and the session log (and, with an escalation tier, the operator's tier
+/// API and Tier-1 pods) unless the session enables network. Ingress: the
 /// operator (status polling) only; `kube-harness exec` arrives through the kubelet's port-forward,
 /// which NetworkPolicy does not filter.
 pub fn network_policy(session: &HarnessSession, config: &OperatorConfig) -> NetworkPolicy {
@@ -129,7 +130,7 @@ pub fn network_policy(session: &HarnessSession, config: &OperatorConfig) -> Netw
     let egress = if session.spec.runtime.network {
         vec![NetworkPolicyEgressRule::default()]
     } else {
-        vec![
+        let mut rules = vec![
             NetworkPolicyEgressRule {
                 to: Some(vec![NetworkPolicyPeer {
                     namespace_selector: Some(LabelSelector::default()),
@@ -146,7 +147,36 @@ pub fn network_policy(session: &HarnessSession, config: &OperatorConfig) -> Netw
                 }]),
                 ports: Some(vec![port(8080, "TCP")]),
             },
-        ]
+        ];
+        if escalation_tier(session).is_some() {
+            // Escalation: the operator's tier API, and the Tier-1 pods it opens.
+            rules.push(NetworkPolicyEgressRule {
+                to: Some(vec![NetworkPolicyPeer {
+                    namespace_selector: operator_ns(),
+                    pod_selector: pods(labels::OPERATOR_POD),
+                    ..NetworkPolicyPeer::default()
+                }]),
+                ports: Some(vec![port(i32::from(config.tier_api_listen.port()), "TCP")]),
+            });
+            rules.push(NetworkPolicyEgressRule {
+                to: Some(vec![NetworkPolicyPeer {
+                    namespace_selector: operator_ns(),
+                    pod_selector: Some(LabelSelector {
+                        match_labels: Some(BTreeMap::from([
+                            (labels::ROLE.into(), labels::ROLE_TIER1.into()),
+                            (
+                                labels::TIER1_MANAGED_BY.0.into(),
+                                labels::TIER1_MANAGED_BY.1.into(),
+                            ),
+                        ])),
+                        ..LabelSelector::default()
+                    }),
+                    ..NetworkPolicyPeer::default()
+                }]),
+                ports: Some(vec![port(i32::from(crate::tier1::pod::AGENT_PORT), "TCP")]),
+            });
+        }
+        rules
     };
     NetworkPolicy {
         metadata: meta(session, labels::network_policy(&session.name_any())),
@@ -167,6 +197,16 @@ pub fn network_policy(session: &HarnessSession, config: &OperatorConfig) -> Netw
             egress: Some(egress),
         }),
     }
+}
+
+/// The SandboxTier the session escalates to, if it names one.
+pub fn escalation_tier(session: &HarnessSession) -> Option<&str> {
+    session
+        .spec
+        .escalation
+        .as_ref()
+        .and_then(|e| e.tier.as_deref())
+        .filter(|t| !t.is_empty())
 }
 
 /// The worker's command line, from the session spec.
@@ -193,6 +233,16 @@ fn worker_args(session: &HarnessSession, config: &OperatorConfig) -> Vec<String>
     for deny in &spec.policy.deny_commands {
         args.push("--deny-command".into());
         args.push(deny.clone());
+    }
+    if let (Some(_), Some(url)) = (escalation_tier(session), &config.tier_api_url) {
+        args.extend([
+            "--escalation".into(),
+            "pod".into(),
+            "--tier-api-url".into(),
+            url.clone(),
+            "--session-namespace".into(),
+            session.namespace().unwrap_or_default(),
+        ]);
     }
     if let Some(url) = &config.session_log_url {
         args.extend([

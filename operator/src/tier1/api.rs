@@ -1,0 +1,311 @@
+//! The tier API (docs/tier1.md): workers ask for, poll and end their turn's Tier-1 sandbox over
+//! HTTP, authenticated with the session's own worker token, because a worker pod has no
+//! ServiceAccount token to create API objects with. Served by every replica: all state is in the
+//! API server, so any replica answers any request.
+
+use super::open::{self, Claim, OpenError};
+use super::pod::Serving;
+use super::report::{self, reasons, Update};
+use super::state::{self, Sandbox};
+use crate::context::Context;
+use crate::labels;
+use crate::session::events;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::{Api, ResourceExt};
+use kube_harness_crds::{HarnessSession, SandboxTier};
+use serde::Deserialize;
+use serde_json::json;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+/// An error answer: status and `{"error": message}`.
+#[derive(Debug)]
+pub struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(json!({"error": self.1}))).into_response()
+    }
+}
+
+impl From<kube::Error> for ApiError {
+    fn from(e: kube::Error) -> Self {
+        ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("Kubernetes API: {e}"),
+        )
+    }
+}
+
+impl From<OpenError> for ApiError {
+    fn from(e: OpenError) -> Self {
+        ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+    }
+}
+
+type Result<T> = std::result::Result<T, ApiError>;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OpenRequest {
+    turn: String,
+    #[serde(default)]
+    workspace_bytes: u64,
+}
+
+pub fn router(ctx: Arc<Context>) -> Router {
+    Router::new()
+        .route(
+            "/v1/namespaces/{ns}/sessions/{session}/sandboxes",
+            post(open),
+        )
+        .route(
+            "/v1/namespaces/{ns}/sessions/{session}/sandboxes/{turn}",
+            get(show).delete(end),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(ctx)
+}
+
+pub async fn serve(
+    listen: SocketAddr,
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    tracing::info!(%listen, "serving the tier API");
+    axum::serve(listener, router(ctx))
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    Ok(())
+}
+
+/// Names that end up in label values: a DNS label (63 characters at most).
+fn check_name(what: &str, v: &str) -> Result<()> {
+    let ok = !v.is_empty()
+        && v.len() <= 63
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && !v.starts_with(['-', '.'])
+        && !v.ends_with(['-', '.']);
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("{what} {v:?} is not a valid name"),
+        ))
+    }
+}
+
+fn check_turn(turn: &str) -> Result<()> {
+    if turn.is_empty() || turn.len() > 512 || turn.chars().any(char::is_control) {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "turn must be 1 to 512 characters without control characters".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The bearer must equal the session's worker token (Secret `<session>-token`, key `token`),
+/// compared in constant time. A missing Secret is 401 too: an unknown session reveals nothing.
+async fn authorize(ctx: &Context, ns: &str, session: &str, headers: &HeaderMap) -> Result<()> {
+    check_name("namespace", ns)?;
+    check_name("session", session)?;
+    let unauthorized = || {
+        ApiError(
+            StatusCode::UNAUTHORIZED,
+            "bad or missing bearer token".into(),
+        )
+    };
+    let bearer = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(unauthorized)?;
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secret = secrets
+        .get_opt(&labels::token_secret(session))
+        .await?
+        .ok_or_else(unauthorized)?;
+    let token = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("token"))
+        .ok_or_else(unauthorized)?;
+    if bool::from(token.0.as_slice().ct_eq(bearer.as_bytes())) {
+        Ok(())
+    } else {
+        Err(unauthorized())
+    }
+}
+
+/// The session and its escalation tier: 404 without the session, 409 without a level ≥ 1 tier.
+async fn resolve(ctx: &Context, ns: &str, session: &str) -> Result<(HarnessSession, SandboxTier)> {
+    let sessions: Api<HarnessSession> = Api::namespaced(ctx.client.clone(), ns);
+    let s = match sessions.get_opt(session).await? {
+        Some(s) if s.metadata.deletion_timestamp.is_none() => s,
+        _ => {
+            return Err(ApiError(
+                StatusCode::NOT_FOUND,
+                format!("no HarnessSession {ns}/{session}"),
+            ))
+        }
+    };
+    let conflict = |m: String| ApiError(StatusCode::CONFLICT, m);
+    let Some(name) = s.spec.escalation.as_ref().and_then(|e| e.tier.clone()) else {
+        return Err(conflict(format!(
+            "HarnessSession {ns}/{session} has no escalation tier"
+        )));
+    };
+    let tiers: Api<SandboxTier> = Api::all(ctx.client.clone());
+    match tiers.get_opt(&name).await? {
+        Some(t) if t.spec.level >= 1 => Ok((s, t)),
+        Some(t) => Err(conflict(format!(
+            "SandboxTier {name} has level {}; escalation needs level 1 or more",
+            t.spec.level
+        ))),
+        None => Err(conflict(format!("SandboxTier {name} does not exist"))),
+    }
+}
+
+async fn open(
+    State(ctx): State<Arc<Context>>,
+    Path((ns, session)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: std::result::Result<Json<OpenRequest>, JsonRejection>,
+) -> Result<Json<Sandbox>> {
+    authorize(&ctx, &ns, &session, &headers).await?;
+    let Json(req) = body.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
+    check_turn(&req.turn)?;
+    let (session_obj, tier) = resolve(&ctx, &ns, &session).await?;
+    if let Some(existing) = open::find(&ctx, &ns, &session, &req.turn).await?.first() {
+        return answer(&ctx, &ns, &session, existing, &req.turn).await;
+    }
+    let workers: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let worker_uid = workers
+        .get_opt(&labels::worker_pod(&session))
+        .await?
+        .as_ref()
+        .and_then(super::sweep::worker_identity);
+    let mut serving = Serving {
+        session_namespace: ns.clone(),
+        session: session.clone(),
+        turn: req.turn.clone(),
+        worker_uid,
+        miss_reason: None,
+    };
+    let pod = if tier.spec.warm_pool.size > 0 {
+        match open::claim(&ctx, &tier, &serving, req.workspace_bytes).await {
+            Ok(Claim::Claimed(pod)) => *pod,
+            Ok(Claim::Miss(reason)) => {
+                serving.miss_reason = Some(reason);
+                open::ordinary(&ctx, &tier, serving).await?
+            }
+            Err(e @ OpenError::Uncertain { .. }) => {
+                tracing::warn!(error = %e, "refusing an escalation on an uncertain claim");
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        }
+    } else {
+        open::ordinary(&ctx, &tier, serving).await?
+    };
+    let view = state::sandbox(&pod, &req.turn, None);
+    let note = format!(
+        "turn {}: Tier-1 pod {} of SandboxTier {} (source {}{})",
+        req.turn,
+        view.pod,
+        tier.name_any(),
+        view.source,
+        view.miss_reason
+            .as_deref()
+            .map(|m| format!(", missReason {m}"))
+            .unwrap_or_default()
+    );
+    events::publish(&ctx, &session_obj, false, "Tier1Opened", &note, "Escalate").await;
+    answer(&ctx, &ns, &session, &pod, &req.turn).await
+}
+
+async fn show(
+    State(ctx): State<Arc<Context>>,
+    Path((ns, session, turn)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<Sandbox>> {
+    authorize(&ctx, &ns, &session, &headers).await?;
+    check_turn(&turn)?;
+    match open::find(&ctx, &ns, &session, &turn).await?.first() {
+        Some(pod) => answer(&ctx, &ns, &session, pod, &turn).await,
+        None => Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!("no sandbox for turn {turn:?} of {ns}/{session}"),
+        )),
+    }
+}
+
+async fn end(
+    State(ctx): State<Arc<Context>>,
+    Path((ns, session, turn)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Result<StatusCode> {
+    authorize(&ctx, &ns, &session, &headers).await?;
+    check_turn(&turn)?;
+    let pods = open::find(&ctx, &ns, &session, &turn).await?;
+    for pod in &pods {
+        open::delete(&ctx, &pod.name_any()).await?;
+    }
+    if let Some(pod) = pods.first() {
+        let update = Update {
+            escalated: false,
+            reason: reasons::ENDED,
+            message: format!(
+                "turn {turn} ended; Tier-1 pod {} was deleted",
+                pod.name_any()
+            ),
+            current_tier: 0,
+        };
+        report::set(&ctx, &ns, &session, &update, Some(&[reasons::READY])).await;
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The Sandbox of `pod` (with its token once Ready), and what it means for the session.
+async fn answer(
+    ctx: &Context,
+    ns: &str,
+    session: &str,
+    pod: &Pod,
+    turn: &str,
+) -> Result<Json<Sandbox>> {
+    let mut view = state::sandbox(pod, turn, None);
+    if view.phase == "Ready" {
+        match open::token(ctx, &view.pod).await? {
+            Some(token) => view.token = Some(token),
+            // Ready without its Secret cannot serve: the worker keeps polling until the sweep
+            // or a DELETE ends it.
+            None => {
+                view = state::sandbox(pod, turn, None);
+                view.phase = "Pending";
+                view.endpoint = None;
+            }
+        }
+    }
+    let tier = pod.labels().get(labels::TIER).cloned().unwrap_or_default();
+    let level = pod
+        .annotations()
+        .get(labels::TIER_LEVEL)
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(1);
+    if let Some(update) = report::for_sandbox(&view, &tier, level) {
+        report::set(ctx, ns, session, &update, None).await;
+    }
+    Ok(Json(view))
+}

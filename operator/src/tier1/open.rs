@@ -1,0 +1,198 @@
+//! Opening a turn's sandbox: find the pod already serving the turn (the request is idempotent),
+//! else claim a prepared warm-pool pod, else create an ordinary one. Everything is decided from
+//! the API server's state (labels, resourceVersions), so any replica can answer and a retry after
+//! a crash lands on the same pod.
+
+use super::pod::{self, MissReason, Purpose, Serving};
+use crate::context::Context;
+use crate::labels;
+use crate::session::reconcile::create_if_absent;
+use crate::session::resources::new_token;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use kube_harness_crds::SandboxTier;
+use serde_json::json;
+
+/// Failure of an open the worker must not guess about.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// A claim patch failed without a definite answer: the pod may or may not be ours.
+    #[error("uncertain claim of warm pod {pod}: {source}")]
+    Uncertain {
+        pod: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{0}")]
+    Api(#[from] crate::Error),
+}
+
+impl From<kube::Error> for OpenError {
+    fn from(e: kube::Error) -> Self {
+        OpenError::Api(crate::Error::Kube(e))
+    }
+}
+
+/// How a pooled tier's open went.
+#[derive(Debug)]
+pub enum Claim {
+    Claimed(Box<Pod>),
+    Miss(MissReason),
+}
+
+/// Pods already serving this turn (normally one), oldest name first.
+pub async fn find(
+    ctx: &Context,
+    session_namespace: &str,
+    session: &str,
+    turn: &str,
+) -> Result<Vec<Pod>, kube::Error> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let selector = pod::serving_selector(session_namespace, session, Some(turn));
+    let mut found = pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items;
+    found.sort_by_key(|p| p.name_any());
+    Ok(found)
+}
+
+/// Tries to claim a ready, current, idle pool pod for `serving`. Each claim is a patch carrying
+/// the pod's resourceVersion: of two replicas racing for one pod, exactly one wins (the other gets
+/// 409 and tries the next pod).
+pub async fn claim(
+    ctx: &Context,
+    tier: &SandboxTier,
+    serving: &Serving,
+    workspace_bytes: u64,
+) -> Result<Claim, OpenError> {
+    if workspace_bytes > ctx.config.prepared_max_bytes {
+        return Ok(Claim::Miss(MissReason::WorkspaceTooLarge));
+    }
+    if tier.status.as_ref().and_then(|s| s.warm_ready).is_none() {
+        return Ok(Claim::Miss(MissReason::Unreported));
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let selector = format!(
+        "{},{}={}",
+        pod::pool_selector(&tier.name_any()),
+        labels::TEMPLATE_HASH,
+        pod::template_hash(tier, &ctx.config)
+    );
+    let mut candidates: Vec<Pod> = pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| matches!(super::state::phase(p), super::state::Phase::Ready { .. }))
+        .collect();
+    if candidates.is_empty() {
+        return Ok(Claim::Miss(MissReason::StockEmpty));
+    }
+    candidates.sort_by_key(|p| p.name_any());
+    let (mut labels_patch, annotations) = pod::serving_metadata(serving);
+    labels_patch.insert(labels::CLAIMED.into(), "true".into());
+    for candidate in candidates {
+        let name = candidate.name_any();
+        let patch = json!({"metadata": {
+            "resourceVersion": candidate.resource_version(),
+            "labels": labels_patch,
+            "annotations": annotations,
+        }});
+        let params = PatchParams {
+            field_manager: Some(labels::MANAGER.into()),
+            ..PatchParams::default()
+        };
+        match pods.patch(&name, &params, &Patch::Merge(patch)).await {
+            Ok(claimed) => return Ok(Claim::Claimed(Box::new(claimed))),
+            // Someone else changed it first (claimed it, or it was deleted): the next one.
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
+                tracing::debug!(pod = %name, code = e.code, "warm pod taken first");
+            }
+            Err(source) => return Err(OpenError::Uncertain { pod: name, source }),
+        }
+    }
+    Ok(Claim::Miss(MissReason::SlotUnavailable))
+}
+
+/// Creates (or finds) the ordinary pod of the turn and its token Secret.
+pub async fn ordinary(
+    ctx: &Context,
+    tier: &SandboxTier,
+    serving: Serving,
+) -> Result<Pod, OpenError> {
+    let ns = &ctx.config.namespace;
+    let name = pod::ordinary_name(&serving.session_namespace, &serving.session, &serving.turn);
+    let purpose = Purpose::Serving(serving);
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secret = pod::token_secret(&name, tier, &purpose, &ctx.config, &new_token());
+    create_if_absent(&secrets, &secret).await?;
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let desired = pod::pod(&name, tier, &purpose, &ctx.config);
+    let pod = match create_if_absent(&pods, &desired).await? {
+        Some(created) => created,
+        None => pods.get(&name).await?,
+    };
+    adopt_secret(ctx, &pod).await?;
+    Ok(pod)
+}
+
+/// Makes the pod the owner of its token Secret, so the garbage collector deletes the Secret with
+/// the pod however the pod goes (deleted by hand, by the sweep, or with its tier).
+pub async fn adopt_secret(ctx: &Context, pod: &Pod) -> Result<(), kube::Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let owner = json!([{
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": pod.name_any(),
+        "uid": pod.metadata.uid,
+    }]);
+    let params = PatchParams {
+        field_manager: Some(labels::MANAGER.into()),
+        ..PatchParams::default()
+    };
+    secrets
+        .patch(
+            &pod.name_any(),
+            &params,
+            &Patch::Merge(json!({"metadata": {"ownerReferences": owner}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// The token of a Tier-1 pod (its Secret of the same name).
+pub async fn token(ctx: &Context, pod: &str) -> Result<Option<String>, kube::Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    Ok(secrets.get_opt(pod).await?.and_then(|s| {
+        s.data.and_then(|d| {
+            d.get("token")
+                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        })
+    }))
+}
+
+/// Deletes a Tier-1 pod and its token Secret; already gone is fine.
+pub async fn delete(ctx: &Context, name: &str) -> Result<(), kube::Error> {
+    use kube::api::DeleteParams;
+    let ns = &ctx.config.namespace;
+    let gone = |r: Result<(), kube::Error>| match r {
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        other => other,
+    };
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    gone(
+        pods.delete(name, &DeleteParams::default())
+            .await
+            .map(|_| ()),
+    )?;
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    gone(
+        secrets
+            .delete(name, &DeleteParams::default())
+            .await
+            .map(|_| ()),
+    )?;
+    Ok(())
+}

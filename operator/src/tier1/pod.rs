@@ -1,0 +1,479 @@
+//! The objects of a Tier-1 sandbox, built from a SandboxTier: the pod, its token Secret, and the
+//! tier's NetworkPolicy. Pure functions, so tests check the exact objects (restricted Pod
+//! Security, no ServiceAccount token, nothing of the worker's environment).
+
+use crate::config::OperatorConfig;
+use crate::labels;
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction, Pod,
+    PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, Secret,
+    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::api::networking::v1::{
+    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
+    NetworkPolicyPort, NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::ByteString;
+use kube::{Resource, ResourceExt};
+use kube_harness_crds::tier::EgressMode;
+use kube_harness_crds::SandboxTier;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// Port of the Tier-1 agent API in the pod.
+pub const AGENT_PORT: u16 = 8080;
+/// Where the init container puts the static kube-harness binary.
+pub const BIN_DIR: &str = "/kh/bin";
+/// Where the pod's own token Secret is mounted.
+pub const TOKEN_DIR: &str = "/kh/token";
+/// The writable HOME of the agent.
+pub const HOME: &str = "/home/kh";
+/// UID/GID of the agent (as on Tier-0).
+pub const UID: i64 = 65532;
+/// Path of the binary in the worker image.
+const WORKER_BINARY: &str = "/usr/local/bin/kube-harness";
+
+/// Why an ordinary pod serves a pooled tier (docs/tier1.md, `missReason`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MissReason {
+    StockEmpty,
+    WorkspaceTooLarge,
+    SlotUnavailable,
+    Unreported,
+}
+
+impl MissReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MissReason::StockEmpty => "stock_empty",
+            MissReason::WorkspaceTooLarge => "workspace_too_large",
+            MissReason::SlotUnavailable => "slot_unavailable",
+            MissReason::Unreported => "unreported",
+        }
+    }
+}
+
+/// Whom a pod serves: a session's turn, or nobody yet (a warm-pool pod).
+#[derive(Clone, Debug)]
+pub enum Purpose {
+    /// An idle pool pod built from the template with this hash.
+    Pool { template_hash: String },
+    /// An ordinary pod opened for one turn.
+    Serving(Serving),
+}
+
+/// The turn a pod serves, and the worker pod that asked.
+#[derive(Clone, Debug)]
+pub struct Serving {
+    pub session_namespace: String,
+    pub session: String,
+    pub turn: String,
+    pub worker_uid: Option<String>,
+    pub miss_reason: Option<MissReason>,
+}
+
+fn short_hash(parts: &[&str]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0u8]);
+    }
+    hex::encode(&h.finalize()[..8])
+}
+
+/// Label value for a turn id: any string the worker sends becomes 16 hex digits.
+pub fn turn_label(turn: &str) -> String {
+    short_hash(&[turn])
+}
+
+/// Name of the ordinary pod (and Secret) of a turn: the same on every replica and every retry,
+/// so create-if-absent makes the open idempotent.
+pub fn ordinary_name(session_namespace: &str, session: &str, turn: &str) -> String {
+    format!("t1-{}", short_hash(&[session_namespace, session, turn]))
+}
+
+/// A fresh name for a pool pod.
+pub fn pool_name() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 8];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    format!("t1-{}", hex::encode(bytes))
+}
+
+/// Hash of what a pool pod is built from (the tier template and the worker image): a change
+/// makes idle pool pods stale.
+pub fn template_hash(tier: &SandboxTier, config: &OperatorConfig) -> String {
+    let spec = json!({
+        "template": tier.spec.template,
+        "workerImage": config.worker_image,
+        "workerImagePullPolicy": config.worker_image_pull_policy,
+        "port": AGENT_PORT,
+    });
+    short_hash(&[&spec.to_string()])
+}
+
+/// Labels every Tier-1 pod of `tier` has; the tier NetworkPolicy's pod selector.
+pub fn tier_labels(tier: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            labels::TIER1_MANAGED_BY.0.into(),
+            labels::TIER1_MANAGED_BY.1.into(),
+        ),
+        (labels::ROLE.into(), labels::ROLE_TIER1.into()),
+        (labels::TIER.into(), tier.into()),
+    ])
+}
+
+/// The label selector (string form) of a tier's idle pool pods: status.selector for /scale.
+pub fn pool_selector(tier: &str) -> String {
+    format!("{}={tier},{}=false", labels::POOL, labels::CLAIMED)
+}
+
+/// The label selector of every Tier-1 pod serving one session, or one turn of it.
+pub fn serving_selector(session_namespace: &str, session: &str, turn: Option<&str>) -> String {
+    let mut s = format!(
+        "{}={},{}={session_namespace},{}={session}",
+        labels::ROLE,
+        labels::ROLE_TIER1,
+        labels::SESSION_NAMESPACE,
+        labels::SESSION
+    );
+    if let Some(turn) = turn {
+        s.push_str(&format!(",{}={}", labels::TURN, turn_label(turn)));
+    }
+    s
+}
+
+/// Labels and annotations that make a pod serve a turn (also the claim patch of a pool pod).
+pub fn serving_metadata(s: &Serving) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let labels = BTreeMap::from([
+        (
+            labels::SESSION_NAMESPACE.into(),
+            s.session_namespace.clone(),
+        ),
+        (labels::SESSION.into(), s.session.clone()),
+        (labels::TURN.into(), turn_label(&s.turn)),
+    ]);
+    let mut annotations = BTreeMap::from([(labels::TURN_ID.into(), s.turn.clone())]);
+    if let Some(uid) = &s.worker_uid {
+        annotations.insert(labels::WORKER_UID.into(), uid.clone());
+    }
+    if let Some(miss) = s.miss_reason {
+        annotations.insert(labels::MISS_REASON.into(), miss.as_str().into());
+    }
+    (labels, annotations)
+}
+
+/// Owner reference to the tier (cluster-scoped owners of namespaced objects are allowed): deleting
+/// the tier collects its pods, Secrets and NetworkPolicy. No blockOwnerDeletion, which would need
+/// update on sandboxtiers/finalizers.
+fn tier_owner(tier: &SandboxTier) -> Vec<OwnerReference> {
+    let Some(uid) = tier.metadata.uid.clone() else {
+        return Vec::new();
+    };
+    vec![OwnerReference {
+        api_version: SandboxTier::api_version(&()).into(),
+        kind: SandboxTier::kind(&()).into(),
+        name: tier.name_any(),
+        uid,
+        controller: Some(true),
+        block_owner_deletion: None,
+    }]
+}
+
+fn metadata(
+    name: &str,
+    tier: &SandboxTier,
+    purpose: &Purpose,
+    config: &OperatorConfig,
+) -> ObjectMeta {
+    let tier_name = tier.name_any();
+    let mut labels = tier_labels(&tier_name);
+    let mut annotations =
+        BTreeMap::from([(labels::TIER_LEVEL.to_string(), tier.spec.level.to_string())]);
+    match purpose {
+        Purpose::Pool { template_hash } => {
+            labels.insert(labels::POOL.into(), tier_name.clone());
+            labels.insert(labels::CLAIMED.into(), "false".into());
+            labels.insert(labels::TEMPLATE_HASH.into(), template_hash.clone());
+        }
+        Purpose::Serving(s) => {
+            let (l, a) = serving_metadata(s);
+            labels.extend(l);
+            annotations.extend(a);
+        }
+    }
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some(config.namespace.clone()),
+        labels: Some(labels),
+        annotations: Some(annotations),
+        owner_references: Some(tier_owner(tier)),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The pod's own token Secret (same name as the pod), key `token`.
+pub fn token_secret(
+    name: &str,
+    tier: &SandboxTier,
+    purpose: &Purpose,
+    config: &OperatorConfig,
+    token: &str,
+) -> Secret {
+    Secret {
+        metadata: metadata(name, tier, purpose, config),
+        type_: Some("Opaque".into()),
+        data: Some(BTreeMap::from([(
+            "token".to_string(),
+            ByteString(token.as_bytes().to_vec()),
+        )])),
+        ..Secret::default()
+    }
+}
+
+fn restricted_container() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        privileged: Some(false),
+        run_as_non_root: Some(true),
+        run_as_user: Some(UID),
+        run_as_group: Some(UID),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: None,
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            localhost_profile: None,
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: Some(read_only),
+        ..VolumeMount::default()
+    }
+}
+
+fn empty_dir(name: &str, limit: Option<&str>) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            size_limit: limit.map(|l| Quantity(l.into())),
+            ..EmptyDirVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The Tier-1 pod: an init container from the worker image copies the static agent binary into
+/// an emptyDir; the tier's image (any image) runs it as `worker --tier 1`. Restricted Pod
+/// Security, no ServiceAccount token, no service links, and only its own token mounted. The
+/// environment is the image's own plus HOME and TMPDIR: nothing of the worker's reaches it.
+pub fn pod(name: &str, tier: &SandboxTier, purpose: &Purpose, config: &OperatorConfig) -> Pod {
+    let template = &tier.spec.template;
+    let install = Container {
+        name: "install-agent".into(),
+        image: Some(config.worker_image.clone()),
+        image_pull_policy: config.worker_image_pull_policy.clone(),
+        command: Some(vec![
+            "cp".into(),
+            WORKER_BINARY.into(),
+            format!("{BIN_DIR}/kube-harness"),
+        ]),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".into(), Quantity("10m".into())),
+                ("memory".into(), Quantity("16Mi".into())),
+            ])),
+            limits: Some(BTreeMap::from([("memory".into(), Quantity("64Mi".into()))])),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            read_only_root_filesystem: Some(true),
+            ..restricted_container()
+        }),
+        volume_mounts: Some(vec![mount("kh-bin", BIN_DIR, false)]),
+        ..Container::default()
+    };
+    let env = |k: &str, v: &str| EnvVar {
+        name: k.into(),
+        value: Some(v.into()),
+        ..EnvVar::default()
+    };
+    let agent = Container {
+        name: "agent".into(),
+        image: Some(template.image.clone()),
+        image_pull_policy: template.image_pull_policy.map(|p| format!("{p:?}")),
+        command: Some(vec![format!("{BIN_DIR}/kube-harness")]),
+        args: Some(vec![
+            "worker".into(),
+            "--tier".into(),
+            "1".into(),
+            "--listen".into(),
+            format!("0.0.0.0:{AGENT_PORT}"),
+            "--token-file".into(),
+            format!("{TOKEN_DIR}/token"),
+        ]),
+        env: Some(vec![env("HOME", HOME), env("TMPDIR", "/tmp")]),
+        ports: Some(vec![ContainerPort {
+            name: Some("agent".into()),
+            container_port: i32::from(AGENT_PORT),
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        }]),
+        readiness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/readyz".into()),
+                port: IntOrString::Int(i32::from(AGENT_PORT)),
+                ..HTTPGetAction::default()
+            }),
+            period_seconds: Some(1),
+            failure_threshold: Some(3),
+            ..Probe::default()
+        }),
+        resources: template.resources.clone(),
+        security_context: Some(restricted_container()),
+        volume_mounts: Some(vec![
+            mount("kh-bin", BIN_DIR, true),
+            mount("token", TOKEN_DIR, true),
+            mount("session", "/session", false),
+            mount("artifacts", "/artifacts", false),
+            mount("persistent", "/persistent", false),
+            mount("home", HOME, false),
+            mount("tmp", "/tmp", false),
+        ]),
+        ..Container::default()
+    };
+    let volumes = vec![
+        empty_dir("kh-bin", Some("256Mi")),
+        Volume {
+            name: "token".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(name.into()),
+                default_mode: Some(0o440),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        empty_dir("session", None),
+        empty_dir("artifacts", None),
+        empty_dir("persistent", None),
+        empty_dir("home", None),
+        empty_dir("tmp", None),
+    ];
+    Pod {
+        metadata: metadata(name, tier, purpose, config),
+        spec: Some(PodSpec {
+            init_containers: Some(vec![install]),
+            containers: vec![agent],
+            volumes: Some(volumes),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            // A dead agent is a failed sandbox, never a silently fresh one.
+            restart_policy: Some("Never".into()),
+            termination_grace_period_seconds: Some(5),
+            runtime_class_name: template.runtime_class_name.clone(),
+            node_selector: (!template.node_selector.is_empty())
+                .then(|| template.node_selector.clone()),
+            tolerations: (!template.tolerations.is_empty()).then(|| template.tolerations.clone()),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(UID),
+                run_as_group: Some(UID),
+                fs_group: Some(UID),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    localhost_profile: None,
+                }),
+                ..PodSecurityContext::default()
+            }),
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The tier's NetworkPolicy: ingress only from worker pods (any namespace) on the agent port;
+/// egress DNS plus what the tier's `egress` policy allows.
+pub fn network_policy(tier: &SandboxTier, config: &OperatorConfig) -> NetworkPolicy {
+    let selector = |m: BTreeMap<String, String>| {
+        Some(LabelSelector {
+            match_labels: Some(m),
+            ..LabelSelector::default()
+        })
+    };
+    let port = |p: i32, proto: &str| NetworkPolicyPort {
+        port: Some(IntOrString::Int(p)),
+        protocol: Some(proto.into()),
+        ..NetworkPolicyPort::default()
+    };
+    let dns = NetworkPolicyEgressRule {
+        to: Some(vec![NetworkPolicyPeer {
+            namespace_selector: Some(LabelSelector::default()),
+            pod_selector: selector(BTreeMap::from([("k8s-app".into(), "kube-dns".into())])),
+            ..NetworkPolicyPeer::default()
+        }]),
+        ports: Some(vec![port(53, "UDP"), port(53, "TCP")]),
+    };
+    let egress = match tier.spec.egress.mode {
+        EgressMode::AllowAll => vec![NetworkPolicyEgressRule::default()],
+        EgressMode::Deny => vec![dns],
+        EgressMode::AllowList => vec![
+            dns,
+            NetworkPolicyEgressRule {
+                to: Some(
+                    tier.spec
+                        .egress
+                        .cidrs
+                        .iter()
+                        .map(|c| NetworkPolicyPeer {
+                            ip_block: Some(IPBlock {
+                                cidr: c.clone(),
+                                except: None,
+                            }),
+                            ..NetworkPolicyPeer::default()
+                        })
+                        .collect(),
+                ),
+                ports: None,
+            },
+        ],
+    };
+    let workers = BTreeMap::from([
+        (labels::MANAGED_BY.0.into(), labels::MANAGED_BY.1.into()),
+        (labels::ROLE.into(), "worker".into()),
+    ]);
+    let name = tier.name_any();
+    NetworkPolicy {
+        metadata: ObjectMeta {
+            name: Some(labels::tier1_network_policy(&name)),
+            namespace: Some(config.namespace.clone()),
+            labels: Some(tier_labels(&name)),
+            owner_references: Some(tier_owner(tier)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(NetworkPolicySpec {
+            pod_selector: selector(tier_labels(&name)),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(vec![NetworkPolicyPeer {
+                    namespace_selector: Some(LabelSelector::default()),
+                    pod_selector: selector(workers),
+                    ..NetworkPolicyPeer::default()
+                }]),
+                ports: Some(vec![port(i32::from(AGENT_PORT), "TCP")]),
+            }]),
+            egress: Some(egress),
+        }),
+    }
+}

@@ -1,0 +1,89 @@
+//! Warm pools: a SandboxTier with `warmPool.size` N keeps N idle, ready pods built from its
+//! current template. A template change makes idle pods stale: they are deleted and replaced, and
+//! the claim only takes pods with the current hash, so a stale pod is never handed out. Run by
+//! the leader's SandboxTier controller.
+
+use super::open;
+use super::pod::{self, Purpose};
+use super::state::{self, Phase};
+use crate::context::Context;
+use crate::error::Result;
+use crate::labels;
+use crate::session::reconcile::create_if_absent;
+use crate::session::resources::new_token;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use kube_harness_crds::SandboxTier;
+
+/// What the pool looks like after one reconcile.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolStatus {
+    /// Idle, current and ready.
+    pub ready: u32,
+    /// Idle and current (ready or starting).
+    pub updated: u32,
+    /// Pods created by this reconcile.
+    pub created: u32,
+    /// Pods deleted by this reconcile (stale, ended or surplus).
+    pub deleted: u32,
+}
+
+/// Brings the idle pods of `tier` to its pool size: deletes stale, ended and surplus ones, creates
+/// the missing ones. `valid`: the tier passed its checks; an invalid tier keeps no pool.
+pub async fn reconcile(tier: &SandboxTier, ctx: &Context, valid: bool) -> Result<PoolStatus> {
+    let name = tier.name_any();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let idle = pods
+        .list(&ListParams::default().labels(&pod::pool_selector(&name)))
+        .await?
+        .items;
+    let hash = pod::template_hash(tier, &ctx.config);
+    let want = if valid { tier.spec.warm_pool.size } else { 0 };
+    let mut out = PoolStatus::default();
+    let mut current: Vec<(Pod, bool)> = Vec::new();
+    for p in idle {
+        if p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let stale = p.labels().get(labels::TEMPLATE_HASH) != Some(&hash);
+        match state::phase(&p) {
+            Phase::Failed { .. } => {
+                open::delete(ctx, &p.name_any()).await?;
+                out.deleted += 1;
+            }
+            _ if stale => {
+                open::delete(ctx, &p.name_any()).await?;
+                out.deleted += 1;
+            }
+            Phase::Ready { .. } => current.push((p, true)),
+            Phase::Pending => current.push((p, false)),
+        }
+    }
+    // Surplus: drop starting pods first, then the newest ready ones.
+    current.sort_by_key(|(p, ready)| (!*ready, std::cmp::Reverse(p.name_any())));
+    while current.len() > want as usize {
+        let (p, _) = current.pop().expect("len > want >= 0");
+        open::delete(ctx, &p.name_any()).await?;
+        out.deleted += 1;
+    }
+    out.updated = current.len() as u32;
+    out.ready = current.iter().filter(|(_, ready)| *ready).count() as u32;
+    let purpose = Purpose::Pool {
+        template_hash: hash,
+    };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    for _ in current.len()..want as usize {
+        let pod_name = pod::pool_name();
+        let secret = pod::token_secret(&pod_name, tier, &purpose, &ctx.config, &new_token());
+        create_if_absent(&secrets, &secret).await?;
+        if let Some(created) =
+            create_if_absent(&pods, &pod::pod(&pod_name, tier, &purpose, &ctx.config)).await?
+        {
+            open::adopt_secret(ctx, &created).await?;
+        }
+        out.created += 1;
+        out.updated += 1;
+    }
+    Ok(out)
+}

@@ -1,0 +1,134 @@
+//! What a Tier-1 sandbox means for its HarnessSession: the Escalated condition, status.currentTier
+//! and an Event for each opened, failed and ended sandbox. Written by whichever replica answered
+//! the worker (a JSON merge patch of just these fields); the leader's session reconcile derives
+//! the same from the Tier-1 pods, so a lost write converges.
+
+use super::state::Sandbox;
+use crate::context::Context;
+use crate::session::events;
+use kube::api::{Patch, PatchParams};
+use kube::Api;
+use kube_harness_crds::condition::{self, types};
+use kube_harness_crds::HarnessSession;
+use serde_json::json;
+
+/// Field manager of the tier API's status patches.
+pub const MANAGER: &str = "kube-harness-tier-api";
+
+/// Condition reasons the tier API sets (the session reconcile keeps them).
+pub mod reasons {
+    pub const READY: &str = "Tier1Ready";
+    pub const FAILED: &str = "Tier1Failed";
+    pub const PROVISIONING: &str = "Tier1Provisioning";
+    pub const ENDED: &str = "TurnEnded";
+}
+
+/// What the session says about escalation: the Escalated condition and status.currentTier.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Update {
+    pub escalated: bool,
+    pub reason: &'static str,
+    pub message: String,
+    pub current_tier: u8,
+}
+
+/// The update a sandbox in `phase` calls for (none while it is Pending).
+pub fn for_sandbox(sandbox: &Sandbox, tier: &str, level: u8) -> Option<Update> {
+    match sandbox.phase {
+        "Ready" => Some(Update {
+            escalated: true,
+            reason: reasons::READY,
+            message: format!(
+                "turn {} runs on Tier-1 pod {} of SandboxTier {tier} (source {}{})",
+                sandbox.turn,
+                sandbox.pod,
+                sandbox.source,
+                sandbox
+                    .miss_reason
+                    .as_deref()
+                    .map(|m| format!(", missReason {m}"))
+                    .unwrap_or_default()
+            ),
+            current_tier: level,
+        }),
+        "Failed" => Some(Update {
+            escalated: false,
+            reason: reasons::FAILED,
+            message: format!(
+                "Tier-1 pod {} of SandboxTier {tier} failed: {}: {}",
+                sandbox.pod,
+                sandbox.reason.as_deref().unwrap_or("Failed"),
+                sandbox.message.as_deref().unwrap_or_default()
+            ),
+            current_tier: 0,
+        }),
+        _ => None,
+    }
+}
+
+/// Sets Escalated and currentTier when they differ, with an Event. A failure to write is logged:
+/// the worker's answer does not depend on it, and the leader's reconcile repairs it.
+/// `only_if`: change nothing unless the condition's reason is one of these now.
+pub async fn set(
+    ctx: &Context,
+    ns: &str,
+    session: &str,
+    update: &Update,
+    only_if: Option<&[&str]>,
+) {
+    let Update {
+        escalated,
+        reason,
+        message,
+        current_tier,
+    } = update;
+    let (escalated, reason, current_tier) = (*escalated, *reason, *current_tier);
+    let api: Api<HarnessSession> = Api::namespaced(ctx.client.clone(), ns);
+    let obj = match api.get_opt(session).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(error = %e, session, "reading the session for its Escalated condition");
+            return;
+        }
+    };
+    let mut status = obj.status.clone().unwrap_or_default();
+    if let Some(allowed) = only_if {
+        let now = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == types::ESCALATED)
+            .map(|c| c.reason.as_str())
+            .unwrap_or_default();
+        if !allowed.contains(&now) {
+            return;
+        }
+    }
+    let changed = condition::set(
+        &mut status.conditions,
+        types::ESCALATED,
+        escalated,
+        reason,
+        message.clone(),
+        obj.metadata.generation,
+    );
+    if !changed && status.current_tier == Some(current_tier) {
+        return;
+    }
+    let patch = json!({"status": {"conditions": status.conditions, "currentTier": current_tier}});
+    let params = PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..PatchParams::default()
+    };
+    if let Err(e) = api
+        .patch_status(session, &params, &Patch::Merge(patch))
+        .await
+    {
+        tracing::warn!(error = %e, session, "writing the session's Escalated condition");
+        return;
+    }
+    if changed {
+        let warning = reason == reasons::FAILED;
+        events::publish(ctx, &obj, warning, reason, message, "Escalate").await;
+    }
+}

@@ -1,0 +1,136 @@
+//! The leader's sweep of Tier-1 pods whose turn is over without a DELETE: the session is gone,
+//! its worker pod was replaced since the pod was opened (the worker that held the turn died), or
+//! the pod itself ended. Idle pool pods are the pool's business, not the sweep's.
+
+use super::open;
+use super::state::{self, Phase};
+use crate::context::Context;
+use crate::labels;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use kube_harness_crds::HarnessSession;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// How often the leader sweeps.
+pub const PERIOD: Duration = Duration::from_secs(30);
+
+/// Why a serving Tier-1 pod must go, if it must.
+pub fn verdict(pod: &Pod, session_exists: bool, worker_uid: Option<&str>) -> Option<String> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    if !session_exists {
+        return Some("its HarnessSession is gone".into());
+    }
+    if let Phase::Failed { reason, .. } = state::phase(pod) {
+        if matches!(reason.as_str(), "PodFailed" | "AgentDied" | "InitFailed") {
+            return Some(format!("it ended ({reason})"));
+        }
+    }
+    let recorded = pod
+        .annotations()
+        .get(labels::WORKER_UID)
+        .map(String::as_str);
+    match (recorded, worker_uid) {
+        (Some(r), Some(now)) if r != now => {
+            Some("the session's worker pod was replaced or restarted".into())
+        }
+        (Some(_), None) => Some("the session's worker pod is gone".into()),
+        _ => None,
+    }
+}
+
+/// What identifies the worker process that opened a sandbox: the worker pod's uid and its
+/// container restarts. A restarted worker has lost its turn, so its Tier-1 pod has no one to serve.
+pub fn worker_identity(worker: &Pod) -> Option<String> {
+    let uid = worker.metadata.uid.as_deref()?;
+    let restarts: i32 = worker
+        .status
+        .iter()
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .map(|c| c.restart_count)
+        .sum();
+    Some(format!("{uid}/{restarts}"))
+}
+
+/// One sweep; returns the names of the pods deleted.
+pub async fn sweep(ctx: &Context) -> crate::Result<Vec<String>> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let selector = format!(
+        "{}={},{}",
+        labels::ROLE,
+        labels::ROLE_TIER1,
+        labels::SESSION
+    );
+    let serving = pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items;
+    let mut sessions: HashMap<(String, String), (bool, Option<String>)> = HashMap::new();
+    let mut deleted = Vec::new();
+    for pod in serving {
+        let (Some(ns), Some(name)) = (
+            pod.labels().get(labels::SESSION_NAMESPACE).cloned(),
+            pod.labels().get(labels::SESSION).cloned(),
+        ) else {
+            continue;
+        };
+        let key = (ns.clone(), name.clone());
+        if !sessions.contains_key(&key) {
+            let exists = Api::<HarnessSession>::namespaced(ctx.client.clone(), &ns)
+                .get_opt(&name)
+                .await?
+                .is_some_and(|s| s.metadata.deletion_timestamp.is_none());
+            let worker = if exists {
+                Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+                    .get_opt(&labels::worker_pod(&name))
+                    .await?
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                    .as_ref()
+                    .and_then(worker_identity)
+            } else {
+                None
+            };
+            sessions.insert(key.clone(), (exists, worker));
+        }
+        let (exists, worker) = &sessions[&key];
+        if let Some(why) = verdict(&pod, *exists, worker.as_deref()) {
+            tracing::info!(pod = %pod.name_any(), session = %format!("{ns}/{name}"), %why, "deleting a Tier-1 pod");
+            open::delete(ctx, &pod.name_any()).await?;
+            deleted.push(pod.name_any());
+        }
+    }
+    Ok(deleted)
+}
+
+/// Sweeps every [`PERIOD`] until `stop` resolves.
+pub async fn run(ctx: std::sync::Arc<Context>, stop: impl std::future::Future<Output = ()>) {
+    tokio::pin!(stop);
+    let mut tick = tokio::time::interval(PERIOD);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tick.tick() => {
+                if let Err(e) = sweep(&ctx).await {
+                    tracing::warn!(error = %e, "Tier-1 sweep");
+                }
+            }
+        }
+    }
+}
+
+/// Deletes every Tier-1 pod serving a session (its finalizer runs this).
+pub async fn delete_for_session(ctx: &Context, ns: &str, session: &str) -> crate::Result<usize> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let selector = super::pod::serving_selector(ns, session, None);
+    let found = pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items;
+    for pod in &found {
+        open::delete(ctx, &pod.name_any()).await?;
+    }
+    Ok(found.len())
+}
