@@ -284,7 +284,8 @@ async fn deleting_a_session_stops_its_worker_then_drops_the_finalizer() {
     )
     .await;
     assert!(
-        list.query.contains("kubeharness.dev%2Fsession-namespace%3Dteam-a")
+        list.query
+            .contains("kubeharness.dev%2Fsession-namespace%3Dteam-a")
             && list.query.contains("kubeharness.dev%2Fsession%3Ddemo"),
         "{}",
         list.query
