@@ -78,6 +78,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "http://%s-session-log.%s.svc:8080" (include "kube-harness.fullname" .) .Release.Namespace }}
 {{- end }}
 
+{{- define "kube-harness.tierApiUrl" -}}
+{{- printf "http://%s-operator.%s.svc:8081" (include "kube-harness.fullname" .) .Release.Namespace }}
+{{- end }}
+
 {{- define "kube-harness.ledgerUrl" -}}
 {{- printf "http://%s-ledger.%s.svc:8080" (include "kube-harness.fullname" .) .Release.Namespace }}
 {{- end }}

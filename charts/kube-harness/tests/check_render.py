@@ -42,7 +42,7 @@ OPERATOR_CLUSTER_RULES = {
 
 OPERATOR_NAMESPACE_RULES = {
     ("coordination.k8s.io", "leases", v) for v in ["get", "create", "update", "patch"]
-} | {("", "secrets", "get")}
+} | {("", "secrets", "get"), ("", "pods", "patch")}
 
 USER_RULES = {
     ("kubeharness.dev", "harnesssessions", v)
@@ -224,14 +224,18 @@ class Checker:
                 "--listen", "0.0.0.0:8000",
                 "--session-log-url", f"http://{fn}-session-log.{ns}.svc:8080",
                 "--session-log-token-secret", f"{fn}-session-log-token",
-                "--worker-image", self.x["image"]] + self.x["extraArgs"]
+                "--worker-image", self.x["image"],
+                "--worker-image-pull-policy", self.x["pullPolicy"],
+                "--tier-api-listen", "0.0.0.0:8081",
+                "--tier-api-url", f"http://{fn}-operator.{ns}.svc:8081",
+                "--prepared-max-bytes", str(self.x.get("preparedMaxBytes", 131072))] + self.x["extraArgs"]
         self.check(c.get("args") == want, f"operator args {c.get('args')}\n  want {want}")
         env = {e["name"]: e for e in c.get("env", [])}
         for var, path in [("POD_NAMESPACE", "metadata.namespace"), ("POD_NAME", "metadata.name")]:
             got = env.get(var, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
             self.check(got == path, f"operator env {var}: fieldPath {got!r}, want {path!r}")
         ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
-        self.check(ports == {"http-metrics": 8000}, f"operator ports {ports}")
+        self.check(ports == {"http-metrics": 8000, "tier-api": 8081}, f"operator ports {ports}")
         for probe, path in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")]:
             get = c.get(probe, {}).get("httpGet", {})
             self.check(get.get("path") == path and get.get("port") in (8000, "http-metrics"),
@@ -241,6 +245,12 @@ class Checker:
             self.check(svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"], "metrics Service selector")
             self.check([(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(8000, "http-metrics")],
                        f"metrics Service ports {svc['spec']['ports']}")
+        # The tier API URL the operator hands to workers names a Service on 8081 over all replicas.
+        svc = self.one("Service", f"{fn}-operator")
+        if svc:
+            self.check(svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"], "tier API Service selector")
+            self.check([(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(8081, "tier-api")],
+                       f"tier API Service ports {svc['spec']['ports']}")
         # The session log URL the operator hands out names a Service that exists on 8080.
         sl = self.find("Service", f"{fn}-session-log")
         self.check(sl and sl[0]["spec"]["ports"][0]["port"] == 8080, "session log Service on 8080 missing")
@@ -326,10 +336,15 @@ class Checker:
             self.check(rule.get("from") == want, f"{component}: from {rule.get('from')}\n  want {want}")
         np = self.one("NetworkPolicy", f"{fn}-operator")
         if np:
+            self.check(len(np["spec"]["ingress"]) == 2, f"operator policy: {len(np['spec']['ingress'])} ingress rules, want 2")
             rule = np["spec"]["ingress"][0]
             self.check(rule.get("ports") == [{"port": 8000, "protocol": "TCP"}], f"operator policy ports {rule.get('ports')}")
             want = self.x["metricsFrom"] or [{"podSelector": {}}]
             self.check(rule.get("from") == want, f"operator policy from {rule.get('from')}, want {want}")
+            rule = np["spec"]["ingress"][1] if len(np["spec"]["ingress"]) > 1 else {}
+            self.check(rule.get("ports") == [{"port": 8081, "protocol": "TCP"}], f"operator tier API ports {rule.get('ports')}")
+            want = [{"namespaceSelector": {}, "podSelector": {"matchLabels": dict(WORKER_LABEL, **{"kubeharness.dev/role": "worker"})}}]
+            self.check(rule.get("from") == want, f"operator tier API from {rule.get('from')}, want {want}")
 
     # -- SandboxTiers -------------------------------------------------------------------------
     def tiers(self):
@@ -490,7 +505,18 @@ def mutate_tier_image(docs):
     next(d for d in docs if d["kind"] == "SandboxTier")["spec"]["template"]["image"] = "busybox"
 
 
-MUTATIONS = [mutate_rw_root, mutate_privesc, mutate_caps, mutate_seccomp, mutate_root, mutate_wildcard,
+def mutate_tier_api_open(docs):
+    np = next(d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"].endswith("-operator"))
+    np["spec"]["ingress"][1]["from"] = [{"namespaceSelector": {}}]
+
+
+def mutate_pod_patch_cluster_wide(docs):
+    for r in cluster_role(docs)["rules"]:
+        if r["resources"] == ["pods"]:
+            r["verbs"] = r["verbs"] + ["patch"]
+
+
+MUTATIONS = [mutate_tier_api_open, mutate_pod_patch_cluster_wide, mutate_rw_root, mutate_privesc, mutate_caps, mutate_seccomp, mutate_root, mutate_wildcard,
              mutate_secret_list, mutate_extra_rule, mutate_args, mutate_worker_label, mutate_netpol,
              mutate_tier_image]
 

@@ -166,6 +166,7 @@ reject extra-tier-no-image "image" 'tiers: {extraTiers: [{name: rust, level: 1, 
 reject extra-tier-bad-name "name" 'tiers: {extraTiers: [{name: Rust_Tier, level: 1, template: {image: rust}}]}'
 reject postgres-key-type "key" 'postgres: {existingSecret: pg, key: 3}'
 reject digest "digest" 'image: {digest: latest}'
+reject prepared-max-bytes "preparedMaxBytes" 'operator: {tierApi: {preparedMaxBytes: -1}}'
 
 # -- NOTES.txt renders (helm template skips it; include it from a copy of the chart) -------------
 cp -r "$chart" "$tmp/notes-chart"
