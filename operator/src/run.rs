@@ -35,8 +35,11 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         stopped(stop_rx.clone()),
     ));
     // The tier API answers on every replica, leader or not: its state is all in the API server.
+    let tier_listener = tokio::net::TcpListener::bind(config.tier_api_listen)
+        .await
+        .with_context(|| format!("binding the tier API to {}", config.tier_api_listen))?;
     let tier_api = tokio::spawn(tier1::api::serve(
-        config.tier_api_listen,
+        tier_listener,
         ctx.clone(),
         stopped(stop_rx.clone()),
     ));

@@ -13,6 +13,7 @@ use kube_harness_operator::tier1::sweep;
 use kube_harness_operator::{tier, Context, OperatorConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;
+use std::time::Duration;
 use support::{drain_events, expect, not_found};
 
 fn tier_obj(spec: Value) -> SandboxTier {
@@ -322,44 +323,52 @@ fn the_sweep_deletes_pods_of_gone_sessions_replaced_workers_and_ended_pods_only(
         }
         p
     };
+    let young = Duration::from_secs(10);
     let running = json!({"phase": "Running"});
+    let v =
+        |uid: Option<&str>, status: Value, exists: bool, worker: Option<&str>, age: Duration| {
+            sweep::verdict(&with(uid, status), exists, worker, age)
+        };
     assert_eq!(
-        sweep::verdict(&with(Some("w/0"), running.clone()), true, Some("w/0")),
+        v(Some("w/0"), running.clone(), true, Some("w/0"), young),
         None
     );
-    assert!(
-        sweep::verdict(&with(Some("w/0"), running.clone()), false, None)
-            .unwrap()
-            .contains("gone")
-    );
-    assert!(
-        sweep::verdict(&with(Some("w/0"), running.clone()), true, Some("w/1"))
-            .unwrap()
-            .contains("worker")
-    );
-    assert!(
-        sweep::verdict(&with(Some("w/0"), running.clone()), true, None)
-            .unwrap()
-            .contains("worker")
-    );
-    assert!(sweep::verdict(
-        &with(Some("w/0"), json!({"phase": "Failed"})),
+    assert!(v(Some("w/0"), running.clone(), false, None, young)
+        .unwrap()
+        .contains("gone"));
+    assert!(v(Some("w/0"), running.clone(), true, Some("w/1"), young)
+        .unwrap()
+        .contains("worker"));
+    assert!(v(Some("w/0"), running.clone(), true, None, young)
+        .unwrap()
+        .contains("worker"));
+    assert!(v(
+        Some("w/0"),
+        json!({"phase": "Failed"}),
         true,
-        Some("w/0")
+        Some("w/0"),
+        young
     )
     .is_some());
-    // Still provisioning or failing to: the worker's DELETE ends it, not the sweep.
+    // Failing to start: the worker's DELETE ends it, unless no one did for FAILED_GRACE.
+    let unschedulable = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]});
     assert_eq!(
-        sweep::verdict(
-            &with(
-                Some("w/0"),
-                json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]})
-            ),
-            true,
-            Some("w/0")
-        ),
+        v(Some("w/0"), unschedulable.clone(), true, Some("w/0"), young),
         None
     );
+    let late = sweep::FAILED_GRACE + Duration::from_secs(1);
+    assert!(v(Some("w/0"), unschedulable, true, Some("w/0"), late).is_some());
+    // Starting is fine for a while; never ready is not.
+    let pending = json!({"phase": "Pending"});
+    assert_eq!(
+        v(Some("w/0"), pending.clone(), true, Some("w/0"), late),
+        None
+    );
+    let never = sweep::PENDING_LIMIT + Duration::from_secs(1);
+    assert!(v(Some("w/0"), pending, true, Some("w/0"), never).is_some());
+    // A ready pod of a live turn stays however long the turn takes.
+    let ready = json!({"phase": "Running", "podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]});
+    assert_eq!(v(Some("w/0"), ready, true, Some("w/0"), never), None);
     let worker: Pod = serde_json::from_value(
         json!({"metadata": {"uid": "abc"}, "status": {"containerStatuses": [
         {"name": "worker", "image": "i", "imageID": "", "ready": true, "restartCount": 3}]}}),

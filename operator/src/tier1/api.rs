@@ -21,7 +21,6 @@ use kube::{Api, ResourceExt};
 use kube_harness_crds::{HarnessSession, SandboxTier};
 use serde::Deserialize;
 use serde_json::json;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
@@ -74,13 +73,14 @@ pub fn router(ctx: Arc<Context>) -> Router {
         .with_state(ctx)
 }
 
+/// Serves the tier API on an already bound listener (bound by the caller, so a port that cannot be
+/// bound fails the operator's start instead of a background task).
 pub async fn serve(
-    listen: SocketAddr,
+    listener: tokio::net::TcpListener,
     ctx: Arc<Context>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen).await?;
-    tracing::info!(%listen, "serving the tier API");
+    tracing::info!(listen = ?listener.local_addr().ok(), "serving the tier API");
     axum::serve(listener, router(ctx))
         .with_graceful_shutdown(shutdown)
         .await?;

@@ -16,18 +16,38 @@ use std::time::Duration;
 /// How often the leader sweeps.
 pub const PERIOD: Duration = Duration::from_secs(30);
 
-/// Why a serving Tier-1 pod must go, if it must.
-pub fn verdict(pod: &Pod, session_exists: bool, worker_uid: Option<&str>) -> Option<String> {
+/// A pod that failed to start is normally ended by its worker's DELETE within seconds; after this
+/// long the sweep ends it (the worker lost its DELETE).
+pub const FAILED_GRACE: Duration = Duration::from_secs(300);
+/// A pod still not ready after this long serves no one (workers give up provisioning far sooner).
+pub const PENDING_LIMIT: Duration = Duration::from_secs(1800);
+
+/// Why a serving Tier-1 pod must go, if it must. `age`: since the pod was created.
+pub fn verdict(
+    pod: &Pod,
+    session_exists: bool,
+    worker_uid: Option<&str>,
+    age: Duration,
+) -> Option<String> {
     if pod.metadata.deletion_timestamp.is_some() {
         return None;
     }
     if !session_exists {
         return Some("its HarnessSession is gone".into());
     }
-    if let Phase::Failed { reason, .. } = state::phase(pod) {
-        if matches!(reason.as_str(), "PodFailed" | "AgentDied" | "InitFailed") {
+    match state::phase(pod) {
+        Phase::Failed { reason, .. }
+            if matches!(reason.as_str(), "PodFailed" | "AgentDied" | "InitFailed") =>
+        {
             return Some(format!("it ended ({reason})"));
         }
+        Phase::Failed { reason, .. } if age > FAILED_GRACE => {
+            return Some(format!("it failed to start ({reason}) and no one ended it"));
+        }
+        Phase::Pending if age > PENDING_LIMIT => {
+            return Some("it never became ready".into());
+        }
+        _ => {}
     }
     let recorded = pod
         .annotations()
@@ -96,13 +116,26 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Vec<String>> {
             sessions.insert(key.clone(), (exists, worker));
         }
         let (exists, worker) = &sessions[&key];
-        if let Some(why) = verdict(&pod, *exists, worker.as_deref()) {
+        if let Some(why) = verdict(&pod, *exists, worker.as_deref(), age(&pod)) {
             tracing::info!(pod = %pod.name_any(), session = %format!("{ns}/{name}"), %why, "deleting a Tier-1 pod");
             open::delete(ctx, &pod.name_any()).await?;
             deleted.push(pod.name_any());
         }
     }
     Ok(deleted)
+}
+
+fn age(pod: &Pod) -> Duration {
+    pod.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| {
+            let secs = k8s_openapi::jiff::Timestamp::now()
+                .duration_since(t.0)
+                .as_secs();
+            Duration::from_secs(secs.max(0) as u64)
+        })
+        .unwrap_or_default()
 }
 
 /// Sweeps every [`PERIOD`] until `stop` resolves.
