@@ -199,6 +199,10 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
     )
     .await;
     assert_eq!(status.content_type, "application/apply-patch+yaml");
+    assert_eq!(
+        status.body["metadata"]["resourceVersion"], "10",
+        "conditioned on the object the reconcile read"
+    );
     let st = &status.body["status"];
     assert_eq!(st["phase"], "Provisioning");
     assert_eq!(st["observedGeneration"], 3);

@@ -132,7 +132,7 @@ async fn apply(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> {
         }
     }
     if status != old {
-        write_status(ctx, &ns, &name, &status).await?;
+        write_status(ctx, &ns, &name, session.resource_version(), &status).await?;
         for c in events::changed(&old.conditions, &status.conditions) {
             let note = format!("{} is {}: {}", c.type_, c.status, c.message);
             events::publish(
@@ -558,18 +558,25 @@ where
     Ok(())
 }
 
+/// Server-side apply of the whole status, conditioned on the resourceVersion the reconcile read:
+/// the tier API (any replica) patches Escalated and currentTier concurrently, and a status
+/// computed from an older object must not overwrite those (a 409 retries with the fresh object).
 async fn write_status(
     ctx: &Context,
     ns: &str,
     name: &str,
+    resource_version: Option<String>,
     status: &HarnessSessionStatus,
 ) -> Result<()> {
     let api: Api<HarnessSession> = Api::namespaced(ctx.client.clone(), ns);
-    let patch = json!({
+    let mut patch = json!({
         "apiVersion": "kubeharness.dev/v1alpha1",
         "kind": "HarnessSession",
         "status": status,
     });
+    if let Some(rv) = resource_version {
+        patch["metadata"] = json!({ "resourceVersion": rv });
+    }
     api.patch_status(
         name,
         &PatchParams::apply(MANAGER).force(),

@@ -51,8 +51,9 @@ impl From<OpenError> for ApiError {
 
 type Result<T> = std::result::Result<T, ApiError>;
 
+/// Unknown fields are ignored, so a newer worker can send more.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct OpenRequest {
     turn: String,
     #[serde(default)]
