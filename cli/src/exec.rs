@@ -5,7 +5,7 @@ use anyhow::Context;
 use clap::Args;
 use kube_harness_client::{Connected, SessionHandle};
 use kube_harness_worker::api::client::WorkerClient;
-use kube_harness_worker::api::model::{EndTurnResponse, ExecRequest};
+use kube_harness_worker::api::model::{EndTurnRequest, EndTurnResponse, ExecRequest};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -49,7 +49,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
 async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let connected = connect(args.namespace, &args.session, args.wait).await?;
     let mut request = ExecRequest::new(args.script.join(" "));
-    request.run_id = args.run_id;
+    request.run_id = args.run_id.clone();
     request.step_key = args.step_key;
     request.timeout_ms = args.timeout.map(|s| s.saturating_mul(1000));
     let response = connected.worker.exec(&request).await.with_context(|| {
@@ -60,7 +60,7 @@ async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
         )
     })?;
     let ended = if args.end_turn {
-        Some(end_turn(&connected.worker, &args.session).await?)
+        Some(end_turn(&connected.worker, &args.session, args.run_id).await?)
     } else {
         None
     };
@@ -89,9 +89,13 @@ async fn connect(namespace: Option<String>, session: &str, wait: u64) -> anyhow:
 }
 
 /// Ends the session's open turn (no-op when none is open).
-async fn end_turn(worker: &WorkerClient, session: &str) -> anyhow::Result<EndTurnResponse> {
+async fn end_turn(
+    worker: &WorkerClient,
+    session: &str,
+    run_id: Option<String>,
+) -> anyhow::Result<EndTurnResponse> {
     worker
-        .end_turn()
+        .end_turn_with(&EndTurnRequest { run_id })
         .await
         .with_context(|| format!("ending the turn of session {session}"))
 }
@@ -108,6 +112,9 @@ pub struct EndTurnArgs {
     /// Print the turn summary as JSON.
     #[arg(long)]
     json: bool,
+    /// Session log run the turn's closing events go to (default: the session's name).
+    #[arg(long)]
+    run_id: Option<String>,
     /// How long to wait for the session to be Ready.
     #[arg(long, default_value_t = 180)]
     wait: u64,
@@ -116,7 +123,7 @@ pub struct EndTurnArgs {
 pub fn run_end_turn(args: EndTurnArgs) -> anyhow::Result<ExitCode> {
     tokio::runtime::Runtime::new()?.block_on(async move {
         let connected = connect(args.namespace, &args.session, args.wait).await?;
-        let ended = end_turn(&connected.worker, &args.session).await?;
+        let ended = end_turn(&connected.worker, &args.session, args.run_id).await?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&ended)?);
         } else {

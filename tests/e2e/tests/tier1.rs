@@ -245,7 +245,7 @@ async fn a_warm_pool_hands_out_prepared_pods_refills_rolls_and_reports_misses() 
                 assert_eq!(r["stdout"], "ran\n", "{r:#}");
                 let sandbox = last_sandbox(&client, &ns).await;
                 reasons.push((idle_ready, sandbox["missReason"].clone()));
-                kube_harness(&["end-turn", "-n", &ns, "hold"]).unwrap();
+                kube_harness(&["end-turn", "-n", &ns, "hold", "--run-id", &ns]).unwrap();
                 if idle_ready == 0 {
                     assert_eq!(sandbox["missReason"], "stock_empty", "{sandbox:#}");
                     break;
@@ -329,7 +329,8 @@ async fn failures_end_the_turn_cleanly_and_leave_no_tier1_pod() {
                 .unwrap();
             assert!(code != 0 && !out.contains("finished"), "{code} {out} {err}");
             assert!(err.contains("kube-harness:"), "a clear stderr line: {err}");
-            let ended = kube_harness(&["end-turn", "-n", &ns, "fail", "--json"]).unwrap();
+            let ended =
+                kube_harness(&["end-turn", "-n", &ns, "fail", "--json", "--run-id", &ns]).unwrap();
             assert!(ended.status.success(), "{}", stderr(&ended));
             no_tier1_pod_left(&client, &ns, "fail").await;
             let r = exec_json(&ns, "fail", "cat /session/keep", true);
@@ -361,7 +362,7 @@ async fn failures_end_the_turn_cleanly_and_leave_no_tier1_pod() {
                     || (code == 126 && err.starts_with("kube-harness:")),
                 "{code} {out} {err}"
             );
-            kube_harness(&["end-turn", "-n", &ns, "fail"]).unwrap();
+            kube_harness(&["end-turn", "-n", &ns, "fail", "--run-id", &ns]).unwrap();
             no_tier1_pod_left(&client, &ns, "fail").await;
             let r = exec_json(&ns, "fail", "cat /session/keep", true);
             assert_eq!(r["stdout"], "kept\n", "{r:#}");
