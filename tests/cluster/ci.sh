@@ -40,8 +40,8 @@ export KH_KUBECTL="$KH_BIN/kubectl"
 # The tests check container removal through the node's containerd too.
 export KH_CONTAINERD_ADDRESS="$KH_CONTAINERD_SOCK"
 cd "$KH_REPO_ROOT"
-# The suites that gate CI (tier1 joins when the Tier-1 pods of issue 8 are complete).
-read -r -a suites <<<"${KH_E2E_SUITES:---test smoke --test operator}"
+# The suites that gate CI.
+read -r -a suites <<<"${KH_E2E_SUITES:---test smoke --test operator --test tier1}"
 cargo test -p kube-harness-e2e "${suites[@]}" --no-run
 # A bound on the whole suite, so a hung test fails the stage with the cluster logs instead of
 # running CI into its own limit.
