@@ -133,13 +133,22 @@ fn serves_exec_and_stops_cleanly_on_sigterm() {
 fn bad_configuration_is_refused_at_start() {
     let (tmp, token) = workspace();
     let out = bin()
-        .args(["worker", "--tier", "1"])
+        .args(["worker", "--tier", "2"])
         .arg("--token-file")
         .arg(&token)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("Tier-0 only"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("0..=1"));
+    let out = bin()
+        .args(["worker", "--escalation", "pod"])
+        .arg("--token-file")
+        .arg(&token)
+        .env_remove("KH_WORKER_TIER_API_URL")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--tier-api-url"));
     let out = bin()
         .args(["worker", "--token-file"])
         .arg(tmp.path().join("missing"))
