@@ -4,13 +4,14 @@
 //!   forks the command, enforces the timeout, and afterwards kills and reaps every process left
 //!   in the tree (orphans are re-parented to it, so nothing escapes by changing its process
 //!   group or session). It reports the command's status on a pipe and exits.
-//! * the **command** (its child): new process group, optional mount namespace, rlimits,
+//! * the **command** (its child): new process group, optionally the sandbox's mount namespace
+//!   (joined, not built: see [`namespace_helper`]) plus fresh IPC/UTS namespaces, rlimits,
 //!   `no_new_privs`, landlock, capability drop, seccomp; then std execs bash.
 //!
 //! Both run in a forked copy of a multi-threaded process, so they only make raw syscalls over
 //! data prepared in advance ([`ChildPlan`]) and never allocate.
 
-use super::namespace::NamespacePlan;
+use super::namespace::{Namespace, NamespacePlan};
 use super::Limits;
 use seccompiler::BpfProgram;
 use std::ffi::{CStr, CString};
@@ -42,7 +43,7 @@ pub struct ChildPlan {
     rlimits: [(Resource, u64); 5],
     ruleset: OwnedFd,
     filter: BpfProgram,
-    ns: Option<NamespacePlan>,
+    ns: Option<Namespace>,
     drop_caps: bool,
     pub timeout: Duration,
 }
@@ -53,7 +54,7 @@ impl ChildPlan {
         limits: &Limits,
         ruleset: OwnedFd,
         filter: BpfProgram,
-        ns: Option<NamespacePlan>,
+        ns: Option<Namespace>,
         is_root: bool,
     ) -> Result<Self, super::SandboxError> {
         Ok(ChildPlan {
@@ -239,7 +240,7 @@ unsafe fn command_setup(plan: &ChildPlan, run: &RunFds) {
     libc::setpgid(0, 0);
 
     if let Some(ns) = &plan.ns {
-        enter_namespace(ns);
+        join_namespace(ns);
     }
     if libc::chdir(run.cwd.as_ptr()) != 0 {
         fail_path("working directory", &run.cwd, errno());
@@ -340,7 +341,49 @@ unsafe fn drop_capabilities() {
     }
 }
 
-/// Private mount namespace with the prepared root, bind mounts, pivot.
+/// The body of the process that builds a sandbox's mount namespace once (forked by
+/// [`super::namespace::build`]): it makes the namespace, writes `ready` and a newline on `report`
+/// (a failure writes its `kube-harness:` line there instead), then blocks on `hold` until the
+/// parent has opened its namespace files and root, and kills it (or dies).
+///
+/// # Safety
+/// Must only be called in a freshly forked child.
+pub unsafe fn namespace_helper(ns: &NamespacePlan, report: RawFd, hold: RawFd) -> ! {
+    // Keep only these two (both at fd 10 or above), so the parent's death closes `hold`.
+    if libc::dup2(hold, 0) != 0 || libc::dup2(report, 2) != 2 {
+        libc::_exit(126);
+    }
+    libc::close(1);
+    close_range(3, libc::c_uint::MAX);
+    enter_namespace(ns);
+    write_all(2, b"ready\n");
+    let mut byte = 0u8;
+    while libc::read(0, (&mut byte as *mut u8).cast(), 1) < 0 && errno() == libc::EINTR {}
+    libc::_exit(0)
+}
+
+/// Enters the sandbox's mount namespace (and, without root, the user namespace that owns it),
+/// then fresh IPC/UTS (and, where planned, network) namespaces of the command's own.
+unsafe fn join_namespace(ns: &Namespace) {
+    if let Some(user) = &ns.user {
+        if libc::setns(user.as_raw_fd(), libc::CLONE_NEWUSER) != 0 {
+            fail("setns (user namespace)", errno());
+        }
+    }
+    if libc::setns(ns.mnt.as_raw_fd(), libc::CLONE_NEWNS) != 0 {
+        fail("setns (mount namespace)", errno());
+    }
+    // setns put root and cwd at the namespace's root mount; the sandbox root is the helper's
+    // root (the same after a pivot, below it after the chroot fallback).
+    if libc::fchdir(ns.root.as_raw_fd()) != 0 || libc::chroot(c".".as_ptr()) != 0 {
+        fail("entering the sandbox root", errno());
+    }
+    if libc::unshare(ns.unshare_flags) != 0 {
+        fail("unshare (IPC/UTS namespaces)", errno());
+    }
+}
+
+/// Private mount namespace with the prepared root, bind mounts, pivot (or chroot).
 unsafe fn enter_namespace(ns: &NamespacePlan) {
     if libc::unshare(ns.unshare_flags) != 0 {
         fail("unshare (mount namespace)", errno());

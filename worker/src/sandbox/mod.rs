@@ -3,7 +3,7 @@
 //! (landlock, seccomp, `no_new_privs`, rlimits, capability drop) applied between fork and exec.
 //!
 //! Everything that can be computed once (tool directory, landlock ruleset, seccomp BPF program,
-//! the namespace root tree) is built in [`Tier0Sandbox::new`]; [`Tier0Sandbox::run`] only forks.
+//! the mount namespace) is built in [`Tier0Sandbox::new`]; [`Tier0Sandbox::run`] only forks.
 //! See `docs/security-model.md` for what each layer stops and what it does not.
 
 mod child;
@@ -107,12 +107,13 @@ impl Tier0Sandbox {
         })?;
         let filter = seccomp::build(toggles.network)?;
 
+        let ns = ns_plan.as_ref().map(namespace::build).transpose()?;
         let plan = ChildPlan::new(
             &toolset.bash,
             &config.limits,
             ruleset,
             filter,
-            ns_plan,
+            ns,
             caps.is_root,
         )?;
 

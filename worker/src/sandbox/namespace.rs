@@ -1,12 +1,20 @@
 //! Presentation::Namespace: a root directory prepared once on disk (mount points, device-file
-//! placeholders, symlinks), and the list of bind mounts each child makes in its private mount
-//! namespace before it pivots into that root. The child only runs syscalls over strings
-//! prepared here.
+//! placeholders, symlinks), the list of bind mounts, and the mount namespace built from them once
+//! per sandbox by a short-lived helper process ([`build`]). Each command joins that namespace
+//! with `setns` instead of making its own: a fresh namespace cost about ten bind mounts, a pivot
+//! and a teardown per command (≈ 0.8 ms). The namespace's content is the same for every command
+//! and none can change it (mount syscalls are refused by seccomp, capabilities are gone); IPC and
+//! UTS (and, where planned, network) namespaces stay per command.
 
+use super::run::pipe_high;
 use super::SandboxError;
 use crate::workspace::WorkspaceSpec;
 use std::ffi::CString;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Where the tool directory appears inside the namespace.
@@ -32,7 +40,10 @@ pub struct NamespacePlan {
     /// The prepared root, as the parent sees it.
     pub root_host: PathBuf,
     pub root: CString,
+    /// What the helper unshares: the mount namespace (and, without root, a user namespace).
     pub unshare_flags: libc::c_int,
+    /// What each command unshares after joining.
+    pub command_flags: libc::c_int,
     /// For a non-root caller: (uid_map, gid_map) contents mapping the caller onto itself.
     pub id_maps: Option<(CString, CString)>,
     pub binds: Vec<Bind>,
@@ -135,9 +146,10 @@ pub fn prepare(
         }
     }
 
-    let mut unshare_flags = libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+    let mut unshare_flags = libc::CLONE_NEWNS;
+    let mut command_flags = libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
     if empty_network {
-        unshare_flags |= libc::CLONE_NEWNET;
+        command_flags |= libc::CLONE_NEWNET;
     }
     let id_maps = if is_root {
         None
@@ -154,9 +166,86 @@ pub fn prepare(
         root: cstr(&root),
         root_host: root,
         unshare_flags,
+        command_flags,
         id_maps,
         binds,
     })
+}
+
+/// A built mount namespace, held open by file descriptors (no process keeps it alive).
+pub struct Namespace {
+    pub mnt: OwnedFd,
+    /// The user namespace owning `mnt`, when the caller is not root.
+    pub user: Option<OwnedFd>,
+    /// The sandbox root inside `mnt` (O_PATH).
+    pub root: OwnedFd,
+    pub unshare_flags: libc::c_int,
+}
+
+/// Forks a helper that builds the namespace ([`super::child::namespace_helper`]), opens its
+/// namespace files and root, then kills and reaps it.
+pub fn build(plan: &NamespacePlan) -> Result<Namespace, SandboxError> {
+    let fail = |detail: String| SandboxError::NamespaceUnavailable { detail };
+    let (report_r, report_w) = pipe_high().map_err(|e| fail(format!("pipe: {e}")))?;
+    let (hold_r, hold_w) = pipe_high().map_err(|e| fail(format!("pipe: {e}")))?;
+    // SAFETY: the child only makes raw syscalls over `plan`, prepared before the fork, and never
+    // returns (the worker may be multi-threaded).
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        use std::os::fd::AsRawFd;
+        unsafe { super::child::namespace_helper(plan, report_w.as_raw_fd(), hold_r.as_raw_fd()) }
+    }
+    drop((report_w, hold_r));
+    if pid < 0 {
+        return Err(fail(format!("fork: {}", std::io::Error::last_os_error())));
+    }
+    let mut report = Vec::new();
+    let mut reader = File::from(report_r);
+    let mut byte = [0u8; 1];
+    while report.len() < 4096 && matches!(reader.read(&mut byte), Ok(1)) {
+        if byte[0] == b'\n' {
+            break;
+        }
+        report.push(byte[0]);
+    }
+    let opened = if report == b"ready" {
+        let open = |what: &str, flags: libc::c_int| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(flags)
+                .open(format!("/proc/{pid}/{what}"))
+                .map(OwnedFd::from)
+                .map_err(|e| fail(format!("opening /proc/{pid}/{what}: {e}")))
+        };
+        let user = plan.id_maps.is_some();
+        (|| {
+            Ok(Namespace {
+                mnt: open("ns/mnt", 0)?,
+                user: if user {
+                    Some(open("ns/user", 0)?)
+                } else {
+                    None
+                },
+                root: open("root", libc::O_PATH | libc::O_DIRECTORY)?,
+                unshare_flags: plan.command_flags,
+            })
+        })()
+    } else {
+        let text = String::from_utf8_lossy(&report);
+        let text = text.trim_start_matches("kube-harness: ");
+        Err(fail(if text.is_empty() {
+            "the namespace helper ended without a report".into()
+        } else {
+            text.to_string()
+        }))
+    };
+    // SAFETY: our own unreaped child.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    drop(hold_w);
+    opened
 }
 
 fn cstr(p: &Path) -> CString {

@@ -279,7 +279,7 @@ fn receiver(fd: Option<OwnedFd>) -> Result<pipe::Receiver, String> {
 
 /// A close-on-exec pipe whose ends sit at fd 10 or above, so the child can dup2 one of them to
 /// fd 3 without clobbering the other.
-fn pipe_high() -> std::io::Result<(OwnedFd, OwnedFd)> {
+pub(super) fn pipe_high() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills two fds we then own.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
