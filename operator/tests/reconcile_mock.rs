@@ -323,3 +323,145 @@ async fn deleting_a_session_stops_its_worker_then_drops_the_finalizer() {
     assert!(fin.body.to_string().contains("remove"), "{}", fin.body);
     run.await.unwrap().expect("reconcile");
 }
+
+/// A session escalating to `rust`, with the operator's tier API configured.
+/// `events`: how many conditions change (one Event each).
+async fn escalating_reconcile(
+    escalated: Option<(&str, &str)>,
+    tier1_pods: Value,
+    events: usize,
+) -> (Value, Value, Vec<Value>) {
+    let (client, mut server) = support::client();
+    let mut extra = json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"]}, "spec": {"escalation": {"tier": "rust"}}});
+    if let Some((status, reason)) = escalated {
+        extra["status"] = json!({"conditions": [{"type": "Escalated", "status": status, "reason": reason,
+            "message": "earlier", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+    }
+    let obj = session_obj(extra);
+    let config = OperatorConfig {
+        tier_api_url: Some("http://kh-operator.kube-harness.svc:8081".into()),
+        ..OperatorConfig::for_namespace("kube-harness")
+    };
+    let run = tokio::spawn(session::reconcile(
+        Arc::new(obj),
+        Arc::new(Context::new(client, config)),
+    ));
+    let base = format!("/api/v1/namespaces/{NS}");
+    expect(
+        &mut server,
+        "GET",
+        "/apis/kubeharness.dev/v1alpha1/sandboxtiers/tier0",
+        200,
+        tier0(),
+    )
+    .await;
+    expect(&mut server, "GET", "/apis/kubeharness.dev/v1alpha1/sandboxtiers/rust", 200, json!({
+        "apiVersion": "kubeharness.dev/v1alpha1", "kind": "SandboxTier",
+        "metadata": {"name": "rust", "uid": "t1", "generation": 1},
+        "spec": {"level": 2, "template": {"image": "rust:1"}, "capabilities": ["build-toolchain"]}
+    })).await;
+    let list = expect(
+        &mut server,
+        "GET",
+        "/api/v1/namespaces/kube-harness/pods",
+        200,
+        tier1_pods,
+    )
+    .await;
+    assert!(
+        list.query.contains("kubeharness.dev%2Fsession%3Ddemo"),
+        "{}",
+        list.query
+    );
+    expect(&mut server, "GET", &format!("{base}/secrets/demo-token"), 200,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-token"}, "data": {"token": "dG9r"}})).await;
+    expect(&mut server, "PATCH", &format!("{base}/persistentvolumeclaims/demo-workspace"), 200,
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "demo-workspace"}})).await;
+    let np = expect(&mut server, "PATCH", &format!("/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/demo-worker"), 200,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "demo-worker"}})).await;
+    expect(
+        &mut server,
+        "GET",
+        &format!("{base}/pods/demo-worker"),
+        404,
+        not_found("pods", "demo-worker"),
+    )
+    .await;
+    let pod = expect(&mut server, "POST", &format!("{base}/pods"), 201,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker", "namespace": NS}})).await;
+    let args = pod.body["spec"]["containers"][0]["args"].clone();
+    let status = expect(
+        &mut server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo/status"),
+        200,
+        json!(session_obj(json!({}))),
+    )
+    .await;
+    let events = drain_events(&mut server, NS, events).await;
+    tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .expect("the reconcile waits for no further request")
+        .unwrap()
+        .expect("reconcile");
+    let np_egress = np.body["spec"]["egress"].clone();
+    assert_eq!(
+        np_egress.as_array().unwrap().len(),
+        4,
+        "tier API and Tier-1 pods reachable: {np_egress}"
+    );
+    let joined: Vec<&str> = args
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        joined.windows(2).any(|w| w == ["--escalation", "pod"]),
+        "{joined:?}"
+    );
+    (status.body["status"].clone(), np_egress, events)
+}
+
+#[tokio::test]
+async fn a_serving_tier1_pod_makes_the_session_escalated_on_its_level() {
+    let ready = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [{
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-abc", "namespace": "kube-harness"},
+        "status": {"phase": "Running", "podIP": "10.0.0.5", "conditions": [{"type": "Ready", "status": "True"}]}
+    }]});
+    let (st, _, events) = escalating_reconcile(None, ready, 4).await;
+    assert_eq!(condition(&st, "Escalated")["status"], "True");
+    assert_eq!(condition(&st, "Escalated")["reason"], "Tier1Ready");
+    assert_eq!(
+        st["currentTier"], 2,
+        "the tier's level while its pod serves"
+    );
+    assert!(
+        events.iter().any(|e| e["reason"] == "Tier1Ready"),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_escalation_keeps_its_reason_after_the_pod_is_gone() {
+    let none = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []});
+    let (st, _, _) = escalating_reconcile(Some(("False", "Tier1Failed")), none.clone(), 3).await;
+    assert_eq!(condition(&st, "Escalated")["reason"], "Tier1Failed");
+    assert_eq!(condition(&st, "Escalated")["message"], "earlier");
+    // A pod that served and is gone: the turn ended.
+    let (st, _, _) = escalating_reconcile(Some(("True", "Tier1Ready")), none.clone(), 4).await;
+    assert_eq!(
+        (
+            condition(&st, "Escalated")["status"].as_str(),
+            condition(&st, "Escalated")["reason"].as_str()
+        ),
+        (Some("False"), Some("TurnEnded"))
+    );
+    // Nothing escalated yet: available, not refused.
+    let (st, _, _) = escalating_reconcile(None, none, 4).await;
+    assert_eq!(condition(&st, "Escalated")["reason"], "Tier1Available");
+    assert!(!condition(&st, "Escalated")["message"]
+        .as_str()
+        .unwrap()
+        .contains("126"));
+}

@@ -284,9 +284,6 @@ async fn ensure(
                 }
             }
             status.current_tier.get_or_insert(0);
-            if let Some(level) = serving_level {
-                status.current_tier = Some(level);
-            }
             status.phase = Some(Phase::Ready);
             condition::set(
                 &mut status.conditions,
@@ -363,6 +360,10 @@ async fn ensure(
             Some(Duration::from_secs(1))
         }
     };
+    // While a Tier-1 pod serves, that is where commands run (whatever the worker said last).
+    if let Some(level) = serving_level {
+        status.current_tier = Some(level);
+    }
     Ok(Ok(Observed { status, requeue }))
 }
 
