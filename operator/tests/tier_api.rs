@@ -204,11 +204,19 @@ async fn ordinary(server: &mut Handle, miss: Option<&str>) -> (Value, Value) {
     (created_secret.body, p.body)
 }
 
+/// Bounded: a handler stuck on an unanswered API request fails the test instead of hanging it.
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
 async fn post(base: &str, token: &str, body: Value) -> tokio::task::JoinHandle<(u16, Value)> {
     let url = format!("{base}/v1/namespaces/{NS}/sessions/demo/sandboxes");
     let token = token.to_string();
     tokio::spawn(async move {
-        let r = reqwest::Client::new()
+        let r = http_client()
             .post(url)
             .bearer_auth(token)
             .json(&body)
@@ -227,7 +235,7 @@ async fn call(
 ) -> tokio::task::JoinHandle<(u16, Value)> {
     let url = format!("{base}/v1/namespaces/{NS}/sessions/demo/sandboxes/{turn}");
     tokio::spawn(async move {
-        let r = reqwest::Client::new()
+        let r = http_client()
             .request(method, url)
             .bearer_auth(TOKEN)
             .send()
