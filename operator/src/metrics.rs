@@ -28,6 +28,19 @@ pub struct PhaseLabel {
     pub phase: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpenLabels {
+    /// prepared or ordinary.
+    pub source: &'static str,
+    /// stock_empty, workspace_too_large, slot_unavailable, unreported, or none.
+    pub miss_reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
 /// Per-session figures the gauges are computed from.
 #[derive(Clone, Copy, Debug, Default)]
 struct SessionFigures {
@@ -45,6 +58,8 @@ pub struct Metrics {
     sessions: Family<PhaseLabel, Gauge>,
     tier0_share: Gauge<f64, AtomicU64>,
     pub leader: Gauge,
+    tier1_opens: Family<OpenLabels, Counter>,
+    tier1_failures: Family<ReasonLabel, Counter>,
     figures: Mutex<HashMap<String, SessionFigures>>,
 }
 
@@ -96,8 +111,22 @@ impl Default for Metrics {
             "1 while this replica holds the Lease and reconciles",
             leader.clone(),
         );
+        let tier1_opens = Family::<OpenLabels, Counter>::default();
+        let tier1_failures = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "tier1_opens",
+            "Tier-1 sandboxes opened by the tier API, by source and miss reason",
+            tier1_opens.clone(),
+        );
+        registry.register(
+            "tier1_failures",
+            "Tier-1 sandboxes reported Failed to a worker, by reason (counted once per session change)",
+            tier1_failures.clone(),
+        );
         Metrics {
             registry,
+            tier1_opens,
+            tier1_failures,
             reconciles,
             errors,
             reconcile_seconds,
@@ -163,6 +192,25 @@ impl Metrics {
         } else {
             tier0 as f64 / total as f64
         });
+    }
+
+    /// A sandbox opened (a new pod created or claimed, not a repeated request).
+    pub fn tier1_opened(&self, source: &'static str, miss_reason: Option<&'static str>) {
+        self.tier1_opens
+            .get_or_create(&OpenLabels {
+                source,
+                miss_reason: miss_reason.unwrap_or("none"),
+            })
+            .inc();
+    }
+
+    /// A sandbox failed (`reason` is one of the tier API's Failed reasons).
+    pub fn tier1_failed(&self, reason: &str) {
+        self.tier1_failures
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            })
+            .inc();
     }
 
     /// The text exposition of every metric.

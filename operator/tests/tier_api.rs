@@ -24,12 +24,19 @@ fn config() -> OperatorConfig {
 
 /// Serves the tier API on 127.0.0.1 with a mocked Kubernetes API; returns its base URL.
 async fn start() -> (String, Handle) {
+    let (base, server, _) = start_with_context().await;
+    (base, server)
+}
+
+/// As [`start`], also returning the Context (for its metrics).
+async fn start_with_context() -> (String, Handle, Arc<Context>) {
     let (client, server) = support::client();
     let ctx = Arc::new(Context::new(client, config()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, api::router(ctx)).await });
-    (format!("http://{addr}"), server)
+    let app = api::router(ctx.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), server, ctx)
 }
 
 fn b64(s: &str) -> String {
@@ -541,7 +548,7 @@ async fn a_pooled_tier_claims_a_ready_current_pod_with_its_resource_version() {
 
 #[tokio::test]
 async fn lost_claim_races_try_the_next_pod_then_fall_back_with_slot_unavailable() {
-    let (base, mut server) = start().await;
+    let (base, mut server, ctx) = start_with_context().await;
     let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
     auth_session_tier(&mut server, tier(2, true)).await;
     find_turn(&mut server, vec![]).await;
@@ -599,6 +606,13 @@ async fn lost_claim_races_try_the_next_pod_then_fall_back_with_slot_unavailable(
         (code, body["source"].as_str(), body["missReason"].as_str()),
         (200, Some("ordinary"), Some("slot_unavailable")),
         "{body}"
+    );
+    let metrics = ctx.metrics.encode();
+    assert!(
+        metrics.contains(
+            "kube_harness_tier1_opens_total{source=\"ordinary\",miss_reason=\"slot_unavailable\"} 1"
+        ),
+        "{metrics}"
     );
 }
 
@@ -723,7 +737,7 @@ async fn an_uncertain_claim_is_503_and_creates_nothing() {
 }
 
 async fn get_failed(status: Value) -> Value {
-    let (base, mut server) = start().await;
+    let (base, mut server, ctx) = start_with_context().await;
     let name = pod::ordinary_name(NS, "demo", "turn-1");
     let reply = call(&base, reqwest::Method::GET, "turn-1").await;
     expect(
@@ -779,6 +793,14 @@ async fn get_failed(status: Value) -> Value {
         (body["phase"].as_str(), &body["token"], &body["endpoint"]),
         (Some("Failed"), &Value::Null, &Value::Null),
         "{body}"
+    );
+    let reason = body["reason"].as_str().unwrap();
+    let metrics = ctx.metrics.encode();
+    assert!(
+        metrics.contains(&format!(
+            "kube_harness_tier1_failures_total{{reason=\"{reason}\"}} 1"
+        )),
+        "{metrics}"
     );
     body
 }

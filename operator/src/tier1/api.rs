@@ -204,10 +204,12 @@ async fn open(
         worker_uid,
         miss_reason: None,
     };
+    let mut miss = None;
     let pod = if tier.spec.warm_pool.size > 0 {
         match open::claim(&ctx, &tier, &serving, req.workspace_bytes).await {
             Ok(Claim::Claimed(pod)) => *pod,
             Ok(Claim::Miss(reason)) => {
+                miss = Some(reason.as_str());
                 serving.miss_reason = Some(reason);
                 open::ordinary(&ctx, &tier, serving).await?
             }
@@ -221,6 +223,7 @@ async fn open(
         open::ordinary(&ctx, &tier, serving).await?
     };
     let view = state::sandbox(&pod, &req.turn, None);
+    ctx.metrics.tier1_opened(view.source, miss);
     let note = format!(
         "turn {}: Tier-1 pod {} of SandboxTier {} (source {}{})",
         req.turn,
@@ -272,6 +275,7 @@ async fn end(
                 pod.name_any()
             ),
             current_tier: 0,
+            failure: None,
         };
         report::set(&ctx, &ns, &session, &update, Some(&[reasons::READY])).await;
     }

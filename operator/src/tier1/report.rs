@@ -30,6 +30,8 @@ pub struct Update {
     pub reason: &'static str,
     pub message: String,
     pub current_tier: u8,
+    /// The sandbox's Failed reason, when this reports a failure.
+    pub failure: Option<String>,
 }
 
 /// The update a sandbox in `phase` calls for (none while it is Pending).
@@ -50,6 +52,7 @@ pub fn for_sandbox(sandbox: &Sandbox, tier: &str, level: u8) -> Option<Update> {
                     .unwrap_or_default()
             ),
             current_tier: level,
+            failure: None,
         }),
         "Failed" => Some(Update {
             escalated: false,
@@ -61,6 +64,7 @@ pub fn for_sandbox(sandbox: &Sandbox, tier: &str, level: u8) -> Option<Update> {
                 sandbox.message.as_deref().unwrap_or_default()
             ),
             current_tier: 0,
+            failure: Some(sandbox.reason.clone().unwrap_or_else(|| "Failed".into())),
         }),
         _ => None,
     }
@@ -81,6 +85,7 @@ pub async fn set(
         reason,
         message,
         current_tier,
+        ..
     } = update;
     let (escalated, reason, current_tier) = (*escalated, *reason, *current_tier);
     let api: Api<HarnessSession> = Api::namespaced(ctx.client.clone(), ns);
@@ -129,6 +134,9 @@ pub async fn set(
     }
     if changed {
         let warning = reason == reasons::FAILED;
+        if let Some(why) = &update.failure {
+            ctx.metrics.tier1_failed(why);
+        }
         events::publish(ctx, &obj, warning, reason, message, "Escalate").await;
     }
 }
