@@ -465,3 +465,38 @@ async fn a_failed_escalation_keeps_its_reason_after_the_pod_is_gone() {
         .unwrap()
         .contains("126"));
 }
+
+#[tokio::test]
+async fn a_status_write_conflict_recomputes_soon_without_backoff() {
+    let (client, _server) = support::client();
+    let ctx = context(client);
+    let status: kube::core::Status = serde_json::from_value(json!({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409,
+        "message": "Operation cannot be fulfilled on harnesssessions.kubeharness.dev \"demo\": the object has been modified"
+    }))
+    .unwrap();
+    let conflict = kube_harness_operator::Error::Finalizer(Box::new(
+        kube::runtime::finalizer::Error::ApplyFailed(kube_harness_operator::Error::Kube(
+            kube::Error::Api(Box::new(status)),
+        )),
+    ));
+    let obj = Arc::new(session_obj(json!({})));
+    for _ in 0..3 {
+        assert_eq!(
+            session::error_policy(obj.clone(), &conflict, ctx.clone()),
+            kube::runtime::controller::Action::requeue(std::time::Duration::from_millis(200))
+        );
+    }
+    // Any other failure backs off: 1 s, then 2 s.
+    let other = kube_harness_operator::Error::MissingField("x");
+    let first = session::error_policy(obj.clone(), &other, ctx.clone());
+    let second = session::error_policy(obj, &other, ctx.clone());
+    assert_eq!(
+        (first, second),
+        (
+            kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(1)),
+            kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(2))
+        )
+    );
+    assert!(ctx.metrics.encode().contains("error=\"conflict\"} 3"));
+}

@@ -46,9 +46,28 @@ pub async fn reconcile(session: Arc<HarnessSession>, ctx: Arc<Context>) -> Resul
 }
 
 pub fn error_policy(session: Arc<HarnessSession>, error: &Error, ctx: Arc<Context>) -> Action {
+    if is_conflict(error) {
+        // The session changed after this reconcile read it (often the tier API writing
+        // Escalated): not a failure, just recompute from the fresh object.
+        tracing::debug!(session = %session.name_any(), "session changed meanwhile; reconciling again");
+        ctx.metrics.failed("harnesssession", "conflict");
+        return Action::requeue(Duration::from_millis(200));
+    }
     tracing::warn!(session = %session.name_any(), %error, "HarnessSession reconcile failed");
     ctx.metrics.failed("harnesssession", error.metric_label());
     Action::requeue(ctx.backoff(&key(&session)))
+}
+
+/// A 409 from the resourceVersion-conditioned status write.
+fn is_conflict(error: &Error) -> bool {
+    use kube::runtime::finalizer::Error as F;
+    matches!(
+        error,
+        Error::Finalizer(f) if matches!(
+            f.as_ref(),
+            F::ApplyFailed(Error::Kube(kube::Error::Api(e))) if e.code == 409
+        )
+    )
 }
 
 fn key(session: &HarnessSession) -> String {
