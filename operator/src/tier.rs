@@ -110,6 +110,25 @@ pub async fn reconcile(tier: Arc<SandboxTier>, ctx: Arc<Context>) -> Result<Acti
         )
         .await?;
         let pool = tier1::pool::reconcile(&tier, &ctx, ready).await?;
+        let (degraded, why, note) = match &pool.failing {
+            Some((reason, message)) => (true, "PoolPodsFailing", format!("{reason}: {message}")),
+            None => (false, "AsExpected", "nothing is wrong".to_string()),
+        };
+        if condition::set(
+            &mut status.conditions,
+            types::DEGRADED,
+            degraded,
+            why,
+            note.clone(),
+            generation,
+        ) && (degraded
+            || tier
+                .status
+                .as_ref()
+                .is_some_and(|s| condition::is_true(&s.conditions, types::DEGRADED)))
+        {
+            crate::session::events::publish(&ctx, &*tier, degraded, why, &note, "Pool").await;
+        }
         status.warm_ready = Some(pool.ready);
         status.warm_updated = Some(pool.updated);
         status.selector = Some(tier1::pod::pool_selector(&tier.name_any()));

@@ -544,3 +544,110 @@ async fn a_pool_reconcile_deletes_stale_pods_creates_the_missing_and_reports_cou
     drain_events(&mut server, "default", 1).await;
     run.await.unwrap().expect("reconcile");
 }
+
+#[tokio::test]
+async fn pool_pods_that_cannot_start_are_kept_and_reported_and_crashed_ones_replaced_only_when_old()
+{
+    let (client, mut server) = support::client();
+    let config = OperatorConfig::for_namespace("kh");
+    let tier = rust(3);
+    let hash = pod::template_hash(&tier, &config);
+    let ctx = Arc::new(Context::new(client, config));
+    let run = tokio::spawn(tier::reconcile(Arc::new(tier), ctx));
+    expect(&mut server, "PATCH", "/apis/networking.k8s.io/v1/namespaces/kh/networkpolicies/t1-rust", 200,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "t1-rust"}})).await;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let created =
+        |secs_ago: i64| (now - k8s_openapi::jiff::SignedDuration::from_secs(secs_ago)).to_string();
+    let pool_pod = |name: &str, age: i64, status: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "kh", "creationTimestamp": created(age),
+            "labels": {"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false", "kubeharness.dev/template-hash": hash}},
+        "status": status})
+    };
+    let died = json!({"phase": "Failed", "containerStatuses": [{"name": "agent", "image": "rust:1", "imageID": "", "ready": false,
+        "restartCount": 0, "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]});
+    expect(&mut server, "GET", "/api/v1/namespaces/kh/pods", 200, json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
+        pool_pod("t1-noimage", 600, json!({"phase": "Pending", "containerStatuses": [{"name": "agent", "image": "rust:1", "imageID": "",
+            "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ErrImageNeverPull", "message": "not present"}}}]})),
+        pool_pod("t1-young", 5, died.clone()),
+        pool_pod("t1-old", 120, died),
+    ]})).await;
+    // Only the crashed pod older than a minute goes; the one that cannot pull its image stays.
+    expect(
+        &mut server,
+        "DELETE",
+        "/api/v1/namespaces/kh/pods/t1-old",
+        200,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-old"}}),
+    )
+    .await;
+    expect(
+        &mut server,
+        "DELETE",
+        "/api/v1/namespaces/kh/secrets/t1-old",
+        404,
+        not_found("secrets", "t1-old"),
+    )
+    .await;
+    let secret = expect(
+        &mut server,
+        "POST",
+        "/api/v1/namespaces/kh/secrets",
+        201,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}}),
+    )
+    .await;
+    let name = secret.body["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    expect(&mut server, "POST", "/api/v1/namespaces/kh/pods", 201,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "kh", "uid": "u"}})).await;
+    expect(
+        &mut server,
+        "PATCH",
+        &format!("/api/v1/namespaces/kh/secrets/{name}"),
+        200,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}}),
+    )
+    .await;
+    let events = drain_events(&mut server, "default", 1).await;
+    assert_eq!(
+        (events[0]["type"].as_str(), events[0]["reason"].as_str()),
+        (Some("Warning"), Some("PoolPodsFailing"))
+    );
+    let status = expect(
+        &mut server,
+        "PATCH",
+        "/apis/kubeharness.dev/v1alpha1/sandboxtiers/rust/status",
+        200,
+        serde_json::to_value(rust(3)).unwrap(),
+    )
+    .await;
+    let st = &status.body["status"];
+    assert_eq!(
+        (st["warmReady"].as_u64(), st["warmUpdated"].as_u64()),
+        (Some(0), Some(3)),
+        "{st}"
+    );
+    let degraded = st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Degraded")
+        .unwrap();
+    assert_eq!(
+        (degraded["status"].as_str(), degraded["reason"].as_str()),
+        (Some("True"), Some("PoolPodsFailing"))
+    );
+    assert!(
+        degraded["message"]
+            .as_str()
+            .unwrap()
+            .contains("ErrImageNeverPull"),
+        "{degraded}"
+    );
+    drain_events(&mut server, "default", 1).await;
+    run.await.unwrap().expect("reconcile");
+}

@@ -27,7 +27,14 @@ pub struct PoolStatus {
     pub created: u32,
     /// Pods deleted by this reconcile (stale, ended or surplus).
     pub deleted: u32,
+    /// Why a pool pod is failing, if one is: (reason, message).
+    pub failing: Option<(String, String)>,
 }
+
+/// Failed reasons of a pod whose agent ran and ended (as opposed to one that cannot start).
+const ENDED: &[&str] = &["PodFailed", "AgentDied", "InitFailed"];
+/// Minimum age of an ended pool pod before it is replaced.
+const REPLACE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Brings the idle pods of `tier` to its pool size: deletes stale, ended and surplus ones, creates
 /// the missing ones. `valid`: the tier passed its checks; an invalid tier keeps no pool.
@@ -47,15 +54,33 @@ pub async fn reconcile(tier: &SandboxTier, ctx: &Context, valid: bool) -> Result
             continue;
         }
         let stale = p.labels().get(labels::TEMPLATE_HASH) != Some(&hash);
-        match state::phase(&p) {
-            Phase::Failed { .. } => {
-                open::delete(ctx, &p.name_any()).await?;
-                out.deleted += 1;
-            }
+        let phase = state::phase(&p);
+        if let Phase::Failed { reason, message } = &phase {
+            out.failing.get_or_insert_with(|| {
+                (
+                    reason.clone(),
+                    format!("pool pod {}: {message}", p.name_any()),
+                )
+            });
+        }
+        match phase {
             _ if stale => {
                 open::delete(ctx, &p.name_any()).await?;
                 out.deleted += 1;
             }
+            // An ended pod is replaced, but not before it is a minute old: an agent that dies at
+            // once must not turn the pool into a create/delete loop.
+            Phase::Failed { reason, .. } if ENDED.contains(&reason.as_str()) => {
+                if super::sweep::age(&p) > REPLACE_AFTER {
+                    open::delete(ctx, &p.name_any()).await?;
+                    out.deleted += 1;
+                } else {
+                    current.push((p, false));
+                }
+            }
+            // Cannot start (image, scheduling, config): kept, as the kubelet retries and a fix
+            // makes it ready; replacing it would only repeat the failure.
+            Phase::Failed { .. } => current.push((p, false)),
             Phase::Ready { .. } => current.push((p, true)),
             Phase::Pending => current.push((p, false)),
         }

@@ -125,7 +125,8 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Vec<String>> {
     Ok(deleted)
 }
 
-fn age(pod: &Pod) -> Duration {
+/// Time since the pod was created (zero when unknown).
+pub(crate) fn age(pod: &Pod) -> Duration {
     pod.metadata
         .creation_timestamp
         .as_ref()
