@@ -87,9 +87,21 @@ pub fn check(spec: &SandboxTierSpec) -> (bool, &'static str, String) {
     )
 }
 
+/// Longest name of an escalation tier: `t1-<name>` names its NetworkPolicy (63 at most).
+pub const MAX_ESCALATION_NAME: usize = 60;
+
 pub async fn reconcile(tier: Arc<SandboxTier>, ctx: Arc<Context>) -> Result<Action> {
     let started = std::time::Instant::now();
-    let (ready, reason, message) = check(&tier.spec);
+    let (mut ready, mut reason, mut message) = check(&tier.spec);
+    let name = tier.name_any();
+    if tier.spec.level > 0 && name.len() > MAX_ESCALATION_NAME {
+        // Its name is a label value of its pods and part of its NetworkPolicy's name.
+        (ready, reason, message) = (
+            false,
+            "NameTooLong",
+            format!("an escalation tier's name must be at most {MAX_ESCALATION_NAME} characters (it is a label value of its pods); {name} has {}", name.len()),
+        );
+    }
     let mut status = tier.status.clone().unwrap_or_default();
     let generation = tier.metadata.generation;
     let condition_changed = condition::set(
@@ -101,7 +113,7 @@ pub async fn reconcile(tier: Arc<SandboxTier>, ctx: Arc<Context>) -> Result<Acti
         generation,
     );
     let mut requeue = Duration::from_secs(600);
-    if tier.spec.level > 0 {
+    if tier.spec.level > 0 && reason != "NameTooLong" {
         // Tier-1 pods of this tier: their NetworkPolicy, and the warm pool.
         apply_owned::<NetworkPolicy>(
             &ctx,

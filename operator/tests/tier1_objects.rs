@@ -651,3 +651,29 @@ async fn pool_pods_that_cannot_start_are_kept_and_reported_and_crashed_ones_repl
     drain_events(&mut server, "default", 1).await;
     run.await.unwrap().expect("reconcile");
 }
+
+#[tokio::test]
+async fn an_escalation_tier_name_too_long_for_labels_is_not_ready_and_gets_no_pods() {
+    let (client, mut server) = support::client();
+    let name = "a".repeat(61);
+    let mut t = rust(2);
+    t.metadata.name = Some(name.clone());
+    let ctx = Arc::new(Context::new(client, OperatorConfig::for_namespace("kh")));
+    let run = tokio::spawn(tier::reconcile(Arc::new(t), ctx));
+    // No NetworkPolicy, no pool: straight to status.
+    let status = expect(
+        &mut server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/sandboxtiers/{name}/status"),
+        200,
+        serde_json::to_value(rust(2)).unwrap(),
+    )
+    .await;
+    let ready = &status.body["status"]["conditions"][0];
+    assert_eq!(
+        (ready["status"].as_str(), ready["reason"].as_str()),
+        (Some("False"), Some("NameTooLong"))
+    );
+    drain_events(&mut server, "default", 1).await;
+    run.await.unwrap().expect("reconcile");
+}
