@@ -125,7 +125,12 @@ fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
     for entry in walkdir::WalkDir::new(from).follow_links(false) {
         let entry = entry.map_err(io::Error::other)?;
         let rel = entry.path().strip_prefix(from).map_err(io::Error::other)?;
-        let target = to.join(rel);
+        // `to.join("")` would add a trailing slash: a single file's own entry is `to` itself.
+        let target = if rel.as_os_str().is_empty() {
+            to.to_path_buf()
+        } else {
+            to.join(rel)
+        };
         let meta = entry.path().symlink_metadata()?;
         let kind = meta.file_type();
         if kind.is_dir() {
@@ -187,6 +192,8 @@ mod tests {
                 .modified()
                 .unwrap()
         );
+        copy_tree(&src.join("ro/sub/f"), &tmp.path().join("single")).unwrap();
+        assert_eq!(fs::read_to_string(tmp.path().join("single")).unwrap(), "x");
         fs::set_permissions(src.join("ro"), fs::Permissions::from_mode(0o755)).unwrap();
         fs::set_permissions(dst.join("ro"), fs::Permissions::from_mode(0o755)).unwrap();
     }

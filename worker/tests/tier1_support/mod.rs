@@ -54,8 +54,7 @@ impl Drop for AgentProcess {
 
 /// Starts an agent over `root` with extra environment variables, and waits for its address.
 pub fn spawn_agent(root: &Path, env: &[(&str, &str)]) -> AgentProcess {
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = Command::new(exe);
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
         CHILD_TEST,
         "--exact",
@@ -63,13 +62,17 @@ pub fn spawn_agent(root: &Path, env: &[(&str, &str)]) -> AgentProcess {
         "--nocapture",
         "--test-threads=1",
     ])
-    .env("KH_TEST_AGENT_ROOT", root)
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::inherit());
+    .env("KH_TEST_AGENT_ROOT", root);
     for (k, v) in env {
         cmd.env(k, v);
     }
+    wait_for_address(cmd, root)
+}
+
+fn wait_for_address(mut cmd: Command, root: &Path) -> AgentProcess {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
     let mut child = cmd.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -181,4 +184,43 @@ pub fn process_gone(pid: i32) -> bool {
             .map(|(_, rest)| rest.trim_start().starts_with('Z'))
             .unwrap_or(false),
     }
+}
+
+/// Builds a pod's view by hand (root only): a private mount namespace, a read-only root of
+/// read-only system directories, `/session`, `/artifacts`, `/persistent` as three separate
+/// volumes (bind mounts of `$POD/pvc/*`, as three emptyDirs), a tmpfs `/tmp`, uid 65532, an
+/// empty environment, and the agent with `--workspace-root /`.
+const POD_SETUP: &str = r#"
+set -e
+R="$POD/root"
+mkdir -p "$R"
+mount -t tmpfs tmpfs "$R"
+for d in usr bin lib lib64 lib32 libx32 etc sbin; do
+  [ -e "/$d" ] || continue
+  if [ -L "/$d" ]; then ln -s "$(readlink "/$d")" "$R/$d"
+  else mkdir -p "$R/$d"; mount --bind "/$d" "$R/$d"; mount -o remount,bind,ro "$R/$d"; fi
+done
+mkdir -p "$R/proc" "$R/dev" "$R/tmp" "$R/app"
+mount -t proc proc "$R/proc"
+mount --rbind /dev "$R/dev"
+mount -t tmpfs -o mode=1777 tmpfs "$R/tmp"
+for d in session artifacts persistent; do
+  mkdir -p "$R/$d" "$POD/pvc/$d"
+  chown 65532:65532 "$POD/pvc/$d"
+  mount --bind "$POD/pvc/$d" "$R/$d"
+done
+cp "$BIN" "$R/app/agent"
+mount -o remount,ro "$R"
+exec chroot "$R" setpriv --reuid 65532 --regid 65532 --clear-groups \
+  env -i TMPDIR=/tmp PATH=/usr/local/bin:/usr/bin:/bin KH_TEST_AGENT_ROOT=/ \
+  /app/agent tier1_agent_child --exact --ignored --nocapture --test-threads=1
+"#;
+
+/// The agent as in a Tier-1 pod (see `POD_SETUP`); `root` of the result is `$POD/pvc`.
+pub fn spawn_agent_pod_like(pod: &Path) -> AgentProcess {
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "bash", "-c", POD_SETUP])
+        .env("POD", pod)
+        .env("BIN", std::env::current_exe().unwrap());
+    wait_for_address(cmd, &pod.join("pvc"))
 }
