@@ -3,7 +3,7 @@
 //! - `shell`: running one command with real bash (shared with the local host's Tier-1).
 //! - `agent`, `agent_http`, `bind`, `reap`: the agent in a Tier-1 pod (`kube-harness worker
 //!   --tier 1`): workspace bind, commands, changes.
-//! - `pod`, `tier_api`: the worker's side: a sandbox from the operator, the handoff, the
+//! - `pod`, `pod_shell`, `tier_api`: the worker's side: a sandbox from the operator, the handoff, the
 //!   commands and the merge.
 //! - `wire`: the JSON both sides speak.
 
@@ -11,10 +11,12 @@ pub mod agent;
 pub mod agent_http;
 pub mod bind;
 pub mod pod;
+pub mod pod_shell;
 pub mod reap;
 pub mod shell;
 pub mod tier_api;
 pub mod wire;
 
 pub use agent::{Agent, AgentConfig};
-pub use pod::{PodShell, PodTier1, PodTier1Config};
+pub use pod::{PodTier1, PodTier1Config};
+pub use pod_shell::PodShell;
