@@ -193,6 +193,12 @@ pub struct WarmPool {
     #[serde(default)]
     #[schemars(range(min = 0, max = 100))]
     pub size: u32,
+    /// Largest workspace archive, in bytes, a prepared pod takes; a larger workspace is served by
+    /// an ordinary pod (miss reason `workspace_too_large`). Unset: the operator's
+    /// `--prepared-max-bytes` (128 KiB by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1073741824))]
+    pub max_workspace_bytes: Option<u64>,
 }
 
 /// What the operator found when it checked the tier.

@@ -67,7 +67,12 @@ pub async fn claim(
     serving: &Serving,
     workspace_bytes: u64,
 ) -> Result<Claim, OpenError> {
-    if workspace_bytes > ctx.config.prepared_max_bytes {
+    let limit = tier
+        .spec
+        .warm_pool
+        .max_workspace_bytes
+        .unwrap_or(ctx.config.prepared_max_bytes);
+    if workspace_bytes > limit {
         return Ok(Claim::Miss(MissReason::WorkspaceTooLarge));
     }
     if tier.status.as_ref().and_then(|s| s.warm_ready).is_none() {
