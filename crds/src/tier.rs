@@ -65,8 +65,9 @@ pub struct SandboxTierSpec {
     /// Outbound traffic the tier's pods may open.
     #[serde(default)]
     pub egress: EgressPolicy,
-    /// Seconds an idle sandbox of this tier is kept for reuse by the same session before it is
-    /// deleted (0: deleted at end of turn).
+    /// Seconds an idle sandbox of this tier may be kept for reuse by the same session before it
+    /// is deleted. Not acted on yet: this version deletes every Tier-1 pod at the end of its turn
+    /// (as with 0); the field is accepted so tiers written for reuse keep validating.
     #[serde(default = "default_idle_timeout")]
     #[schemars(range(min = 0, max = 86400))]
     pub idle_timeout_seconds: u32,
