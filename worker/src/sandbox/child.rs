@@ -1,19 +1,22 @@
 //! Code that runs between fork and exec. Two processes:
 //!
-//! * the **supervisor** (the direct child of the worker): a new session, a child subreaper; it
-//!   forks the command, enforces the timeout, and afterwards kills and reaps every process left
-//!   in the tree (orphans are re-parented to it, so nothing escapes by changing its process
-//!   group or session). It reports the command's status on a pipe and exits.
+//! * the **supervisor** (the direct child of the worker, forked by std): a new session, a child
+//!   subreaper; it starts the command, enforces the timeout, and afterwards kills and reaps every
+//!   process left in the tree (orphans are re-parented to it, so nothing escapes by changing its
+//!   process group or session). It reports the command's status on a pipe and exits.
 //! * the **command** (its child): new process group, optionally the sandbox's mount namespace
 //!   (joined, not built: see [`namespace_helper`]) plus fresh IPC/UTS namespaces, rlimits,
 //!   `no_new_privs`, landlock, capability drop, seccomp; then std execs bash.
 //!
 //! Both run in a forked copy of a multi-threaded process, so they only make raw syscalls over
-//! data prepared in advance ([`ChildPlan`]) and never allocate.
+//! data prepared in advance ([`ChildPlan`], [`RunFds`]) and never allocate. The command is
+//! started like `posix_spawn` does it (see [`spawn_command`]): it shares the supervisor's memory
+//! until it execs bash, so no second copy of the worker's page tables is made and torn down.
 
 use super::namespace::{Namespace, NamespacePlan};
 use super::Limits;
 use seccompiler::BpfProgram;
+use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -40,6 +43,8 @@ const ST_RELATIME: libc::c_ulong = 4096;
 /// Everything the child side needs, prepared once per sandbox.
 pub struct ChildPlan {
     pub bash: PathBuf,
+    bash_c: CString,
+    page_size: usize,
     rlimits: [(Resource, u64); 5],
     ruleset: OwnedFd,
     filter: BpfProgram,
@@ -57,8 +62,12 @@ impl ChildPlan {
         ns: Option<Namespace>,
         is_root: bool,
     ) -> Result<Self, super::SandboxError> {
+        // SAFETY: plain getter.
+        let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
         Ok(ChildPlan {
             bash: bash.to_path_buf(),
+            bash_c: cwd_cstring(bash).ok_or(super::SandboxError::NoBash)?,
+            page_size,
             rlimits: [
                 (libc::RLIMIT_NPROC, limits.max_processes),
                 (libc::RLIMIT_FSIZE, limits.max_file_size),
@@ -82,10 +91,42 @@ pub struct RunFds {
     pub state_w: RawFd,
     /// Write end of the supervisor's status pipe.
     pub status_w: RawFd,
+    pub exec: ExecArgs,
 }
 
-/// The pre_exec body. Returns (in the command process) to let std exec bash; the supervisor
-/// never returns.
+/// bash's argv (`bash -c SCRIPT`) and environment as C arrays, built by the parent.
+pub struct ExecArgs {
+    _strings: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+}
+
+// SAFETY: the pointers point into `_strings`, owned alongside and never changed.
+unsafe impl Send for ExecArgs {}
+unsafe impl Sync for ExecArgs {}
+
+impl ExecArgs {
+    /// `None` when the script or a variable holds a NUL byte.
+    pub fn new(script: &str, env: &BTreeMap<String, String>) -> Option<Self> {
+        let mut strings = vec![c"bash".to_owned(), c"-c".to_owned()];
+        strings.push(CString::new(script).ok()?);
+        for (k, v) in env {
+            strings.push(CString::new(format!("{k}={v}")).ok()?);
+        }
+        let ptrs = |s: &[CString]| {
+            let mut p: Vec<_> = s.iter().map(|c| c.as_ptr()).collect();
+            p.push(std::ptr::null());
+            p
+        };
+        Some(ExecArgs {
+            argv: ptrs(&strings[..3]),
+            envp: ptrs(&strings[3..]),
+            _strings: strings,
+        })
+    }
+}
+
+/// The pre_exec body: becomes the supervisor and never returns (std never execs).
 ///
 /// # Safety
 /// Must only be called in a freshly forked child (std's `pre_exec`).
@@ -98,17 +139,86 @@ pub unsafe fn pre_exec(plan: &ChildPlan, run: &RunFds) -> std::io::Result<()> {
     for s in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
         libc::sigaddset(&mut set, s);
     }
-    libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    // While the command shares this memory no handler of the worker's may run in it: block
+    // everything and put every handler back to the default (the supervisor needs none).
+    let mut all: libc::sigset_t = std::mem::zeroed();
+    libc::sigfillset(&mut all);
+    libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+    default_handlers();
+    if let Some(user) = plan.ns.as_ref().and_then(|ns| ns.user.as_ref()) {
+        // The kernel refuses setns into a user namespace to a process whose memory is shared,
+        // so the supervisor joins the sandbox's (as the same uid) and the command inherits it.
+        if libc::setns(user.as_raw_fd(), libc::CLONE_NEWUSER) != 0 {
+            fail("setns (user namespace)", errno());
+        }
+    }
     let start = now();
-    let pid = libc::fork();
+    let pid = spawn_command(plan, run);
     if pid < 0 {
-        fail("fork", errno());
+        fail("clone", errno());
     }
-    if pid == 0 {
-        command_setup(plan, run);
-        return Ok(());
-    }
+    libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
     supervise(plan, run, pid, parent, &set, start)
+}
+
+/// Starts the command as `posix_spawn` does: `clone(CLONE_VM | CLONE_VFORK)` on a stack of its
+/// own. The supervisor sleeps until the command has exec'd bash (or died in its setup); fork
+/// would copy the worker's page tables, and exec would tear the copy down again.
+unsafe fn spawn_command(plan: &ChildPlan, run: &RunFds) -> libc::pid_t {
+    const STACK: usize = 256 * 1024;
+    let base = libc::mmap(
+        std::ptr::null_mut(),
+        STACK,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+        -1,
+        0,
+    );
+    if base == libc::MAP_FAILED {
+        return -1;
+    }
+    // A guard page: an overflow faults instead of writing over the supervisor's memory.
+    libc::mprotect(base, plan.page_size, libc::PROT_NONE);
+    let args: (&ChildPlan, &RunFds) = (plan, run);
+    libc::clone(
+        command_main,
+        base.cast::<u8>().add(STACK).cast(),
+        libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+        &args as *const (&ChildPlan, &RunFds) as *mut libc::c_void,
+    )
+}
+
+extern "C" fn command_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the pair on the stack of the supervisor, which waits (CLONE_VFORK); the
+    // command makes only raw syscalls, then execs or exits.
+    unsafe {
+        let (plan, run) = *(arg as *const (&ChildPlan, &RunFds));
+        command_setup(plan, run);
+        libc::execve(
+            plan.bash_c.as_ptr(),
+            run.exec.argv.as_ptr(),
+            run.exec.envp.as_ptr(),
+        );
+        fail_path("exec", &plan.bash_c, errno())
+    }
+}
+
+/// Every caught signal back to its default action, and SIGPIPE too (Rust ignores it; bash and
+/// its commands must not). Other ignored signals stay ignored, as across a plain exec.
+unsafe fn default_handlers() {
+    let mut dfl: libc::sigaction = std::mem::zeroed();
+    dfl.sa_sigaction = libc::SIG_DFL;
+    for sig in 1..=libc::SIGRTMAX() {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+            continue;
+        }
+        if old.sa_sigaction != libc::SIG_DFL
+            && (old.sa_sigaction != libc::SIG_IGN || sig == libc::SIGPIPE)
+        {
+            libc::sigaction(sig, &dfl, std::ptr::null_mut());
+        }
+    }
 }
 
 /// The supervisor: wait, enforce the deadline, clean up, report, exit.
@@ -233,10 +343,10 @@ unsafe fn kill_tree(cmd: libc::pid_t, cmd_status: &mut Option<libc::c_int>) {
 
 /// The command side: confinement in order; any failure ends the process with 126 and one line.
 unsafe fn command_setup(plan: &ChildPlan, run: &RunFds) {
+    // Handlers are already the defaults (pre_exec).
     let mut empty: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut empty);
     libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-    libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     libc::setpgid(0, 0);
 
     if let Some(ns) = &plan.ns {
@@ -365,11 +475,7 @@ pub unsafe fn namespace_helper(ns: &NamespacePlan, report: RawFd, hold: RawFd) -
 /// Enters the sandbox's mount namespace (and, without root, the user namespace that owns it),
 /// then fresh IPC/UTS (and, where planned, network) namespaces of the command's own.
 unsafe fn join_namespace(ns: &Namespace) {
-    if let Some(user) = &ns.user {
-        if libc::setns(user.as_raw_fd(), libc::CLONE_NEWUSER) != 0 {
-            fail("setns (user namespace)", errno());
-        }
-    }
+    // The user namespace (without root) was joined by the supervisor.
     if libc::setns(ns.mnt.as_raw_fd(), libc::CLONE_NEWNS) != 0 {
         fail("setns (mount namespace)", errno());
     }

@@ -64,13 +64,14 @@ async fn run_inner(
     let (state_r, state_w) = pipe_high().map_err(|e| format!("creating a pipe: {e}"))?;
     let (status_r, status_w) = pipe_high().map_err(|e| format!("creating a pipe: {e}"))?;
 
+    let mut env = base_env.clone();
+    env.extend(inv.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let exec = child::ExecArgs::new(&inv.script, &env)
+        .ok_or_else(|| "script or environment contains a NUL byte".to_string())?;
+    // std forks the supervisor and wires its stdio; its pre_exec never returns, so the program
+    // named here is never exec'd by std (the supervisor's child execs bash with `exec`).
     let mut cmd = Command::new(&plan.bash);
-    cmd.arg0("bash")
-        .arg("-c")
-        .arg(&inv.script)
-        .env_clear()
-        .envs(base_env)
-        .envs(&inv.env)
+    cmd.env_clear()
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -78,6 +79,7 @@ async fn run_inner(
         cwd,
         state_w: state_w.as_raw_fd(),
         status_w: status_w.as_raw_fd(),
+        exec,
     };
     let child_plan = Arc::clone(plan);
     // SAFETY: the closure only makes async-signal-safe syscalls over prepared data (child.rs).
