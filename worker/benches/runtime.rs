@@ -66,7 +66,10 @@ async fn main() {
         PathBuf::from("/session"),
         BTreeMap::new(),
     );
-    println!("{iterations} iterations each, interleaved; wall-clock latency per command");
+    println!(
+        "{iterations} iterations each, interleaved; wall-clock latency per command; load average {}",
+        loadavg()
+    );
     println!(
         "{:<34} {:>9} {:>9} {:>9}",
         "", "p50 ms", "p95 ms", "mean ms"
@@ -111,4 +114,12 @@ async fn main() {
             if over <= 2.0 { "met" } else { "MISSED" }
         );
     }
+    println!("load average at the end {}", loadavg());
+}
+
+/// The 1/5/15-minute load averages: the machine is shared, so every figure is reported with it.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }
