@@ -61,12 +61,14 @@ async fn git_runs_on_a_tier1_pod_and_the_repository_comes_back() {
     with_tier(&client, toolchain_tier("e2e-git", 0), || async {
         with_namespace("t1git", |client, ns| async move {
             session(&client, &ns, "git", "e2e-git").await;
-            // Watch for the Tier-1 pod while the command runs.
+            // Watch for the Tier-1 pod while the command runs (the CLI runs on a blocking thread, so
+            // this task keeps polling).
+            let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let watcher = {
-                let (client, ns) = (client.clone(), ns.clone());
+                let (client, ns, done) = (client.clone(), ns.clone(), done.clone());
                 tokio::spawn(async move {
                     let mut seen = std::collections::BTreeSet::new();
-                    for _ in 0..600 {
+                    while !done.load(std::sync::atomic::Ordering::Relaxed) {
                         for p in tier1_pods(&client, &ns, "git").await {
                             seen.insert(p.name_any());
                         }
@@ -76,7 +78,14 @@ async fn git_runs_on_a_tier1_pod_and_the_repository_comes_back() {
                 })
             };
             let script = "git init -q r && cd r && echo x > f && git add f && git -c user.name=a -c user.email=a@b commit -qm m && git log --oneline | wc -l";
-            let r = exec_json(&ns, "git", script, true);
+            let r = {
+                let ns = ns.clone();
+                tokio::task::spawn_blocking(move || exec_json(&ns, "git", script, true))
+                    .await
+                    .unwrap()
+            };
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            let seen = watcher.await.unwrap();
             assert_eq!(r["stdout"], "1\n", "{r:#}");
             assert_eq!((r["exitCode"].as_i64(), r["tier"].as_i64()), (Some(0), Some(1)), "{r:#}");
             let summary = &r["endTurn"]["turn"];
@@ -88,7 +97,6 @@ async fn git_runs_on_a_tier1_pod_and_the_repository_comes_back() {
             let r = exec_json(&ns, "git", "test -f /session/r/.git/HEAD && cat /session/r/f", true);
             assert_eq!((r["stdout"].as_str(), r["tier"].as_i64()), (Some("x\n"), Some(0)), "{r:#}");
             no_tier1_pod_left(&client, &ns, "git").await;
-            watcher.abort();
 
             let ev = events(&client, &ns).await;
             let esc = escalations(&ev);
@@ -96,6 +104,7 @@ async fn git_runs_on_a_tier1_pod_and_the_repository_comes_back() {
             assert_eq!(esc[0]["sandbox"]["source"], "ordinary", "{:#}", esc[0]);
             let pod = esc[0]["sandbox"]["pod"].as_str().unwrap().to_string();
             assert!(pod.starts_with("t1-"), "{pod}");
+            assert!(seen.contains(&pod), "the Tier-1 pod {pod} was seen while the command ran: {seen:?}");
             let created = ev.iter().position(|(t, p)| t == "harness.file.created" && p["path"] == "/session/r/.git/HEAD" && p["source"] == "merge");
             let usage = ev.iter().position(|(t, _)| t == "harness.turn.usage");
             assert!(matches!((created, usage), (Some(c), Some(u)) if c < u), "file events before usage: {ev:#?}");
