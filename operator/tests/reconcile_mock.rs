@@ -7,7 +7,7 @@ use kube_harness_crds::HarnessSession;
 use kube_harness_operator::{session, Context, OperatorConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;
-use support::{drain_events, expect, not_found};
+use support::{drain_events, expect, not_found, Handle, Seen};
 
 const NS: &str = "team-a";
 
@@ -57,6 +57,56 @@ fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {type_} condition in {status}"))
 }
 
+/// The worker tier's read, answered with [`tier0`].
+async fn read_tier0(server: &mut Handle) {
+    expect(
+        server,
+        "GET",
+        "/apis/kubeharness.dev/v1alpha1/sandboxtiers/tier0",
+        200,
+        tier0(),
+    )
+    .await;
+}
+
+/// The workspace PVC apply; returns what the operator sent.
+async fn apply_workspace(server: &mut Handle) -> Seen {
+    expect(server, "PATCH", &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/demo-workspace"), 200,
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "demo-workspace"}})).await
+}
+
+/// The worker's NetworkPolicy apply; returns what the operator sent.
+async fn apply_worker_policy(server: &mut Handle) -> Seen {
+    expect(server, "PATCH", &format!("/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/demo-worker"), 200,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "demo-worker"}})).await
+}
+
+/// The worker pod looked up (absent) and created; returns the pod the operator sent.
+async fn create_worker_pod(server: &mut Handle) -> Seen {
+    expect(
+        server,
+        "GET",
+        &format!("/api/v1/namespaces/{NS}/pods/demo-worker"),
+        404,
+        not_found("pods", "demo-worker"),
+    )
+    .await;
+    expect(server, "POST", &format!("/api/v1/namespaces/{NS}/pods"), 201,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker", "namespace": NS}})).await
+}
+
+/// The session's status patch; returns what the operator sent.
+async fn patch_session_status(server: &mut Handle) -> Seen {
+    expect(
+        server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo/status"),
+        200,
+        json!(session_obj(json!({}))),
+    )
+    .await
+}
+
 #[tokio::test]
 async fn a_new_session_first_gets_the_finalizer() {
     let (client, mut server) = support::client();
@@ -94,14 +144,7 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
     let run = tokio::spawn(session::reconcile(Arc::new(obj), ctx));
     let base = format!("/api/v1/namespaces/{NS}");
 
-    expect(
-        &mut server,
-        "GET",
-        "/apis/kubeharness.dev/v1alpha1/sandboxtiers/tier0",
-        200,
-        tier0(),
-    )
-    .await;
+    read_tier0(&mut server).await;
     expect(
         &mut server,
         "GET",
@@ -125,7 +168,7 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
         "base64 of 64 hex chars"
     );
 
-    let pvc = expect(&mut server, "PATCH", &format!("{base}/persistentvolumeclaims/demo-workspace"), 200, json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "demo-workspace"}})).await;
+    let pvc = apply_workspace(&mut server).await;
     assert_eq!(pvc.content_type, "application/apply-patch+yaml");
     assert!(
         pvc.query.contains("fieldManager=kube-harness-operator")
@@ -135,7 +178,7 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
     );
     assert_eq!(pvc.body["spec"]["resources"]["requests"]["storage"], "1Gi");
 
-    let np = expect(&mut server, "PATCH", &format!("/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/demo-worker"), 200, json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "demo-worker"}})).await;
+    let np = apply_worker_policy(&mut server).await;
     let egress = np.body["spec"]["egress"].as_array().unwrap();
     assert_eq!(
         egress.len(),
@@ -147,15 +190,7 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
         "no allow-all egress rule"
     );
 
-    expect(
-        &mut server,
-        "GET",
-        &format!("{base}/pods/demo-worker"),
-        404,
-        not_found("pods", "demo-worker"),
-    )
-    .await;
-    let pod = expect(&mut server, "POST", &format!("{base}/pods"), 201, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker", "namespace": NS}})).await;
+    let pod = create_worker_pod(&mut server).await;
     let spec = &pod.body["spec"];
     assert_eq!(spec["automountServiceAccountToken"], false);
     assert_eq!(spec["enableServiceLinks"], false);
@@ -190,14 +225,7 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
         assert!(mounts.contains(&path), "{path} not mounted: {mounts:?}");
     }
 
-    let status = expect(
-        &mut server,
-        "PATCH",
-        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo/status"),
-        200,
-        json!(session_obj(json!({}))),
-    )
-    .await;
+    let status = patch_session_status(&mut server).await;
     assert_eq!(status.content_type, "application/apply-patch+yaml");
     assert_eq!(
         status.body["metadata"]["resourceVersion"], "10",
@@ -244,14 +272,7 @@ async fn a_missing_worker_tier_is_reported_degraded_without_creating_anything() 
         not_found("sandboxtiers", "gone"),
     )
     .await;
-    let status = expect(
-        &mut server,
-        "PATCH",
-        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo/status"),
-        200,
-        json!(session_obj(json!({}))),
-    )
-    .await;
+    let status = patch_session_status(&mut server).await;
     let st = &status.body["status"];
     assert_eq!(st["phase"], "Pending");
     assert_eq!(condition(st, "Degraded")["status"], "True");
@@ -347,14 +368,7 @@ async fn escalating_reconcile(
         Arc::new(Context::new(client, config)),
     ));
     let base = format!("/api/v1/namespaces/{NS}");
-    expect(
-        &mut server,
-        "GET",
-        "/apis/kubeharness.dev/v1alpha1/sandboxtiers/tier0",
-        200,
-        tier0(),
-    )
-    .await;
+    read_tier0(&mut server).await;
     expect(&mut server, "GET", "/apis/kubeharness.dev/v1alpha1/sandboxtiers/rust", 200, json!({
         "apiVersion": "kubeharness.dev/v1alpha1", "kind": "SandboxTier",
         "metadata": {"name": "rust", "uid": "t1", "generation": 1},
@@ -375,29 +389,11 @@ async fn escalating_reconcile(
     );
     expect(&mut server, "GET", &format!("{base}/secrets/demo-token"), 200,
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-token"}, "data": {"token": "dG9r"}})).await;
-    expect(&mut server, "PATCH", &format!("{base}/persistentvolumeclaims/demo-workspace"), 200,
-        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "demo-workspace"}})).await;
-    let np = expect(&mut server, "PATCH", &format!("/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/demo-worker"), 200,
-        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "demo-worker"}})).await;
-    expect(
-        &mut server,
-        "GET",
-        &format!("{base}/pods/demo-worker"),
-        404,
-        not_found("pods", "demo-worker"),
-    )
-    .await;
-    let pod = expect(&mut server, "POST", &format!("{base}/pods"), 201,
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker", "namespace": NS}})).await;
+    apply_workspace(&mut server).await;
+    let np = apply_worker_policy(&mut server).await;
+    let pod = create_worker_pod(&mut server).await;
     let args = pod.body["spec"]["containers"][0]["args"].clone();
-    let status = expect(
-        &mut server,
-        "PATCH",
-        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo/status"),
-        200,
-        json!(session_obj(json!({}))),
-    )
-    .await;
+    let status = patch_session_status(&mut server).await;
     let events = drain_events(&mut server, NS, events).await;
     tokio::time::timeout(std::time::Duration::from_secs(5), run)
         .await

@@ -5,16 +5,19 @@
 mod support;
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::Action;
 use kube_harness_crds::{HarnessSession, SandboxTier};
 use kube_harness_operator::session::resources;
 use kube_harness_operator::tier1::pod::{self, Purpose, Serving};
 use kube_harness_operator::tier1::state::{self, Phase};
 use kube_harness_operator::tier1::sweep;
+use kube_harness_operator::Result;
 use kube_harness_operator::{tier, Context, OperatorConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
-use support::{drain_events, expect, not_found};
+use support::{drain_events, expect, not_found, Handle, Seen};
+use tokio::task::JoinHandle;
 
 fn tier_obj(spec: Value) -> SandboxTier {
     serde_json::from_value(json!({
@@ -438,16 +441,87 @@ fn an_escalating_session_worker_gets_the_tier_api_and_may_reach_it_and_tier1_pod
     assert_eq!(plain["spec"]["egress"].as_array().unwrap().len(), 2);
 }
 
-#[tokio::test]
-async fn a_pool_reconcile_deletes_stale_pods_creates_the_missing_and_reports_counts() {
-    let (client, mut server) = support::client();
+/// Starts one reconcile of `tier` against a mocked API server; returns the server, the tier's
+/// template hash and the running reconcile.
+fn start_reconcile(tier: SandboxTier) -> (Handle, String, JoinHandle<Result<Action>>) {
+    let (client, server) = support::client();
     let config = OperatorConfig::for_namespace("kh");
-    let tier = rust(2);
     let hash = pod::template_hash(&tier, &config);
     let ctx = Arc::new(Context::new(client, config));
     let run = tokio::spawn(tier::reconcile(Arc::new(tier), ctx));
-    let np = expect(&mut server, "PATCH", "/apis/networking.k8s.io/v1/namespaces/kh/networkpolicies/t1-rust", 200,
-        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "t1-rust"}})).await;
+    (server, hash, run)
+}
+
+/// The tier's NetworkPolicy apply; returns what the operator sent.
+async fn apply_policy(server: &mut Handle) -> Seen {
+    expect(server, "PATCH", "/apis/networking.k8s.io/v1/namespaces/kh/networkpolicies/t1-rust", 200,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "t1-rust"}})).await
+}
+
+/// A pool pod deleted (answered with `reply`), then its Secret, already collected with it: fine.
+async fn delete_pool_pod(server: &mut Handle, name: &str, reply: Value) {
+    expect(
+        server,
+        "DELETE",
+        &format!("/api/v1/namespaces/kh/pods/{name}"),
+        200,
+        reply,
+    )
+    .await;
+    expect(
+        server,
+        "DELETE",
+        &format!("/api/v1/namespaces/kh/secrets/{name}"),
+        404,
+        not_found("secrets", name),
+    )
+    .await;
+}
+
+/// One new pool pod makes three requests: its Secret (answered as `secret_name`), the pod
+/// (answered with `uid`), the Secret adopted. Returns the name the operator chose and the pod it sent.
+async fn create_pool_pod(server: &mut Handle, secret_name: &str, uid: &str) -> (String, Seen) {
+    let secret = expect(
+        server,
+        "POST",
+        "/api/v1/namespaces/kh/secrets",
+        201,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret_name}}),
+    )
+    .await;
+    let name = secret.body["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let created = expect(server, "POST", "/api/v1/namespaces/kh/pods", 201,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "kh", "uid": uid}})).await;
+    expect(
+        server,
+        "PATCH",
+        &format!("/api/v1/namespaces/kh/secrets/{name}"),
+        200,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}}),
+    )
+    .await;
+    (name, created)
+}
+
+/// The status patch of the tier `name`, answered with `reply`; returns what the operator sent.
+async fn patch_tier_status(server: &mut Handle, name: &str, reply: Value) -> Seen {
+    expect(
+        server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/sandboxtiers/{name}/status"),
+        200,
+        reply,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_pool_reconcile_deletes_stale_pods_creates_the_missing_and_reports_counts() {
+    let (mut server, hash, run) = start_reconcile(rust(2));
+    let np = apply_policy(&mut server).await;
     assert_eq!(np.content_type, "application/apply-patch+yaml");
     let pool_pod = |name: &str, hash: &str| {
         json!({"apiVersion": "v1", "kind": "Pod",
@@ -471,38 +545,9 @@ async fn a_pool_reconcile_deletes_stale_pods_creates_the_missing_and_reports_cou
         listed.query
     );
     // The stale pod (another template) goes, although it is ready.
-    expect(
-        &mut server,
-        "DELETE",
-        "/api/v1/namespaces/kh/pods/t1-stale",
-        200,
-        pool_pod("t1-stale", "x"),
-    )
-    .await;
-    expect(
-        &mut server,
-        "DELETE",
-        "/api/v1/namespaces/kh/secrets/t1-stale",
-        404,
-        // Already collected with its pod: fine.
-        not_found("secrets", "t1-stale"),
-    )
-    .await;
+    delete_pool_pod(&mut server, "t1-stale", pool_pod("t1-stale", "x")).await;
     // One new pod makes two: its Secret, the pod, the Secret adopted.
-    let secret = expect(
-        &mut server,
-        "POST",
-        "/api/v1/namespaces/kh/secrets",
-        201,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "t1-new"}}),
-    )
-    .await;
-    let name = secret.body["metadata"]["name"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let created = expect(&mut server, "POST", "/api/v1/namespaces/kh/pods", 201,
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "kh", "uid": "new-uid"}})).await;
+    let (name, created) = create_pool_pod(&mut server, "t1-new", "new-uid").await;
     assert_eq!(created.body["metadata"]["name"], name.as_str());
     assert_eq!(
         created.body["metadata"]["labels"]["kubeharness.dev/template-hash"],
@@ -512,22 +557,8 @@ async fn a_pool_reconcile_deletes_stale_pods_creates_the_missing_and_reports_cou
         created.body["metadata"]["labels"]["kubeharness.dev/claimed"],
         "false"
     );
-    expect(
-        &mut server,
-        "PATCH",
-        &format!("/api/v1/namespaces/kh/secrets/{name}"),
-        200,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}}),
-    )
-    .await;
-    let status = expect(
-        &mut server,
-        "PATCH",
-        "/apis/kubeharness.dev/v1alpha1/sandboxtiers/rust/status",
-        200,
-        serde_json::to_value(rust(2)).unwrap(),
-    )
-    .await;
+    let status =
+        patch_tier_status(&mut server, "rust", serde_json::to_value(rust(2)).unwrap()).await;
     let st = &status.body["status"];
     assert_eq!(
         (st["warmReady"].as_u64(), st["warmUpdated"].as_u64()),
@@ -548,14 +579,8 @@ async fn a_pool_reconcile_deletes_stale_pods_creates_the_missing_and_reports_cou
 #[tokio::test]
 async fn pool_pods_that_cannot_start_are_kept_and_reported_and_crashed_ones_replaced_only_when_old()
 {
-    let (client, mut server) = support::client();
-    let config = OperatorConfig::for_namespace("kh");
-    let tier = rust(3);
-    let hash = pod::template_hash(&tier, &config);
-    let ctx = Arc::new(Context::new(client, config));
-    let run = tokio::spawn(tier::reconcile(Arc::new(tier), ctx));
-    expect(&mut server, "PATCH", "/apis/networking.k8s.io/v1/namespaces/kh/networkpolicies/t1-rust", 200,
-        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "t1-rust"}})).await;
+    let (mut server, hash, run) = start_reconcile(rust(3));
+    apply_policy(&mut server).await;
     let now = k8s_openapi::jiff::Timestamp::now();
     let created =
         |secs_ago: i64| (now - k8s_openapi::jiff::SignedDuration::from_secs(secs_ago)).to_string();
@@ -574,57 +599,20 @@ async fn pool_pods_that_cannot_start_are_kept_and_reported_and_crashed_ones_repl
         pool_pod("t1-old", 120, died),
     ]})).await;
     // Only the crashed pod older than a minute goes; the one that cannot pull its image stays.
-    expect(
+    delete_pool_pod(
         &mut server,
-        "DELETE",
-        "/api/v1/namespaces/kh/pods/t1-old",
-        200,
+        "t1-old",
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-old"}}),
     )
     .await;
-    expect(
-        &mut server,
-        "DELETE",
-        "/api/v1/namespaces/kh/secrets/t1-old",
-        404,
-        not_found("secrets", "t1-old"),
-    )
-    .await;
-    let secret = expect(
-        &mut server,
-        "POST",
-        "/api/v1/namespaces/kh/secrets",
-        201,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}}),
-    )
-    .await;
-    let name = secret.body["metadata"]["name"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    expect(&mut server, "POST", "/api/v1/namespaces/kh/pods", 201,
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "kh", "uid": "u"}})).await;
-    expect(
-        &mut server,
-        "PATCH",
-        &format!("/api/v1/namespaces/kh/secrets/{name}"),
-        200,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}}),
-    )
-    .await;
+    create_pool_pod(&mut server, "x", "u").await;
     let events = drain_events(&mut server, "default", 1).await;
     assert_eq!(
         (events[0]["type"].as_str(), events[0]["reason"].as_str()),
         (Some("Warning"), Some("PoolPodsFailing"))
     );
-    let status = expect(
-        &mut server,
-        "PATCH",
-        "/apis/kubeharness.dev/v1alpha1/sandboxtiers/rust/status",
-        200,
-        serde_json::to_value(rust(3)).unwrap(),
-    )
-    .await;
+    let status =
+        patch_tier_status(&mut server, "rust", serde_json::to_value(rust(3)).unwrap()).await;
     let st = &status.body["status"];
     assert_eq!(
         (st["warmReady"].as_u64(), st["warmUpdated"].as_u64()),
@@ -661,14 +649,8 @@ async fn an_escalation_tier_name_too_long_for_labels_is_not_ready_and_gets_no_po
     let ctx = Arc::new(Context::new(client, OperatorConfig::for_namespace("kh")));
     let run = tokio::spawn(tier::reconcile(Arc::new(t), ctx));
     // No NetworkPolicy, no pool: straight to status.
-    let status = expect(
-        &mut server,
-        "PATCH",
-        &format!("/apis/kubeharness.dev/v1alpha1/sandboxtiers/{name}/status"),
-        200,
-        serde_json::to_value(rust(2)).unwrap(),
-    )
-    .await;
+    let status =
+        patch_tier_status(&mut server, &name, serde_json::to_value(rust(2)).unwrap()).await;
     let ready = &status.body["status"]["conditions"][0];
     assert_eq!(
         (ready["status"].as_str(), ready["reason"].as_str()),

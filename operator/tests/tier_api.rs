@@ -9,7 +9,7 @@ use kube_harness_operator::tier1::{api, pod};
 use kube_harness_operator::{Context, OperatorConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;
-use support::{drain_events, expect, not_found, Handle};
+use support::{drain_events, expect, not_found, Handle, Seen};
 
 const NS: &str = "team-a";
 const OP: &str = "kube-harness";
@@ -116,8 +116,8 @@ fn conflict(name: &str) -> Value {
            "reason": "Conflict", "details": {"name": name, "kind": "pods"}, "code": 409})
 }
 
-/// The requests every authorized open makes first: the token, the session, the tier.
-async fn auth_session_tier(server: &mut Handle, tier_obj: Value) {
+/// The session's token Secret, read first by every request to the tier API.
+async fn session_token(server: &mut Handle) {
     expect(
         server,
         "GET",
@@ -126,14 +126,72 @@ async fn auth_session_tier(server: &mut Handle, tier_obj: Value) {
         secret(NS, "demo-token", TOKEN),
     )
     .await;
+}
+
+/// The HarnessSession read, answered with `session`.
+async fn read_session(server: &mut Handle, session: Value) {
     expect(
         server,
         "GET",
         &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
         200,
-        session(None),
+        session,
     )
     .await;
+}
+
+/// The HarnessSession status patch; returns what the operator sent.
+async fn patch_session_status(server: &mut Handle) -> Seen {
+    expect(
+        server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo/status"),
+        200,
+        session(None),
+    )
+    .await
+}
+
+/// A Tier-1 pod's token Secret read, answered with `token`.
+async fn read_t1_secret(server: &mut Handle, name: &str, token: &str) {
+    expect(
+        server,
+        "GET",
+        &format!("/api/v1/namespaces/{OP}/secrets/{name}"),
+        200,
+        secret(OP, name, token),
+    )
+    .await;
+}
+
+/// The warm-pool lookup, answered with `items`; returns what the operator sent.
+async fn list_pool(server: &mut Handle, items: Vec<Value>) -> Seen {
+    expect(
+        server,
+        "GET",
+        &format!("/api/v1/namespaces/{OP}/pods"),
+        200,
+        list(items),
+    )
+    .await
+}
+
+/// A claim patch of the warm pod `name`, answered with `code` and `reply`; returns what the operator sent.
+async fn patch_pod(server: &mut Handle, name: &str, code: u16, reply: Value) -> Seen {
+    expect(
+        server,
+        "PATCH",
+        &format!("/api/v1/namespaces/{OP}/pods/{name}"),
+        code,
+        reply,
+    )
+    .await
+}
+
+/// The requests every authorized open makes first: the token, the session, the tier.
+async fn auth_session_tier(server: &mut Handle, tier_obj: Value) {
+    session_token(server).await;
+    read_session(server, session(None)).await;
     expect(
         server,
         "GET",
@@ -162,6 +220,14 @@ async fn find_turn(server: &mut Handle, items: Vec<Value>) {
             .replace(',', "%2C")
     );
     assert!(seen.query.contains(&want), "{} !~ {want}", seen.query);
+}
+
+/// What an open of a turn with no pod yet asks before choosing a source: the token, the session,
+/// the tier (`tier_obj`), the turn's (absent) pods, the worker pod.
+async fn new_turn(server: &mut Handle, tier_obj: Value) {
+    auth_session_tier(server, tier_obj).await;
+    find_turn(server, vec![]).await;
+    worker_pod(server).await;
 }
 
 async fn worker_pod(server: &mut Handle) {
@@ -209,6 +275,24 @@ async fn ordinary(server: &mut Handle, miss: Option<&str>) -> (Value, Value) {
         format!("uid-{name}")
     );
     (created_secret.body, p.body)
+}
+
+/// An open that misses the pool with `miss`: the ordinary pod is created, the open event sent and
+/// the answer is 200 with that miss reason. Returns (the pod created, the answer).
+async fn ordinary_answer(
+    server: &mut Handle,
+    reply: tokio::task::JoinHandle<(u16, Value)>,
+    miss: &str,
+) -> (Value, Value) {
+    let (_, p) = ordinary(server, Some(miss)).await;
+    drain_events(server, NS, 1).await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(
+        (code, body["missReason"].as_str()),
+        (200, Some(miss)),
+        "{body}"
+    );
+    (p, body)
 }
 
 /// Bounded: a handler stuck on an unanswered API request fails the test instead of hanging it.
@@ -262,9 +346,7 @@ async fn post_creates_an_ordinary_pod_and_its_secret() {
         json!({"turn": "turn-1", "workspaceBytes": 1000}),
     )
     .await;
-    auth_session_tier(&mut server, tier(0, false)).await;
-    find_turn(&mut server, vec![]).await;
-    worker_pod(&mut server).await;
+    new_turn(&mut server, tier(0, false)).await;
     let (secret, p) = ordinary(&mut server, None).await;
 
     let name = pod::ordinary_name(NS, "demo", "turn-1");
@@ -363,30 +445,9 @@ async fn a_repeated_post_finds_the_turns_pod_and_reports_it_ready() {
     );
     find_turn(&mut server, vec![existing]).await;
     // Nothing is created: the token is read, the session told.
-    expect(
-        &mut server,
-        "GET",
-        &format!("/api/v1/namespaces/{OP}/secrets/{name}"),
-        200,
-        secret(OP, &name, "t1-token"),
-    )
-    .await;
-    expect(
-        &mut server,
-        "GET",
-        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
-        200,
-        session(None),
-    )
-    .await;
-    let status = expect(
-        &mut server,
-        "PATCH",
-        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo/status"),
-        200,
-        session(None),
-    )
-    .await;
+    read_t1_secret(&mut server, &name, "t1-token").await;
+    read_session(&mut server, session(None)).await;
+    let status = patch_session_status(&mut server).await;
     assert_eq!(status.content_type, "application/merge-patch+json");
     let esc = &status.body["status"]["conditions"][0];
     assert_eq!(
@@ -426,18 +487,13 @@ async fn a_pooled_tier_claims_a_ready_current_pod_with_its_resource_version() {
         json!({"turn": "turn-1", "workspaceBytes": 4096}),
     )
     .await;
-    auth_session_tier(&mut server, tier(2, true)).await;
-    find_turn(&mut server, vec![]).await;
-    worker_pod(&mut server).await;
+    new_turn(&mut server, tier(2, true)).await;
     let hash = pod::template_hash(&tier_obj(2), &config());
     let pool_labels = json!({"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false",
                              "kubeharness.dev/template-hash": hash, "kubeharness.dev/tier": "rust"});
-    let listed = expect(
+    let listed = list_pool(
         &mut server,
-        "GET",
-        &format!("/api/v1/namespaces/{OP}/pods"),
-        200,
-        list(vec![
+        vec![
             t1_pod(
                 "t1-bbb",
                 pool_labels.clone(),
@@ -452,7 +508,7 @@ async fn a_pooled_tier_claims_a_ready_current_pod_with_its_resource_version() {
                 json!({"phase": "Pending"}),
                 "40",
             ),
-        ]),
+        ],
     )
     .await;
     assert!(
@@ -465,10 +521,9 @@ async fn a_pooled_tier_claims_a_ready_current_pod_with_its_resource_version() {
     // Only the ready pod is tried; the patch carries its resourceVersion (optimistic concurrency).
     let mut claimed_labels = pool_labels.clone();
     claimed_labels["kubeharness.dev/claimed"] = json!("true");
-    let claim = expect(
+    let claim = patch_pod(
         &mut server,
-        "PATCH",
-        &format!("/api/v1/namespaces/{OP}/pods/t1-bbb"),
+        "t1-bbb",
         200,
         t1_pod(
             "t1-bbb",
@@ -502,30 +557,9 @@ async fn a_pooled_tier_claims_a_ready_current_pod_with_its_resource_version() {
         "{}",
         events[0]
     );
-    expect(
-        &mut server,
-        "GET",
-        &format!("/api/v1/namespaces/{OP}/secrets/t1-bbb"),
-        200,
-        secret(OP, "t1-bbb", "pool-token"),
-    )
-    .await;
-    expect(
-        &mut server,
-        "GET",
-        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
-        200,
-        session(None),
-    )
-    .await;
-    expect(
-        &mut server,
-        "PATCH",
-        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo/status"),
-        200,
-        session(None),
-    )
-    .await;
+    read_t1_secret(&mut server, "t1-bbb", "pool-token").await;
+    read_session(&mut server, session(None)).await;
+    patch_session_status(&mut server).await;
     drain_events(&mut server, NS, 1).await;
     let (code, body) = reply.await.unwrap();
     assert_eq!(code, 200, "{body}");
@@ -550,16 +584,11 @@ async fn a_pooled_tier_claims_a_ready_current_pod_with_its_resource_version() {
 async fn lost_claim_races_try_the_next_pod_then_fall_back_with_slot_unavailable() {
     let (base, mut server, ctx) = start_with_context().await;
     let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
-    auth_session_tier(&mut server, tier(2, true)).await;
-    find_turn(&mut server, vec![]).await;
-    worker_pod(&mut server).await;
+    new_turn(&mut server, tier(2, true)).await;
     let labels = json!({"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false"});
-    expect(
+    list_pool(
         &mut server,
-        "GET",
-        &format!("/api/v1/namespaces/{OP}/pods"),
-        200,
-        list(vec![
+        vec![
             t1_pod(
                 "t1-aaa",
                 labels.clone(),
@@ -574,39 +603,19 @@ async fn lost_claim_races_try_the_next_pod_then_fall_back_with_slot_unavailable(
                 ready_status("10.0.0.2"),
                 "11",
             ),
-        ]),
+        ],
     )
     .await;
-    let first = expect(
-        &mut server,
-        "PATCH",
-        &format!("/api/v1/namespaces/{OP}/pods/t1-aaa"),
-        409,
-        conflict("t1-aaa"),
-    )
-    .await;
+    let first = patch_pod(&mut server, "t1-aaa", 409, conflict("t1-aaa")).await;
     assert_eq!(first.body["metadata"]["resourceVersion"], "10");
-    let second = expect(
-        &mut server,
-        "PATCH",
-        &format!("/api/v1/namespaces/{OP}/pods/t1-bbb"),
-        409,
-        conflict("t1-bbb"),
-    )
-    .await;
+    let second = patch_pod(&mut server, "t1-bbb", 409, conflict("t1-bbb")).await;
     assert_eq!(second.body["metadata"]["resourceVersion"], "11");
-    let (_, p) = ordinary(&mut server, Some("slot_unavailable")).await;
+    let (p, body) = ordinary_answer(&mut server, reply, "slot_unavailable").await;
     assert_eq!(
         p["metadata"]["annotations"]["kubeharness.dev/miss-reason"],
         "slot_unavailable"
     );
-    drain_events(&mut server, NS, 1).await;
-    let (code, body) = reply.await.unwrap();
-    assert_eq!(
-        (code, body["source"].as_str(), body["missReason"].as_str()),
-        (200, Some("ordinary"), Some("slot_unavailable")),
-        "{body}"
-    );
+    assert_eq!(body["source"], "ordinary", "{body}");
     let metrics = ctx.metrics.encode();
     assert!(
         metrics.contains(
@@ -625,20 +634,11 @@ async fn a_workspace_over_the_prepared_limit_gets_an_ordinary_pod_without_touchi
         json!({"turn": "turn-1", "workspaceBytes": 128 * 1024 + 1}),
     )
     .await;
-    auth_session_tier(&mut server, tier(2, true)).await;
-    find_turn(&mut server, vec![]).await;
-    worker_pod(&mut server).await;
-    let (_, p) = ordinary(&mut server, Some("workspace_too_large")).await;
+    new_turn(&mut server, tier(2, true)).await;
+    let (p, _) = ordinary_answer(&mut server, reply, "workspace_too_large").await;
     assert_eq!(
         p["metadata"]["annotations"]["kubeharness.dev/miss-reason"],
         "workspace_too_large"
-    );
-    drain_events(&mut server, NS, 1).await;
-    let (code, body) = reply.await.unwrap();
-    assert_eq!(
-        (code, body["missReason"].as_str()),
-        (200, Some("workspace_too_large")),
-        "{body}"
     );
 }
 
@@ -646,73 +646,46 @@ async fn a_workspace_over_the_prepared_limit_gets_an_ordinary_pod_without_touchi
 async fn an_empty_pool_is_stock_empty_and_an_unobserved_one_unreported() {
     let (base, mut server) = start().await;
     let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
-    auth_session_tier(&mut server, tier(2, true)).await;
-    find_turn(&mut server, vec![]).await;
-    worker_pod(&mut server).await;
+    new_turn(&mut server, tier(2, true)).await;
     // Only a pod that is not ready: nothing to claim.
-    expect(
+    list_pool(
         &mut server,
-        "GET",
-        &format!("/api/v1/namespaces/{OP}/pods"),
-        200,
-        list(vec![t1_pod(
+        vec![t1_pod(
             "t1-aaa",
             json!({"kubeharness.dev/pool": "rust"}),
             json!({}),
             json!({"phase": "Pending"}),
             "10",
-        )]),
+        )],
     )
     .await;
-    ordinary(&mut server, Some("stock_empty")).await;
-    drain_events(&mut server, NS, 1).await;
-    let (code, body) = reply.await.unwrap();
-    assert_eq!(
-        (code, body["missReason"].as_str()),
-        (200, Some("stock_empty")),
-        "{body}"
-    );
+    ordinary_answer(&mut server, reply, "stock_empty").await;
 
     let (base, mut server) = start().await;
     let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
-    auth_session_tier(&mut server, tier(2, false)).await;
-    find_turn(&mut server, vec![]).await;
-    worker_pod(&mut server).await;
-    ordinary(&mut server, Some("unreported")).await;
-    drain_events(&mut server, NS, 1).await;
-    let (code, body) = reply.await.unwrap();
-    assert_eq!(
-        (code, body["missReason"].as_str()),
-        (200, Some("unreported")),
-        "{body}"
-    );
+    new_turn(&mut server, tier(2, false)).await;
+    ordinary_answer(&mut server, reply, "unreported").await;
 }
 
 #[tokio::test]
 async fn an_uncertain_claim_is_503_and_creates_nothing() {
     let (base, mut server) = start().await;
     let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
-    auth_session_tier(&mut server, tier(1, true)).await;
-    find_turn(&mut server, vec![]).await;
-    worker_pod(&mut server).await;
-    expect(
+    new_turn(&mut server, tier(1, true)).await;
+    list_pool(
         &mut server,
-        "GET",
-        &format!("/api/v1/namespaces/{OP}/pods"),
-        200,
-        list(vec![t1_pod(
+        vec![t1_pod(
             "t1-aaa",
             json!({"kubeharness.dev/pool": "rust"}),
             json!({}),
             ready_status("10.0.0.1"),
             "10",
-        )]),
+        )],
     )
     .await;
-    expect(
+    patch_pod(
         &mut server,
-        "PATCH",
-        &format!("/api/v1/namespaces/{OP}/pods/t1-aaa"),
+        "t1-aaa",
         500,
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500}),
@@ -740,14 +713,7 @@ async fn get_failed(status: Value) -> Value {
     let (base, mut server, ctx) = start_with_context().await;
     let name = pod::ordinary_name(NS, "demo", "turn-1");
     let reply = call(&base, reqwest::Method::GET, "turn-1").await;
-    expect(
-        &mut server,
-        "GET",
-        &format!("/api/v1/namespaces/{NS}/secrets/demo-token"),
-        200,
-        secret(NS, "demo-token", TOKEN),
-    )
-    .await;
+    session_token(&mut server).await;
     find_turn(
         &mut server,
         vec![t1_pod(
@@ -759,22 +725,8 @@ async fn get_failed(status: Value) -> Value {
         )],
     )
     .await;
-    expect(
-        &mut server,
-        "GET",
-        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
-        200,
-        session(None),
-    )
-    .await;
-    let patch = expect(
-        &mut server,
-        "PATCH",
-        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo/status"),
-        200,
-        session(None),
-    )
-    .await;
+    read_session(&mut server, session(None)).await;
+    let patch = patch_session_status(&mut server).await;
     let esc = &patch.body["status"]["conditions"][0];
     assert_eq!(
         (esc["status"].as_str(), esc["reason"].as_str()),
@@ -839,14 +791,7 @@ async fn delete_removes_pod_and_secret_and_ends_the_escalation() {
     let (base, mut server) = start().await;
     let name = pod::ordinary_name(NS, "demo", "turn-1");
     let reply = call(&base, reqwest::Method::DELETE, "turn-1").await;
-    expect(
-        &mut server,
-        "GET",
-        &format!("/api/v1/namespaces/{NS}/secrets/demo-token"),
-        200,
-        secret(NS, "demo-token", TOKEN),
-    )
-    .await;
+    session_token(&mut server).await;
     find_turn(
         &mut server,
         vec![t1_pod(
@@ -874,22 +819,8 @@ async fn delete_removes_pod_and_secret_and_ends_the_escalation() {
         not_found("secrets", &name),
     )
     .await;
-    expect(
-        &mut server,
-        "GET",
-        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
-        200,
-        session(Some(("True", "Tier1Ready"))),
-    )
-    .await;
-    let patch = expect(
-        &mut server,
-        "PATCH",
-        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo/status"),
-        200,
-        session(None),
-    )
-    .await;
+    read_session(&mut server, session(Some(("True", "Tier1Ready")))).await;
+    let patch = patch_session_status(&mut server).await;
     let esc = &patch.body["status"]["conditions"][0];
     assert_eq!(
         (esc["status"].as_str(), esc["reason"].as_str()),
@@ -904,14 +835,7 @@ async fn delete_removes_pod_and_secret_and_ends_the_escalation() {
     // Already gone: 204 without touching anything; a failed escalation keeps its reason.
     let (base, mut server) = start().await;
     let reply = call(&base, reqwest::Method::DELETE, "turn-1").await;
-    expect(
-        &mut server,
-        "GET",
-        &format!("/api/v1/namespaces/{NS}/secrets/demo-token"),
-        200,
-        secret(NS, "demo-token", TOKEN),
-    )
-    .await;
+    session_token(&mut server).await;
     find_turn(&mut server, vec![]).await;
     assert_eq!(reply.await.unwrap().0, 204);
 }
@@ -920,14 +844,7 @@ async fn delete_removes_pod_and_secret_and_ends_the_escalation() {
 async fn a_bad_or_missing_token_is_401_and_no_escalation_tier_is_409() {
     let (base, mut server) = start().await;
     let reply = post(&base, "not-the-token", json!({"turn": "turn-1"})).await;
-    expect(
-        &mut server,
-        "GET",
-        &format!("/api/v1/namespaces/{NS}/secrets/demo-token"),
-        200,
-        secret(NS, "demo-token", TOKEN),
-    )
-    .await;
+    session_token(&mut server).await;
     let (code, body) = reply.await.unwrap();
     assert_eq!(code, 401, "{body}");
     assert!(body["error"].is_string());
@@ -957,13 +874,6 @@ async fn a_bad_or_missing_token_is_401_and_no_escalation_tier_is_409() {
     // Bad input is 400 before anything is looked up beyond the token.
     let (base, mut server) = start().await;
     let reply = post(&base, TOKEN, json!({"turn": ""})).await;
-    expect(
-        &mut server,
-        "GET",
-        &format!("/api/v1/namespaces/{NS}/secrets/demo-token"),
-        200,
-        secret(NS, "demo-token", TOKEN),
-    )
-    .await;
+    session_token(&mut server).await;
     assert_eq!(reply.await.unwrap().0, 400);
 }

@@ -1,7 +1,7 @@
 //! Reading a worker pod: is it ready, starting, or failing, and why. Pure, so tests can feed it
 //! pod statuses.
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 
 /// What the worker pod says about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,12 +52,7 @@ pub fn worker_state(pod: &Pod) -> WorkerState {
             }
         }
     }
-    if let Some(unschedulable) = status
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-    {
+    if let Some(unschedulable) = condition(status, "PodScheduled", "False") {
         return WorkerState::Starting {
             reason: unschedulable
                 .reason
@@ -65,15 +60,28 @@ pub fn worker_state(pod: &Pod) -> WorkerState {
                 .unwrap_or_else(|| "Unschedulable".into()),
         };
     }
-    let ready = status
-        .conditions
-        .iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
-    match (ready, status.pod_ip.as_ref()) {
-        (true, Some(ip)) => WorkerState::Ready { ip: ip.clone() },
-        _ => WorkerState::Starting {
+    match ready_ip(status) {
+        Some(ip) => WorkerState::Ready { ip: ip.clone() },
+        None => WorkerState::Starting {
             reason: "WorkerStarting".into(),
         },
     }
+}
+
+/// The pod's condition `type_` when its status is `value` ("True" or "False").
+pub(crate) fn condition<'a>(
+    status: &'a PodStatus,
+    type_: &str,
+    value: &str,
+) -> Option<&'a PodCondition> {
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_ && c.status == value)
+}
+
+/// The pod's IP once it is Ready: an address alone may belong to a pod still starting.
+pub(crate) fn ready_ip(status: &PodStatus) -> Option<&String> {
+    condition(status, "Ready", "True").and(status.pod_ip.as_ref())
 }

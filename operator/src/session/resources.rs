@@ -388,20 +388,8 @@ pub fn worker_pod(
         liveness_probe: Some(probe("/healthz", 10)),
         resources: template.resources.clone(),
         security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
             read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            run_as_user: Some(WORKER_UID),
-            run_as_group: Some(WORKER_UID),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                add: None,
-            }),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".into(),
-                localhost_profile: None,
-            }),
-            ..SecurityContext::default()
+            ..restricted_container(WORKER_UID)
         }),
         volume_mounts: Some(vec![
             mount("workspace", "/session", Some("session"), false),
@@ -451,17 +439,7 @@ pub fn worker_pod(
         runtime_class_name: template.runtime_class_name.clone(),
         node_selector: (!template.node_selector.is_empty()).then(|| template.node_selector.clone()),
         tolerations: (!template.tolerations.is_empty()).then(|| template.tolerations.clone()),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(WORKER_UID),
-            run_as_group: Some(WORKER_UID),
-            fs_group: Some(WORKER_UID),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".into(),
-                localhost_profile: None,
-            }),
-            ..PodSecurityContext::default()
-        }),
+        security_context: Some(restricted_pod(WORKER_UID)),
         ..PodSpec::default()
     };
     let hash = spec_hash(&spec);
@@ -480,4 +458,40 @@ pub fn worker_pod(
 fn spec_hash(spec: &PodSpec) -> String {
     let bytes = serde_json::to_vec(spec).unwrap_or_default();
     hex::encode(&Sha256::digest(bytes)[..8])
+}
+
+/// The pod-level half of the restricted Pod Security profile, for every pod the operator runs
+/// (worker and Tier-1 alike) as `uid`; the volumes are group-owned by it.
+pub(crate) fn restricted_pod(uid: i64) -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(uid),
+        run_as_group: Some(uid),
+        fs_group: Some(uid),
+        seccomp_profile: Some(runtime_default()),
+        ..PodSecurityContext::default()
+    }
+}
+
+/// The container-level half of the restricted profile as `uid`: no escalation, no capabilities.
+pub(crate) fn restricted_container(uid: i64) -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        run_as_non_root: Some(true),
+        run_as_user: Some(uid),
+        run_as_group: Some(uid),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: None,
+        }),
+        seccomp_profile: Some(runtime_default()),
+        ..SecurityContext::default()
+    }
+}
+
+fn runtime_default() -> SeccompProfile {
+    SeccompProfile {
+        type_: "RuntimeDefault".into(),
+        localhost_profile: None,
+    }
 }

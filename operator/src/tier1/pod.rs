@@ -4,10 +4,10 @@
 
 use crate::config::OperatorConfig;
 use crate::labels;
+use crate::session::resources;
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction, Pod,
-    PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, Secret,
-    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction, Pod, PodSpec, Probe,
+    ResourceRequirements, Secret, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
@@ -238,20 +238,8 @@ pub fn token_secret(
 
 fn restricted_container() -> SecurityContext {
     SecurityContext {
-        allow_privilege_escalation: Some(false),
         privileged: Some(false),
-        run_as_non_root: Some(true),
-        run_as_user: Some(UID),
-        run_as_group: Some(UID),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".into()]),
-            add: None,
-        }),
-        seccomp_profile: Some(SeccompProfile {
-            type_: "RuntimeDefault".into(),
-            localhost_profile: None,
-        }),
-        ..SecurityContext::default()
+        ..resources::restricted_container(UID)
     }
 }
 
@@ -386,17 +374,7 @@ pub fn pod(name: &str, tier: &SandboxTier, purpose: &Purpose, config: &OperatorC
             node_selector: (!template.node_selector.is_empty())
                 .then(|| template.node_selector.clone()),
             tolerations: (!template.tolerations.is_empty()).then(|| template.tolerations.clone()),
-            security_context: Some(PodSecurityContext {
-                run_as_non_root: Some(true),
-                run_as_user: Some(UID),
-                run_as_group: Some(UID),
-                fs_group: Some(UID),
-                seccomp_profile: Some(SeccompProfile {
-                    type_: "RuntimeDefault".into(),
-                    localhost_profile: None,
-                }),
-                ..PodSecurityContext::default()
-            }),
+            security_context: Some(resources::restricted_pod(UID)),
             ..PodSpec::default()
         }),
         status: None,

@@ -4,6 +4,7 @@
 
 use super::pod::AGENT_PORT;
 use crate::labels;
+use crate::session::observe::{condition, ready_ip};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde::Serialize;
@@ -54,11 +55,9 @@ pub fn phase(pod: &Pod) -> Phase {
             format!("Tier-1 pod {} ended: {why}", pod.name_any()),
         );
     }
-    if let Some(c) = status.conditions.iter().flatten().find(|c| {
-        c.type_ == "PodScheduled"
-            && c.status == "False"
-            && c.reason.as_deref() == Some("Unschedulable")
-    }) {
+    if let Some(c) = condition(status, "PodScheduled", "False")
+        .filter(|c| c.reason.as_deref() == Some("Unschedulable"))
+    {
         return failed(
             "Unschedulable",
             c.message
@@ -119,14 +118,9 @@ pub fn phase(pod: &Pod) -> Phase {
             }
         }
     }
-    let ready = status
-        .conditions
-        .iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
-    match (ready, status.pod_ip.as_ref()) {
-        (true, Some(ip)) => Phase::Ready { ip: ip.clone() },
-        _ => Phase::Pending,
+    match ready_ip(status) {
+        Some(ip) => Phase::Ready { ip: ip.clone() },
+        None => Phase::Pending,
     }
 }
 
