@@ -5,13 +5,14 @@
 
 mod tier1_support;
 
-use base64::Engine;
 use kube_harness_worker::runtime::state;
-use kube_harness_worker::workspace::{self, ApplyOptions, PackOptions, PackReport};
+use kube_harness_worker::workspace::{self, PackOptions, PackReport};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tier1_support::{process_gone, spawn_agent, spec_of, workspace_root, AGENT_TOKEN};
+use tier1_support::{
+    apply_changes, b64_field, process_gone, spawn_agent, spec_of, workspace_root, AGENT_TOKEN,
+};
 
 #[test]
 #[ignore = "entry point of the agent child process (tier1_support)"]
@@ -58,14 +59,7 @@ async fn exec(
     )
     .await;
     assert_eq!(status, 200, "{v}");
-    let text = |f: &str| {
-        String::from_utf8(
-            base64::engine::general_purpose::STANDARD
-                .decode(v[f].as_str().unwrap())
-                .unwrap(),
-        )
-        .unwrap()
-    };
+    let text = |f: &str| b64_field(&v, f);
     (
         text("stdoutB64"),
         text("stderrB64"),
@@ -153,18 +147,7 @@ async fn bind_commands_and_changes_round_trip_into_the_source_workspace() {
     assert_eq!(changes.status(), 200);
     assert_eq!(changes.headers()["content-type"], "application/x-tar");
     let changes = changes.bytes().await.unwrap();
-    let report = workspace::apply(
-        &spec_of(src.path()),
-        &changes[..],
-        &packed.snapshot,
-        &ApplyOptions::default(),
-    )
-    .unwrap();
-    let applied: Vec<String> = report
-        .applied
-        .iter()
-        .map(|c| format!("{:?} {}", c.change, c.harness_path.display()))
-        .collect();
+    let applied = apply_changes(src.path(), &changes, &packed.snapshot);
     assert_eq!(
         applied,
         [

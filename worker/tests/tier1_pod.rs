@@ -11,13 +11,13 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use kube_harness_worker::runtime::{event::kind, TraceEvent};
+use kube_harness_worker::runtime::{event::kind, CommandOutcome, TraceEvent};
 use kube_harness_worker::tier1::{PodTier1, PodTier1Config};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tier1_support::{spawn_agent, turn_with, AgentProcess, AGENT_TOKEN};
+use tier1_support::{spawn_agent, turn_with, AgentProcess, TurnFixture, AGENT_TOKEN};
 
 #[test]
 #[ignore = "entry point of the agent child process (tier1_support)"]
@@ -186,6 +186,16 @@ async fn operator(mode: Mode, flaky: bool) -> (Arc<Operator>, String) {
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (op, url)
+}
+
+/// A turn whose pod tier (operator at `url`, `provision` deadline) refuses `git status`: 126, on
+/// Tier-0. Returns the turn, the outcome and how long the refusal took.
+async fn refused_git(url: &str, provision: Duration) -> (TurnFixture, CommandOutcome, Duration) {
+    let f = turn_with(pod_tier(url, provision));
+    let started = Instant::now();
+    let out = f.turn.exec("git status").await;
+    assert_eq!((out.exit_code, out.tier), (126, 0), "{}", out.stderr);
+    (f, out, started.elapsed())
 }
 
 fn pod_tier(url: &str, provision: Duration) -> Arc<PodTier1> {
@@ -376,9 +386,7 @@ async fn a_pod_killed_mid_command_is_126_and_the_turn_still_ends_cleanly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_sandbox_is_126_with_the_operators_reason_and_tier0_goes_on() {
     let (op, url) = operator(Mode::Failed, false).await;
-    let f = turn_with(pod_tier(&url, Duration::from_secs(30)));
-    let out = f.turn.exec("git status").await;
-    assert_eq!((out.exit_code, out.tier), (126, 0), "{}", out.stderr);
+    let (f, out, _) = refused_git(&url, Duration::from_secs(30)).await;
     assert!(out.stderr.starts_with("kube-harness: "), "{}", out.stderr);
     assert!(out.stderr.contains("Unschedulable"), "{}", out.stderr);
     assert!(
@@ -397,15 +405,9 @@ async fn a_failed_sandbox_is_126_with_the_operators_reason_and_tier0_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_uncertain_claim_is_refused_not_guessed() {
     let (op, url) = operator(Mode::Uncertain, false).await;
-    let f = turn_with(pod_tier(&url, Duration::from_secs(30)));
-    let started = Instant::now();
-    let out = f.turn.exec("git status").await;
-    assert_eq!((out.exit_code, out.tier), (126, 0), "{}", out.stderr);
+    let (_f, out, took) = refused_git(&url, Duration::from_secs(30)).await;
     assert!(out.stderr.contains("503"), "{}", out.stderr);
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "no retrying a 503"
-    );
+    assert!(took < Duration::from_secs(10), "no retrying a 503");
     assert_eq!(op.book.lock().unwrap().posts, 1);
     assert_eq!(op.deleted().len(), 1);
 }
@@ -413,16 +415,9 @@ async fn an_uncertain_claim_is_refused_not_guessed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_never_ready_is_refused_at_the_deadline() {
     let (op, url) = operator(Mode::NeverReady, false).await;
-    let f = turn_with(pod_tier(&url, Duration::from_secs(1)));
-    let started = Instant::now();
-    let out = f.turn.exec("git status").await;
-    assert_eq!((out.exit_code, out.tier), (126, 0), "{}", out.stderr);
+    let (_f, out, took) = refused_git(&url, Duration::from_secs(1)).await;
     assert!(out.stderr.contains("not ready within 1s"), "{}", out.stderr);
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(took < Duration::from_secs(5), "{:?}", took);
     assert_eq!(op.deleted().len(), 1);
 }
 
@@ -432,19 +427,12 @@ async fn an_operator_that_is_not_there_is_retried_until_the_deadline() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
-    let f = turn_with(pod_tier(&url, Duration::from_secs(1)));
-    let started = Instant::now();
-    let out = f.turn.exec("git status").await;
-    assert_eq!((out.exit_code, out.tier), (126, 0), "{}", out.stderr);
+    let (_f, out, took) = refused_git(&url, Duration::from_secs(1)).await;
     assert!(out.stderr.contains("not ready within 1s"), "{}", out.stderr);
     assert!(
         out.stderr.contains("ending the sandbox also failed"),
         "{}",
         out.stderr
     );
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(took < Duration::from_secs(10), "{:?}", took);
 }

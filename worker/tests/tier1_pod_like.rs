@@ -5,11 +5,12 @@
 
 mod tier1_support;
 
-use base64::Engine;
 use kube_harness_worker::runtime::state;
-use kube_harness_worker::workspace::{self, ApplyOptions, PackOptions};
+use kube_harness_worker::workspace::{self, PackOptions};
 use serde_json::{json, Value};
-use tier1_support::{spawn_agent_pod_like, spec_of, workspace_root, AGENT_TOKEN};
+use tier1_support::{
+    apply_changes, b64_field, spawn_agent_pod_like, spec_of, workspace_root, AGENT_TOKEN,
+};
 
 #[test]
 #[ignore = "entry point of the agent child process (tier1_support)"]
@@ -82,14 +83,7 @@ async fn a_pod_like_agent_binds_across_volumes_runs_as_65532_and_returns_changes
         .unwrap();
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
-    let text = |f: &str| {
-        String::from_utf8(
-            base64::engine::general_purpose::STANDARD
-                .decode(v[f].as_str().unwrap())
-                .unwrap(),
-        )
-        .unwrap()
-    };
+    let text = |f: &str| b64_field(&v, f);
     assert_eq!(v["exitCode"], 0, "{}", text("stderrB64"));
     assert_eq!(text("stdoutB64"), "65532\nfn main() {}\nartifact\n");
     let (cwd, env) = state::parse(text("stateB64").as_bytes()).unwrap();
@@ -105,18 +99,7 @@ async fn a_pod_like_agent_binds_across_volumes_runs_as_65532_and_returns_changes
         .bytes()
         .await
         .unwrap();
-    let report = workspace::apply(
-        &spec_of(src.path()),
-        &changes[..],
-        &packed.snapshot,
-        &ApplyOptions::default(),
-    )
-    .unwrap();
-    let applied: Vec<String> = report
-        .applied
-        .iter()
-        .map(|c| format!("{:?} {}", c.change, c.harness_path.display()))
-        .collect();
+    let applied = apply_changes(src.path(), &changes, &packed.snapshot);
     assert_eq!(
         applied,
         [

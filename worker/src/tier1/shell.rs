@@ -327,6 +327,16 @@ mod tests {
         BTreeMap::from([("PATH".into(), "/usr/bin:/bin".into())])
     }
 
+    /// Runs `script` from `/` with no sandbox view, under `limits`.
+    async fn run_direct(script: &str, limits: ShellLimits) -> ExecResult {
+        let command = ShellCommand {
+            script,
+            cwd: Path::new("/"),
+            env: &env(),
+        };
+        run(&command, &View::Direct, &limits).await.unwrap()
+    }
+
     #[tokio::test]
     async fn captures_output_state_and_exit_code() {
         let tmp = tempfile::tempdir().unwrap();
@@ -334,17 +344,7 @@ mod tests {
             "cd {} && echo out && echo err >&2 && printf 'state' >&3 && exit 7",
             tmp.path().display()
         );
-        let r = run(
-            &ShellCommand {
-                script: &script,
-                cwd: Path::new("/"),
-                env: &env(),
-            },
-            &View::Direct,
-            &ShellLimits::default(),
-        )
-        .await
-        .unwrap();
+        let r = run_direct(&script, ShellLimits::default()).await;
         assert_eq!(
             (r.stdout.as_slice(), r.stderr.as_slice(), r.exit_code),
             (&b"out\n"[..], &b"err\n"[..], 7)
@@ -360,17 +360,7 @@ mod tests {
             max_output_bytes: 10,
             ..ShellLimits::default()
         };
-        let r = run(
-            &ShellCommand {
-                script: "echo 0123456789abcdef; sleep 30",
-                cwd: Path::new("/"),
-                env: &env(),
-            },
-            &View::Direct,
-            &limits,
-        )
-        .await
-        .unwrap();
+        let r = run_direct("echo 0123456789abcdef; sleep 30", limits).await;
         assert_eq!(r.stdout, b"0123456789");
         assert!(r.truncated && r.timed_out);
         assert_eq!(r.exit_code, TIMEOUT_EXIT);
@@ -381,17 +371,7 @@ mod tests {
     #[tokio::test]
     async fn a_background_job_holding_stdout_does_not_hold_the_caller() {
         let started = Instant::now();
-        let r = run(
-            &ShellCommand {
-                script: "sleep 30 & echo started",
-                cwd: Path::new("/"),
-                env: &env(),
-            },
-            &View::Direct,
-            &ShellLimits::default(),
-        )
-        .await
-        .unwrap();
+        let r = run_direct("sleep 30 & echo started", ShellLimits::default()).await;
         assert_eq!((r.stdout.as_slice(), r.exit_code), (&b"started\n"[..], 0));
         assert!(started.elapsed() < Duration::from_secs(5));
     }

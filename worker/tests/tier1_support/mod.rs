@@ -11,7 +11,7 @@ use kube_harness_worker::runtime::{
 };
 use kube_harness_worker::sandbox::{Presentation, SandboxConfig};
 use kube_harness_worker::tier1::{agent_http, reap, Agent, AgentConfig};
-use kube_harness_worker::workspace::WorkspaceSpec;
+use kube_harness_worker::workspace::{self, ApplyOptions, Snapshot, WorkspaceSpec};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -137,6 +137,26 @@ pub fn spec_of(root: &Path) -> WorkspaceSpec {
     spec.mounts
         .retain(|m| m.writable || m.backing_path.is_dir());
     spec
+}
+
+/// The text of the agent's base64 field `f` (`stdoutB64`, `stderrB64`, `stateB64`) in reply `v`.
+pub fn b64_field(v: &serde_json::Value, f: &str) -> String {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(v[f].as_str().unwrap())
+        .unwrap();
+    String::from_utf8(bytes).unwrap()
+}
+
+/// Merges a change archive into the workspace at `root` (handed off as `base`); returns each
+/// applied change as "Kind /harness/path", in order.
+pub fn apply_changes(root: &Path, changes: &[u8], base: &Snapshot) -> Vec<String> {
+    let report = workspace::apply(&spec_of(root), changes, base, &ApplyOptions::default()).unwrap();
+    report
+        .applied
+        .iter()
+        .map(|c| format!("{:?} {}", c.change, c.harness_path.display()))
+        .collect()
 }
 
 /// A turn on a fresh Tier-0 workspace (the real sandbox) with `next` as its higher tier.
