@@ -44,6 +44,36 @@ async fn commands_see_canonical_paths_and_keep_cwd_and_exports() {
     assert!(created.iter().any(|e| e.data["path"] == "/session/sub"));
 }
 
+/// Each command is compared with the state after the previous one (no walk before it): its own
+/// changes are reported with it, once; a file edited by hand between two commands is reported
+/// with the second, once.
+#[tokio::test]
+async fn file_events_belong_to_the_command_after_which_they_were_seen() {
+    let f = fixture(Setup::default());
+    let paths_of = |kind_: &str| -> Vec<String> {
+        f.events
+            .events()
+            .into_iter()
+            .filter(|e| e.kind == kind_)
+            .map(|e| e.data["path"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    f.turn.exec("echo one > /session/one.txt").await;
+    assert_eq!(paths_of(kind::FILE_CREATED), ["/session/one.txt"]);
+    f.turn.exec("true").await;
+    assert_eq!(paths_of(kind::FILE_CREATED).len(), 1, "nothing new");
+    std::fs::write(f.session_root.join("session/by-hand.txt"), "x").unwrap();
+    f.turn.exec("echo two >> /session/one.txt").await;
+    assert_eq!(
+        paths_of(kind::FILE_CREATED),
+        ["/session/one.txt", "/session/by-hand.txt"]
+    );
+    assert_eq!(paths_of(kind::FILE_MODIFIED), ["/session/one.txt"]);
+    f.turn.exec("rm /session/by-hand.txt").await;
+    f.turn.exec("true").await;
+    assert_eq!(paths_of(kind::FILE_DELETED), ["/session/by-hand.txt"]);
+}
+
 #[tokio::test]
 async fn the_parent_environment_is_invisible() {
     std::env::set_var("KH_TEST_SECRET_TOKEN", "hunter2");

@@ -37,5 +37,12 @@ pub struct Snapshot(pub Box<dyn std::any::Any + Send + Sync>);
 /// Observes the tracked mounts around each Tier-0 command (`harness.file.*` events).
 pub trait Tracker: Send + Sync {
     fn snapshot(&self) -> Snapshot;
+    /// The state to compare the next command against: by default a fresh snapshot. A tracker
+    /// may return its last snapshot instead (the state after the previous command), which saves
+    /// a walk of the workspace per command; anything changed in between is then reported with
+    /// the next command.
+    fn baseline(&self) -> Snapshot {
+        self.snapshot()
+    }
     fn changes(&self, before: &Snapshot, after: &Snapshot) -> Vec<FileChange>;
 }

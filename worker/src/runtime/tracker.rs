@@ -34,6 +34,22 @@ impl Tracker for WorkspaceTracker {
         Snapshot(Box::new(taken))
     }
 
+    /// The snapshot taken after the previous command, if there was one this turn. Within a turn
+    /// nothing but commands writes the tracked mounts on the worker (a Tier-0 command's whole
+    /// process tree is gone when it ends), so this equals a fresh walk there and saves one per
+    /// command (about a quarter of a millisecond for a small workspace). On the local host a
+    /// file edited by hand between two commands is reported with the second command.
+    fn baseline(&self) -> Snapshot {
+        let last = self.last.lock().expect("tracker lock");
+        match last.as_ref() {
+            Some(s) => Snapshot(Box::new(Some(s.clone()))),
+            None => {
+                drop(last);
+                self.snapshot()
+            }
+        }
+    }
+
     fn changes(&self, before: &Snapshot, after: &Snapshot) -> Vec<FileChange> {
         match (inner(before), inner(after)) {
             (Some(b), Some(a)) => workspace::diff(b, a),

@@ -323,7 +323,7 @@ impl Turn {
         }
         // Higher tiers work on a copy; their changes come back at dispose.
         let tracker = self.tracker.as_ref().filter(|_| tier == 0);
-        let before = tracker.map(|t| t.snapshot());
+        let before = tracker.map(|t| t.baseline());
         let started = Instant::now();
         let timeout = *self.next_timeout.lock().expect("timeout lock");
         let result = executor

@@ -14,8 +14,8 @@
 //! until it execs bash, so no second copy of the worker's page tables is made and torn down.
 
 use super::namespace::{Namespace, NamespacePlan};
+use super::seccomp::BpfProgram;
 use super::Limits;
-use seccompiler::BpfProgram;
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
