@@ -60,6 +60,10 @@ pub struct WorkerArgs {
     /// File holding the session log's bearer token.
     #[arg(long, env = "KH_WORKER_SESSION_LOG_TOKEN_FILE", value_name = "FILE")]
     session_log_token_file: Option<PathBuf>,
+    /// Prefix of every session-log run this worker writes: run R becomes SCOPE:R, and requests
+    /// without a runId go to run SCOPE. The operator sets NAMESPACE:UID of the session.
+    #[arg(long, env = "KH_WORKER_SESSION_LOG_RUN_SCOPE", value_name = "SCOPE")]
+    session_log_run_scope: Option<String>,
     /// Where the canonical workspace directories are: `/` in a pod (volumes mounted at
     /// /session, /artifacts, /persistent, /.agents); elsewhere a directory holding session/,
     /// artifacts/, persistent/ and .agents/ (presented through a private mount namespace).
@@ -140,6 +144,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
                 ),
                 None => None,
             },
+            run_scope: args.session_log_run_scope.clone(),
         }),
         (None, Some(_)) => anyhow::bail!("--session-log-token-file needs --session-log-url"),
         (None, None) => None,

@@ -83,6 +83,12 @@ fn the_worker_pod_spec_follows_the_session_and_changes_hash_with_it() {
             .any(|w| w == ["--session-log-url", "http://log:8080"]),
         "{args:?}"
     );
+    // Its runs are scoped to this session object (namespace and UID), never shared.
+    assert!(
+        args.windows(2)
+            .any(|w| w == ["--session-log-run-scope", "ns:u1"]),
+        "{args:?}"
+    );
 }
 
 #[test]

@@ -139,7 +139,11 @@ async fn an_unreachable_session_log_keeps_commands_from_running() {
     let url = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
     let (tmp, mut cfg) = config();
-    cfg.session_log = Some(SessionLogConfig { url, token: None });
+    cfg.session_log = Some(SessionLogConfig {
+        url,
+        token: None,
+        run_scope: None,
+    });
     let w = start_with(tmp, cfg).await;
     for req in [
         ExecRequest::new("touch /session/unlogged"),
@@ -230,5 +234,78 @@ async fn events_the_log_missed_are_appended_before_the_next_command_runs() {
             kind::TURN_USAGE
         ],
         "each event once, in order"
+    );
+}
+
+/// Two sessions with the same name and the same run and step keys, scoped (as the operator
+/// scopes them, by namespace and UID): each runs its own step, writes its own runs, and never
+/// replays the other's; a run id that the scope makes too long is 400 before anything runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scoped_sessions_never_share_runs() {
+    let log = TestLog::start().await;
+    let scoped = |scope: &str| {
+        let mut c = log.config();
+        c.run_scope = Some(scope.to_string());
+        c
+    };
+    // The longest a scope gets: a 63-character namespace and a UID.
+    let scope_a = format!("{}:0b6f3a52-1c9d-4e0f-9a7b-5d2c8e1f4a60", "a".repeat(63));
+    let (tmp_a, mut cfg_a) = config();
+    cfg_a.session_log = Some(scoped(&scope_a));
+    let a = start_with(tmp_a, cfg_a).await;
+    let (tmp_b, mut cfg_b) = config();
+    cfg_b.session_log = Some(scoped("team-b:77c1d0e4-uid-b"));
+    let b = start_with(tmp_b, cfg_b).await;
+
+    let req = ExecRequest::new("echo ran >> /session/count; echo $((6*7))").step("run-1", "s1");
+    let ra = a.client.exec(&req).await.unwrap();
+    let rb = b.client.exec(&req).await.unwrap();
+    assert_eq!(
+        (ra.replayed, rb.replayed),
+        (false, false),
+        "each ran its own step"
+    );
+    assert_eq!(ra.run_id, format!("{scope_a}:run-1"));
+    assert_eq!(rb.run_id, "team-b:77c1d0e4-uid-b:run-1");
+    for w in [&a, &b] {
+        assert_eq!(
+            std::fs::read_to_string(w.host("/session/count")).unwrap(),
+            "ran\n"
+        );
+    }
+    assert!(
+        a.client.exec(&req).await.unwrap().replayed,
+        "its own step replays"
+    );
+    assert!(
+        log.client().read_all("run-1").await.unwrap().is_empty(),
+        "nothing unscoped"
+    );
+    let completed = |events: Vec<kube_harness_session_log::StoredEvent>| {
+        events
+            .iter()
+            .filter(|e| e.event_type == kind::COMMAND_COMPLETED)
+            .count()
+    };
+    assert_eq!(
+        completed(log.client().read_all(&ra.run_id).await.unwrap()),
+        1
+    );
+    assert_eq!(
+        completed(log.client().read_all(&rb.run_id).await.unwrap()),
+        1
+    );
+
+    // No runId: the scope itself is the run.
+    let plain = a.client.exec(&ExecRequest::new("true")).await.unwrap();
+    assert_eq!(plain.run_id, scope_a);
+
+    // A run id valid alone but too long once scoped: refused, not run.
+    let long = ExecRequest::new("echo ran >> /session/count").step("r".repeat(120), "s1");
+    let err = a.client.exec(&long).await.unwrap_err().to_string();
+    assert!(err.contains("scoped"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(a.host("/session/count")).unwrap(),
+        "ran\n"
     );
 }

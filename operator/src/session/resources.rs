@@ -251,6 +251,14 @@ fn worker_args(session: &HarnessSession, config: &OperatorConfig) -> Vec<String>
             "--session-log-token-file".into(),
             format!("{TOKEN_DIR}/session-log-token"),
         ]);
+        // Runs scoped to this session object: never shared with a same-named session in another
+        // namespace, nor with an earlier session of the same name.
+        if let Some(uid) = session.uid() {
+            args.extend([
+                "--session-log-run-scope".into(),
+                format!("{}:{uid}", session.namespace().unwrap_or_default()),
+            ]);
+        }
     }
     args
 }

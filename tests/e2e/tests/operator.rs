@@ -158,7 +158,14 @@ async fn events_reach_the_session_log_and_a_step_replays_without_running_again()
         assert_eq!((fresh.replayed, fresh.stdout.as_str()), (false, "2\n"));
 
         // The events are in the session log service.
-        let events = harness::session_log_events(&client, "run-1").await.unwrap();
+        // The worker scoped the run to this session object (namespace and UID).
+        assert!(
+            replay.run_id.starts_with(&format!("{ns}:")) && replay.run_id.ends_with(":run-1"),
+            "{replay:?}"
+        );
+        let events = harness::session_log_events(&client, &replay.run_id)
+            .await
+            .unwrap();
         let completed: Vec<_> = events
             .iter()
             .filter(|e| e.event_type == "harness.runtime.command.completed")

@@ -36,6 +36,12 @@ fn exec_json(ns: &str, name: &str, script: &str, end_turn: bool) -> Value {
     })
 }
 
+/// The session-log run an exec went to: the worker scopes the requested run to its session
+/// object (`NAMESPACE:UID:RUN`) and reports the result.
+fn run_of(r: &Value) -> &str {
+    r["runId"].as_str().expect("runId in the exec response")
+}
+
 /// The session log events of a run, by type.
 async fn events(client: &Client, run: &str) -> Vec<(String, Value)> {
     harness::session_log_events(client, run)
@@ -98,7 +104,7 @@ async fn git_runs_on_a_tier1_pod_and_the_repository_comes_back() {
             assert_eq!((r["stdout"].as_str(), r["tier"].as_i64()), (Some("x\n"), Some(0)), "{r:#}");
             no_tier1_pod_left(&client, &ns, "git").await;
 
-            let ev = events(&client, &ns).await;
+            let ev = events(&client, run_of(&r)).await;
             let esc = escalations(&ev);
             assert_eq!(esc.len(), 1, "{ev:#?}");
             assert_eq!(esc[0]["sandbox"]["source"], "ordinary", "{:#}", esc[0]);
@@ -131,7 +137,7 @@ async fn a_build_script_escalates_whole_before_anything_runs_on_tier0() {
             let r = exec_json(&ns, "build", "rm -rf build && make -s && ls build", true);
             assert_eq!((r["exitCode"].as_i64(), r["tier"].as_i64()), (Some(0), Some(1)), "{r:#}");
             assert_eq!(r["stdout"], "out\n", "{r:#}");
-            let ev = events(&client, &ns).await;
+            let ev = events(&client, run_of(&r)).await;
             let tier0_runs: Vec<_> = ev
                 .iter()
                 .filter(|(t, p)| t == "harness.runtime.command.started" && p["tier"] == 0 && p["command"].as_str().unwrap_or("").contains("rm -rf build"))
@@ -172,7 +178,7 @@ async fn a_warm_pool_hands_out_prepared_pods_refills_rolls_and_reports_misses() 
                 (Some(0), Some(1)),
                 "{r:#}"
             );
-            let sandbox = last_sandbox(&client, &ns).await;
+            let sandbox = last_sandbox(&client, run_of(&r)).await;
             assert_eq!(
                 (sandbox["source"].as_str(), &sandbox["missReason"]),
                 (Some("prepared"), &Value::Null),
@@ -194,7 +200,7 @@ async fn a_warm_pool_hands_out_prepared_pods_refills_rolls_and_reports_misses() 
             );
             let r = exec_json(&ns, "pool", git, true);
             assert_eq!(r["exitCode"].as_i64(), Some(0), "{r:#}");
-            let sandbox = last_sandbox(&client, &ns).await;
+            let sandbox = last_sandbox(&client, run_of(&r)).await;
             assert_eq!(
                 (sandbox["source"].as_str(), sandbox["missReason"].as_str()),
                 (Some("ordinary"), Some("workspace_too_large")),
@@ -252,7 +258,7 @@ async fn a_warm_pool_hands_out_prepared_pods_refills_rolls_and_reports_misses() 
                     .count();
                 let r = exec_json(&ns, "pool", "git --version >/dev/null 2>&1; echo ran", true);
                 assert_eq!(r["stdout"], "ran\n", "{r:#}");
-                let sandbox = last_sandbox(&client, &ns).await;
+                let sandbox = last_sandbox(&client, run_of(&r)).await;
                 reasons.push((idle_ready, sandbox["missReason"].clone()));
                 kube_harness(&["end-turn", "-n", &ns, "hold", "--run-id", &ns]).unwrap();
                 if idle_ready == 0 {

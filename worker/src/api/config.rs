@@ -32,6 +32,12 @@ impl std::str::FromStr for SameSession {
 pub struct SessionLogConfig {
     pub url: String,
     pub token: Option<String>,
+    /// Prefix of every run this worker writes: a request's run `R` becomes `SCOPE:R`, and a
+    /// request without one goes to run `SCOPE`. The operator sets it to the session's namespace
+    /// and UID, so that two sessions never share a run (the same name in two namespaces, or a
+    /// session deleted and created again under its old name would otherwise replay the old
+    /// one's steps). `None`: runs as requested, the session name by default.
+    pub run_scope: Option<String>,
 }
 
 #[derive(Debug, Clone)]

@@ -16,6 +16,7 @@ use crate::runtime::{
 };
 use crate::workspace::WorkspaceSpec;
 use axum::http::StatusCode;
+use kube_harness_session_log::RunId;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -213,10 +214,7 @@ impl Worker {
             )
         })?;
         let timeout = req.timeout_ms.map(Duration::from_millis);
-        let run = req
-            .run_id
-            .clone()
-            .unwrap_or_else(|| self.config.session.clone());
+        let run = self.log_run(req.run_id.as_deref())?;
         let mut slot = self.lock().await?;
         let _busy = BusyFlag::set(&self.busy);
         self.touch();
@@ -293,8 +291,36 @@ impl Worker {
         Ok(response)
     }
 
+    /// The session-log run a request's `runId` names (see [`SessionLogConfig::run_scope`]);
+    /// 400 when the scoped name is not a valid run id (too long).
+    fn log_run(&self, requested: Option<&str>) -> Result<String, Refusal> {
+        let scope = self
+            .config
+            .session_log
+            .as_ref()
+            .and_then(|l| l.run_scope.as_deref());
+        let run = match (scope, requested) {
+            (None, requested) => requested.unwrap_or(&self.config.session).to_string(),
+            (Some(scope), None) => scope.to_string(),
+            (Some(scope), Some(run)) => format!("{scope}:{run}"),
+        };
+        RunId::parse(&run).map_err(|e| {
+            Refusal::new(
+                StatusCode::BAD_REQUEST,
+                code::BAD_REQUEST,
+                format!(
+                    "runId {run:?} (this session's runs are scoped): {}",
+                    e.message
+                ),
+            )
+        })?;
+        Ok(run)
+    }
+
     /// Ends the open turn (disposing its tiers) and reports it; `turn: None` when none was open.
     pub async fn end_turn(&self, run_id: Option<String>) -> Result<EndTurnResponse, Refusal> {
+        // Named before the turn is taken: a bad run id must not lose the turn's closing events.
+        let run = self.log_run(run_id.as_deref())?;
         let mut slot = self.slot.lock().await;
         let _busy = BusyFlag::set(&self.busy);
         self.touch();
@@ -318,7 +344,6 @@ impl Worker {
         self.counters.turns.fetch_add(1, Ordering::SeqCst);
         self.counters.tier.store(0, Ordering::SeqCst);
         if let Some(log) = &self.log {
-            let run = run_id.unwrap_or_else(|| self.config.session.clone());
             let prefix = format!("{}:{turn_id}:end", self.instance);
             log.enqueue_and_flush(keyed(&run, &prefix, &events, 0))
                 .await;

@@ -162,6 +162,7 @@ impl TestLog {
         SessionLogConfig {
             url: self.base_url.clone(),
             token: Some(LOG_TOKEN.into()),
+            run_scope: None,
         }
     }
 
