@@ -147,8 +147,15 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
             run_scope: args.session_log_run_scope.clone(),
         }),
         (None, Some(_)) => anyhow::bail!("--session-log-token-file needs --session-log-url"),
+        (None, None) if args.session_log_run_scope.is_some() => {
+            anyhow::bail!("--session-log-run-scope needs --session-log-url")
+        }
         (None, None) => None,
     };
+    if let Some(scope) = &args.session_log_run_scope {
+        kube_harness_session_log::RunId::parse(scope)
+            .map_err(|e| anyhow::anyhow!("--session-log-run-scope {scope:?}: {}", e.message))?;
+    }
     let mut config = WorkerConfig::new(args.session, args.workspace_root);
     config.runtime = RuntimeToggles {
         python: args.python,

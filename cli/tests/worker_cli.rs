@@ -163,6 +163,28 @@ fn bad_configuration_is_refused_at_start() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "--token-file is required");
     let out = bin()
+        .args(["worker", "--session-log-run-scope", "ns:uid"])
+        .arg("--token-file")
+        .arg(&token)
+        .env_remove("KH_WORKER_SESSION_LOG_URL")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs --session-log-url"));
+    let out = bin()
+        .args(["worker", "--session-log-url", "http://127.0.0.1:9"])
+        .args(["--session-log-run-scope", "ns/uid"])
+        .arg("--token-file")
+        .arg(&token)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--session-log-run-scope"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = bin()
         .args(["worker", "--escalation", "tier1"])
         .arg("--token-file")
         .arg(&token)
