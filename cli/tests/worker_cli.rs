@@ -132,23 +132,34 @@ fn serves_exec_and_stops_cleanly_on_sigterm() {
 #[test]
 fn bad_configuration_is_refused_at_start() {
     let (tmp, token) = workspace();
-    let out = bin()
-        .args(["worker", "--tier", "2"])
-        .arg("--token-file")
-        .arg(&token)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("0..=1"));
-    let out = bin()
-        .args(["worker", "--escalation", "pod"])
-        .arg("--token-file")
-        .arg(&token)
-        .env_remove("KH_WORKER_TIER_API_URL")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--tier-api-url"));
+    // `kube-harness worker ARGS --token-file TOKEN` without the variables named: exit 2, and
+    // stderr, which must name what is wrong.
+    let refused = |args: &[&str], unset: &[&str]| -> String {
+        let mut cmd = bin();
+        cmd.arg("worker").args(args).arg("--token-file").arg(&token);
+        for var in unset {
+            cmd.env_remove(var);
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        stderr
+    };
+    assert!(refused(&["--tier", "2"], &[]).contains("0..=1"));
+    assert!(
+        refused(&["--escalation", "pod"], &["KH_WORKER_TIER_API_URL"]).contains("--tier-api-url")
+    );
+    refused(&["--escalation", "tier1"], &[]);
+    let scope = ["--session-log-run-scope", "ns:uid"];
+    assert!(refused(&scope, &["KH_WORKER_SESSION_LOG_URL"]).contains("needs --session-log-url"));
+    let bad_scope = [
+        "--session-log-url",
+        "http://127.0.0.1:9",
+        "--session-log-run-scope",
+        "ns/uid",
+    ];
+    assert!(refused(&bad_scope, &[]).contains("--session-log-run-scope"));
+
     let out = bin()
         .args(["worker", "--token-file"])
         .arg(tmp.path().join("missing"))
@@ -162,33 +173,4 @@ fn bad_configuration_is_refused_at_start() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "--token-file is required");
-    let out = bin()
-        .args(["worker", "--session-log-run-scope", "ns:uid"])
-        .arg("--token-file")
-        .arg(&token)
-        .env_remove("KH_WORKER_SESSION_LOG_URL")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("needs --session-log-url"));
-    let out = bin()
-        .args(["worker", "--session-log-url", "http://127.0.0.1:9"])
-        .args(["--session-log-run-scope", "ns/uid"])
-        .arg("--token-file")
-        .arg(&token)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--session-log-run-scope"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = bin()
-        .args(["worker", "--escalation", "tier1"])
-        .arg("--token-file")
-        .arg(&token)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
 }
