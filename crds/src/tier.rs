@@ -46,6 +46,9 @@ use std::collections::BTreeMap;
     "self.level > 0 || !self.capabilities.exists(c, c in ['version-control', 'containers', 'build-toolchain', 'package-manager'])"
 ).message("a level-0 tier is the Tier-0 worker and cannot provide version-control, containers, build-toolchain or package-manager; give the tier a level of 1 or more").field_path(".capabilities"))]
 #[x_kube(validation = kube::core::Rule::new(
+    "self.level > 0 || !has(self.template.env) || size(self.template.env) == 0"
+).message("env is for escalation tiers (level 1 and up); the Tier-0 worker gives commands an empty environment").field_path(".template.env"))]
+#[x_kube(validation = kube::core::Rule::new(
     "self.level > 0 || !has(self.warmPool) || self.warmPool.size == 0"
 ).message("warm pools are for escalation tiers (level 1 and up); level-0 worker pods are per session").field_path(".warmPool.size"))]
 #[serde(rename_all = "camelCase")]
@@ -105,6 +108,28 @@ pub struct TierTemplate {
     /// Taints the sandbox pod tolerates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
+    /// Environment of the sandbox's commands on top of the image's own (levels 1 and up), e.g.
+    /// CARGO_HOME=/tmp/cargo for an image whose toolchain home is owned by root: commands run as
+    /// uid 65532. Plain values only, never Secret references (the sandbox must hold no
+    /// credentials). HOME and TMPDIR are the pod's writable volumes and KH_* is reserved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub env: Vec<TierEnvVar>,
+}
+
+/// One environment variable of a tier's commands.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[x_kube(validation = kube::core::Rule::new(
+    "self.name.matches('^[A-Za-z_][A-Za-z0-9_]*$') && !self.name.startsWith('KH_') && !(self.name in ['HOME', 'TMPDIR'])"
+).message("env names are shell identifiers; HOME, TMPDIR and KH_* are set by kube-harness").field_path(".name"))]
+pub struct TierEnvVar {
+    /// Variable name: a shell identifier, not HOME, TMPDIR or KH_*.
+    #[schemars(length(min = 1, max = 128))]
+    pub name: String,
+    /// Its value.
+    #[serde(default)]
+    #[schemars(length(max = 4096))]
+    pub value: String,
 }
 
 /// When the kubelet pulls the image.

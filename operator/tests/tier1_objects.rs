@@ -120,6 +120,21 @@ fn the_tier1_pod_meets_restricted_pod_security_with_no_token_and_no_worker_envir
         agent["env"],
         json!([{"name": "HOME", "value": "/home/kh"}, {"name": "TMPDIR", "value": "/tmp"}])
     );
+    // A tier's env comes first (HOME and TMPDIR, set last, win), and changes the pool's hash.
+    let mut with_env = rust(0);
+    with_env.spec.template.env = vec![kube_harness_crds::tier::TierEnvVar {
+        name: "CARGO_HOME".into(),
+        value: "/tmp/cargo".into(),
+    }];
+    let p = as_json(&pod::pod("t1-x", &with_env, &serving(), &config));
+    assert_eq!(
+        p["spec"]["containers"][0]["env"],
+        json!([{"name": "CARGO_HOME", "value": "/tmp/cargo"}, {"name": "HOME", "value": "/home/kh"}, {"name": "TMPDIR", "value": "/tmp"}])
+    );
+    assert_ne!(
+        pod::template_hash(&with_env, &config),
+        pod::template_hash(&rust(0), &config)
+    );
     assert_eq!(
         agent["readinessProbe"]["httpGet"],
         json!({"path": "/readyz", "port": 8080})

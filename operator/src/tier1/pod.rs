@@ -266,7 +266,8 @@ fn empty_dir(name: &str, limit: Option<&str>) -> Volume {
 /// The Tier-1 pod: an init container from the worker image copies the static agent binary into
 /// an emptyDir; the tier's image (any image) runs it as `worker --tier 1`. Restricted Pod
 /// Security, no ServiceAccount token, no service links, and only its own token mounted. The
-/// environment is the image's own plus HOME and TMPDIR: nothing of the worker's reaches it.
+/// environment is the image's own, the tier's `env`, and HOME and TMPDIR: nothing of the worker's
+/// reaches it.
 pub fn pod(name: &str, tier: &SandboxTier, purpose: &Purpose, config: &OperatorConfig) -> Pod {
     let template = &tier.spec.template;
     let install = Container {
@@ -312,7 +313,16 @@ pub fn pod(name: &str, tier: &SandboxTier, purpose: &Purpose, config: &OperatorC
             "--token-file".into(),
             format!("{TOKEN_DIR}/token"),
         ]),
-        env: Some(vec![env("HOME", HOME), env("TMPDIR", "/tmp")]),
+        // The tier's variables first: HOME and TMPDIR are the pod's own volumes (the CRD refuses
+        // them in the tier, and these come last, so they win anyway).
+        env: Some(
+            template
+                .env
+                .iter()
+                .map(|v| env(&v.name, &v.value))
+                .chain([env("HOME", HOME), env("TMPDIR", "/tmp")])
+                .collect(),
+        ),
         ports: Some(vec![ContainerPort {
             name: Some("agent".into()),
             container_port: i32::from(AGENT_PORT),

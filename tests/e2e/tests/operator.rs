@@ -454,6 +454,9 @@ async fn invalid_objects_are_rejected_with_the_field_named() {
             ("kh-e2e-bad-level0", json!({"level": 0, "template": {"image": "x"}, "capabilities": ["version-control"]}), "spec.capabilities"),
             ("kh-e2e-bad-egress", json!({"level": 1, "template": {"image": "x"}, "capabilities": ["version-control"], "egress": {"mode": "AllowList"}}), "spec.egress.cidrs"),
             ("kh-e2e-bad-level", json!({"level": -1, "template": {"image": "x"}}), "spec.level"),
+            ("kh-e2e-bad-env-name", json!({"level": 1, "template": {"image": "x", "env": [{"name": "KH_TOKEN", "value": "x"}]}}), "spec.template.env[0].name"),
+            ("kh-e2e-bad-env-home", json!({"level": 1, "template": {"image": "x", "env": [{"name": "HOME", "value": "/"}]}}), "spec.template.env[0].name"),
+            ("kh-e2e-bad-env-level0", json!({"level": 0, "template": {"image": "x", "env": [{"name": "A", "value": "b"}]}}), "spec.template.env"),
         ] {
             let message = rejected::<SandboxTier>(&client, None, tier(name, spec)).await;
             assert!(message.contains(field), "{name}: {message}");
