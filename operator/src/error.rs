@@ -14,6 +14,8 @@ pub enum Error {
     Serialize(#[from] serde_json::Error),
     #[error("worker API: {0}")]
     Worker(String),
+    #[error("session log token: {0}")]
+    SessionLogToken(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -28,6 +30,7 @@ impl Error {
             Error::MissingField(_) => "missing-field",
             Error::Serialize(_) => "serialize",
             Error::Worker(_) => "worker",
+            Error::SessionLogToken(_) => "session-log-token",
         }
     }
 }

@@ -483,7 +483,18 @@ async fn ensure_secret(session: &HarnessSession, ctx: &Context) -> Result<String
             .ok_or(Error::MissingField("token Secret key `token`"))?;
         return Ok(token);
     }
-    let log_token = session_log_token(ctx).await?;
+    // Never the session log's own token: one scoped to this session's runs, which is all a user
+    // who can read this Secret, or the worker pod, can then reach.
+    let log_token = match session_log_token(ctx).await? {
+        Some(server_token) => {
+            let scope = resources::run_scope(session).ok_or(Error::MissingField("metadata.uid"))?;
+            Some(
+                kube_harness_session_log::scope::mint(&server_token, &scope)
+                    .map_err(Error::SessionLogToken)?,
+            )
+        }
+        None => None,
+    };
     let token = resources::new_token();
     let secret = resources::token_secret(session, &token, log_token.as_deref());
     match create_if_absent(&secrets, &secret).await? {

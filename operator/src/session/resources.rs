@@ -51,6 +51,16 @@ fn meta(session: &HarnessSession, name: String) -> ObjectMeta {
     }
 }
 
+/// The session's session-log scope, `NAMESPACE:UID`: its worker's runs are this and `this:…`, and
+/// its session-log token reaches nothing else. `None` only for an object never stored (no UID).
+pub fn run_scope(session: &HarnessSession) -> Option<String> {
+    Some(format!(
+        "{}:{}",
+        session.namespace().unwrap_or_default(),
+        session.uid()?
+    ))
+}
+
 /// The session's token Secret: `token` authenticates callers of the worker API;
 /// `session-log-token` (when the operator has one) authenticates the worker to the session log.
 pub fn token_secret(
@@ -253,11 +263,8 @@ fn worker_args(session: &HarnessSession, config: &OperatorConfig) -> Vec<String>
         ]);
         // Runs scoped to this session object: never shared with a same-named session in another
         // namespace, nor with an earlier session of the same name.
-        if let Some(uid) = session.uid() {
-            args.extend([
-                "--session-log-run-scope".into(),
-                format!("{}:{uid}", session.namespace().unwrap_or_default()),
-            ]);
+        if let Some(scope) = run_scope(session) {
+            args.extend(["--session-log-run-scope".into(), scope]);
         }
     }
     args

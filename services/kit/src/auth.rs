@@ -85,15 +85,18 @@ impl AuthConfig {
         self.expected.is_some()
     }
 
+    /// SHA-256 of the configured token (`None` without authentication): the key a service may
+    /// derive its own credentials from (the session log's scoped tokens), never the token.
+    pub fn token_digest(&self) -> Option<&[u8; 32]> {
+        self.expected.as_deref()
+    }
+
     /// Checks an `Authorization` header value in constant time.
     pub fn accepts(&self, header: Option<&HeaderValue>) -> bool {
         let Some(expected) = &self.expected else {
             return true;
         };
-        let presented = header
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
+        let presented = bearer(header).unwrap_or("");
         let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         // An empty presented token hashes to a value that cannot match a non-empty token's digest
         // (short of a SHA-256 collision), so no separate branch is needed.
@@ -110,11 +113,23 @@ pub async fn require_bearer(
     if auth.accepts(request.headers().get(AUTHORIZATION)) {
         return next.run(request).await;
     }
+    unauthorized()
+}
+
+/// The one 401 every failed check answers: the same body whatever was wrong.
+pub fn unauthorized() -> Response {
     let mut response = ApiError::unauthorized("missing or invalid bearer token").into_response();
     response
         .headers_mut()
         .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     response
+}
+
+/// The token of an `Authorization: Bearer …` header, if there is one.
+pub fn bearer(header: Option<&HeaderValue>) -> Option<&str> {
+    header
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
 }
 
 #[cfg(test)]

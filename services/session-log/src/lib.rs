@@ -10,6 +10,7 @@ pub mod cli;
 pub mod client;
 pub mod model;
 pub mod replay;
+pub mod scope;
 pub mod server;
 pub mod store;
 

@@ -1,16 +1,21 @@
 //! The HTTP face of the session log (`lh.remote-session.v1`): routes, error mapping, metrics.
 
 use crate::model::{EventInput, PreparedEvent, RunId, ValidationError, DEFAULT_MAX_PAYLOAD_BYTES};
+use crate::scope::{self, Access};
 use crate::store::{Store, StoreError, MAX_READ_LIMIT};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{Extension, Request};
+use axum::http::header::AUTHORIZATION;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use kube_harness_service_kit::{require_bearer, with_health_check, ApiError, AuthConfig};
+use kube_harness_service_kit::auth::{bearer, unauthorized};
+use kube_harness_service_kit::{with_health_check, ApiError, AuthConfig};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -96,10 +101,7 @@ pub fn app(store: Store, config: ServerConfig, mut registry: Registry) -> Router
             "/v1/runs/{run_id}/events",
             get(read_events).post(append_event),
         )
-        .route_layer(axum::middleware::from_fn_with_state(
-            config.auth,
-            require_bearer,
-        ))
+        .route_layer(axum::middleware::from_fn_with_state(config.auth, authorize))
         .layer(DefaultBodyLimit::max(
             config.max_payload_bytes + BODY_OVERHEAD,
         ))
@@ -109,6 +111,42 @@ pub fn app(store: Store, config: ServerConfig, mut registry: Registry) -> Router
         })
         .with_state(state);
     with_health_check(api, Arc::new(registry), health)
+}
+
+/// Bearer auth with scopes: the server's token (or no auth configured) reaches every run; a
+/// session-scoped token (`scope` module) only its own. Anything else is the kit's 401.
+async fn authorize(State(auth): State<AuthConfig>, mut request: Request, next: Next) -> Response {
+    let header = request.headers().get(AUTHORIZATION);
+    let access = if auth.accepts(header) {
+        Access::All
+    } else {
+        match auth
+            .token_digest()
+            .zip(bearer(header))
+            .and_then(|(key, token)| scope::verify(key, token))
+        {
+            Some(s) => Access::Scope(s),
+            None => return unauthorized(),
+        }
+    };
+    request.extensions_mut().insert(access);
+    next.run(request).await
+}
+
+/// The run a request names, if its token reaches it: 403 otherwise, before anything is read or
+/// written.
+fn authorized_run(
+    path: Result<Path<String>, PathRejection>,
+    access: &Access,
+) -> Result<RunId, ApiError> {
+    let run = run_id(path)?;
+    if !access.allows(&run) {
+        return Err(ApiError::forbidden(
+            "run_out_of_scope",
+            format!("this token is scoped to other runs than {run}"),
+        ));
+    }
+    Ok(run)
 }
 
 async fn openapi() -> Response {
@@ -141,11 +179,13 @@ fn store_error(e: StoreError) -> ApiError {
 
 async fn append_event(
     State(state): State<AppState>,
+    Extension(access): Extension<Access>,
     path: Result<Path<String>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let started = Instant::now();
-    let (outcome, response) = match append_inner(&state, path, body).await {
+    let (outcome, response) = match append_inner(&state, authorized_run(path, &access), body).await
+    {
         Ok((created, response)) => (if created { "created" } else { "duplicate" }, response),
         Err(e) => {
             let outcome = match e.status {
@@ -170,10 +210,10 @@ async fn append_event(
 
 async fn append_inner(
     state: &AppState,
-    path: Result<Path<String>, PathRejection>,
+    run: Result<RunId, ApiError>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(bool, Response), ApiError> {
-    let run = run_id(path)?;
+    let run = run?;
     let body = body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::too_large(format!(
@@ -226,10 +266,11 @@ struct ReadParams {
 
 async fn read_events(
     State(state): State<AppState>,
+    Extension(access): Extension<Access>,
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<ReadParams>, QueryRejection>,
 ) -> Response {
-    let result = read_inner(&state, path, query).await;
+    let result = read_inner(&state, authorized_run(path, &access), query).await;
     let outcome = if result.is_ok() { "ok" } else { "error" };
     state
         .metrics
@@ -244,10 +285,10 @@ async fn read_events(
 
 async fn read_inner(
     state: &AppState,
-    path: Result<Path<String>, PathRejection>,
+    run: Result<RunId, ApiError>,
     query: Result<Query<ReadParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let run = run_id(path)?;
+    let run = run?;
     let Query(params) = query.map_err(|e| {
         ApiError::bad_request(
             "invalid_query",

@@ -396,6 +396,87 @@ async fn bad_input_is_a_clear_4xx_and_writes_nothing(server: TestServer) {
     assert_eq!(resp.headers()["www-authenticate"], "Bearer");
 }
 
+/// A session-scoped token (minted from the server's token, as the operator does) appends to and
+/// reads its own runs only: another scope's run is 403 and nothing is written there; a forged or
+/// foreign token is 401.
+async fn scoped_tokens_reach_their_own_runs_only(server: TestServer) {
+    use kube_harness_session_log::scope;
+    let token = scope::mint(TOKEN, "team-a:uid-1").unwrap();
+    let scoped = kube_harness_session_log::SessionLogClient::new(
+        &server.base_url,
+        Some(token.clone()),
+        Default::default(),
+    )
+    .unwrap();
+    for run in ["team-a:uid-1", "team-a:uid-1:run-1"] {
+        let a = scoped
+            .append(run, &NewEvent::new("t", obj(json!({"n": 1}))))
+            .await
+            .unwrap();
+        assert_eq!(a.sequence, 1);
+        assert_eq!(scoped.read_all(run).await.unwrap().len(), 1);
+    }
+    server
+        .client()
+        .append("team-b:uid-2", &NewEvent::new("t", obj(json!({}))))
+        .await
+        .unwrap();
+    for run in ["team-b:uid-2", "team-a:uid-10", "team-a", "other"] {
+        let (status, body) = post_raw(
+            &server,
+            run,
+            &json!({"appendIdempotencyKey": "k", "type": "t", "payload": {}}).to_string(),
+            Some(&token),
+        )
+        .await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (StatusCode::FORBIDDEN, Some("run_out_of_scope")),
+            "{run}: {body}"
+        );
+        let read = reqwest::Client::new()
+            .get(server.url(&format!("/v1/runs/{run}/events")))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(read.status(), StatusCode::FORBIDDEN, "{run}");
+    }
+    // Nothing was written by the refused appends; the server's token still reads everything.
+    assert_eq!(
+        server
+            .client()
+            .read_all("team-b:uid-2")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(server.client().read_all("team-a").await.unwrap().is_empty());
+    assert_eq!(
+        server
+            .client()
+            .read_all("team-a:uid-1:run-1")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // Forged (another scope's name on this MAC) and foreign (another server's) tokens: 401.
+    let forged = token.replace("team-a", "team-b");
+    let foreign = scope::mint("another-server-token", "team-a:uid-1").unwrap();
+    for bad in [forged.as_str(), foreign.as_str()] {
+        let (status, _) = post_raw(
+            &server,
+            "team-a:uid-1",
+            &json!({"appendIdempotencyKey": "k2", "type": "t", "payload": {}}).to_string(),
+            Some(bad),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{bad}");
+    }
+}
+
 async fn service_routes(server: TestServer) {
     let client = server.client();
     client
@@ -459,5 +540,6 @@ conformance!(
     concurrent_same_key_appends_store_once,
     paging,
     bad_input_is_a_clear_4xx_and_writes_nothing,
+    scoped_tokens_reach_their_own_runs_only,
     service_routes,
 );

@@ -126,6 +126,16 @@ pub async fn session_log_events(
     client: &Client,
     run: &str,
 ) -> Result<Vec<kube_harness_session_log::model::StoredEvent>> {
+    session_log_events_as(client, run, None).await
+}
+
+/// Like [`session_log_events`], presenting `token` (a session's scoped token) instead of the
+/// service's own when given.
+pub async fn session_log_events_as(
+    client: &Client,
+    run: &str,
+    token: Option<&str>,
+) -> Result<Vec<kube_harness_session_log::model::StoredEvent>> {
     use k8s_openapi::api::core::v1::{Pod, Secret};
     use kube::api::ListParams;
     use kube::ResourceExt;
@@ -145,13 +155,16 @@ pub async fn session_log_events(
     let secret: Secret = Api::namespaced(client.clone(), &release)
         .get("kube-harness-session-log-token")
         .await?;
-    let token = secret
-        .data
-        .and_then(|d| {
-            d.get("token")
-                .map(|t| String::from_utf8_lossy(&t.0).into_owned())
-        })
-        .ok_or_else(|| E2eError::Failed("session log Secret has no token".into()))?;
+    let token = match token {
+        Some(t) => t.to_string(),
+        None => secret
+            .data
+            .and_then(|d| {
+                d.get("token")
+                    .map(|t| String::from_utf8_lossy(&t.0).into_owned())
+            })
+            .ok_or_else(|| E2eError::Failed("session log Secret has no token".into()))?,
+    };
     let log = SessionLogClient::new(
         format!("http://{}", tunnel.local),
         Some(token),

@@ -176,6 +176,26 @@ async fn events_reach_the_session_log_and_a_step_replays_without_running_again()
             "one per step run (s1 once, s2 once): {events:#?}"
         );
         assert!(completed.iter().any(|e| e.payload["stepKey"] == "s1"));
+
+        // The worker's session-log token is scoped to this session: it reads its own run, and
+        // another run of the log is 403.
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        let secret = secrets.get("log-token").await.unwrap();
+        let scoped =
+            String::from_utf8_lossy(&secret.data.unwrap()["session-log-token"].0).into_owned();
+        assert!(
+            scoped.starts_with(&format!("khs1.{ns}:")),
+            "not a scoped token"
+        );
+        let own = harness::session_log_events_as(&client, &replay.run_id, Some(&scoped))
+            .await
+            .unwrap();
+        assert_eq!(own.len(), events.len());
+        let other = harness::session_log_events_as(&client, "some-other-run", Some(&scoped)).await;
+        assert!(
+            matches!(&other, Err(e) if e.to_string().contains("403")),
+            "{other:?}"
+        );
     })
     .await;
 }
