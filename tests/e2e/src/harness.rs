@@ -152,18 +152,20 @@ pub async fn session_log_events_as(
     let tunnel = kube_harness_client::tunnel::Tunnel::open(pods, &log_pod.name_any(), 8080)
         .await
         .map_err(|e| E2eError::Failed(e.to_string()))?;
-    let secret: Secret = Api::namespaced(client.clone(), &release)
-        .get("kube-harness-session-log-token")
-        .await?;
     let token = match token {
         Some(t) => t.to_string(),
-        None => secret
-            .data
-            .and_then(|d| {
-                d.get("token")
-                    .map(|t| String::from_utf8_lossy(&t.0).into_owned())
-            })
-            .ok_or_else(|| E2eError::Failed("session log Secret has no token".into()))?,
+        None => {
+            let secret: Secret = Api::namespaced(client.clone(), &release)
+                .get("kube-harness-session-log-token")
+                .await?;
+            secret
+                .data
+                .and_then(|d| {
+                    d.get("token")
+                        .map(|t| String::from_utf8_lossy(&t.0).into_owned())
+                })
+                .ok_or_else(|| E2eError::Failed("session log Secret has no token".into()))?
+        }
     };
     let log = SessionLogClient::new(
         format!("http://{}", tunnel.local),

@@ -305,13 +305,15 @@ impl Worker {
             (Some(scope), Some(run)) => format!("{scope}:{run}"),
         };
         RunId::parse(&run).map_err(|e| {
+            let scoped = if scope.is_some() {
+                " (this session's runs are scoped)"
+            } else {
+                ""
+            };
             Refusal::new(
                 StatusCode::BAD_REQUEST,
                 code::BAD_REQUEST,
-                format!(
-                    "runId {run:?} (this session's runs are scoped): {}",
-                    e.message
-                ),
+                format!("runId {run:?}{scoped}: {}", e.message),
             )
         })?;
         Ok(run)

@@ -2,11 +2,11 @@
 //! binary), so this crate's crash tests can run it as a child process and SIGKILL it.
 
 use clap::Parser;
+use kube_harness_session_log::cli::{serve_session_log, ServeArgs};
 
 /// The same allocator as the `kube-harness` binary, so crash tests run what users run.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use kube_harness_session_log::cli::{serve_session_log, ServeArgs};
 
 #[derive(Parser)]
 struct Cli {
