@@ -51,6 +51,8 @@ pub struct ChildPlan {
     ns: Option<Namespace>,
     drop_caps: bool,
     pub timeout: Duration,
+    /// Per-command pids cgroups (uid 0 only: see [`super::cgroup`]).
+    pub pids: Option<super::cgroup::Pids>,
 }
 
 impl ChildPlan {
@@ -61,6 +63,7 @@ impl ChildPlan {
         filter: BpfProgram,
         ns: Option<Namespace>,
         is_root: bool,
+        pids: Option<super::cgroup::Pids>,
     ) -> Result<Self, super::SandboxError> {
         // SAFETY: plain getter.
         let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
@@ -80,6 +83,7 @@ impl ChildPlan {
             ns,
             drop_caps: is_root,
             timeout: limits.timeout,
+            pids,
         })
     }
 }
@@ -92,6 +96,11 @@ pub struct RunFds {
     /// Write end of the supervisor's status pipe.
     pub status_w: RawFd,
     pub exec: ExecArgs,
+    /// The command's pids cgroup (-1 without one): `cgroup.procs` opened for writing (the
+    /// command joins) and for reading (the supervisor kills what it lists), and `cgroup.kill`.
+    pub cgroup_w: RawFd,
+    pub cgroup_r: RawFd,
+    pub cgroup_kill: RawFd,
 }
 
 /// bash's argv (`bash -c SCRIPT`) and environment as C arrays, built by the parent.
@@ -231,11 +240,10 @@ unsafe fn supervise(
     start: libc::timespec,
 ) -> ! {
     libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    // Keep only the status pipe: stdout/stderr/state must reach EOF when the command's tree is
-    // gone, and std's exec-error pipe must close so the parent's spawn() returns.
-    let s = run.status_w as libc::c_uint;
-    close_range(0, s.saturating_sub(1));
-    close_range(s + 1, libc::c_uint::MAX);
+    // Keep only the status pipe and the cgroup's lists: stdout/stderr/state must reach EOF when
+    // the command's tree is gone, and std's exec-error pipe must close so the parent's spawn()
+    // returns.
+    close_all_but([run.status_w, run.cgroup_r, run.cgroup_kill]);
     write_all(run.status_w, &cmd.to_le_bytes());
 
     let deadline = add(start, plan.timeout);
@@ -266,7 +274,7 @@ unsafe fn supervise(
             break;
         }
     }
-    kill_tree(cmd, &mut cmd_status);
+    kill_tree(run, cmd, &mut cmd_status);
     let code = match (kind, cmd_status) {
         (KIND_TIMED_OUT, _) => TIMEOUT_EXIT,
         (_, Some(st)) if libc::WIFEXITED(st) => libc::WEXITSTATUS(st),
@@ -283,10 +291,12 @@ unsafe fn supervise(
     libc::_exit(0)
 }
 
-/// Reaps every exited child without blocking; records the command's status.
+/// Reaps exited children without blocking (at most a bounded number per call, so that a tree
+/// that keeps making short-lived children cannot keep the supervisor from its deadline); records
+/// the command's status.
 unsafe fn reap(cmd: libc::pid_t, cmd_status: &mut Option<libc::c_int>) -> bool {
     let mut any = false;
-    loop {
+    for _ in 0..4096 {
         let mut st = 0;
         let r = libc::waitpid(-1, &mut st, libc::WNOHANG);
         if r <= 0 {
@@ -297,34 +307,41 @@ unsafe fn reap(cmd: libc::pid_t, cmd_status: &mut Option<libc::c_int>) -> bool {
             *cmd_status = Some(st);
         }
     }
+    any
 }
 
-/// Kills the command's process group, then every remaining descendant: orphans are re-parented
-/// to this subreaper, so reading our own children list until it is empty finds them all.
-unsafe fn kill_tree(cmd: libc::pid_t, cmd_status: &mut Option<libc::c_int>) {
+/// Kills the command's process group, then every remaining process of the tree until none is
+/// left: every member of the command's pids cgroup (when it has one), and every child of this
+/// subreaper (orphans re-parent to it, so its children list finds them whatever process group or
+/// session they moved to). Only then does the supervisor report.
+unsafe fn kill_tree(run: &RunFds, cmd: libc::pid_t, cmd_status: &mut Option<libc::c_int>) {
     libc::kill(-cmd, libc::SIGKILL);
     if cmd_status.is_none() {
         libc::kill(cmd, libc::SIGKILL);
     }
-    let mut buf = [0u8; 4096];
+    if run.cgroup_kill >= 0 {
+        write_all(run.cgroup_kill, b"1");
+    }
     for _ in 0..100_000 {
-        let n = read_file(c"/proc/thread-self/children", &mut buf);
         let mut found = false;
-        if let Some(n) = n {
-            let mut pid: libc::pid_t = 0;
-            for &b in buf[..n].iter().chain(b" ") {
-                if b.is_ascii_digit() {
-                    pid = pid
-                        .saturating_mul(10)
-                        .saturating_add((b - b'0') as libc::pid_t);
-                } else if pid > 0 {
-                    libc::kill(pid, libc::SIGKILL);
-                    found = true;
-                    pid = 0;
-                }
+        let mut readable = true;
+        if run.cgroup_r >= 0 {
+            match kill_listed(run.cgroup_r) {
+                Some(n) => found |= n > 0,
+                None => readable = false,
             }
         }
-        if !found && n.is_some() {
+        let children = libc::open(
+            c"/proc/thread-self/children".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if children >= 0 {
+            found |= kill_listed(children).is_some_and(|n| n > 0);
+            libc::close(children);
+        } else {
+            readable = false;
+        }
+        if !found && readable {
             reap(cmd, cmd_status);
             return;
         }
@@ -335,9 +352,45 @@ unsafe fn kill_tree(cmd: libc::pid_t, cmd_status: &mut Option<libc::c_int>) {
             *cmd_status = Some(st);
         }
         if r < 0 {
-            return; // ECHILD: nothing left
+            return; // ECHILD: no descendant is left (cgroup members are all descendants)
         }
         reap(cmd, cmd_status);
+    }
+}
+
+/// SIGKILLs every pid listed in the file open at `fd` (whitespace-separated decimal, read from
+/// the start, any length); the number of pids, or `None` when it cannot be read.
+unsafe fn kill_listed(fd: RawFd) -> Option<usize> {
+    if libc::lseek(fd, 0, libc::SEEK_SET) < 0 {
+        return None;
+    }
+    let mut buf = [0u8; 4096];
+    let mut pid: libc::pid_t = 0;
+    let mut count = 0;
+    loop {
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        if n < 0 {
+            if errno() == libc::EINTR {
+                continue;
+            }
+            return None;
+        }
+        let end = n == 0;
+        let chunk: &[u8] = if end { b" " } else { &buf[..n as usize] };
+        for &b in chunk {
+            if b.is_ascii_digit() {
+                pid = pid
+                    .saturating_mul(10)
+                    .saturating_add((b - b'0') as libc::pid_t);
+            } else if pid > 0 {
+                libc::kill(pid, libc::SIGKILL);
+                count += 1;
+                pid = 0;
+            }
+        }
+        if end {
+            return Some(count);
+        }
     }
 }
 
@@ -348,6 +401,10 @@ unsafe fn command_setup(plan: &ChildPlan, run: &RunFds) {
     libc::sigemptyset(&mut empty);
     libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
     libc::setpgid(0, 0);
+    // Into the command's pids cgroup first: everything it starts is counted from here on.
+    if run.cgroup_w >= 0 && libc::write(run.cgroup_w, b"0".as_ptr().cast(), 1) != 1 {
+        fail("joining the command's pids cgroup", errno());
+    }
 
     if let Some(ns) = &plan.ns {
         join_namespace(ns);
@@ -532,16 +589,10 @@ unsafe fn enter_namespace(ns: &NamespacePlan) {
         {
             fail_path("bind mount", &b.src, errno());
         }
-        if b.readonly || b.data {
-            let mut flags = libc::MS_BIND | libc::MS_REMOUNT | locked_flags(&b.dst);
-            if b.readonly {
-                flags |= libc::MS_RDONLY;
-            }
-            if b.data {
-                flags |= libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-            }
+        if b.flags != 0 {
+            let flags = libc::MS_BIND | libc::MS_REMOUNT | locked_flags(&b.dst) | b.flags;
             if libc::mount(null, b.dst.as_ptr(), null, flags, std::ptr::null()) != 0 {
-                fail_path("read-only remount", &b.dst, errno());
+                fail_path("remount", &b.dst, errno());
             }
         }
     }
@@ -693,23 +744,6 @@ unsafe fn write_file(path: &CStr, bytes: &[u8]) {
     libc::close(fd);
 }
 
-unsafe fn read_file(path: &CStr, buf: &mut [u8]) -> Option<usize> {
-    let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-    if fd < 0 {
-        return None;
-    }
-    let mut len = 0;
-    while len < buf.len() {
-        let n = libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len);
-        if n <= 0 {
-            break;
-        }
-        len += n as usize;
-    }
-    libc::close(fd);
-    Some(len)
-}
-
 unsafe fn close_range(first: libc::c_uint, last: libc::c_uint) {
     if first > last {
         return;
@@ -719,6 +753,23 @@ unsafe fn close_range(first: libc::c_uint, last: libc::c_uint) {
             libc::close(fd as libc::c_int);
         }
     }
+}
+
+/// Closes every descriptor but the given ones (negative entries are ignored).
+unsafe fn close_all_but<const N: usize>(mut keep: [RawFd; N]) {
+    keep.sort_unstable();
+    let mut first: libc::c_uint = 0;
+    for fd in keep {
+        if fd < 0 || (fd as libc::c_uint) < first {
+            continue;
+        }
+        let fd = fd as libc::c_uint;
+        if fd > first {
+            close_range(first, fd - 1);
+        }
+        first = fd + 1;
+    }
+    close_range(first, libc::c_uint::MAX);
 }
 
 unsafe fn now() -> libc::timespec {

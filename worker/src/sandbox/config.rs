@@ -111,6 +111,8 @@ pub enum SandboxError {
     SeccompUnavailable,
     #[error("Presentation::Namespace needs a private mount namespace, which this host refuses: {detail}. Run as root, enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0), or use Presentation::Direct with the mounts at their harness paths")]
     NamespaceUnavailable { detail: String },
+    #[error("running as root, every command needs a pids cgroup to bound its processes (the kernel never applies RLIMIT_NPROC to uid 0), and this host has none usable: {0}. Mount the pids controller (cgroup v1) or enable it in /sys/fs/cgroup/cgroup.subtree_control (cgroup v2), or run as a non-root user")]
+    PidsCgroup(String),
     #[error("mount {harness}: {reason}")]
     BadMount { harness: PathBuf, reason: String },
     #[error("invalid limits: {0}")]

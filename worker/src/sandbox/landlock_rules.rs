@@ -28,8 +28,9 @@ const SYSTEM_DIRS: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 ];
 
-/// Entries of /etc never readable: password hashes, host keys, private keys, credentials.
-const ETC_DENY: &[&str] = &[
+/// Entries of /etc never readable: password hashes, host keys, private keys, credentials. In a
+/// namespace they are also covered by empty ones, so that not even their names can be listed.
+pub(super) const ETC_HIDDEN: &[&str] = &[
     "shadow",
     "shadow-",
     "gshadow",
@@ -51,6 +52,7 @@ const ETC_DENY: &[&str] = &[
     "ppp",
     "letsencrypt",
     ".pwd.lock",
+    "ssl/private",
 ];
 
 /// Device files commands may read and write.
@@ -150,11 +152,15 @@ fn collect(i: &Inputs) -> Vec<Rule> {
             follow,
         })
     };
+    let bins: BTreeSet<PathBuf> = super::tools::SEARCH
+        .iter()
+        .filter_map(|d| std::fs::canonicalize(d).ok())
+        .collect();
     let mut seen = BTreeSet::new();
     for d in SYSTEM_DIRS {
         if let Ok(c) = std::fs::canonicalize(d) {
             if seen.insert(c.clone()) {
-                add(c, read(), true);
+                grant_system(&c, &bins, &mut add);
             }
         }
     }
@@ -202,6 +208,35 @@ fn collect(i: &Inputs) -> Vec<Rule> {
         grant_writable(&m.backing_path, &ro, true, &mut |p, a, f| add(p, a, f));
     }
     rules
+}
+
+/// Grants read on a system directory, except for the files of the tool directories `bins`: those
+/// can be listed, but only the tools among them are readable (and executable: their own rules),
+/// so the dynamic loader cannot map any other program found there (`ld.so /usr/bin/git`).
+fn grant_system(
+    dir: &Path,
+    bins: &BTreeSet<PathBuf>,
+    add: &mut dyn FnMut(PathBuf, BitFlags<AccessFs>, bool),
+) {
+    if bins.contains(dir) {
+        add(dir.to_path_buf(), AccessFs::ReadDir.into(), true);
+        return;
+    }
+    if !bins.iter().any(|b| b.starts_with(dir)) {
+        add(dir.to_path_buf(), read(), true);
+        return;
+    }
+    add(dir.to_path_buf(), AccessFs::ReadDir.into(), true);
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            grant_system(&entry.path(), bins, add);
+        } else if !kind.is_symlink() {
+            add(entry.path(), AccessFs::ReadFile.into(), false);
+        }
+    }
 }
 
 /// Grants read-write on `dir` except below the read-only paths `ro`, which end up read-only.
@@ -255,7 +290,7 @@ fn etc_rules() -> Vec<(PathBuf, BitFlags<AccessFs>, bool)> {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if ETC_DENY.contains(&name.as_ref()) {
+        if ETC_HIDDEN.contains(&name.as_ref()) {
             continue;
         }
         let Ok(kind) = entry.file_type() else {
@@ -271,8 +306,8 @@ fn etc_rules() -> Vec<(PathBuf, BitFlags<AccessFs>, bool)> {
             continue;
         }
         if name == "ssl" && kind.is_dir() {
-            // Certificates yes, private keys no.
-            out.push((path.clone(), AccessFs::ReadDir.into(), false));
+            // Certificates yes, private keys no: each entry but `private`, and not /etc/ssl
+            // itself (listing it is granted beneath, so `private` could be listed).
             for sub in std::fs::read_dir(&path).into_iter().flatten().flatten() {
                 if sub.file_name() != "private" {
                     out.push((sub.path(), read(), true));

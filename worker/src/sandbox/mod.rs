@@ -6,6 +6,7 @@
 //! the mount namespace) is built in [`Tier0Sandbox::new`]; [`Tier0Sandbox::run`] only forks.
 //! See `docs/security-model.md` for what each layer stops and what it does not.
 
+mod cgroup;
 mod child;
 mod config;
 mod elf;
@@ -86,6 +87,7 @@ impl Tier0Sandbox {
                 &runtime_dir,
                 &tmp_dir,
                 &config.workspace,
+                &tools::code_dirs(&toolset),
                 // With network off, seccomp already refuses inet sockets. An empty network
                 // namespace (≈1 ms per command, plus asynchronous teardown) is only added where
                 // landlock cannot scope abstract unix sockets (ABI < 6): those are per network
@@ -108,6 +110,13 @@ impl Tier0Sandbox {
         let filter = seccomp::build(toggles.network)?;
 
         let ns = ns_plan.as_ref().map(namespace::build).transpose()?;
+        // uid 0 is exempt from RLIMIT_NPROC: its commands get a pids cgroup each, or none run.
+        let pids = if caps.is_root {
+            let hierarchy = cgroup::locate().map_err(SandboxError::PidsCgroup)?;
+            Some(cgroup::Pids::new(&hierarchy, config.limits.max_processes)?)
+        } else {
+            None
+        };
         let plan = ChildPlan::new(
             &toolset.bash,
             &config.limits,
@@ -115,6 +124,7 @@ impl Tier0Sandbox {
             filter,
             ns,
             caps.is_root,
+            pids,
         )?;
 
         let home = if config

@@ -30,11 +30,21 @@ const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
 pub struct Bind {
     pub src: CString,
     pub dst: CString,
-    pub readonly: bool,
-    /// Also hide set-uid bits, device files and (for writable data) executables.
-    pub data: bool,
+    /// Mount flags the bind is remounted with (`MS_RDONLY`, `MS_NOSUID`, `MS_NODEV`,
+    /// `MS_NOEXEC`); 0: none, no remount.
+    pub flags: libc::c_ulong,
     pub recursive: bool,
 }
+
+/// System directories: read-only, and no code may be mapped from them except in the code
+/// directories rebound below ([`CODE`]), so that the dynamic loader cannot be used to run a
+/// binary that is not a tool (`ld.so /usr/lib/git-core/git`).
+const SYSTEM_FLAGS: libc::c_ulong =
+    libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+/// Code directories (tool directories, shared libraries): read-only, executable.
+const CODE: libc::c_ulong = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+/// Workspace data, /proc, /tmp: nothing there executes or is set-uid or a device.
+const DATA: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
 
 pub struct NamespacePlan {
     /// The prepared root, as the parent sees it.
@@ -54,18 +64,18 @@ pub fn prepare(
     runtime: &Path,
     tmp_dir: &Path,
     workspace: &WorkspaceSpec,
+    code_dirs: &[PathBuf],
     empty_network: bool,
     is_root: bool,
 ) -> Result<NamespacePlan, SandboxError> {
     let root = runtime.join("root");
     mkdir_p(&root)?;
     let mut binds = Vec::new();
-    let mut bind = |src: &Path, dst_rel: &Path, readonly: bool, data: bool, recursive: bool| {
+    let mut bind = |src: &Path, dst_rel: &Path, flags: libc::c_ulong, recursive: bool| {
         binds.push(Bind {
             src: cstr(src),
             dst: cstr(&root.join(dst_rel)),
-            readonly,
-            data,
+            flags,
             recursive,
         });
     };
@@ -82,7 +92,33 @@ pub fn prepare(
             symlink(&target, &root.join(rel))?;
         } else if meta.is_dir() {
             mkdir_p(&root.join(rel))?;
-            bind(host, rel, true, false, true);
+            bind(host, rel, SYSTEM_FLAGS, true);
+        }
+    }
+    // Code may be mapped only from the tool and library directories.
+    for dir in code_dirs {
+        let under_system = SYSTEM.iter().any(|s| dir.starts_with(s));
+        if under_system && dir.is_dir() {
+            let rel = dir.strip_prefix("/").unwrap_or(dir);
+            bind(dir, rel, CODE, false);
+        }
+    }
+    // Secrets of /etc (docs/security-model.md): landlock already refuses to read them; in the
+    // namespace they are not even there to list. An empty directory or file covers each.
+    let empty_dir = runtime.join("empty-dir");
+    let empty_file = runtime.join("empty-file");
+    mkdir_p(&empty_dir)?;
+    touch(&empty_file)?;
+    for name in super::landlock_rules::ETC_HIDDEN {
+        let host = Path::new("/etc").join(name);
+        let Ok(meta) = std::fs::symlink_metadata(&host) else {
+            continue;
+        };
+        let rel = Path::new("etc").join(name);
+        if meta.is_dir() {
+            bind(&empty_dir, &rel, SYSTEM_FLAGS, false);
+        } else if meta.is_file() {
+            bind(&empty_file, &rel, SYSTEM_FLAGS, false);
         }
     }
     // resolv.conf may point into /run (systemd-resolved): bind the target at the same path.
@@ -93,12 +129,12 @@ pub fn prepare(
                 mkdir_p(&root.join(parent))?;
             }
             touch(&root.join(&rel))?;
-            bind(&target, &rel, true, true, false);
+            bind(&target, &rel, SYSTEM_FLAGS, false);
         }
     }
 
     mkdir_p(&root.join("proc"))?;
-    bind(Path::new("/proc"), Path::new("proc"), false, true, true);
+    bind(Path::new("/proc"), Path::new("proc"), DATA, true);
 
     mkdir_p(&root.join("dev"))?;
     for d in DEVICES {
@@ -106,7 +142,7 @@ pub fn prepare(
         if host.exists() {
             let rel = Path::new("dev").join(d);
             touch(&root.join(&rel))?;
-            bind(&host, &rel, false, false, false);
+            bind(&host, &rel, 0, false);
         }
     }
     for (name, target) in [
@@ -119,7 +155,7 @@ pub fn prepare(
     }
 
     mkdir_p(&root.join("tmp"))?;
-    bind(tmp_dir, Path::new("tmp"), false, true, false);
+    bind(tmp_dir, Path::new("tmp"), DATA, false);
     // The tool directory is created under root/ by the caller, no bind needed.
 
     // Workspace mounts, parents before nested ones; then read-only prefixes that exist.
@@ -128,7 +164,8 @@ pub fn prepare(
     for m in &mounts {
         let rel = m.harness_path.strip_prefix("/").unwrap_or(&m.harness_path);
         mkdir_p(&root.join(rel))?;
-        bind(&m.backing_path, rel, !m.writable, true, false);
+        let ro = if m.writable { 0 } else { libc::MS_RDONLY };
+        bind(&m.backing_path, rel, DATA | ro, false);
     }
     for m in &mounts {
         for p in &m.read_only_prefixes {
@@ -141,7 +178,7 @@ pub fn prepare(
                 .is_ok_and(|meta| !meta.file_type().is_symlink());
             if is_real {
                 let rel = p.strip_prefix("/").unwrap_or(p);
-                bind(&backing, rel, true, true, false);
+                bind(&backing, rel, DATA | libc::MS_RDONLY, false);
             }
         }
     }

@@ -64,6 +64,14 @@ async fn run_inner(
     let (state_r, state_w) = pipe_high().map_err(|e| format!("creating a pipe: {e}"))?;
     let (status_r, status_w) = pipe_high().map_err(|e| format!("creating a pipe: {e}"))?;
 
+    // The command's pids cgroup (uid 0): returned to the pool once the supervisor has reported.
+    let slot = match &plan.pids {
+        Some(pids) => Some(pids.take().map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let slot = SlotGuard { plan, slot };
+    let fd_of = |f: fn(&super::cgroup::Slot) -> i32| slot.slot.as_ref().map_or(-1, f);
+
     let mut env = base_env.clone();
     env.extend(inv.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let exec = child::ExecArgs::new(&inv.script, &env)
@@ -80,6 +88,9 @@ async fn run_inner(
         state_w: state_w.as_raw_fd(),
         status_w: status_w.as_raw_fd(),
         exec,
+        cgroup_w: fd_of(super::cgroup::Slot::procs_w),
+        cgroup_r: fd_of(super::cgroup::Slot::procs_r),
+        cgroup_kill: fd_of(super::cgroup::Slot::kill_fd),
     };
     let child_plan = Arc::clone(plan);
     // SAFETY: the closure only makes async-signal-safe syscalls over prepared data (child.rs).
@@ -228,6 +239,21 @@ fn reap_later(child: std::process::Child) {
     }
 }
 
+/// Hands the command's cgroup back to the pool when the run ends (also when it is dropped: the
+/// pool keeps only cgroups it finds empty).
+struct SlotGuard<'a> {
+    plan: &'a ChildPlan,
+    slot: Option<super::cgroup::Slot>,
+}
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        if let (Some(pids), Some(slot)) = (&self.plan.pids, self.slot.take()) {
+            pids.give_back(slot);
+        }
+    }
+}
+
 /// If `run` is dropped mid-flight (the caller was cancelled), tell the supervisor to kill the
 /// tree (SIGTERM is its cancel signal) and reap it on a thread.
 struct CancelGuard {
@@ -292,7 +318,7 @@ pub(super) fn pipe_high() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok((raise(r)?, raise(w)?))
 }
 
-fn raise(fd: OwnedFd) -> std::io::Result<OwnedFd> {
+pub(super) fn raise(fd: OwnedFd) -> std::io::Result<OwnedFd> {
     if fd.as_raw_fd() >= 10 {
         return Ok(fd);
     }

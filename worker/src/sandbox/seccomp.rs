@@ -13,9 +13,30 @@ use super::SandboxError;
 /// A seccomp program: what `prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, …)` takes.
 pub type BpfProgram = Vec<libc::sock_filter>;
 
-/// Syscalls refused with EPERM, with the reason.
+/// Denied with ENOSYS rather than EPERM, so that callers take their fallback path.
+const ENOSYS_DENIED: &[&str] = &["clone3", "pidfd_open"];
+
+/// Syscalls refused (EPERM, or ENOSYS for [`ENOSYS_DENIED`]), with the reason.
 pub const DENIED: &[(&str, &str)] = &[
     ("ptrace", "inspect or control other processes"),
+    (
+        "process_madvise",
+        "act on another process's memory (through a pidfd)",
+    ),
+    ("process_mrelease", "reap another process's memory"),
+    (
+        "pidfd_open",
+        "a handle on another process; libc and runtimes fall back without it (ENOSYS)",
+    ),
+    (
+        "pidfd_send_signal",
+        "signal another process through a pidfd",
+    ),
+    (
+        "memfd_create",
+        "an anonymous file that landlock cannot see: exec'ing it would run any binary",
+    ),
+    ("memfd_secret", "anonymous memory outside the other layers"),
     ("process_vm_readv", "read another process's memory"),
     ("process_vm_writev", "write another process's memory"),
     ("kcmp", "compare kernel objects of other processes"),
@@ -82,6 +103,28 @@ pub const DENIED: &[(&str, &str)] = &[
     ("vhangup", "terminal control"),
 ];
 
+/// Syscalls that act on the process named by their first argument: allowed only on the caller
+/// itself (`0`), never on another process of the same uid (the worker, another command, the
+/// supervisor). The kernel reads the pid as an `int`, so its low 32 bits decide.
+pub const SELF_ONLY: &[(&str, &str)] = &[
+    (
+        "prlimit64",
+        "another process's rlimits (RLIMIT_CPU=1 kills it)",
+    ),
+    ("sched_setaffinity", "another process's CPUs"),
+    ("sched_setparam", "another process's scheduling"),
+    ("sched_setscheduler", "another process's scheduling"),
+    ("sched_setattr", "another process's scheduling"),
+    ("migrate_pages", "another process's memory placement"),
+    ("move_pages", "another process's memory placement"),
+];
+
+/// `setpriority(which, who, …)` and `ioprio_set(which, who, …)`: allowed only for the caller
+/// itself (`which` = the per-process value, `who` = 0). Per-group and per-user forms would
+/// reach the worker and the supervisor.
+const PRIO_PROCESS: u32 = 0;
+const IOPRIO_WHO_PROCESS: u32 = 1;
+
 /// Socket families allowed with network off (and also on): local IPC only.
 const AF_UNIX: u32 = libc::AF_UNIX as u32;
 /// Added when network is on: IPv4, IPv6, and netlink (glibc's getaddrinfo uses it).
@@ -106,6 +149,7 @@ const CLONE_NS_FLAGS: u32 = (libc::CLONE_NEWNS
 const NR: u32 = 0;
 const ARCH: u32 = 4;
 const ARG0_LOW: u32 = 16;
+const ARG1_LOW: u32 = 24;
 
 /// The audit architecture the filter accepts; any other is killed (a 32-bit syscall entry would
 /// number its syscalls differently).
@@ -131,16 +175,43 @@ pub fn build(network: bool) -> Result<BpfProgram, SandboxError> {
         a.jge(0x4000_0000, Enosys, Next);
     }
     // clone3: its flags live in memory the filter cannot read; libc falls back to clone (whose
-    // flags it can read) only on ENOSYS.
-    a.jeq(libc::SYS_clone3 as u32, Enosys, Next);
-    for (name, _) in DENIED.iter().filter(|(n, _)| *n != "clone3") {
+    // flags it can read) only on ENOSYS. pidfd_open: callers fall back to plain pids.
+    for (name, _) in DENIED {
         if let Some(nr) = syscall_number(name) {
-            a.jeq(nr as u32, Eperm, Next);
+            let verdict = if ENOSYS_DENIED.contains(name) {
+                Enosys
+            } else {
+                Eperm
+            };
+            a.jeq(nr as u32, verdict, Next);
         }
     }
+    for (name, _) in SELF_ONLY {
+        if let Some(nr) = syscall_number(name) {
+            a.jeq(nr as u32, SelfOnly, Next);
+        }
+    }
+    a.jeq(libc::SYS_setpriority as u32, Priority, Next);
+    a.jeq(libc::SYS_ioprio_set as u32, IoPriority, Next);
     a.jeq(libc::SYS_socket as u32, Socket, Next);
     a.jeq(libc::SYS_clone as u32, Clone, Next);
     a.ret(libc::SECCOMP_RET_ALLOW);
+
+    // pid (arg 0) must be 0: the caller itself.
+    a.label(SelfOnly);
+    a.load(ARG0_LOW);
+    a.jeq(0, Allow, Eperm);
+
+    // setpriority(PRIO_PROCESS, 0, …) and ioprio_set(IOPRIO_WHO_PROCESS, 0, …) only.
+    a.label(Priority);
+    a.load(ARG0_LOW);
+    a.jeq(PRIO_PROCESS, WhoSelf, Eperm);
+    a.label(IoPriority);
+    a.load(ARG0_LOW);
+    a.jeq(IOPRIO_WHO_PROCESS, WhoSelf, Eperm);
+    a.label(WhoSelf);
+    a.load(ARG1_LOW);
+    a.jeq(0, Allow, Eperm);
 
     // socket(family, …): only the allowed families.
     a.label(Socket);
@@ -172,6 +243,10 @@ pub fn build(network: bool) -> Result<BpfProgram, SandboxError> {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Target {
     Next,
+    SelfOnly,
+    Priority,
+    IoPriority,
+    WhoSelf,
     Socket,
     Clone,
     Allow,
@@ -252,6 +327,19 @@ fn syscall_number(name: &str) -> Option<i64> {
     use libc::*;
     Some(match name {
         "ptrace" => SYS_ptrace,
+        "process_madvise" => SYS_process_madvise,
+        "process_mrelease" => SYS_process_mrelease,
+        "pidfd_open" => SYS_pidfd_open,
+        "pidfd_send_signal" => SYS_pidfd_send_signal,
+        "memfd_create" => SYS_memfd_create,
+        "memfd_secret" => SYS_memfd_secret,
+        "prlimit64" => SYS_prlimit64,
+        "sched_setaffinity" => SYS_sched_setaffinity,
+        "sched_setparam" => SYS_sched_setparam,
+        "sched_setscheduler" => SYS_sched_setscheduler,
+        "sched_setattr" => SYS_sched_setattr,
+        "migrate_pages" => SYS_migrate_pages,
+        "move_pages" => SYS_move_pages,
         "process_vm_readv" => SYS_process_vm_readv,
         "process_vm_writev" => SYS_process_vm_writev,
         "kcmp" => SYS_kcmp,
@@ -316,7 +404,7 @@ mod tests {
 
     #[test]
     fn every_denied_syscall_has_a_number_here() {
-        for (name, why) in DENIED {
+        for (name, why) in DENIED.iter().chain(SELF_ONLY) {
             assert!(!why.is_empty());
             if cfg!(target_arch = "x86_64") {
                 assert!(syscall_number(name).is_some(), "{name}");
@@ -330,7 +418,7 @@ mod tests {
         let on = build(true).unwrap();
         assert!(!off.is_empty() && on.len() == off.len() + AF_NET.len());
         // Every command pays for the filter's length when it installs it.
-        assert!(on.len() < 80, "{} instructions", on.len());
+        assert!(on.len() < 110, "{} instructions", on.len());
         let last = on.last().unwrap();
         assert_eq!(last.code as u32, libc::BPF_RET | libc::BPF_K);
     }
@@ -338,6 +426,10 @@ mod tests {
     /// Runs `program` the way the kernel does over one `seccomp_data`: a classic-BPF interpreter
     /// for the instructions the assembler emits.
     fn eval(program: &BpfProgram, arch: u32, nr: u32, arg0: u64) -> u32 {
+        eval2(program, arch, nr, arg0, 0)
+    }
+
+    fn eval2(program: &BpfProgram, arch: u32, nr: u32, arg0: u64, arg1: u64) -> u32 {
         let (mut pc, mut acc) = (0usize, 0u32);
         loop {
             let i = program[pc];
@@ -349,6 +441,7 @@ mod tests {
                         NR => nr,
                         ARCH => arch,
                         ARG0_LOW => arg0 as u32,
+                        ARG1_LOW => arg1 as u32,
                         k => panic!("load of offset {k}"),
                     }
                 }
@@ -376,7 +469,11 @@ mod tests {
             let p = build(network).unwrap();
             let run = |nr: i64, arg0: u64| eval(&p, arch, nr as u32, arg0);
             for (name, _) in DENIED {
-                let want = if *name == "clone3" { enosys } else { eperm };
+                let want = if ENOSYS_DENIED.contains(name) {
+                    enosys
+                } else {
+                    eperm
+                };
                 let nr = syscall_number(name).unwrap();
                 assert_eq!(run(nr, 0), want, "{name}");
             }
@@ -390,6 +487,27 @@ mod tests {
             ] {
                 assert_eq!(run(nr, 0), allow, "syscall {nr}");
             }
+            // Acting on itself is fine; on any other pid (the worker, PID 1) it is refused.
+            for (name, _) in SELF_ONLY {
+                let nr = syscall_number(name).unwrap();
+                assert_eq!(run(nr, 0), allow, "{name}(0)");
+                assert_eq!(run(nr, 1), eperm, "{name}(1)");
+                assert_eq!(run(nr, 4242), eperm, "{name}(4242)");
+                // The kernel reads an int: high garbage over a zero pid is still "self".
+                assert_eq!(run(nr, 1 << 32), allow, "{name}(1<<32)");
+            }
+            let prio =
+                |which: u64, who: u64| eval2(&p, arch, libc::SYS_setpriority as u32, which, who);
+            assert_eq!(prio(libc::PRIO_PROCESS as u64, 0), allow);
+            assert_eq!(prio(libc::PRIO_PROCESS as u64, 77), eperm);
+            assert_eq!(prio(libc::PRIO_PGRP as u64, 0), eperm);
+            assert_eq!(prio(libc::PRIO_USER as u64, 0), eperm);
+            let ioprio =
+                |which: u64, who: u64| eval2(&p, arch, libc::SYS_ioprio_set as u32, which, who);
+            assert_eq!(ioprio(1, 0), allow);
+            assert_eq!(ioprio(1, 77), eperm);
+            assert_eq!(ioprio(2, 0), eperm);
+            assert_eq!(ioprio(3, 0), eperm);
             assert_eq!(run(libc::SYS_socket, libc::AF_UNIX as u64), allow);
             assert_eq!(run(libc::SYS_socket, libc::AF_PACKET as u64), eperm);
             // Only the low 32 bits are the family (an int): high garbage does not change it.
