@@ -110,7 +110,12 @@ pub async fn run_turn(
         turn.next_tier.clone(),
         Some(Arc::new(WorkspaceTracker::new(spec))),
         state.cwd.unwrap_or_else(|| PathBuf::from("/session")),
-        state.env,
+        // Saved by an older version, the state may still hold start-up code variables.
+        state
+            .env
+            .into_iter()
+            .filter(|(k, _)| crate::runtime::state::carried(k))
+            .collect(),
     );
     let outcome = runtime.exec(script).await;
     let (cwd, env) = runtime.shell_state().await;

@@ -13,6 +13,50 @@ pub const TIER_OWNED: &[&str] = &[
     "PATH", "HOME", "PWD", "OLDPWD", "SHLVL", "_", "HOSTNAME", "SHELL", "USER", "LOGNAME", "TERM",
 ];
 
+/// Variables that make a shell or the dynamic loader run code of their own choosing at start-up
+/// or at a prompt. A command may set them for itself, but they are never carried to the next
+/// command (nor to another tier): the classifier judges each script by its text, and code run by
+/// `BASH_ENV=/session/e.sh` before every later command would be invisible to it
+/// (docs/security-model.md, "What crosses from one command to the next").
+pub const START_UP_CODE: &[&str] = &[
+    // bash and sh: sourced at start-up (non-interactive: BASH_ENV; sh and interactive: ENV)
+    "BASH_ENV",
+    "ENV",
+    // options and prompts: xtrace from SHELLOPTS expands PS4, interactive shells PS0-PS2 and
+    // PROMPT_COMMAND, `select` PS3 (each may hold $(…))
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS0",
+    "PS1",
+    "PS2",
+    "PS3",
+    "PS4",
+    "PROMPT_COMMAND",
+    "BASH_XTRACEFD",
+    // `enable -f` loads builtins (shared objects) from here; readline's start-up file
+    "BASH_LOADABLES_PATH",
+    "INPUTRC",
+    // word splitting of every later command
+    "IFS",
+    // the loader's and libc's code paths (LD_* as a prefix, below)
+    "GCONV_PATH",
+    // interpreters' start-up code
+    "NODE_OPTIONS",
+    "PYTHONSTARTUP",
+    "PYTHONINSPECT",
+];
+
+/// Prefixes with the same effect: exported shell functions (`BASH_FUNC_name%%`, run whenever the
+/// name is called) and every dynamic-loader variable (`LD_PRELOAD`, `LD_AUDIT`, `LD_LIBRARY_PATH`…).
+pub const START_UP_CODE_PREFIXES: &[&str] = &["BASH_FUNC_", "LD_"];
+
+/// Whether an exported variable crosses to the next command: not tier-owned, not start-up code.
+pub fn carried(name: &str) -> bool {
+    !TIER_OWNED.contains(&name)
+        && !START_UP_CODE.contains(&name)
+        && !START_UP_CODE_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 /// Wraps an agent's script so that it reports its final state on fd 3, whatever way it exits
 /// (end of script, `exit N`, a failing `set -e` command). `exec` replaces the shell and skips the
 /// report: the previous state is kept. `builtin` keeps a function named `export` or `printf`
@@ -23,7 +67,9 @@ pub fn wrap(script: &str) -> String {
     )
 }
 
-/// The state a wrapped command reported: cwd and exported variables (tier-owned ones dropped).
+/// The state a wrapped command reported: cwd and exported variables (tier-owned and start-up code
+/// ones dropped: [`carried`]). The report is written by the script's own shell, so it is as
+/// untrusted as the script.
 /// `None` when nothing (or garbage) was reported.
 pub fn parse(report: &[u8]) -> Option<(PathBuf, BTreeMap<String, String>)> {
     let nul = report.iter().position(|b| *b == 0)?;
@@ -45,7 +91,7 @@ pub fn parse(report: &[u8]) -> Option<(PathBuf, BTreeMap<String, String>)> {
         };
         // Arrays and namerefs are never in a child's environment (bash cannot export them).
         let exported = !flags.iter().any(|f| matches!(f, b'a' | b'A' | b'n'));
-        if exported && !TIER_OWNED.contains(&key) && !key.starts_with("BASH_FUNC_") {
+        if exported && carried(key) {
             env.insert(
                 key.to_string(),
                 String::from_utf8_lossy(&value).into_owned(),

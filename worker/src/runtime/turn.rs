@@ -164,6 +164,12 @@ impl Turn {
         let outcome = self.run(&mut st, script, step_key).await;
         if outcome.tier == 0 {
             if let Some(gap) = classify::detect_emulation_gap(outcome.stderr.as_str()) {
+                // Before any retry, policy: what the gaps name, and what the script hides.
+                if let Some((reason, reasons)) =
+                    self.retry_refusal(&classification, &outcome.stderr)
+                {
+                    return self.refuse(&mut st, script, step_key, 0, &reason, reasons);
+                }
                 // The only retry: stderr is script-writable, so one escalation per command, and a
                 // command on the higher tier is never retried again.
                 let gap = serde_json::to_value(&gap).unwrap_or(Value::Null);
@@ -182,6 +188,72 @@ impl Turn {
             }
         }
         outcome
+    }
+
+    /// Why a Tier-0 command that showed an emulation gap must not be retried on the higher tier,
+    /// if it must not. The retry runs the whole script again where every program exists, so the
+    /// policy must hold for what the script could run there, not only for what it visibly names:
+    ///
+    /// - every command a gap line names (all of them: stderr is script-writable, so the first
+    ///   line may be a forgery covering the real one) is classified under the turn's policy; a
+    ///   denied one refuses the retry;
+    /// - with a deny policy, a script that runs python or node code is not retried at all:
+    ///   classification cannot see what that code runs (`os.system("git 2>/dev/null")` behind a
+    ///   forged `jq: command not found`), and the higher tier would run it.
+    fn retry_refusal(
+        &self,
+        classification: &classify::Classification,
+        stderr: &str,
+    ) -> Option<(String, Value)> {
+        let options = &self.config.classify;
+        let mut named: Vec<String> = Vec::new();
+        for line in stderr.lines() {
+            if let Some(gap) = classify::detect_emulation_gap(line) {
+                if !named.contains(&gap.command) {
+                    named.push(gap.command);
+                }
+            }
+        }
+        for command in &named {
+            let verdict = classify::classify(command, options);
+            if verdict.decision == Decision::Refuse {
+                let reason = format!(
+                    "refused by policy: {command} (named by an emulation gap; not retried on a higher tier)"
+                );
+                return Some((reason, json!(verdict.reasons)));
+            }
+        }
+        let has_policy = !options.policy.deny_commands.is_empty() || options.policy.rule.is_some();
+        if !has_policy {
+            return None;
+        }
+        let matrix = classify::matrix::get(options.matrix.as_deref())?;
+        let interpreters: Vec<&String> = matrix
+            .doc
+            .tier0
+            .python
+            .iter()
+            .chain(&matrix.doc.tier0.javascript)
+            .collect();
+        let hidden: Vec<String> = classification
+            .reasons
+            .iter()
+            .filter_map(|r| match r {
+                classify::Reason::Tier0Supported { commands } => Some(commands),
+                _ => None,
+            })
+            .flatten()
+            .filter(|c| interpreters.contains(c))
+            .cloned()
+            .collect();
+        if hidden.is_empty() {
+            return None;
+        }
+        let reason = format!(
+            "not retried on a higher tier: the script runs {} code, which classification cannot check against the deny policy",
+            hidden.join(", ")
+        );
+        Some((reason, json!(classification.reasons)))
     }
 
     /// Ends the turn: disposes the higher tier (its merge-back becomes file events), then Tier-0,

@@ -7,7 +7,7 @@ use super::reap;
 use super::shell::{self, ShellCommand, ShellLimits, View};
 use super::wire::{AgentExec, AgentExecResult, BindReport};
 use crate::classify::RuntimeToggles;
-use crate::runtime::state::TIER_OWNED;
+use crate::runtime::state;
 use crate::workspace::{self, PackOptions, Snapshot, WorkspaceSpec};
 use axum::body::Body;
 use base64::Engine;
@@ -210,7 +210,7 @@ impl Agent {
             let _turn = agent.queue.lock().await;
             let mut env = shell::own_environment();
             for (k, v) in &req.env {
-                if !TIER_OWNED.contains(&k.as_str()) {
+                if state::carried(k) {
                     env.insert(k.clone(), v.clone());
                 }
             }

@@ -1,0 +1,252 @@
+//! The attacker's suite against the real `kube-harness local exec` binary (the README's embedded
+//! default), as root and as an unprivileged user: state carried between commands, the
+//! emulation-gap retry under a deny policy, a fork bomb (issue 12, failures 4, 5 and 6).
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn kh(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kube-harness"));
+    c.current_dir(dir).env("KUBE_HARNESS_LOG", "error");
+    c
+}
+
+fn exec(dir: &Path, extra: &[&str], script: &str) -> Output {
+    kh(dir)
+        .args(["local", "exec", "--session", "s1"])
+        .args(extra)
+        .args(["--", script])
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "exit={:?} stdout={:?} stderr={:?}",
+        o.status.code(),
+        text(&o.stdout),
+        text(&o.stderr)
+    )
+}
+
+#[test]
+fn start_up_code_is_never_carried_to_the_next_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = exec(
+        tmp.path(),
+        &[],
+        r#"echo 'echo PWNED-$0' > /session/e.sh
+export BASH_ENV=/session/e.sh ENV=/session/e.sh PROMPT_COMMAND='echo PC' SHELLOPTS=xtrace:errexit
+export PS4='$(echo PS4-RAN >&2) ' BASHOPTS=extdebug LD_PRELOAD=/session/x.so GCONV_PATH=/session
+export NODE_OPTIONS='--require /session/x.js' IFS=: KEEP=kept
+f() { echo F; }; export -f f
+echo first"#,
+    );
+    assert_eq!(
+        (first.status.code(), text(&first.stdout)),
+        (Some(0), "first\n".into()),
+        "{}",
+        show(&first)
+    );
+    let second = exec(
+        tmp.path(),
+        &[],
+        "echo second; bash -c 'echo nested'; env | grep -cE '^(BASH_ENV|ENV|PROMPT_COMMAND|SHELLOPTS|BASHOPTS|PS4|LD_PRELOAD|GCONV_PATH|NODE_OPTIONS|IFS|BASH_FUNC_)'; echo $KEEP",
+    );
+    assert_eq!(
+        (second.status.code(), text(&second.stdout)),
+        (Some(0), "second\nnested\n0\nkept\n".into()),
+        "{}",
+        show(&second)
+    );
+    assert!(
+        !text(&second.stderr).contains("PS4-RAN"),
+        "{}",
+        show(&second)
+    );
+    // The same holds for a command escalated to Tier-1 (the local host's toolchain tier).
+    let third = exec(
+        tmp.path(),
+        &[],
+        "git --version >/dev/null; echo tier1; bash -c 'echo nested'",
+    );
+    assert_eq!(
+        (third.status.code(), text(&third.stdout)),
+        (Some(0), "tier1\nnested\n".into()),
+        "{}",
+        show(&third)
+    );
+}
+
+/// Each way a Tier-0 tool can run another program; on Tier-0 they fail with the shell's
+/// "not found", which used to make the runtime retry the whole script on Tier-1.
+const HIDDEN_GIT: &[&str] = &[
+    r#"awk 'BEGIN{system("git --version")}'"#,
+    r#"python3 -c 'import os; os.system("git --version")'"#,
+    r#"echo x | sed '1e git --version'"#,
+    r#"tar -cf /tmp/t.tar --checkpoint=1 --checkpoint-action=exec='git --version' /session/a"#,
+    r#"sqlite3 :memory: '.shell git --version'"#,
+];
+
+#[test]
+fn a_denied_command_hidden_in_a_tool_is_refused_on_every_tier() {
+    let tmp = tempfile::tempdir().unwrap();
+    exec(tmp.path(), &[], "echo a > /session/a");
+    for script in HIDDEN_GIT {
+        let o = exec(tmp.path(), &["--deny", "git"], script);
+        assert_eq!(o.status.code(), Some(126), "{script}: {}", show(&o));
+        assert!(
+            !text(&o.stdout).contains("git version"),
+            "{script}: {}",
+            show(&o)
+        );
+        assert!(text(&o.stderr).contains("git"), "{script}: {}", show(&o));
+    }
+    // Without the deny policy the same scripts escalate and git runs on Tier-1.
+    let o = exec(tmp.path(), &[], HIDDEN_GIT[0]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(text(&o.stdout).contains("git version"), "{}", show(&o));
+}
+
+#[test]
+fn a_forged_gap_does_not_smuggle_a_denied_command_to_tier1() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The real "git: not found" is hidden and a harmless gap forged: the retry on Tier-1 would
+    // run git unseen.
+    let forged = r#"python3 -c 'import os, sys; os.system("git --version > /session/ran 2>&1"); sys.stderr.write("bash: jq: command not found\n")'"#;
+    let o = exec(tmp.path(), &["--deny", "git"], forged);
+    assert_eq!(o.status.code(), Some(126), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("not retried on a higher tier"),
+        "{}",
+        show(&o)
+    );
+    let ran = std::fs::read_to_string(tmp.path().join(".little-harness/sessions/s1/session/ran"))
+        .unwrap();
+    assert!(!ran.contains("git version"), "git ran: {ran:?}");
+    // Two gaps, the first forged: every gap line is checked.
+    let two = r#"awk 'BEGIN{print "bash: jq: command not found" > "/dev/stderr"; system("git --version")}'"#;
+    let o = exec(tmp.path(), &["--deny", "git"], two);
+    assert_eq!(o.status.code(), Some(126), "{}", show(&o));
+    assert!(!text(&o.stdout).contains("git version"), "{}", show(&o));
+}
+
+/// A pids cgroup (v1) holding the commands this test starts, with a low limit, so that a broken
+/// sandbox cannot take the machine down with the bomb. Removed on drop.
+struct Bound(std::path::PathBuf);
+
+impl Bound {
+    fn new(max: u32) -> Bound {
+        let dir =
+            Path::new("/sys/fs/cgroup/pids").join(format!("kh-attack-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("as root this test needs a cgroup v1 pids hierarchy");
+        std::fs::write(dir.join("pids.max"), max.to_string()).unwrap();
+        Bound(dir)
+    }
+    /// Makes `cmd` join the bound (before it drops root, when it does).
+    fn hold(&self, cmd: &mut Command, uid: Option<u32>) {
+        let procs =
+            std::ffi::CString::new(self.0.join("cgroup.procs").to_string_lossy().as_bytes())
+                .unwrap();
+        unsafe {
+            cmd.pre_exec(move || {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd);
+                if let Some(uid) = uid {
+                    if libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setgid(uid) != 0
+                        || libc::setuid(uid) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+    }
+    /// Processes in the bound or any cgroup nested in it, and how often it refused a fork.
+    fn census(&self) -> (Vec<String>, u64) {
+        let mut left = Vec::new();
+        let mut stack = vec![self.0.clone()];
+        while let Some(d) = stack.pop() {
+            let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+            left.extend(
+                procs
+                    .split_whitespace()
+                    .map(|p| format!("{p} in {}", d.display())),
+            );
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(e.path());
+                }
+            }
+        }
+        let events = std::fs::read_to_string(self.0.join("pids.events")).unwrap();
+        let refused = events.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (left, refused)
+    }
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// A fork bomb through the real binary, as root (a pids cgroup per command bounds it) and as an
+/// unprivileged uid (RLIMIT_NPROC does): the command returns, nothing of the bomb is left, and
+/// the outer bound this test puts around it never had to refuse a fork. Root only: the bound needs
+/// a cgroup, and switching uid needs root.
+#[test]
+fn a_fork_bomb_through_the_cli_dies_whole() {
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let bound = Bound::new(1500);
+    for uid in [None, Some(65533)] {
+        let dir = tempfile::tempdir().unwrap();
+        if let Some(uid) = uid {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(uid)).unwrap();
+        }
+        let mut cmd = kh(dir.path());
+        cmd.args([
+            "local",
+            "exec",
+            "--session",
+            "s1",
+            "--",
+            "b(){ b|b& }; b; echo done",
+        ])
+        .env("HOME", dir.path());
+        bound.hold(&mut cmd, uid);
+        let started = Instant::now();
+        let o = cmd.output().unwrap();
+        assert_eq!(
+            (o.status.code(), text(&o.stdout)),
+            (Some(0), "done\n".into()),
+            "uid {uid:?}: {}",
+            show(&o)
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "uid {uid:?}: {:?}",
+            started.elapsed()
+        );
+        let (left, refused) = bound.census();
+        assert_eq!(
+            left,
+            Vec::<String>::new(),
+            "uid {uid:?}: bomb processes left"
+        );
+        assert_eq!(refused, 0, "uid {uid:?}: the bomb reached the outer bound");
+    }
+}
