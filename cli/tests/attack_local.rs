@@ -224,7 +224,7 @@ fn a_fork_bomb_through_the_cli_dies_whole() {
             "--session",
             "s1",
             "--",
-            "b(){ b|b& }; b; echo done",
+            "b(){ b|b& }; b; sleep 2; echo done",
         ])
         .env("HOME", dir.path());
         bound.hold(&mut cmd, uid);
