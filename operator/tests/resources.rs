@@ -162,3 +162,39 @@ fn tiers_are_checked_against_the_matrix() {
     let blank = tier::check(&tier_spec(json!({"level": 0, "template": {"image": " "}})));
     assert_eq!(blank.1, "ImageMissing");
 }
+
+#[test]
+fn each_session_runs_as_its_own_uid() {
+    // RLIMIT_NPROC counts per uid across the node: sessions must not share one (issue 12).
+    let config = OperatorConfig::for_namespace("kh");
+    let tier = tier_spec(json!({"level": 0, "template": {"image": "img:1"}}));
+    let with_uid = |uid: &str| {
+        let mut s = session(json!({}));
+        s.metadata.uid = Some(uid.into());
+        s
+    };
+    let ids = |s: &HarnessSession| {
+        let pod = resources::worker_pod(s, &tier, &config, &[]);
+        let spec = pod.spec.unwrap();
+        let psc = spec.security_context.unwrap();
+        let csc = spec.containers[0].security_context.clone().unwrap();
+        assert_eq!(psc.run_as_user, csc.run_as_user);
+        assert_eq!(psc.run_as_user, psc.run_as_group);
+        assert_eq!(psc.run_as_user, psc.fs_group);
+        assert_eq!(psc.run_as_non_root, Some(true));
+        psc.run_as_user.unwrap()
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..1000 {
+        let uid = ids(&with_uid(&format!("0b9e6f4a-0000-4000-8000-{i:012}")));
+        assert!(
+            (resources::WORKER_UID_BASE..resources::WORKER_UID_BASE + resources::WORKER_UID_SPAN)
+                .contains(&uid)
+        );
+        assert!(uid < i64::from(i32::MAX));
+        seen.insert(uid);
+    }
+    assert_eq!(seen.len(), 1000, "uids collide");
+    // Stable for one session (its files on the PVC stay its own across worker restarts).
+    assert_eq!(ids(&with_uid("same")), ids(&with_uid("same")));
+}

@@ -26,8 +26,24 @@ use std::collections::BTreeMap;
 
 /// Where the token Secret is mounted in the worker pod.
 pub const TOKEN_DIR: &str = "/var/run/kube-harness/token";
-/// UID/GID the worker runs as (the image's `harness` user).
-pub const WORKER_UID: i64 = 65532;
+/// The first uid of the range worker pods run as ([`worker_uid`]).
+pub const WORKER_UID_BASE: i64 = 100_000;
+/// How many uids the range holds (2^30): two sessions on one node share a uid with odds of about
+/// one in a billion per pair.
+pub const WORKER_UID_SPAN: i64 = 1 << 30;
+
+/// The uid (and gid, and fsGroup) a session's worker pod runs as: its own, derived from the
+/// session's UID. `RLIMIT_NPROC`, the sandbox's process limit, is counted per uid across the
+/// whole node: with one shared uid, one session's fork bomb would use up every other session's
+/// processes (docs/security-model.md, "Processes"). Stable for the session's lifetime, so its
+/// files on the PVC stay its own across worker restarts.
+pub fn worker_uid(session: &HarnessSession) -> i64 {
+    let key = session.metadata.uid.as_deref().unwrap_or_default();
+    let digest = Sha256::digest(key.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    WORKER_UID_BASE + (u64::from_le_bytes(first) % WORKER_UID_SPAN as u64) as i64
+}
 
 /// Labels on everything a session owns; the pod selector of its NetworkPolicy.
 pub fn session_labels(session: &HarnessSession) -> BTreeMap<String, String> {
@@ -351,6 +367,7 @@ pub fn worker_pod(
     config_maps: &[ConfigMap],
 ) -> Pod {
     let name = session.name_any();
+    let uid = worker_uid(session);
     let template = &tier.template;
     let image = if template.image.is_empty() {
         config.worker_image.clone()
@@ -404,7 +421,7 @@ pub fn worker_pod(
         resources: template.resources.clone(),
         security_context: Some(SecurityContext {
             read_only_root_filesystem: Some(true),
-            ..restricted_container(WORKER_UID)
+            ..restricted_container(uid)
         }),
         volume_mounts: Some(vec![
             mount("workspace", "/session", Some("session"), false),
@@ -454,7 +471,7 @@ pub fn worker_pod(
         runtime_class_name: template.runtime_class_name.clone(),
         node_selector: (!template.node_selector.is_empty()).then(|| template.node_selector.clone()),
         tolerations: (!template.tolerations.is_empty()).then(|| template.tolerations.clone()),
-        security_context: Some(restricted_pod(WORKER_UID)),
+        security_context: Some(restricted_pod(uid)),
         ..PodSpec::default()
     };
     let hash = spec_hash(&spec);
