@@ -249,30 +249,49 @@ fn run_exec(data: &DataDir, project_root: PathBuf, args: ExecArgs) -> anyhow::Re
     Ok(ExitCode::from(o.exit_code.clamp(0, 255) as u8))
 }
 
-/// Prints `SIZE HARNESS_PATH` for every file under the named session subfolders.
+/// Prints `SIZE HARNESS_PATH` for every non-directory under the named session subfolders (their
+/// sizes as lstat reports them: a symlink's is its target's length).
+///
+/// Commands write these trees: below each subfolder (a mount root, made by the host) every
+/// directory is opened relative to its parent without following symlinks
+/// (`workspace::safe_fs`), so a symlink is listed, never entered, and paths longer than PATH_MAX
+/// still list. Names are printed with control characters, backslashes and bytes that are not
+/// UTF-8 escaped, so a file name cannot drive the terminal.
 fn list_tree(root: &std::path::Path, subdirs: &[&str]) -> anyhow::Result<ExitCode> {
+    use kube_harness_worker::workspace::safe_fs::{self, WalkError};
+    use kube_harness_worker::workspace::EntryKind;
+    use std::os::unix::ffi::OsStrExt;
     let mut out = std::io::stdout().lock();
     for sub in subdirs {
         let base = root.join(sub);
-        let mut stack = vec![base.clone()];
+        let root_fd =
+            safe_fs::open_root(&base).with_context(|| format!("opening {}", base.display()))?;
+        let mut stack = vec![PathBuf::new()];
         let mut files = Vec::new();
-        while let Some(dir) = stack.pop() {
-            for entry in
-                std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))?
-            {
-                let entry = entry?;
-                let kind = entry.file_type()?;
-                if kind.is_dir() {
-                    stack.push(entry.path());
+        while let Some(rel) = stack.pop() {
+            let dir = match safe_fs::open_dir_beneath(&root_fd, &rel) {
+                Ok(fd) => fd,
+                // Gone or replaced by a non-directory since it was listed: nothing below it.
+                Err(WalkError::Missing | WalkError::Blocked | WalkError::NotDir) => continue,
+                Err(WalkError::Io(e)) => {
+                    return Err(anyhow::Error::new(e)
+                        .context(format!("listing {}", base.join(&rel).display())))
+                }
+            };
+            let names = safe_fs::list_dir(&dir)
+                .with_context(|| format!("listing {}", base.join(&rel).display()))?;
+            for name in names {
+                let Some(st) = safe_fs::stat_at(&dir, &name)? else {
+                    continue;
+                };
+                let child = rel.join(&name);
+                if safe_fs::kind_of(&st) == Some(EntryKind::Dir) {
+                    stack.push(child);
                 } else {
-                    let rel = entry
-                        .path()
-                        .strip_prefix(root)
-                        .map(|p| p.to_path_buf())
-                        .unwrap_or_default();
+                    let harness = std::path::Path::new("/").join(sub).join(&child);
                     files.push((
-                        format!("/{}", rel.display()),
-                        entry.metadata().map(|m| m.len()).unwrap_or(0),
+                        shown_name(harness.as_os_str().as_bytes()),
+                        u64::try_from(st.st_size).unwrap_or(0),
                     ));
                 }
             }
@@ -283,6 +302,27 @@ fn list_tree(root: &std::path::Path, subdirs: &[&str]) -> anyhow::Result<ExitCod
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A file name for a terminal: printable UTF-8 as it is; control characters, bidirectional
+/// overrides and backslashes as Rust escapes (`\u{1b}`, `\\`), bytes that are not UTF-8 as
+/// `\xNN`.
+fn shown_name(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+            if c.is_control() || bidi || c == '\\' {
+                out.extend(c.escape_default());
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
 }
 
 /// One line per event for people; long runs of file events (a merged repository) are summarised.

@@ -63,7 +63,11 @@ fn recorded(payload: &Map<String, Value>, spec: &WorkspaceSpec, run: &str) -> Ex
             .get(&format!("{field}Ref"))
             .and_then(|r| r.get("contentRef"))
             .and_then(Value::as_str);
-        match content_ref.and_then(|r| read_artifact(spec, r)) {
+        let bytes = payload
+            .get(&format!("{field}Ref"))
+            .and_then(|r| r.get("bytes"))
+            .and_then(Value::as_u64);
+        match content_ref.and_then(|r| read_artifact(spec, r, bytes)) {
             Some(text) => (text, false),
             // The payload file is gone: say so rather than pretend the output was empty.
             None => (String::new(), true),
@@ -89,8 +93,13 @@ fn recorded(payload: &Map<String, Value>, spec: &WorkspaceSpec, run: &str) -> Ex
     }
 }
 
-/// Reads a harness path (`/artifacts/trace/…`) through the mount table.
-fn read_artifact(spec: &WorkspaceSpec, harness: &str) -> Option<String> {
+/// Reads a harness path (`/artifacts/trace/…`) through the mount table. Commands write that
+/// mount: below its root nothing is followed through a symlink (`safe_fs`), only a regular file
+/// is read, and at most the `bytes` the event recorded (a file of another size is not the
+/// payload: `None`).
+fn read_artifact(spec: &WorkspaceSpec, harness: &str, bytes: Option<u64>) -> Option<String> {
+    use crate::workspace::safe_fs;
+    use std::io::Read;
     let harness = Path::new(harness);
     if harness.components().any(|c| {
         !matches!(
@@ -102,6 +111,15 @@ fn read_artifact(spec: &WorkspaceSpec, harness: &str) -> Option<String> {
     }
     let mount = spec.mount_for(harness)?;
     let rel = harness.strip_prefix(&mount.harness_path).ok()?;
-    let bytes = std::fs::read(mount.backing_path.join(rel)).ok()?;
-    Some(String::from_utf8_lossy(&bytes).into_owned())
+    let root = safe_fs::open_root(&mount.backing_path).ok()?;
+    let file = safe_fs::open_regular_beneath(&root, rel).ok()?;
+    let limit = bytes.unwrap_or(64 << 20);
+    let mut buf = Vec::new();
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut buf)
+        .ok()?;
+    if bytes.is_some_and(|b| b != buf.len() as u64) || buf.len() as u64 > limit {
+        return None;
+    }
+    Some(String::from_utf8_lossy(&buf).into_owned())
 }

@@ -4,7 +4,7 @@
 
 use super::data_dir::{io, DataDir, LocalError};
 use super::lock::{SameSession, TurnGuard};
-use super::persistent::{mirror, CommitPolicy, PersistentDir};
+use super::persistent::{mirror, CommitPolicy, PersistentDir, Place};
 use super::trace::FileTrace;
 use crate::classify::{ClassifyOptions, Policy, RuntimeToggles};
 use crate::runtime::{
@@ -70,7 +70,7 @@ pub async fn run_turn(
     )?;
     let mut read_only = Vec::new();
     for (dir, source) in &sources {
-        mirror(source, &dir.checkout(&session))?;
+        mirror(&Place::trusted(source), &dir.checkout_place(&session))?;
         if dir.commit == CommitPolicy::ReadOnly {
             read_only.push(dir.harness_dir.clone());
         }
@@ -123,19 +123,13 @@ pub async fn run_turn(
     for (dir, source) in &sources {
         match dir.commit {
             CommitPolicy::ReadOnly => {}
-            CommitPolicy::AfterTurn => mirror(&dir.checkout(&session), source)?,
-            CommitPolicy::Manual => {
-                let name = dir
-                    .harness_dir
-                    .strip_prefix("/persistent")
-                    .unwrap_or(&dir.harness_dir);
-                let pending = session
-                    .root
-                    .join("manual-commits")
-                    .join(&turn_id)
-                    .join(name);
-                mirror(&dir.checkout(&session), &pending)?;
+            CommitPolicy::AfterTurn => {
+                mirror(&dir.checkout_place(&session), &Place::trusted(source))?
             }
+            CommitPolicy::Manual => mirror(
+                &dir.checkout_place(&session),
+                &dir.pending_place(&session, &turn_id),
+            )?,
         }
     }
     let saved = serde_json::to_vec_pretty(&ShellState {
@@ -161,18 +155,14 @@ pub fn commit_manual(
 ) -> Result<(), LocalError> {
     let session = data.existing_session(session_id)?;
     let source = dir.resolve(data.root(), project_root)?;
-    let name = dir
-        .harness_dir
-        .strip_prefix("/persistent")
-        .unwrap_or(&dir.harness_dir);
-    let pending = session.root.join("manual-commits").join(turn_id).join(name);
-    if !pending.is_dir() {
+    let pending = dir.pending_place(&session, turn_id);
+    if !pending.path().is_dir() {
         return Err(LocalError::Path(format!(
             "no manual commit of {} for turn {turn_id:?} in session {session_id:?}",
             dir.harness_dir.display()
         )));
     }
-    mirror(&pending, &source)
+    mirror(&pending, &Place::trusted(source))
 }
 
 /// Sortable and unique enough for one machine: time in microseconds and the process id.

@@ -11,5 +11,5 @@ pub mod trace;
 pub use data_dir::{DataDir, LocalError, SessionDir};
 pub use host::{commit_manual, run_turn, LocalTurn, TurnResult};
 pub use lock::{SameSession, TurnGuard};
-pub use persistent::{CommitPolicy, PersistentDir};
+pub use persistent::{CommitPolicy, PersistentDir, Place};
 pub use trace::FileTrace;

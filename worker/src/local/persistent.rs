@@ -2,12 +2,26 @@
 //! loaded into the session's `persistent/` checkout before a turn and committed back by policy.
 //!
 //! Path rules: a data-dir source is a relative path inside the data directory (absolute paths, `..`,
-//! the data directory itself, or anything resolving outside it, through symlinks too, are path
-//! errors); a project source must resolve inside the project root. On a path error nothing is
-//! written.
+//! the data directory itself, its `sessions/` folder, or anything resolving outside it, through
+//! symlinks too, are path errors); a project source must resolve inside the project root. On a
+//! path error nothing is written.
+//!
+//! Host-side access: the checkout lives in the session's `/persistent` mount, which commands
+//! write. Its path below the mount root is walked without following symlinks, and every copy
+//! (load, after-turn commit, manual commit) goes through `workspace::safe_fs`: a symlink in the
+//! tree is copied as a symlink, never through, and a checkout a command replaced by a symlink
+//! is refused rather than followed (docs/security-model.md, "Host-side file access").
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects
+)]
 
 use super::data_dir::{io, LocalError, SessionDir};
+use crate::workspace::safe_fs::{self, WalkError};
+use std::ffi::{OsStr, OsString};
 use std::fs;
+use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 
 /// When a Persistent Dir's session writes reach its source.
@@ -96,6 +110,13 @@ impl PersistentDir {
                     )));
                 }
                 let path = data_dir.join(rel);
+                let first = rel.components().find(|c| matches!(c, Component::Normal(_)));
+                if first == Some(Component::Normal(OsStr::new("sessions"))) {
+                    return Err(path_error(format!(
+                        "source {} is inside the data directory's sessions/ folder, which commands write",
+                        rel.display()
+                    )));
+                }
                 check_inside(&path, data_dir, "the data directory")?;
                 Ok(path)
             }
@@ -118,13 +139,78 @@ impl PersistentDir {
         }
     }
 
-    /// The session's checkout of this dir (what the agent sees at `harness_dir`).
+    /// The session's checkout of this dir (what the agent sees at `harness_dir`), as a host path.
+    /// Commands write below `persistent/`: copy to or from it with `checkout_place` and `mirror`.
     pub fn checkout(&self, session: &SessionDir) -> PathBuf {
+        let place = self.checkout_place(session);
+        place.root.join(place.rel)
+    }
+
+    /// The checkout as a `Place`: the session's `persistent/` mount root (host-made, trusted) and
+    /// the path below it, which is walked without following symlinks.
+    pub fn checkout_place(&self, session: &SessionDir) -> Place {
         let rel = self
             .harness_dir
             .strip_prefix("/persistent")
-            .expect("parse checked the prefix");
-        session.root.join("persistent").join(rel)
+            .unwrap_or(&self.harness_dir);
+        Place::below(session.root.join("persistent"), rel)
+    }
+
+    /// Where a `manual` commit of `turn_id` is kept (host-owned, outside every mount).
+    pub fn pending_place(&self, session: &SessionDir, turn_id: &str) -> Place {
+        let rel = self
+            .harness_dir
+            .strip_prefix("/persistent")
+            .unwrap_or(&self.harness_dir);
+        Place::trusted(session.root.join("manual-commits").join(turn_id).join(rel))
+    }
+}
+
+/// A directory as a trusted root (made by the host, may be reached through symlinks) and a path
+/// below it that a command may have changed (walked one component at a time, never through a
+/// symlink).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    pub root: PathBuf,
+    pub rel: PathBuf,
+}
+
+impl Place {
+    /// A host-owned directory: nothing on its path is written by commands.
+    pub fn trusted(path: impl Into<PathBuf>) -> Place {
+        Place {
+            root: path.into(),
+            rel: PathBuf::new(),
+        }
+    }
+
+    /// `rel` (plain components) below the trusted `root`.
+    pub fn below(root: impl Into<PathBuf>, rel: impl Into<PathBuf>) -> Place {
+        Place {
+            root: root.into(),
+            rel: rel.into(),
+        }
+    }
+
+    /// As a host path, for messages.
+    pub fn path(&self) -> PathBuf {
+        if self.rel.as_os_str().is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(&self.rel)
+        }
+    }
+
+    /// The trusted directory, the untrusted path to the parent below it, and the last name.
+    fn split(&self) -> Option<(PathBuf, &Path, &OsStr)> {
+        match safe_fs::split_last(&self.rel) {
+            Some((parent, name)) => Some((self.root.clone(), parent, name)),
+            None => Some((
+                self.root.parent()?.to_path_buf(),
+                Path::new(""),
+                self.root.file_name()?,
+            )),
+        }
     }
 }
 
@@ -165,57 +251,99 @@ fn check_inside(path: &Path, root: &Path, what: &str) -> Result<(), LocalError> 
     Ok(())
 }
 
-/// Replaces `to` with a copy of `from` (regular files, directories and symlinks; a missing `from`
-/// gives an empty `to`). The new tree is built beside `to` and renamed into place.
-pub fn mirror(from: &Path, to: &Path) -> Result<(), LocalError> {
-    let parent = to
-        .parent()
-        .ok_or_else(|| path_error(format!("{} has no parent", to.display())))?;
-    fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
-    let staging = parent.join(format!(
-        ".{}.staging-{}",
-        to.file_name().and_then(|n| n.to_str()).unwrap_or("dir"),
-        std::process::id()
-    ));
-    let _ = fs::remove_dir_all(&staging);
-    fs::create_dir_all(&staging).map_err(io(format!("creating {}", staging.display())))?;
-    if from.is_dir() {
-        copy_tree(from, &staging)?;
+/// Replaces `to` with a copy of `from` (regular files, directories and symlinks, the latter as
+/// symlinks; a missing `from` gives an empty `to`). The new tree is built beside `to` and renamed
+/// into place. Nothing is read or written through a symlink below either place's trusted root: a
+/// `from` that is a symlink (or not a directory) is a path error and `to` is left as it was; a
+/// symlink or file where `to`'s parent directories should be is replaced by a directory.
+pub fn mirror(from: &Place, to: &Place) -> Result<(), LocalError> {
+    let shown_to = to.path();
+    let (to_root, to_parent, name) = to
+        .split()
+        .ok_or_else(|| path_error(format!("{} has no parent", shown_to.display())))?;
+    let src = open_source(from)?;
+    fs::create_dir_all(&to_root).map_err(io(format!("creating {}", to_root.display())))?;
+    let root_fd =
+        safe_fs::open_root(&to_root).map_err(io(format!("opening {}", to_root.display())))?;
+    let parent = safe_fs::ensure_dir_beneath(&root_fd, to_parent, 0o755, true)
+        .map_err(|e| walk_error(&to_root.join(to_parent), e))?;
+    let pid = std::process::id();
+    let tag = name.to_string_lossy();
+    let staging = OsString::from(format!(".{tag}.staging-{pid}"));
+    let old = OsString::from(format!(".{tag}.old-{pid}"));
+    let at_parent = |what: &str| io(format!("{what} in {}", to_root.join(to_parent).display()));
+    safe_fs::remove_tree_at(&parent, &staging).map_err(at_parent("clearing a staging dir"))?;
+    safe_fs::mkdir_at(&parent, &staging, 0o755).map_err(at_parent("creating a staging dir"))?;
+    let filled = (|| {
+        let dst = safe_fs::open_dir_at(&parent, &staging).map_err(WalkError::into_io)?;
+        if let Some(src) = &src {
+            safe_fs::copy_tree_at(src, &dst)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = filled {
+        let _ = safe_fs::remove_tree_at(&parent, &staging);
+        return Err(LocalError::Io {
+            context: format!(
+                "copying {} to {}",
+                from.path().display(),
+                shown_to.display()
+            ),
+            source: e,
+        });
     }
-    let old = parent.join(format!(
-        ".{}.old-{}",
-        to.file_name().and_then(|n| n.to_str()).unwrap_or("dir"),
-        std::process::id()
-    ));
-    if to.exists() {
-        fs::rename(to, &old).map_err(io(format!("moving {} aside", to.display())))?;
+    let swapped = (|| {
+        safe_fs::remove_tree_at(&parent, &old)?;
+        if safe_fs::stat_at(&parent, name)?.is_some() {
+            safe_fs::rename_at(&parent, name, &old)?;
+        }
+        safe_fs::rename_at(&parent, &staging, name)
+    })();
+    if let Err(e) = swapped {
+        let _ = safe_fs::remove_tree_at(&parent, &staging);
+        return Err(LocalError::Io {
+            context: format!("renaming into {}", shown_to.display()),
+            source: e,
+        });
     }
-    fs::rename(&staging, to).map_err(io(format!("renaming into {}", to.display())))?;
-    let _ = fs::remove_dir_all(&old);
+    let _ = safe_fs::remove_tree_at(&parent, &old);
     Ok(())
 }
 
-fn copy_tree(from: &Path, to: &Path) -> Result<(), LocalError> {
-    for entry in fs::read_dir(from).map_err(io(format!("listing {}", from.display())))? {
-        let entry = entry.map_err(io(format!("listing {}", from.display())))?;
-        let kind = entry.file_type().map_err(io("reading a file type"))?;
-        let target = to.join(entry.file_name());
-        if kind.is_dir() {
-            fs::create_dir(&target).map_err(io(format!("creating {}", target.display())))?;
-            copy_tree(&entry.path(), &target)?;
-        } else if kind.is_symlink() {
-            let link = fs::read_link(entry.path()).map_err(io("reading a symlink"))?;
-            std::os::unix::fs::symlink(link, &target)
-                .map_err(io(format!("creating {}", target.display())))?;
-        } else if kind.is_file() {
-            fs::copy(entry.path(), &target)
-                .map_err(io(format!("copying to {}", target.display())))?;
+/// The directory to copy from: `None` when it does not exist (an empty copy).
+fn open_source(from: &Place) -> Result<Option<OwnedFd>, LocalError> {
+    let root = match safe_fs::open_root(&from.root) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(LocalError::Io {
+                context: format!("opening {}", from.root.display()),
+                source: e,
+            })
         }
+    };
+    match safe_fs::open_dir_beneath(&root, &from.rel) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(WalkError::Missing) => Ok(None),
+        Err(e) => Err(walk_error(&from.path(), e)),
     }
-    Ok(())
+}
+
+fn walk_error(path: &Path, e: WalkError) -> LocalError {
+    match e {
+        WalkError::Blocked | WalkError::NotDir => path_error(format!(
+            "{}: {e} (a symlink or file a command put there is not followed); nothing was copied",
+            path.display()
+        )),
+        WalkError::Missing | WalkError::Io(_) => LocalError::Io {
+            context: format!("opening {}", path.display()),
+            source: e.into_io(),
+        },
+    }
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -297,10 +425,14 @@ mod tests {
         fs::write(a.join("sub/f.txt"), "new").unwrap();
         fs::create_dir_all(&b).unwrap();
         fs::write(b.join("stale.txt"), "old").unwrap();
-        mirror(&a, &b).unwrap();
+        mirror(&Place::trusted(&a), &Place::trusted(&b)).unwrap();
         assert_eq!(fs::read_to_string(b.join("sub/f.txt")).unwrap(), "new");
         assert!(!b.join("stale.txt").exists());
-        mirror(&tmp.path().join("missing"), &b).unwrap();
+        mirror(
+            &Place::trusted(tmp.path().join("missing")),
+            &Place::trusted(&b),
+        )
+        .unwrap();
         assert_eq!(fs::read_dir(&b).unwrap().count(), 0);
     }
 }

@@ -3,6 +3,7 @@
 use crate::runtime::{EventSink, TraceEvent};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -15,7 +16,12 @@ pub struct FileTrace {
 
 impl FileTrace {
     pub fn open(path: &Path) -> std::io::Result<Self> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        // The session folder is the host's, but never follow a symlink at the trace's name.
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)?;
         Ok(FileTrace {
             file: Mutex::new(file),
             failures: Default::default(),
@@ -29,7 +35,13 @@ impl FileTrace {
 
     /// Reads a trace file back, skipping nothing: a malformed line is an error naming its number.
     pub fn read(path: &Path) -> Result<Vec<TraceEvent>, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut text = String::new();
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .and_then(|mut f| std::io::Read::read_to_string(&mut f, &mut text))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         text.lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())

@@ -466,13 +466,25 @@ impl Turn {
             self.config.workspace.mounts.iter().find(|m| {
                 m.harness_path == Path::new(crate::workspace::spec::ARTIFACTS) && m.writable
             });
-        let seq = uuid_like();
-        let name = format!("trace/{seq}.{field}.txt");
+        // The artifacts mount is written by commands: below its (trusted) root, `trace/` is
+        // opened or created without following a symlink, and the file is created new
+        // (O_EXCL|O_NOFOLLOW). A `trace` a command replaced by a symlink or a file gets the
+        // output inline and truncated instead.
         let stored = artifacts.and_then(|m| {
-            let path = m.backing_path.join(&name);
-            std::fs::create_dir_all(path.parent()?).ok()?;
-            std::fs::write(&path, text).ok()?;
-            Some(format!("{}/{name}", crate::workspace::spec::ARTIFACTS))
+            use crate::workspace::safe_fs;
+            let root = safe_fs::open_root(&m.backing_path).ok()?;
+            let dir = safe_fs::ensure_dir_beneath(&root, Path::new("trace"), 0o755, false).ok()?;
+            let file_name = format!("{}.{field}.txt", uuid_like());
+            let name = std::ffi::OsStr::new(&file_name);
+            let mut file = safe_fs::create_file_mode_at(&dir, name, 0o644).ok()?;
+            if std::io::Write::write_all(&mut file, text.as_bytes()).is_err() {
+                let _ = safe_fs::unlink_at(&dir, name, false);
+                return None;
+            }
+            Some(format!(
+                "{}/trace/{file_name}",
+                crate::workspace::spec::ARTIFACTS
+            ))
         });
         match stored {
             Some(content_ref) => {
@@ -502,11 +514,17 @@ fn with_step(data: &mut Value, step_key: Option<&str>) {
     }
 }
 
-/// A unique, sortable name for a trace payload: time in nanoseconds plus the process id.
+/// A unique, sortable name for a trace payload: time in nanoseconds, the process id and a random
+/// part (so a command cannot guess the next name and plant something there first).
 fn uuid_like() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    format!("{nanos:x}-{:x}", std::process::id())
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!(
+        "{nanos:x}-{:x}-{}",
+        std::process::id(),
+        random.get(..8).unwrap_or(&random)
+    )
 }

@@ -7,12 +7,23 @@
 //! rename where it is the same volume, by copy where it is not. A rejected archive never
 //! reaches the canonical directories.
 
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects
+)]
+
 use super::wire::BindReport;
+use crate::workspace::safe_fs::{self, WalkError};
 use crate::workspace::{self, Snapshot, UnpackOptions, WorkspaceError, WorkspaceSpec};
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+/// Names of bind staging directories in the first tracked mount.
+pub const BIND_STAGING_PREFIX: &str = ".kube-harness-bind-";
 
 /// A bound workspace: what the archive held and the base snapshot for `changes_since`.
 pub struct Bound {
@@ -35,17 +46,44 @@ pub enum BindError {
     HalfBound(String),
 }
 
+/// Removes the staging directory when the bind ends, however it ends (an error, or a panic
+/// unwinding through it): a failed bind leaves nothing that would make the next one find the
+/// mount not empty.
+struct Staging {
+    parent: OwnedFd,
+    name: OsString,
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = safe_fs::remove_tree_at(&self.parent, &self.name);
+    }
+}
+
 /// Unpacks `archive` and places it under the tracked mounts of `spec`.
 pub fn bind(archive: &Path, spec: &WorkspaceSpec) -> Result<Bound, BindError> {
     let tracked: Vec<_> = spec.tracked().cloned().collect();
     let first = tracked
         .first()
         .ok_or_else(|| BindError::Io("the agent has no tracked mounts".into()))?;
+    let io_err = |p: &Path, e: io::Error| BindError::Io(format!("{}: {e}", p.display()));
     for m in &tracked {
-        fs::create_dir_all(&m.backing_path)
-            .map_err(|e| BindError::Io(format!("{}: {e}", m.backing_path.display())))?;
-        let mut entries = fs::read_dir(&m.backing_path)
-            .map_err(|e| BindError::Io(format!("{}: {e}", m.backing_path.display())))?;
+        fs::create_dir_all(&m.backing_path).map_err(|e| io_err(&m.backing_path, e))?;
+    }
+    let first_fd =
+        safe_fs::open_root(&first.backing_path).map_err(|e| io_err(&first.backing_path, e))?;
+    // Staging left by a bind that was killed half-way is ours: remove it first.
+    for name in safe_fs::list_dir(&first_fd).map_err(|e| io_err(&first.backing_path, e))? {
+        if name
+            .as_encoded_bytes()
+            .starts_with(BIND_STAGING_PREFIX.as_bytes())
+        {
+            safe_fs::remove_tree_at(&first_fd, &name)
+                .map_err(|e| io_err(&first.backing_path.join(&name), e))?;
+        }
+    }
+    for m in &tracked {
+        let mut entries = fs::read_dir(&m.backing_path).map_err(|e| io_err(&m.backing_path, e))?;
         if entries.next().is_some() {
             return Err(BindError::NotEmpty(format!(
                 "{} is not empty: a workspace is bound only into empty directories",
@@ -53,20 +91,25 @@ pub fn bind(archive: &Path, spec: &WorkspaceSpec) -> Result<Bound, BindError> {
             )));
         }
     }
-    let staging = first.backing_path.join(format!(
-        ".kube-harness-bind-{}",
+    let name = OsString::from(format!(
+        "{BIND_STAGING_PREFIX}{}",
         uuid::Uuid::new_v4().simple()
     ));
+    let staging_path = first.backing_path.join(&name);
+    let staging = Staging {
+        parent: first_fd,
+        name,
+    };
     let input = fs::File::open(archive).map_err(|e| BindError::Io(format!("spool: {e}")))?;
     let unpacked = workspace::unpack(
         io::BufReader::with_capacity(256 << 10, input),
-        &staging,
+        &staging_path,
         &UnpackOptions::for_spec(spec),
     );
     let report = match unpacked {
         Ok(r) => r,
         Err(e) => {
-            let _ = fs::remove_dir_all(&staging);
+            drop(staging);
             return Err(match e {
                 WorkspaceError::Io { .. } | WorkspaceError::Target { .. } => {
                     BindError::Io(e.to_string())
@@ -75,19 +118,9 @@ pub fn bind(archive: &Path, spec: &WorkspaceSpec) -> Result<Bound, BindError> {
             });
         }
     };
-    let placed = tracked.iter().try_for_each(|m| {
-        let rel = m.harness_path.strip_prefix("/").unwrap_or(&m.harness_path);
-        let from = staging.join(rel);
-        if !from.is_dir() {
-            return Ok(());
-        }
-        for child in fs::read_dir(&from)? {
-            let child = child?;
-            move_into(&child.path(), &m.backing_path.join(child.file_name()))?;
-        }
-        Ok::<_, io::Error>(())
-    });
-    let cleaned = fs::remove_dir_all(&staging);
+    let placed = place(&staging, &tracked);
+    let cleaned = safe_fs::remove_tree_at(&staging.parent, &staging.name);
+    drop(staging);
     placed
         .and(cleaned)
         .map_err(|e| BindError::HalfBound(format!("placing the workspace: {e}")))?;
@@ -102,67 +135,77 @@ pub fn bind(archive: &Path, spec: &WorkspaceSpec) -> Result<Bound, BindError> {
     })
 }
 
-/// Moves `from` to `to`: a rename on the same volume, else a copy and a removal.
-fn move_into(from: &Path, to: &Path) -> io::Result<()> {
-    match fs::rename(from, to) {
-        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-            copy_tree(from, to)?;
-            if fs::symlink_metadata(from)?.is_dir() {
-                fs::remove_dir_all(from)
-            } else {
-                fs::remove_file(from)
-            }
-        }
-        other => other,
-    }
-}
-
-/// Copies a verified tree (directories, regular files, symlinks; unpack admits nothing else),
-/// keeping modes and file mtimes. Directory modes are applied last, deepest first, so a
-/// read-only directory does not block its own children.
-fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
-    let mut dir_modes: Vec<(PathBuf, u32)> = Vec::new();
-    for entry in walkdir::WalkDir::new(from).follow_links(false) {
-        let entry = entry.map_err(io::Error::other)?;
-        let rel = entry.path().strip_prefix(from).map_err(io::Error::other)?;
-        // `to.join("")` would add a trailing slash: a single file's own entry is `to` itself.
-        let target = if rel.as_os_str().is_empty() {
-            to.to_path_buf()
-        } else {
-            to.join(rel)
+/// Moves each mount's verified tree out of the staging directory into the mount, never
+/// following a symlink: by rename on the same volume, by copy and removal across volumes.
+fn place(staging: &Staging, tracked: &[workspace::Mount]) -> io::Result<()> {
+    let staged =
+        safe_fs::open_dir_at(&staging.parent, &staging.name).map_err(WalkError::into_io)?;
+    for m in tracked {
+        let rel = m.harness_path.strip_prefix("/").unwrap_or(&m.harness_path);
+        let from = match safe_fs::open_dir_beneath(&staged, rel) {
+            Ok(fd) => fd,
+            Err(WalkError::Missing) => continue,
+            Err(e) => return Err(e.into_io()),
         };
-        let meta = entry.path().symlink_metadata()?;
-        let kind = meta.file_type();
-        if kind.is_dir() {
-            fs::create_dir(&target)?;
-            fs::set_permissions(&target, fs::Permissions::from_mode(0o700))?;
-            dir_modes.push((target, meta.permissions().mode() & 0o7777));
-        } else if kind.is_symlink() {
-            std::os::unix::fs::symlink(fs::read_link(entry.path())?, &target)?;
-        } else if kind.is_file() {
-            fs::copy(entry.path(), &target)?;
-            let file = fs::OpenOptions::new().write(true).open(&target)?;
-            file.set_modified(meta.modified()?)?;
-        } else {
-            return Err(io::Error::other(format!(
-                "{}: not a file, directory or symlink",
-                entry.path().display()
-            )));
+        let to = safe_fs::open_root(&m.backing_path)?;
+        for child in safe_fs::list_dir(&from)? {
+            move_into(&from, &to, &child)?;
         }
-    }
-    dir_modes.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
-    for (dir, mode) in dir_modes {
-        fs::set_permissions(&dir, fs::Permissions::from_mode(mode))?;
     }
     Ok(())
 }
 
+/// Moves `name` from the directory `from` to the directory `to`: a rename on the same volume,
+/// else a copy and a removal.
+fn move_into(from: &OwnedFd, to: &OwnedFd, name: &OsStr) -> io::Result<()> {
+    match rustix::fs::renameat(from, name, to, name) {
+        Err(rustix::io::Errno::XDEV) => {
+            copy_entry(from, to, name)?;
+            safe_fs::remove_tree_at(from, name)
+        }
+        other => Ok(other?),
+    }
+}
+
+/// Copies one entry of a verified tree (a directory with everything below it, a regular file or
+/// a symlink; unpack admits nothing else), keeping modes and file mtimes, never through a
+/// symlink.
+fn copy_entry(from: &OwnedFd, to: &OwnedFd, name: &OsStr) -> io::Result<()> {
+    let st =
+        safe_fs::stat_at(from, name)?.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+    match safe_fs::kind_of(&st) {
+        Some(workspace::EntryKind::Dir) => {
+            let src = safe_fs::open_dir_at(from, name).map_err(WalkError::into_io)?;
+            safe_fs::mkdir_at(to, name, 0o700)?;
+            let dst = safe_fs::open_dir_at(to, name).map_err(WalkError::into_io)?;
+            safe_fs::copy_tree_at(&src, &dst)?;
+            safe_fs::chmod_fd(&dst, st.st_mode & 0o777)
+        }
+        Some(workspace::EntryKind::File) => {
+            let mut src = safe_fs::open_regular_at(from, name)?;
+            let mut dst = safe_fs::create_file_at(to, name)?;
+            io::copy(&mut src, &mut dst)?;
+            safe_fs::chmod_fd(&dst, st.st_mode & 0o777)?;
+            dst.set_modified(src.metadata()?.modified()?)
+        }
+        Some(workspace::EntryKind::Symlink) => {
+            safe_fs::symlink_at(&safe_fs::read_link_at(from, name)?, to, name)
+        }
+        None => Err(io::Error::other(format!(
+            "{}: not a file, directory or symlink",
+            name.to_string_lossy()
+        ))),
+    }
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
-    fn copy_tree_keeps_modes_links_and_mtimes() {
+    fn copy_entry_keeps_modes_links_and_mtimes() {
         let tmp = tempfile::tempdir().unwrap();
         let src = tmp.path().join("src");
         fs::create_dir_all(src.join("ro/sub")).unwrap();
@@ -171,7 +214,12 @@ mod tests {
         std::os::unix::fs::symlink("sub/f", src.join("ro/l")).unwrap();
         fs::set_permissions(src.join("ro"), fs::Permissions::from_mode(0o555)).unwrap();
         let dst = tmp.path().join("dst");
-        copy_tree(&src, &dst).unwrap();
+        fs::create_dir_all(&dst).unwrap();
+        let (s, d) = (
+            safe_fs::open_root(&src).unwrap(),
+            safe_fs::open_root(&dst).unwrap(),
+        );
+        copy_entry(&s, &d, OsStr::new("ro")).unwrap();
         let mode = |p: &str| {
             fs::symlink_metadata(dst.join(p))
                 .unwrap()
@@ -192,8 +240,9 @@ mod tests {
                 .modified()
                 .unwrap()
         );
-        copy_tree(&src.join("ro/sub/f"), &tmp.path().join("single")).unwrap();
-        assert_eq!(fs::read_to_string(tmp.path().join("single")).unwrap(), "x");
+        let sub = safe_fs::open_root(&src.join("ro/sub")).unwrap();
+        copy_entry(&sub, &d, OsStr::new("f")).unwrap();
+        assert_eq!(fs::read_to_string(dst.join("f")).unwrap(), "x");
         fs::set_permissions(src.join("ro"), fs::Permissions::from_mode(0o755)).unwrap();
         fs::set_permissions(dst.join("ro"), fs::Permissions::from_mode(0o755)).unwrap();
     }

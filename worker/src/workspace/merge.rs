@@ -145,11 +145,11 @@ impl BlobSink {
         if self.memory_left > 0 {
             let mut buf = Vec::new();
             content
-                .take(self.memory_left + 1)
+                .take(self.memory_left.saturating_add(1))
                 .read_to_end(&mut buf)
                 .map_err(|e| WorkspaceError::io("<archive>", e))?;
-            if (buf.len() as u64) <= self.memory_left {
-                self.memory_left -= buf.len() as u64;
+            if let Some(left) = self.memory_left.checked_sub(buf.len() as u64) {
+                self.memory_left = left;
                 return Ok(Blob::Memory(buf));
             }
             self.memory_left = 0;
@@ -166,19 +166,18 @@ impl BlobSink {
     }
 
     fn blob_path(&mut self) -> Result<PathBuf, WorkspaceError> {
-        if self.scratch.is_none() {
-            let dir = tempfile::Builder::new()
-                .prefix("kube-harness-apply-")
-                .tempdir_in(&self.scratch_parent)
-                .map_err(|e| WorkspaceError::io(&self.scratch_parent, e))?;
-            self.scratch = Some(dir);
-        }
-        Ok(self
-            .scratch
-            .as_ref()
-            .expect("just created")
-            .path()
-            .join(self.items.len().to_string()))
+        let n = self.items.len();
+        let dir = match &self.scratch {
+            Some(dir) => dir,
+            None => {
+                let dir = tempfile::Builder::new()
+                    .prefix("kube-harness-apply-")
+                    .tempdir_in(&self.scratch_parent)
+                    .map_err(|e| WorkspaceError::io(&self.scratch_parent, e))?;
+                self.scratch.insert(dir)
+            }
+        };
+        Ok(dir.path().join(n.to_string()))
     }
 }
 
@@ -223,7 +222,9 @@ impl Sink for BlobSink {
     }
 
     fn file_done(&mut self, _rel: &Path, size: u64, sha256: &str) -> Result<(), WorkspaceError> {
-        let last = self.items.last_mut().expect("file_done follows file");
+        let Some(last) = self.items.last_mut() else {
+            return Err(internal("file_done without a file"));
+        };
         last.size = size;
         last.sha256 = Some(sha256.to_owned());
         Ok(())
@@ -242,6 +243,10 @@ impl Sink for BlobSink {
         });
         Ok(())
     }
+}
+
+fn internal(what: &str) -> WorkspaceError {
+    WorkspaceError::io("<merge>", io::Error::other(format!("internal: {what}")))
 }
 
 /// The worker's current state of one path.
@@ -343,9 +348,10 @@ impl<'a> Applier<'a> {
             let res = match p.rel.parent() {
                 None => safe_fs::chmod_fd(root, mode),
                 Some(parent) => match safe_fs::open_dir_beneath(root, parent) {
-                    Ok(dir) => {
-                        safe_fs::chmod_dir_at(&dir, p.rel.file_name().expect("non-root"), mode)
-                    }
+                    Ok(dir) => match p.rel.file_name() {
+                        Some(name) => safe_fs::chmod_dir_at(&dir, name, mode),
+                        None => Ok(()),
+                    },
                     Err(WalkError::Io(e)) => Err(e),
                     Err(_) => Ok(()),
                 },
@@ -383,10 +389,11 @@ impl<'a> Applier<'a> {
             self.reject(&harness, incoming, RejectReason::RuntimeOwned);
             return Ok(None);
         }
-        let in_mount = harness
-            .strip_prefix(&mount.harness_path)
-            .expect("mount_for is a prefix")
-            .to_path_buf();
+        let Ok(in_mount) = harness.strip_prefix(&mount.harness_path) else {
+            self.reject(&harness, incoming, RejectReason::ReadOnly);
+            return Ok(None);
+        };
+        let in_mount = in_mount.to_path_buf();
         if in_mount.as_os_str().is_empty() && incoming.is_none_or(|i| i.kind != EntryKind::Dir) {
             self.reject(&harness, incoming, RejectReason::MountRoot);
             return Ok(None);
@@ -458,14 +465,14 @@ impl<'a> Applier<'a> {
         if !mount.backing_path.exists() {
             return Ok(Current::Absent);
         }
-        let (dir, name): (Rc<OwnedFd>, &OsStr) = match rel.parent() {
+        let (dir, name): (Rc<OwnedFd>, &OsStr) = match safe_fs::split_last(rel) {
             None => {
                 let meta = std::fs::metadata(&mount.backing_path)
                     .map_err(|e| WorkspaceError::io(harness, e))?;
                 return Ok(Entry::from_meta(&meta).map_or(Current::Blocked, Current::Present));
             }
-            Some(parent) => match self.open_parent(mount, parent)? {
-                Ok(fd) => (fd, rel.file_name().expect("non-root")),
+            Some((parent, name)) => match self.open_parent(mount, parent)? {
+                Ok(fd) => (fd, name),
                 // Under a file that this change set may be replacing with a directory.
                 Err(WalkError::Missing) | Err(WalkError::NotDir) => return Ok(Current::Absent),
                 Err(WalkError::Blocked) => return Ok(Current::Blocked),
@@ -518,7 +525,9 @@ impl<'a> Applier<'a> {
         p: &Planned,
         incoming: Option<&Incoming>,
     ) -> Result<Option<Rc<OwnedFd>>, WorkspaceError> {
-        let parent = p.rel.parent().expect("non-root change");
+        let Some((parent, _)) = safe_fs::split_last(&p.rel) else {
+            return Err(internal("a mount root has no parent"));
+        };
         match self.open_parent(&p.mount, parent)? {
             Ok(fd) => Ok(Some(fd)),
             Err(WalkError::Io(e)) => Err(WorkspaceError::io(&p.harness, e)),
@@ -537,7 +546,9 @@ impl<'a> Applier<'a> {
         let Some(dir) = self.parent_of(&p, None)? else {
             return Ok(());
         };
-        let name = p.rel.file_name().expect("non-root");
+        let Some(name) = p.rel.file_name() else {
+            return Err(internal("a mount root cannot be deleted"));
+        };
         let is_dir = current.kind == EntryKind::Dir;
         match safe_fs::unlink_at(&dir, name, is_dir) {
             Ok(()) => {
@@ -590,7 +601,9 @@ impl<'a> Applier<'a> {
         let Some(dir) = self.parent_of(&p, Some(&item))? else {
             return Ok(());
         };
-        let name = p.rel.file_name().expect("non-root").to_owned();
+        let Some(name) = p.rel.file_name().map(OsStr::to_owned) else {
+            return Err(internal("a mount root is not replaced"));
+        };
         let err = |e: io::Error| WorkspaceError::io(&p.harness, e);
         let was_dir = p.current.as_ref().is_some_and(|c| c.kind == EntryKind::Dir);
         let replaced = match item.kind {
@@ -608,20 +621,17 @@ impl<'a> Applier<'a> {
             EntryKind::File => {
                 let tmp = self.tmp_name();
                 let mut out = safe_fs::create_file_at(&dir, &tmp).map_err(err)?;
-                let blob = item.blob.as_ref().expect("files have blobs");
-                let written = match blob {
-                    Blob::Memory(bytes) => io::Write::write_all(&mut out, bytes),
-                    Blob::Disk(path) => File::open(path)
+                let written = match &item.blob {
+                    Some(Blob::Memory(bytes)) => io::Write::write_all(&mut out, bytes),
+                    Some(Blob::Disk(path)) => File::open(path)
                         .and_then(|mut b| io::copy(&mut b, &mut out))
                         .map(|_| ()),
+                    None => Err(io::Error::other("a file without staged content")),
                 };
                 let written = written
                     .and_then(|_| safe_fs::chmod_fd(&out, item.mode))
-                    .and_then(|_| {
-                        out.set_modified(
-                            std::time::UNIX_EPOCH + std::time::Duration::from_secs(item.mtime),
-                        )
-                    });
+                    // Clamped to 0..=MAX_MTIME_SECS (docs/workspace-handoff.md).
+                    .and_then(|_| safe_fs::set_mtime(&out, item.mtime));
                 if let Err(e) = written {
                     let _ = safe_fs::unlink_at(&dir, &tmp, false);
                     return Err(err(e));
@@ -630,8 +640,8 @@ impl<'a> Applier<'a> {
             }
             EntryKind::Symlink => {
                 let tmp = self.tmp_name();
-                let target = item.target.as_deref().expect("symlinks have targets");
-                safe_fs::symlink_at(target, &dir, &tmp).map_err(err)?;
+                let target = item.target.as_deref().unwrap_or_default();
+                safe_fs::symlink_at(OsStr::new(target), &dir, &tmp).map_err(err)?;
                 self.replace(&dir, &tmp, &name, was_dir, &p, &item)?
             }
         };
@@ -671,7 +681,7 @@ impl<'a> Applier<'a> {
     }
 
     fn tmp_name(&mut self) -> OsString {
-        self.tmp_seq += 1;
+        self.tmp_seq = self.tmp_seq.wrapping_add(1);
         OsString::from(format!(
             ".kube-harness-apply-{}-{}",
             std::process::id(),

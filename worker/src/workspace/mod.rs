@@ -6,6 +6,14 @@
 //! rest of the turn there, and at disposal `changes_since` packs what changed; the worker
 //! `apply`s that archive to its backing paths and emits one `harness.file.*` event per applied
 //! change. Around every command the runtime uses `snapshot_since` + `diff`.
+//!
+//! Everything here reads archives, requests and trees a command wrote: no such input may reach a
+//! panic, so `unwrap`, `expect` and unchecked arithmetic are denied in the whole module.
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects
+)]
 
 mod error;
 mod manifest;
@@ -13,7 +21,7 @@ mod merge;
 mod pack;
 mod paths;
 mod reader;
-mod safe_fs;
+pub mod safe_fs;
 mod snapshot;
 pub mod spec;
 mod unpack;

@@ -14,6 +14,7 @@ use super::paths::{archive_name, check_symlink_target, Exclude};
 use super::safe_fs;
 use super::snapshot::{diff, snapshot_with, ChangeKind, Entry, EntryKind, FileChange, Snapshot};
 use super::spec::WorkspaceSpec;
+use super::walk::ParentCache;
 use sha2::{Digest, Sha256};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -53,8 +54,21 @@ pub struct ChangesReport {
 
 struct Planned {
     name: String,
-    abs: PathBuf,
+    /// The mount's backing directory (trusted) and the path below it (walked without following
+    /// symlinks when the content is read).
+    root: PathBuf,
+    rel: PathBuf,
     entry: Entry,
+}
+
+impl Planned {
+    fn shown(&self) -> PathBuf {
+        if self.rel.as_os_str().is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(&self.rel)
+        }
+    }
 }
 
 /// Packs every tracked mount of `spec` into `out`.
@@ -129,7 +143,9 @@ pub fn changes_since<W: Write>(
                 }
             }
         } else {
-            let entry = &snapshot.entries[path];
+            let Some(entry) = snapshot.entries.get(path) else {
+                continue;
+            };
             match plan(spec, &mounts, path, entry, &mut warnings) {
                 Some(p) => planned.push(p),
                 None => continue,
@@ -185,14 +201,10 @@ fn plan(
     }
     let mount = spec.mount_for(harness)?;
     let rel = harness.strip_prefix(&mount.harness_path).ok()?;
-    let abs = if rel.as_os_str().is_empty() {
-        mount.backing_path.clone()
-    } else {
-        mount.backing_path.join(rel)
-    };
     Some(Planned {
         name,
-        abs,
+        root: mount.backing_path.clone(),
+        rel: rel.to_path_buf(),
         entry: entry.clone(),
     })
 }
@@ -205,7 +217,7 @@ fn write_archive<W: Write>(
     deleted: Vec<Deleted>,
     limits: &Limits,
 ) -> Result<(u64, u64, String), WorkspaceError> {
-    let count = planned.len() as u64 + deleted.len() as u64;
+    let count = (planned.len() as u64).saturating_add(deleted.len() as u64);
     if count > limits.max_entries {
         return Err(WorkspaceError::TooLarge {
             what: "entry count",
@@ -225,7 +237,7 @@ fn write_archive<W: Write>(
                     limit: limits.max_entry_bytes,
                 });
             }
-            total += e.size;
+            total = total.saturating_add(e.size);
         }
         let content = match e.kind {
             EntryKind::File => e.sha256.as_deref().unwrap_or(""),
@@ -254,15 +266,18 @@ fn write_archive<W: Write>(
         digest: digest.clone(),
         deleted,
     };
-    let json = serde_json::to_vec(&manifest).expect("manifest serializes");
+    let json = serde_json::to_vec(&manifest)
+        .map_err(|e| WorkspaceError::Manifest(format!("serializing the manifest: {e}")))?;
     let io_err = |e: io::Error| WorkspaceError::io("<archive output>", e);
     let mut tar = tar::Builder::new(out);
     let mut h = header(tar::EntryType::Regular, 0o644, 0, json.len() as u64);
     tar.append_data(&mut h, MANIFEST_NAME, json.as_slice())
         .map_err(io_err)?;
+    let mut parents = ParentCache::new();
     for p in planned {
         let e = &p.entry;
-        let mtime = (e.mtime_ns.max(0) / 1_000_000_000) as u64;
+        // Whole seconds, never before the epoch; at most MAX_MTIME_SECS, since i64 ns is.
+        let mtime = u64::try_from(e.mtime_ns.max(0).div_euclid(1_000_000_000)).unwrap_or(0);
         match e.kind {
             EntryKind::Dir => {
                 let mut h = header(tar::EntryType::Directory, e.mode, mtime, 0);
@@ -275,15 +290,15 @@ fn write_archive<W: Write>(
                 tar.append_link(&mut h, &p.name, target).map_err(io_err)?;
             }
             EntryKind::File => {
-                let file = safe_fs::open_regular(&p.abs)
-                    .map_err(|_| WorkspaceError::ChangedDuringPack(p.abs.clone()))?;
+                let changed = || WorkspaceError::ChangedDuringPack(p.shown());
+                let (parent, name) = safe_fs::split_last(&p.rel).ok_or_else(changed)?;
+                let dir = parents.open(&p.root, parent).map_err(|_| changed())?;
+                let file = safe_fs::open_regular_at(dir, name).map_err(|_| changed())?;
                 let mut reader = Verifying::new(file, e.size, e.sha256.clone().unwrap_or_default());
                 let mut h = header(tar::EntryType::Regular, e.mode, mtime, e.size);
                 match tar.append_data(&mut h, &p.name, &mut reader) {
                     Ok(()) => {}
-                    Err(_) if reader.mismatch => {
-                        return Err(WorkspaceError::ChangedDuringPack(p.abs.clone()))
-                    }
+                    Err(_) if reader.mismatch => return Err(changed()),
                     Err(err) => return Err(io_err(err)),
                 }
             }
@@ -342,8 +357,8 @@ impl Verifying {
 impl Read for Verifying {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.hash.update(&buf[..n]);
-        self.remaining -= n as u64;
+        self.hash.update(buf.get(..n).unwrap_or_default());
+        self.remaining = self.remaining.saturating_sub(n as u64);
         if n == 0 && !buf.is_empty() && !self.done {
             self.done = true;
             let actual = hex::encode(std::mem::take(&mut self.hash).finalize());

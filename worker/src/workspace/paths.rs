@@ -116,6 +116,7 @@ pub fn check_symlink_target(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

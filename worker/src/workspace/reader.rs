@@ -6,6 +6,7 @@
 use super::error::{EntryRejection, WorkspaceError};
 use super::manifest::{ArchiveKind, DigestBuilder, Limits, Manifest, FORMAT, MANIFEST_NAME};
 use super::paths::{check_symlink_target, mount_of, parse_archive_path};
+use super::safe_fs;
 use super::snapshot::EntryKind;
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -188,7 +189,7 @@ pub(crate) fn read_archive<R: Read>(
             }
             continue;
         }
-        count += 1;
+        count = count.saturating_add(1);
         if count > manifest.entries {
             return Err(WorkspaceError::ManifestMismatch(format!(
                 "more entries than the {} the manifest lists",
@@ -203,7 +204,9 @@ pub(crate) fn read_archive<R: Read>(
             .or_else(|| entry.link_name_bytes().map(|l| l.into_owned()));
         let shown = String::from_utf8_lossy(&raw).into_owned();
         let rel = parse_archive_path(&raw).map_err(|r| WorkspaceError::bad(&shown, r))?;
-        let name = rel.to_str().expect("validated as UTF-8").to_owned();
+        let Some(name) = rel.to_str().map(str::to_owned) else {
+            return Err(WorkspaceError::bad(&shown, EntryRejection::NotUtf8));
+        };
         if mount_of(&rel, &mounts).is_none() {
             return Err(WorkspaceError::bad(&shown, EntryRejection::OutsideMounts));
         }
@@ -237,7 +240,9 @@ pub(crate) fn read_archive<R: Read>(
                     )));
                 }
                 total = new_total;
-                let mtime = header.mtime().unwrap_or(0);
+                // Any mtime a header can carry (octal, or GNU base-256 up to 2^64-1) is clamped
+                // to 0..=MAX_MTIME_SECS; an unparsable one is 0 (docs/workspace-handoff.md).
+                let mtime = safe_fs::clamp_mtime(header.mtime().unwrap_or(0));
                 let mut hr = Hashing {
                     inner: &mut entry,
                     hash: Sha256::new(),
@@ -320,7 +325,10 @@ pub(crate) fn read_archive<R: Read>(
         )));
     }
     for (rel, kind) in &deleted {
-        digest.deleted(rel.to_str().expect("validated as UTF-8"), *kind);
+        let name = rel
+            .to_str()
+            .ok_or_else(|| WorkspaceError::bad(rel.to_string_lossy(), EntryRejection::NotUtf8))?;
+        digest.deleted(name, *kind);
     }
     let actual = digest.finish();
     if actual != manifest.digest {
@@ -345,8 +353,8 @@ impl<R: Read> Read for Hashing<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self.inner.read(buf) {
             Ok(n) => {
-                self.hash.update(&buf[..n]);
-                self.len += n as u64;
+                self.hash.update(buf.get(..n).unwrap_or_default());
+                self.len = self.len.saturating_add(n as u64);
                 Ok(n)
             }
             Err(e) => {

@@ -15,7 +15,7 @@ use super::error::WorkspaceError;
 use super::paths::Exclude;
 use super::safe_fs;
 use super::spec::WorkspaceSpec;
-use super::walk::{walk, Item};
+use super::walk::{walk, Item, Visitor};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -103,25 +103,56 @@ impl Entry {
         } else {
             return None;
         };
-        Some(Entry {
+        Some(Entry::with_kind(
             kind,
-            size: if kind == EntryKind::Dir {
-                0
-            } else {
-                meta.len()
-            },
+            meta.len(),
+            meta.permissions().mode(),
+            safe_fs::time_ns(meta.mtime(), meta.mtime_nsec()),
+            safe_fs::time_ns(meta.ctime(), meta.ctime_nsec()),
+            meta.ino(),
+            meta.dev(),
+        ))
+    }
+
+    /// From an lstat result; `None` for sockets, fifos and devices.
+    #[allow(clippy::unnecessary_cast)] // the stat field types differ between architectures
+    pub(crate) fn from_stat(st: &rustix::fs::Stat) -> Option<Entry> {
+        let kind = safe_fs::kind_of(st)?;
+        Some(Entry::with_kind(
+            kind,
+            u64::try_from(st.st_size).unwrap_or(0),
+            st.st_mode as u32,
+            safe_fs::time_ns(st.st_mtime as i64, st.st_mtime_nsec as i64),
+            safe_fs::time_ns(st.st_ctime as i64, st.st_ctime_nsec as i64),
+            st.st_ino as u64,
+            st.st_dev as u64,
+        ))
+    }
+
+    fn with_kind(
+        kind: EntryKind,
+        size: u64,
+        mode: u32,
+        mtime_ns: i64,
+        ctime_ns: i64,
+        ino: u64,
+        dev: u64,
+    ) -> Entry {
+        Entry {
+            kind,
+            size: if kind == EntryKind::Dir { 0 } else { size },
             mode: if kind == EntryKind::Symlink {
                 0o777
             } else {
-                meta.permissions().mode() & 0o777
+                mode & 0o777
             },
-            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+            mtime_ns,
             sha256: None,
             target: None,
-            ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
-            ino: meta.ino(),
-            dev: meta.dev(),
-        })
+            ctime_ns,
+            ino,
+            dev,
+        }
     }
 }
 
@@ -150,7 +181,8 @@ impl Snapshot {
 
     /// Whether this snapshot's `prev` entry (same path) still describes a file now `now`.
     fn trusts(&self, prev: &Entry, now: &Entry) -> bool {
-        let settled = prev.mtime_ns.max(prev.ctime_ns) < self.taken_at_ns - RACY_MARGIN_NS;
+        let settled =
+            prev.mtime_ns.max(prev.ctime_ns) < self.taken_at_ns.saturating_sub(RACY_MARGIN_NS);
         prev.kind == EntryKind::File && prev.sha256.is_some() && settled && prev.same_stat(now)
     }
 }
@@ -158,7 +190,7 @@ impl Snapshot {
 pub(crate) fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
         .unwrap_or(0)
 }
 
@@ -179,38 +211,64 @@ pub fn snapshot_with(
     prev: Option<&Snapshot>,
 ) -> Result<Snapshot, WorkspaceError> {
     let taken_at_ns = now_ns();
-    let (items, mut warnings) = walk(spec, exclude)?;
-    // Both the walk and `prev` are in harness-path order: look cached entries up by merging
-    // instead of a tree search per file, and build the map from sorted input.
-    let mut cached = prev.map(|p| p.entries.iter().peekable());
-    let mut entries = Vec::with_capacity(items.len());
-    for item in items {
-        let mut cache = None;
-        if let (Some(it), Some(p)) = (cached.as_mut(), prev) {
-            while it
-                .peek()
-                .is_some_and(|(k, _)| k.as_path() < item.harness.as_path())
-            {
-                it.next();
-            }
-            if let Some((_, e)) = it.peek().filter(|(k, _)| **k == item.harness) {
-                cache = Some((p, *e));
-            }
+    let mut v = Snapshotter {
+        prev,
+        cursor: prev.map(|p| p.entries.iter().peekable()),
+        last: None,
+        entries: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let mut warnings = walk(spec, exclude, &mut v)?;
+    warnings.append(&mut v.warnings);
+    Ok(Snapshot {
+        entries: v.entries.into_iter().collect(),
+        taken_at_ns,
+        warnings,
+    })
+}
+
+/// Builds the entries as the walk visits them.
+struct Snapshotter<'p> {
+    prev: Option<&'p Snapshot>,
+    /// Both the walk and `prev` are in harness-path order: cached entries are looked up by
+    /// merging instead of a tree search per file (a search only when nested mounts break the
+    /// order).
+    cursor: Option<std::iter::Peekable<std::collections::btree_map::Iter<'p, PathBuf, Entry>>>,
+    last: Option<PathBuf>,
+    entries: Vec<(PathBuf, Entry)>,
+    warnings: Vec<String>,
+}
+
+impl<'p> Snapshotter<'p> {
+    fn cached(&mut self, harness: &Path) -> Option<&'p Entry> {
+        let prev = self.prev?;
+        if self.last.as_deref().is_some_and(|l| harness < l) {
+            return prev.entries.get(harness);
         }
-        match describe(&item, cache)? {
-            Described::Entry(e) => entries.push((item.harness, e)),
+        self.last = Some(harness.to_path_buf());
+        let it = self.cursor.as_mut()?;
+        while it.peek().is_some_and(|(k, _)| k.as_path() < harness) {
+            it.next();
+        }
+        it.peek()
+            .filter(|(k, _)| k.as_path() == harness)
+            .map(|(_, e)| *e)
+    }
+}
+
+impl Visitor for Snapshotter<'_> {
+    fn visit(&mut self, item: Item<'_>) -> Result<(), WorkspaceError> {
+        let cache = self.cached(item.harness);
+        match describe(&item, self.prev.zip(cache))? {
+            Described::Entry(e) => self.entries.push((item.harness.to_path_buf(), e)),
             Described::Vanished => {}
-            Described::Special => warnings.push(format!(
+            Described::Special => self.warnings.push(format!(
                 "{}: not a file, directory or symlink, skipped",
                 item.harness.display()
             )),
         }
+        Ok(())
     }
-    Ok(Snapshot {
-        entries: entries.into_iter().collect(),
-        taken_at_ns,
-        warnings,
-    })
 }
 
 pub(crate) enum Described {
@@ -219,28 +277,34 @@ pub(crate) enum Described {
     Special,
 }
 
-/// Stat + content identity of one walked item (hash reused from `prev` when allowed).
+/// Stat + content identity of one walked item (hash reused from `prev` when allowed). Content is
+/// read relative to the item's directory, never through a symlink.
 pub(crate) fn describe(
-    item: &Item,
+    item: &Item<'_>,
     cache: Option<(&Snapshot, &Entry)>,
 ) -> Result<Described, WorkspaceError> {
-    let Some(mut e) = Entry::from_meta(&item.meta) else {
+    let Some(mut e) = Entry::from_stat(item.stat) else {
         return Ok(Described::Special);
     };
+    let Some(name) = item.name else {
+        return Ok(Described::Entry(e)); // a mount root (a directory)
+    };
+    let io = |err| WorkspaceError::io(item.harness, err);
     match e.kind {
         EntryKind::Dir => {}
-        EntryKind::Symlink => match std::fs::read_link(&item.abs) {
+        EntryKind::Symlink => match safe_fs::read_link_at(item.dir, name) {
             Ok(t) => e.target = Some(t.to_string_lossy().into_owned()),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(Described::Vanished)
             }
-            Err(err) => return Err(WorkspaceError::io(&item.abs, err)),
+            Err(err) => return Err(io(err)),
         },
         EntryKind::File => {
             if let Some((_, p)) = cache.filter(|(snap, p)| snap.trusts(p, &e)) {
                 e.sha256 = p.sha256.clone();
             } else {
-                match hash_file(&item.abs) {
+                match safe_fs::open_regular_at(item.dir, name).and_then(|mut f| hash_reader(&mut f))
+                {
                     Ok((hash, len)) => {
                         e.sha256 = Some(hash);
                         e.size = len;
@@ -248,18 +312,20 @@ pub(crate) fn describe(
                     Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
                         return Ok(Described::Vanished)
                     }
-                    Err(err) => return Err(WorkspaceError::io(&item.abs, err)),
+                    // Replaced by a symlink or a special file since the walk saw it.
+                    Err(err)
+                        if err.kind() == std::io::ErrorKind::InvalidInput
+                            || err.raw_os_error()
+                                == Some(rustix::io::Errno::LOOP.raw_os_error()) =>
+                    {
+                        return Ok(Described::Vanished)
+                    }
+                    Err(err) => return Err(io(err)),
                 }
             }
         }
     }
     Ok(Described::Entry(e))
-}
-
-/// SHA-256 (hex) and length of a regular file, opened without following symlinks.
-pub(crate) fn hash_file(path: &Path) -> std::io::Result<(String, u64)> {
-    let mut f = safe_fs::open_regular(path)?;
-    hash_reader(&mut f)
 }
 
 pub(crate) fn hash_reader(r: &mut dyn Read) -> std::io::Result<(String, u64)> {
@@ -273,8 +339,8 @@ pub(crate) fn hash_reader(r: &mut dyn Read) -> std::io::Result<(String, u64)> {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        h.update(&buf[..n]);
-        len += n as u64;
+        h.update(buf.get(..n).unwrap_or_default());
+        len = len.saturating_add(n as u64);
     }
     Ok((hex::encode(h.finalize()), len))
 }

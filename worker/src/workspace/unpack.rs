@@ -164,10 +164,7 @@ fn unpack_into<R: Read>(
 fn walk_error(path: &Path, shown: &str, e: WalkError) -> WorkspaceError {
     match e.rejection() {
         Some(r) => WorkspaceError::bad(shown, r),
-        None => match e {
-            WalkError::Io(io) => WorkspaceError::io(path, io),
-            _ => unreachable!("rejection() covers the other cases"),
-        },
+        None => WorkspaceError::io(path, e.into_io()),
     }
 }
 
@@ -186,17 +183,16 @@ struct TreeSink {
 impl TreeSink {
     /// The directory holding `rel` and `rel`'s last component.
     fn parent<'r>(&mut self, rel: &'r Path) -> Result<(&OwnedFd, &'r OsStr), WorkspaceError> {
-        let name = rel
-            .file_name()
-            .expect("validated paths have a last component");
-        let parent = rel.parent().unwrap_or(Path::new(""));
-        if self.cached.as_ref().map(|(p, _)| p.as_path()) != Some(parent) {
-            let shown = rel.to_string_lossy();
-            let fd = safe_fs::open_dir_beneath(&self.root, parent)
-                .map_err(|e| walk_error(&self.root_path.join(parent), &shown, e))?;
-            self.cached = Some((parent.to_path_buf(), fd));
-        }
-        Ok((&self.cached.as_ref().expect("just set").1, name))
+        let shown = rel.to_string_lossy();
+        let (parent, name) = safe_fs::split_last(rel)
+            .ok_or_else(|| WorkspaceError::bad(shown.clone(), EntryRejection::NonCanonical))?;
+        let fd = match self.cached.take() {
+            Some((p, fd)) if p == parent => fd,
+            _ => safe_fs::open_dir_beneath(&self.root, parent)
+                .map_err(|e| walk_error(&self.root_path.join(parent), &shown, e))?,
+        };
+        let (_, fd) = self.cached.insert((parent.to_path_buf(), fd));
+        Ok((fd, name))
     }
 
     fn dir_entry(mode: u32) -> Entry {
@@ -280,19 +276,20 @@ impl Sink for TreeSink {
         let path = || self.root_path.join(rel);
         io::copy(content, &mut file).map_err(|e| WorkspaceError::io(path(), e))?;
         safe_fs::chmod_fd(&file, mode).map_err(|e| WorkspaceError::io(path(), e))?;
-        let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime);
-        file.set_modified(when)
-            .map_err(|e| WorkspaceError::io(path(), e))?;
+        // Clamped to 0..=MAX_MTIME_SECS (docs/workspace-handoff.md).
+        safe_fs::set_mtime(&file, mtime).map_err(|e| WorkspaceError::io(path(), e))?;
         self.pending = Some(file);
         Ok(())
     }
 
     fn file_done(&mut self, rel: &Path, size: u64, sha256: &str) -> Result<(), WorkspaceError> {
-        let file = self.pending.take().expect("file_done follows file");
-        let meta = file
-            .metadata()
-            .map_err(|e| WorkspaceError::io(self.root_path.join(rel), e))?;
-        let mut entry = Entry::from_meta(&meta).expect("a regular file");
+        let path = || self.root_path.join(rel);
+        let file = self.pending.take().ok_or_else(|| {
+            WorkspaceError::io(path(), io::Error::other("file_done without a file"))
+        })?;
+        let meta = file.metadata().map_err(|e| WorkspaceError::io(path(), e))?;
+        let mut entry = Entry::from_meta(&meta)
+            .ok_or_else(|| WorkspaceError::io(path(), io::Error::other("not a regular file")))?;
         entry.size = size;
         entry.sha256 = Some(sha256.to_owned());
         self.entries.insert(harness_path(rel), entry);
@@ -301,7 +298,7 @@ impl Sink for TreeSink {
 
     fn symlink(&mut self, rel: &Path, target: &str) -> Result<(), WorkspaceError> {
         let (dir, name) = self.parent(rel)?;
-        let made = safe_fs::symlink_at(target, dir, name);
+        let made = safe_fs::symlink_at(OsStr::new(target), dir, name);
         made.map_err(|e| self.create_error(rel, e))?;
         let mut entry = Self::dir_entry(0o777);
         entry.kind = EntryKind::Symlink;

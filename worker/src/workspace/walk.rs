@@ -1,30 +1,45 @@
-//! One walk over the tracked mounts, shared by snapshots and packing so both see the same tree:
-//! symlinks are never followed (only a mount's own backing path is), excluded names and names
-//! that are not UTF-8 are skipped, and paths that belong to a more specific mount are left to it.
+//! One walk over the tracked mounts, shared by snapshots and packing so both see the same tree.
+//!
+//! Only a mount's own backing path is trusted (opened by path, through symlinks); below it the
+//! walk holds an open descriptor per directory level and reaches every entry relative to its
+//! parent's descriptor, with `O_NOFOLLOW` (see `safe_fs`): a symlink is reported as a symlink and
+//! never entered, and a directory swapped for a symlink mid-walk is not followed either. Excluded
+//! names and names that are not UTF-8 are skipped, paths that belong to a more specific mount are
+//! left to it, and directories deeper than `safe_fs::MAX_DEPTH` below a mount are skipped with a
+//! warning.
 
 use super::error::WorkspaceError;
 use super::paths::Exclude;
-use super::spec::WorkspaceSpec;
-use std::fs::Metadata;
+use super::safe_fs::{self, WalkError, MAX_DEPTH};
+use super::snapshot::EntryKind;
+use super::spec::{Mount, WorkspaceSpec};
+use rustix::fs::Stat;
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-/// One filesystem object under a tracked mount.
-pub(crate) struct Item {
-    pub harness: PathBuf,
-    pub abs: PathBuf,
-    pub meta: Metadata,
+/// One filesystem object under a tracked mount, as the walk meets it.
+pub(crate) struct Item<'a> {
+    pub harness: &'a Path,
+    /// The directory holding the object (`None` for a mount root, which is `root` itself).
+    pub dir: &'a OwnedFd,
+    pub name: Option<&'a OsStr>,
+    pub stat: &'a Stat,
 }
 
-/// All objects under the tracked mounts, sorted by harness path (parents before children), and
-/// warnings for what was skipped.
+/// Called for every walked object in harness-path order (parents before children) when no
+/// mount is nested in another; with nested mounts, mount by mount.
+pub(crate) trait Visitor {
+    fn visit(&mut self, item: Item<'_>) -> Result<(), WorkspaceError>;
+}
+
+/// Walks the tracked mounts; returns warnings for what was skipped.
 pub(crate) fn walk(
     spec: &WorkspaceSpec,
     exclude: &Exclude,
-) -> Result<(Vec<Item>, Vec<String>), WorkspaceError> {
-    let mut items = Vec::new();
+    visitor: &mut dyn Visitor,
+) -> Result<Vec<String>, WorkspaceError> {
     let mut warnings = Vec::new();
-    // Sorted walks of mounts in harness-path order already yield harness-path order (walkdir
-    // sorts siblings by name, as `Path`'s ordering does); only nested mounts need a final sort.
     let mut mounts: Vec<_> = spec.tracked().collect();
     mounts.sort_by(|a, b| a.harness_path.cmp(&b.harness_path));
     let nested = spec.mounts.iter().any(|m| {
@@ -33,92 +48,156 @@ pub(crate) fn walk(
         })
     });
     for mount in mounts {
-        let root = &mount.backing_path;
-        let root_meta = match std::fs::metadata(root) {
-            Ok(m) if m.is_dir() => m,
-            Ok(_) => {
+        let root_path = &mount.backing_path;
+        let root = match safe_fs::open_root(root_path) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) => {
                 warnings.push(format!(
                     "{}: backing path is not a directory",
-                    root.display()
+                    root_path.display()
                 ));
                 continue;
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(WorkspaceError::io(root, e)),
+            Err(e) => return Err(WorkspaceError::io(root_path, e)),
         };
-        items.push(Item {
-            harness: mount.harness_path.clone(),
-            abs: root.clone(),
-            meta: root_meta,
-        });
-        let walker = walkdir::WalkDir::new(root)
-            .follow_links(false)
-            .sort_by_file_name()
-            .min_depth(1)
-            .into_iter();
-        let mut not_utf8 = Vec::new();
-        let mut walker = walker.filter_entry(|e| {
-            let name = e.file_name();
+        let stat = rustix::fs::fstat(&root).map_err(|e| WorkspaceError::io(root_path, e.into()))?;
+        visitor.visit(Item {
+            harness: &mount.harness_path,
+            dir: &root,
+            name: None,
+            stat: &stat,
+        })?;
+        let mut w = Walker {
+            spec,
+            mount,
+            exclude,
+            nested,
+            visitor: &mut *visitor,
+            warnings: &mut warnings,
+        };
+        w.dir(&root, &mount.harness_path, 0)?;
+    }
+    Ok(warnings)
+}
+
+struct Walker<'a> {
+    spec: &'a WorkspaceSpec,
+    mount: &'a Mount,
+    exclude: &'a Exclude,
+    nested: bool,
+    visitor: &'a mut dyn Visitor,
+    warnings: &'a mut Vec<String>,
+}
+
+impl Walker<'_> {
+    fn io(&self, harness: &Path, e: std::io::Error) -> WorkspaceError {
+        let shown = match harness.strip_prefix(&self.mount.harness_path) {
+            Ok(rel) if !rel.as_os_str().is_empty() => self.mount.backing_path.join(rel),
+            _ => self.mount.backing_path.clone(),
+        };
+        WorkspaceError::io(shown, e)
+    }
+
+    /// Visits the children of the directory `fd` (at `harness`), depth first, sorted by name.
+    fn dir(&mut self, fd: &OwnedFd, harness: &Path, depth: usize) -> Result<(), WorkspaceError> {
+        let names = match safe_fs::list_dir(fd) {
+            Ok(n) => n,
+            // Removed while we walked: it is simply not in this snapshot.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(self.io(harness, e)),
+        };
+        for name in names {
+            let child = harness.join(&name);
             if name.to_str().is_none() {
-                not_utf8.push(e.path().to_string_lossy().into_owned());
-                return false;
-            }
-            !exclude.matches(Path::new(name))
-        });
-        while let Some(next) = walker.next() {
-            let entry = match next {
-                Ok(e) => e,
-                // Deleted while we walked: it is simply not in this snapshot.
-                Err(e)
-                    if e.io_error()
-                        .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound) =>
-                {
-                    continue
-                }
-                Err(e) => {
-                    let path = e.path().unwrap_or(root).to_path_buf();
-                    return Err(WorkspaceError::io(path, e.into()));
-                }
-            };
-            let rel = entry
-                .path()
-                .strip_prefix(root)
-                .expect("walkdir stays under its root");
-            let harness = mount.harness_path.join(rel);
-            if nested
-                && spec.mount_for(&harness).map(|m| &m.harness_path) != Some(&mount.harness_path)
-            {
-                if entry.file_type().is_dir() {
-                    walker.skip_current_dir();
-                }
+                self.warnings.push(format!(
+                    "{}: name is not UTF-8, skipped",
+                    child.to_string_lossy()
+                ));
                 continue;
             }
-            let meta = match entry.metadata() {
-                Ok(m) => m,
-                Err(e)
-                    if e.io_error()
-                        .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound) =>
-                {
-                    continue
-                }
-                Err(e) => return Err(WorkspaceError::io(entry.path(), e.into())),
+            if self.exclude.matches(Path::new(&name)) {
+                continue;
+            }
+            if self.nested
+                && self.spec.mount_for(&child).map(|m| &m.harness_path)
+                    != Some(&self.mount.harness_path)
+            {
+                continue;
+            }
+            let stat = match safe_fs::stat_at(fd, &name) {
+                Ok(Some(st)) => st,
+                Ok(None) => continue,
+                Err(e) => return Err(self.io(&child, e)),
             };
-            items.push(Item {
-                harness,
-                abs: entry.path().to_path_buf(),
-                meta,
-            });
+            self.visitor.visit(Item {
+                harness: &child,
+                dir: fd,
+                name: Some(&name),
+                stat: &stat,
+            })?;
+            if safe_fs::kind_of(&stat) != Some(EntryKind::Dir) {
+                continue;
+            }
+            if depth >= MAX_DEPTH {
+                self.warnings.push(format!(
+                    "{}: deeper than {MAX_DEPTH} levels, contents skipped",
+                    child.display()
+                ));
+                continue;
+            }
+            let sub = match safe_fs::open_dir_at(fd, &name) {
+                Ok(sub) => sub,
+                // Gone, or replaced by something else since the stat: not walked into.
+                Err(WalkError::Missing | WalkError::Blocked | WalkError::NotDir) => continue,
+                Err(WalkError::Io(e)) => return Err(self.io(&child, e)),
+            };
+            self.dir(&sub, &child, depth.saturating_add(1))?;
         }
-        drop(walker);
-        warnings.extend(
-            not_utf8
-                .into_iter()
-                .map(|p| format!("{p}: name is not UTF-8, skipped")),
-        );
+        Ok(())
     }
-    if nested {
-        items.sort_by(|a, b| a.harness.cmp(&b.harness));
+}
+
+/// Keeps the last opened parent directory of a run of paths under one mount root, so siblings
+/// (which come together in harness-path order) share one walk from the root.
+pub(crate) struct ParentCache {
+    roots: Vec<(PathBuf, OwnedFd)>,
+    last: Option<(PathBuf, OwnedFd)>,
+}
+
+impl ParentCache {
+    pub fn new() -> Self {
+        ParentCache {
+            roots: Vec::new(),
+            last: None,
+        }
     }
-    debug_assert!(items.windows(2).all(|w| w[0].harness < w[1].harness));
-    Ok((items, warnings))
+
+    /// The open directory `parent` (relative) under the trusted root `root_path`, never
+    /// through a symlink.
+    pub fn open(&mut self, root_path: &Path, parent: &Path) -> Result<&OwnedFd, WalkError> {
+        let key = root_path.join(parent);
+        let hit = self.last.as_ref().is_some_and(|(k, _)| *k == key);
+        if !hit {
+            let idx = match self.roots.iter().position(|(p, _)| p == root_path) {
+                Some(i) => i,
+                None => {
+                    let fd = safe_fs::open_root(root_path).map_err(WalkError::Io)?;
+                    self.roots.push((root_path.to_path_buf(), fd));
+                    self.roots.len().saturating_sub(1)
+                }
+            };
+            let root = &self
+                .roots
+                .get(idx)
+                .ok_or_else(|| WalkError::Io(std::io::Error::other("root cache")))?
+                .1;
+            let fd = safe_fs::open_dir_beneath(root, parent)?;
+            self.last = Some((key, fd));
+        }
+        match &self.last {
+            Some((_, fd)) => Ok(fd),
+            None => Err(WalkError::Io(std::io::Error::other("parent cache"))),
+        }
+    }
 }
