@@ -99,6 +99,9 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.availa
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 maxPods: 110
+# Every pod's processes are bounded too (the worker's own per-uid RLIMIT_NPROC is the first bound;
+# docs/security-model.md, "Processes"). Production clusters should set it as well.
+podPidsLimit: 4096
 # Faster feedback in tests.
 nodeStatusUpdateFrequency: 4s
 syncFrequency: 10s

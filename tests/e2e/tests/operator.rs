@@ -108,7 +108,10 @@ async fn the_worker_has_no_token_no_root_no_writable_root_and_no_network() {
         assert_eq!(spec.automount_service_account_token, Some(false));
         assert!(spec.containers[0].volume_mounts.iter().flatten().all(|m| !m.mount_path.contains("serviceaccount")));
         let (_, out, _) = cli_exec(&ns, "sec", "id -u; test -e /var/run/secrets/kubernetes.io/serviceaccount/token && echo token || echo no-token; touch /usr/local/x 2>/dev/null && echo wrote-rootfs || echo rootfs-read-only; env | grep -c KUBERNETES || true", &[]);
-        assert_eq!(out, "65532\nno-token\nrootfs-read-only\n0\n");
+        // Each session's worker runs as its own uid (RLIMIT_NPROC counts per uid on the node).
+        let uid = spec.security_context.as_ref().and_then(|c| c.run_as_user).unwrap();
+        assert!(uid >= 100_000 && uid != 65532, "{uid}");
+        assert_eq!(out, format!("{uid}\nno-token\nrootfs-read-only\n0\n"));
 
         // The API server's ClusterIP and another pod's IP: no connection with network off.
         let api_ip = Api::<Service>::namespaced(client.clone(), "default").get("kubernetes").await.unwrap().spec.unwrap().cluster_ip.unwrap();

@@ -1,0 +1,72 @@
+//! The attacker's suite on the cluster (issue 12): what one session's commands can do to other
+//! sessions on the same node. Run with `--ignored` against a cluster (docs/testing.md).
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube_harness_e2e::harness::{self, kube_harness, stderr, stdout};
+use kube_harness_e2e::namespace::with_namespace;
+use std::time::{Duration, Instant};
+
+const READY: Duration = Duration::from_secs(180);
+
+/// `kube-harness exec -n NS NAME [EXTRA] -- SCRIPT` → (exit code, stdout, stderr).
+fn cli_exec(ns: &str, name: &str, script: &str, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec!["exec", "-n", ns, name];
+    args.extend_from_slice(extra);
+    args.extend(["--", script]);
+    let out = kube_harness(&args).unwrap();
+    (out.status.code().unwrap_or(-1), stdout(&out), stderr(&out))
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn one_sessions_fork_bomb_stops_no_other_session_and_dies_whole() {
+    with_namespace("bomb", |client, ns| async move {
+        harness::restrict(&client, &ns).await.unwrap();
+        for name in ["bomb-a", "bomb-b"] {
+            harness::apply_example(&client, &ns, "demo.yaml", name)
+                .await
+                .unwrap();
+        }
+        for name in ["bomb-a", "bomb-b"] {
+            harness::wait_ready(&client, &ns, name, READY).await.unwrap();
+        }
+        // RLIMIT_NPROC counts per uid across the node: each session has its own.
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let mut uids = Vec::new();
+        for name in ["bomb-a", "bomb-b"] {
+            let pod = pods.get(&format!("{name}-worker")).await.unwrap();
+            let uid = pod.spec.unwrap().security_context.unwrap().run_as_user.unwrap();
+            let (code, out, err) = cli_exec(&ns, name, "id -u", &[]);
+            assert_eq!((code, out.trim()), (0, uid.to_string().as_str()), "{err}");
+            uids.push(uid);
+        }
+        assert_ne!(uids[0], uids[1], "two sessions share a uid");
+
+        let bomb_ns = ns.clone();
+        let bomb = std::thread::spawn(move || {
+            let started = Instant::now();
+            let r = cli_exec(&bomb_ns, "bomb-a", "b(){ b|b& }; b; sleep 100", &["--timeout", "10"]);
+            (r, started.elapsed())
+        });
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        // Session B's commands run while A's bomb is at its limit.
+        for i in 0..3 {
+            let started = Instant::now();
+            let (code, out, err) = cli_exec(&ns, "bomb-b", &format!("echo ok{i}"), &[]);
+            assert_eq!((code, out.as_str()), (0, format!("ok{i}\n").as_str()), "{err}");
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "session b's command {i} took {:?}",
+                started.elapsed()
+            );
+        }
+        let ((code, _, err), took) = bomb.join().unwrap();
+        assert_eq!(code, 124, "the bomb: {}", err.lines().last().unwrap_or_default());
+        assert!(took < Duration::from_secs(40), "the bomb returned after {took:?}");
+        // Nothing of it is left in A's pod: this command's shell is the only bash there.
+        let (code, out, err) = cli_exec(&ns, "bomb-a", "ps -e -o comm= | grep -c '^bash$'", &[]);
+        assert_eq!((code, out.as_str()), (0, "1\n"), "{err}");
+    })
+    .await;
+}
