@@ -21,6 +21,8 @@ pub enum Class {
     DeclarationCommand,
     UnsetCommand,
     HeredocRedirect,
+    /// `[[ … ]]`: a [`Class::Words`] whose arithmetic operands and `-v` names bash evaluates.
+    TestCommand,
     /// Its children can only run something through a substitution (`$(…)`, `` `…` ``, `<(…)`),
     /// so they are skipped when its text has none (see [`may_hold_commands`]).
     Words,
@@ -57,7 +59,7 @@ const CLASSES: &[(&str, Class)] = &[
     ("heredoc_start", Class::Leaf),
     ("heredoc_end", Class::Leaf),
     ("heredoc_content", Class::Leaf),
-    ("test_command", Class::Words),
+    ("test_command", Class::TestCommand),
     ("variable_assignment", Class::Words),
     ("variable_assignments", Class::Words),
     ("command_substitution", Class::Descend),
