@@ -344,6 +344,10 @@ fn sqlite_files_extensions_and_piped_commands_are_opaque() {
 fn sort_compress_program_runs_git() {
     assert_git_is_seen("sort --compress-program=git -S 1k big.txt");
     assert_git_is_seen("sort --compress git big.txt");
+    // Quoting cannot hide the option from the classifier (the walk only skips `sort` arguments
+    // whose text has fewer than two `-`).
+    assert_git_is_seen(r#"sort -\-compress-program=git big.txt"#);
+    assert_git_is_seen(r#"sort -"-"compress-program=git big.txt"#);
 }
 
 #[test]
@@ -378,6 +382,9 @@ fn array_subscripts_evaluated_by_builtins_run_git() {
     assert_git_is_seen("let 'x=a[`git status`]'");
     assert_git_is_seen("printf -v 'a[$(git status)]' %s x");
     assert_git_is_seen("read 'a[$(git status)]' <<< x");
+    // Quoting split inside `$(` does not hide it.
+    assert_git_is_seen("unset 'a[$''(git status)]'");
+    assert_git_is_seen("declare -i n='a[$''(git status)]'");
 }
 
 #[test]

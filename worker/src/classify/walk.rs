@@ -29,11 +29,12 @@ const UNPARSED: &str = "a script that could not be parsed";
 
 const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "mksh", "ash"];
 
-/// Names whose arguments matter to classification (computed lazily: most commands need none).
-fn needs_args(base: &str) -> bool {
+/// Names whose arguments matter to classification (computed lazily: most commands need none);
+/// `text` is the command's text.
+fn needs_args(base: &str, text: &str) -> bool {
     SHELLS.contains(&base)
         || wrappers::is_wrapper(base)
-        || hidden::runs_commands(base)
+        || (hidden::runs_commands(base) && hidden::may_run(base, text))
         || matches!(
             base,
             "eval" | "source" | "." | "find" | "python" | "python3" | "{" | "!"
@@ -252,7 +253,7 @@ impl<'o> Walker<'o> {
             }
         };
         let base = basename(&name);
-        if !(needs_args(base) || self.opts.policy.rule.is_some()) {
+        if !(self.opts.policy.rule.is_some() || needs_args(base, node_text(node, src))) {
             let none = Args {
                 lit: &[],
                 view: &[],
@@ -260,15 +261,16 @@ impl<'o> Walker<'o> {
             return self.words(&name, none, Some(node), src, depth, functions);
         }
         let mut cursor = node.walk();
-        let arg_nodes: Vec<Node> = node
+        let lit: Vec<Option<String>> = node
             .children_by_field_id(kinds.field_argument, &mut cursor)
+            .map(|arg| literal(arg, src))
             .collect();
-        let lit: Vec<Option<String>> = arg_nodes.iter().map(|&arg| literal(arg, src)).collect();
         // The tools that run commands also get the literal beginning of run-time arguments.
         let view: Option<Vec<Option<String>>> = lit.contains(&None).then(|| {
-            lit.iter()
-                .zip(&arg_nodes)
-                .map(|(l, &arg)| match l {
+            let mut cursor = node.walk();
+            node.children_by_field_id(kinds.field_argument, &mut cursor)
+                .zip(&lit)
+                .map(|(arg, l)| match l {
                     Some(text) => Some(text.clone()),
                     None => {
                         let prefix = literal_prefix(arg, src);
@@ -429,14 +431,21 @@ impl<'o> Walker<'o> {
         if !text.contains('\'') && !text.contains('"') && !text.contains('\\') {
             return;
         }
-        if !text.contains("$(") && !text.contains('`') {
+        // Not `$(`: quoting can split it (`'a[$''(git)]'`), but not hide the `$`.
+        if !text.contains(['$', '`']) {
             return;
         }
         let kinds = kinds();
         let mut found = Vec::new();
         preorder(node, |n| {
             let kind = n.kind_id();
-            if kind == kinds.raw_string || kind == kinds.string || kind == kinds.word {
+            let word_like = [
+                kinds.concatenation,
+                kinds.raw_string,
+                kinds.string,
+                kinds.word,
+            ];
+            if word_like.contains(&kind) {
                 if let Some(value) = literal(n, src) {
                     if value.contains("$(") || value.contains('`') {
                         found.push(value);

@@ -109,6 +109,22 @@ pub fn runs_commands(name: &str) -> bool {
         )
 }
 
+/// Whether `tool`'s arguments, written as `text` in the script, can run anything: a cheap test on
+/// characters no quoting can hide, so the walk skips collecting arguments for `sort -rn` or
+/// `printf '%s\n' x`. A long option needs two `-`, a `$(…)` or backquote in a name needs `$` or
+/// `` ` `` (an escape such as `$'\x24'` makes the argument run-time, which is not read anyway).
+pub fn may_run(tool: &str, text: &str) -> bool {
+    let dashes = || text.bytes().filter(|&b| b == b'-').nth(1).is_some();
+    let substitution = || text.contains(['$', '`']);
+    match tool {
+        "sort" | "split" | "rg" => dashes(),
+        "hash" | "enable" => text.contains('-'),
+        "unset" | "let" | "read" | "printf" | "getopts" | "wait" => substitution(),
+        "mapfile" | "readarray" => text.contains('-') || substitution(),
+        _ => true,
+    }
+}
+
 /// The commands `tool` would run given these arguments: literal text, `None` for a run-time
 /// value, or a run-time value's literal beginning followed by [`RUN_TIME`].
 pub fn find(tool: &str, args: &[Option<String>], stdin: Stdin) -> Vec<Hidden> {
