@@ -31,10 +31,10 @@ const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "mksh", "ash"];
 
 /// Names whose arguments matter to classification (computed lazily: most commands need none);
 /// `text` is the command's text.
-fn needs_args(base: &str, text: &str) -> bool {
+fn needs_args<'s>(base: &str, text: impl FnOnce() -> &'s str) -> bool {
     SHELLS.contains(&base)
         || wrappers::is_wrapper(base)
-        || (hidden::runs_commands(base) && hidden::may_run(base, text))
+        || (hidden::runs_commands(base) && hidden::may_run(base, text()))
         || matches!(
             base,
             "eval" | "source" | "." | "find" | "python" | "python3" | "{" | "!"
@@ -200,14 +200,8 @@ impl<'o> Walker<'o> {
                 may_hold_commands(node_text(node, src))
             }
             Class::TestCommand => {
-                let text = node_text(node, src);
-                let evaluates = ["-v", "-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-R"]
-                    .iter()
-                    .any(|op| text.contains(op));
-                if evaluates {
-                    self.evaluated_strings(node, src, depth, functions);
-                }
-                may_hold_commands(text)
+                self.evaluated_strings(node, src, depth, functions);
+                may_hold_commands(node_text(node, src))
             }
             Class::HeredocRedirect => {
                 match heredoc_backticks(node, src) {
@@ -253,7 +247,7 @@ impl<'o> Walker<'o> {
             }
         };
         let base = basename(&name);
-        if !(self.opts.policy.rule.is_some() || needs_args(base, node_text(node, src))) {
+        if !(self.opts.policy.rule.is_some() || needs_args(base, || node_text(node, src))) {
             let none = Args {
                 lit: &[],
                 view: &[],
@@ -422,17 +416,15 @@ impl<'o> Walker<'o> {
     }
 
     /// Quoted text that bash evaluates as arithmetic, which expands `$(…)` and backquotes: array
-    /// subscripts in the names `unset`, `declare`, `local`, `export`, `readonly` and `[[ -v ]]`
-    /// take (`unset 'a[$(git)]'`), `declare -i` values, and `[[ … -eq … ]]` operands. Any quoted
-    /// string under `node` holding a substitution is classified as the argument of `:`, which
-    /// may escalate an `export X='$(…)'` that bash would leave alone.
+    /// subscripts in the names `unset`, `declare` and `local` take (`unset 'a[$(git)]'`),
+    /// `declare -i` values, `[[ -v NAME ]]` and `[[ … -eq … ]]` operands. Any quoted string under
+    /// `node` holding a substitution is classified as the argument of `:`, which may escalate an
+    /// `export X='$(…)'` or `[[ $x == '$(…)' ]]` that bash would leave alone.
     fn evaluated_strings(&mut self, node: Node, src: &str, depth: usize, functions: &[String]) {
         let text = node_text(node, src);
-        if !text.contains('\'') && !text.contains('"') && !text.contains('\\') {
-            return;
-        }
-        // Not `$(`: quoting can split it (`'a[$''(git)]'`), but not hide the `$`.
-        if !text.contains(['$', '`']) {
+        // Not `$(`: quoting can split it (`'a[$''(git)]'`), but not hide the `$`. Unquoted
+        // substitutions are parsed as such, and the walk finds their commands.
+        if !text.contains(['$', '`']) || !text.contains(['\'', '"', '\\']) {
             return;
         }
         let kinds = kinds();
