@@ -457,3 +457,29 @@ fn ordinary_uses_of_the_same_tools_stay_on_tier0() {
         assert_tier0(script);
     }
 }
+
+// ---- variables that change what a tool runs ----
+
+#[test]
+fn tar_options_variable_runs_git() {
+    assert_git_is_seen("TAR_OPTIONS='--to-command=git apply' tar -xf a.tar");
+    assert_git_is_seen("export TAR_OPTIONS=--checkpoint-action=exec=git; tar -cf x.tar .");
+    assert_git_is_seen("env TAR_OPTIONS=-Igit tar -cf x.tar .");
+}
+
+#[test]
+fn xtrace_prompt_runs_git() {
+    assert_git_is_seen("PS4='+ $(git status) '; set -x; ls");
+}
+
+#[test]
+fn start_up_and_config_files_named_by_variables_are_opaque() {
+    assert_opaque(
+        "BASH_ENV=/session/e.sh bash -c ls",
+        "BASH_ENV=/session/e.sh (bash runs it at start-up)",
+    );
+    assert_opaque(
+        "export RIPGREP_CONFIG_PATH=/session/rgrc; rg x",
+        "RIPGREP_CONFIG_PATH=/session/rgrc (rg reads options from it)",
+    );
+}

@@ -102,8 +102,10 @@ pub struct Kinds {
     pub concatenation: u16,
     pub command_name: u16,
     pub comment: u16,
+    pub variable_assignment: u16,
     pub field_name: FieldId,
     pub field_argument: FieldId,
+    pub field_value: FieldId,
 }
 
 impl Kinds {
@@ -139,8 +141,10 @@ impl Kinds {
             concatenation: id("concatenation"),
             command_name: id("command_name"),
             comment: id("comment"),
+            variable_assignment: id("variable_assignment"),
             field_name: field("name"),
             field_argument: field("argument"),
+            field_value: field("value"),
         }
     }
 

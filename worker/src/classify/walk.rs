@@ -164,6 +164,50 @@ impl<'o> Walker<'o> {
         let mut visible = functions.to_vec();
         collect_functions(root, script, &mut visible);
         self.walk(root, script, depth, &visible);
+        if hidden::VARIABLES.iter().any(|v| script.contains(v)) {
+            self.variables(root, script, depth, &visible);
+        }
+    }
+
+    /// Variables that make a tool run something the command line does not show:
+    /// `TAR_OPTIONS='--to-command=git' tar -xf a.tar`, `BASH_ENV=f bash -c ls`, … Every
+    /// assignment to one, wherever it is (`X=v cmd`, `export X=v`, `env X=v cmd`), is classified
+    /// with the commands, since the script can use it later.
+    fn variables(&mut self, root: Node, src: &str, depth: usize, functions: &[String]) {
+        let kinds = kinds();
+        let mut found = Vec::new();
+        preorder(root, |node| {
+            let kind = node.kind_id();
+            if kind == kinds.variable_assignment {
+                let name = node.child_by_field_id(kinds.field_name.get());
+                let value = node.child_by_field_id(kinds.field_value.get());
+                if let Some(name) = name.map(|n| node_text(n, src)) {
+                    if hidden::VARIABLES.contains(&name) {
+                        let value = match value {
+                            Some(v) => literal(v, src),
+                            None => Some(String::new()),
+                        };
+                        found.extend(hidden::variable(name, value.as_deref()));
+                    }
+                }
+                return Visit::Skip;
+            }
+            if kind == kinds.word || kind == kinds.concatenation || kind == kinds.raw_string {
+                // `env TAR_OPTIONS=… tar`, `export 'BASH_ENV=…'`.
+                if let Some(word) = literal(node, src) {
+                    if let Some((name, value)) = word.split_once('=') {
+                        if hidden::VARIABLES.contains(&name) {
+                            found.extend(hidden::variable(name, Some(value)));
+                        }
+                    }
+                }
+                return Visit::Skip;
+            }
+            Visit::Children
+        });
+        for item in found {
+            self.hidden("the environment", item, depth, functions);
+        }
     }
 
     fn walk(&mut self, root: Node, src: &str, depth: usize, functions: &[String]) {

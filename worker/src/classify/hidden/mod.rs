@@ -125,6 +125,37 @@ pub fn may_run(tool: &str, text: &str) -> bool {
     }
 }
 
+/// Variables that change what a tool runs without showing on its command line.
+pub const VARIABLES: &[&str] = &["TAR_OPTIONS", "RIPGREP_CONFIG_PATH", "BASH_ENV", "PS4"];
+
+/// What an assignment to one of [`VARIABLES`] makes later commands run (`None`: a run-time value).
+pub fn variable(name: &str, value: Option<&str>) -> Vec<Hidden> {
+    let Some(value) = value else {
+        return vec![Hidden::dynamic(format!("{name} only known at run time"))];
+    };
+    match name {
+        // GNU tar reads TAR_OPTIONS as options before its command line's.
+        "TAR_OPTIONS" => {
+            let words: Vec<Option<String>> = value
+                .split_whitespace()
+                .map(|w| Some(w.to_string()))
+                .collect();
+            let mut out = Vec::new();
+            tools::tar(&words, &mut out);
+            out
+        }
+        "RIPGREP_CONFIG_PATH" if !value.is_empty() => vec![Hidden::Opaque(format!(
+            "RIPGREP_CONFIG_PATH={value} (rg reads options from it)"
+        ))],
+        "BASH_ENV" if !value.is_empty() => vec![Hidden::Opaque(format!(
+            "BASH_ENV={value} (bash runs it at start-up)"
+        ))],
+        // PS4 is expanded, substitutions included, before each line `set -x` traces.
+        "PS4" if value.contains(['$', '`']) => vec![Hidden::SameShell(format!(": {value}"))],
+        _ => Vec::new(),
+    }
+}
+
 /// The commands `tool` would run given these arguments: literal text, `None` for a run-time
 /// value, or a run-time value's literal beginning followed by [`RUN_TIME`].
 pub fn find(tool: &str, args: &[Option<String>], stdin: Stdin) -> Vec<Hidden> {

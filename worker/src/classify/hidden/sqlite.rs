@@ -157,13 +157,14 @@ fn dot(line: &str, out: &mut Vec<Hidden>) {
                     }
                 }
             }
-            "read" => match args.first() {
-                Some(a) => match a.strip_prefix('|') {
-                    Some(cmd) => out.push(Hidden::Shell(cmd.to_string())),
-                    None => out.push(Hidden::Opaque(format!("sqlite3 .read {a}"))),
-                },
-                None => {}
-            },
+            "read" => {
+                if let Some(a) = args.first() {
+                    match a.strip_prefix('|') {
+                        Some(cmd) => out.push(Hidden::Shell(cmd.to_string())),
+                        None => out.push(Hidden::Opaque(format!("sqlite3 .read {a}"))),
+                    }
+                }
+            }
             "import" => {
                 let mut rest = args.iter();
                 while let Some(a) = rest.next() {
