@@ -164,7 +164,8 @@ impl<'o> Walker<'o> {
         let mut visible = functions.to_vec();
         collect_functions(root, script, &mut visible);
         self.walk(root, script, depth, &visible);
-        if hidden::VARIABLES.iter().any(|v| script.contains(v)) {
+        // Every assignment has a `=` (one memchr; most scripts have none).
+        if script.contains('=') && hidden::VARIABLES.iter().any(|v| script.contains(v)) {
             self.variables(root, script, depth, &visible);
         }
     }
