@@ -65,11 +65,41 @@ fn wrap(context: usize, inner: &str, level: usize) -> String {
         42 => format!("echo \"$( {inner} )\""),
         43 => format!("for ((i=0;i<1;i++)); do {inner}; done"),
         44 => format!("time {inner}"),
+        // Tier-0 tools that run a command named in their arguments (through `/bin/sh -c`).
+        46 => format!(
+            "awk {}",
+            single_quote(&format!("BEGIN {{ system(\"{}\") }}", awk_string(inner)))
+        ),
+        47 => format!(
+            "awk {} f",
+            single_quote(&format!("{{ print | \"{}\" }}", awk_string(inner)))
+        ),
+        48 if !inner.contains('\n') => format!("sed {} f", single_quote(&format!("1e {inner}"))),
+        48 => format!("tar -xf a.tar --to-command={sq}"),
+        49 if !inner.contains(['\n', '\\', '\'', '"']) => {
+            format!(
+                "sqlite3 :memory: {}",
+                single_quote(&format!(".shell {inner}"))
+            )
+        }
+        49 => format!("tar -cf x.tar --checkpoint-action=exec={sq} ."),
+        50 => format!("split -l 1 --filter={sq} f"),
         _ => format!("{inner} 2>&1 > /dev/null"),
     }
 }
 
-const CONTEXTS: usize = 46;
+fn single_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// The text of an awk string constant holding `text`.
+fn awk_string(text: &str) -> String {
+    text.replace('\\', r"\\")
+        .replace('"', "\\\"")
+        .replace('\n', r"\n")
+}
+
+const CONTEXTS: usize = 51;
 
 /// Contexts that take a whole command (wrappers and `find -exec`/`xargs` take a simple command only).
 fn wrap_simple(context: usize, name: &str, args: &str) -> String {
@@ -104,6 +134,14 @@ fn tier0_names() -> Vec<String> {
                 | "find"
                 | "["
                 | "test"
+                // Their arguments can be a program that runs commands (contexts 46–50).
+                | "awk"
+                | "sed"
+                | "tar"
+                | "sqlite3"
+                | "sort"
+                | "split"
+                | "rg"
         )
     });
     names

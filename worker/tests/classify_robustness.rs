@@ -135,6 +135,125 @@ proptest! {
     }
 }
 
+/// Pieces of awk, sed and sqlite3 programs, for the scanners that read a tool's own program.
+const PROGRAM_TOKENS: &[&str] = &[
+    " ",
+    "\n",
+    ";",
+    "{",
+    "}",
+    "(",
+    ")",
+    "[",
+    "]",
+    "/",
+    "\\",
+    "\"",
+    "'",
+    "#",
+    "|",
+    "|&",
+    "||",
+    "@",
+    "@/",
+    "$",
+    "system",
+    "getline",
+    "print",
+    "printf",
+    "if",
+    "while",
+    "for",
+    "in",
+    "BEGIN",
+    "git",
+    "ls",
+    "=",
+    ",",
+    "!",
+    "~",
+    "++",
+    "1",
+    "\\x67",
+    "\\151",
+    "e",
+    "s",
+    "y",
+    "a",
+    "i",
+    "c",
+    "w",
+    "r",
+    ":",
+    "b",
+    "p",
+    "{}",
+    "[:alpha:]",
+    "^",
+    "$!",
+    ".shell",
+    ".system",
+    ".once",
+    ".read",
+    ".import",
+    "|git",
+    "edit(",
+    "load_extension(",
+    "--",
+    "-e",
+    "-f",
+    "-W",
+    "--source=",
+    "--to-command=",
+    "--checkpoint-action=exec=",
+    "-I",
+    "\0",
+    "é",
+    "\u{10FFFF}",
+];
+
+/// A tool run with `program` as its program text, quoted for the shell.
+fn tool_with(tool: usize, program: &str) -> String {
+    let quoted = format!("'{}'", program.replace('\'', r"'\''"));
+    match tool % 8 {
+        0 => format!("awk {quoted} f"),
+        1 => format!("gawk -e {quoted} -f x {quoted}"),
+        2 => format!("sed -n {quoted} f"),
+        3 => format!("sqlite3 db {quoted}"),
+        4 => format!("sqlite3 db <<'EOF'\n{program}\nEOF"),
+        5 => format!("tar -xf a.tar {quoted}"),
+        6 => format!("trap {quoted} EXIT; unset {quoted}"),
+        _ => format!("sort {quoted} f; split {quoted}; rg {quoted}"),
+    }
+}
+
+fn denying_git() -> ClassifyOptions {
+    let mut options = ClassifyOptions::default();
+    options.policy.deny_commands.push("git".into());
+    options
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    /// The scanners for programs inside Tier-0 tools (awk, sed, sqlite3, tar, builtins) never
+    /// panic or hang on arbitrary program text, and the decision follows from the reasons.
+    #[test]
+    fn arbitrary_tool_programs_never_panic(tool in 0..8usize, bytes in prop::collection::vec(any::<u8>(), 0..1024)) {
+        let script = tool_with(tool, &String::from_utf8_lossy(&bytes));
+        check(&script, &denying_git());
+    }
+
+    #[test]
+    fn tool_program_token_soup_never_panics(
+        tool in 0..8usize,
+        tokens in prop::collection::vec(prop::sample::select(PROGRAM_TOKENS), 0..120),
+    ) {
+        let script = tool_with(tool, &tokens.concat());
+        check(&script, &denying_git());
+    }
+}
+
 fn repeat_to(unit: &str, bytes: usize) -> String {
     unit.repeat(bytes / unit.len().max(1))
 }
@@ -175,6 +294,62 @@ fn pathological_64k_scripts_are_classified_in_bounded_time() {
                 .collect(),
         ),
         ("docker everywhere", repeat_to("docker ps; ", K64)),
+        // Programs inside Tier-0 tools (issue 12, failure 5): every scanner stays linear.
+        (
+            "awk: thousands of system calls",
+            format!("awk '{}'", repeat_to("system(", K64 - 8)),
+        ),
+        (
+            "awk: system calls with literal commands",
+            format!(
+                "awk 'BEGIN {{ {} }}'",
+                repeat_to("system(\"ls\"); ", K64 - 16)
+            ),
+        ),
+        (
+            "awk: deep parentheses after system",
+            format!("awk 'BEGIN {{ system{} }}'", repeat_to("(", K64 - 20)),
+        ),
+        (
+            "awk: pipes",
+            format!("awk '{}'", repeat_to("print | x ", K64 - 8)),
+        ),
+        (
+            "awk: getline pipes",
+            format!("awk '{}'", repeat_to("x | getline ", K64 - 8)),
+        ),
+        (
+            "awk: regexps",
+            format!("awk '{}'", repeat_to("/[[:alpha:]|]/ ", K64 - 8)),
+        ),
+        (
+            "sed: e commands",
+            format!("sed '{}' f", repeat_to("1e ls\n", K64 - 8)),
+        ),
+        (
+            "sed: blocks",
+            format!("sed '{}' f", repeat_to("1{", K64 - 8)),
+        ),
+        (
+            "sed: s///e",
+            format!("sed '{}' f", repeat_to("s/.*/ls/e;", K64 - 8)),
+        ),
+        (
+            "sqlite3: dot-commands",
+            format!(
+                "sqlite3 db <<'EOF'\n{}EOF",
+                repeat_to(".shell ls\n", K64 - 16)
+            ),
+        ),
+        (
+            "sqlite3: edit calls",
+            format!("sqlite3 db \"{}\"", repeat_to("edit(", K64 - 16)),
+        ),
+        (
+            "tar: exec options",
+            format!("tar {}", repeat_to("--to-command=ls ", K64 - 8)),
+        ),
+        ("trap actions", repeat_to("trap 'ls' EXIT; ", K64)),
     ];
     for (label, script) in &cases {
         timed(label, script);

@@ -21,6 +21,8 @@ pub enum Class {
     DeclarationCommand,
     UnsetCommand,
     HeredocRedirect,
+    /// `[[ … ]]`: a [`Class::Words`] whose arithmetic operands and `-v` names bash evaluates.
+    TestCommand,
     /// Its children can only run something through a substitution (`$(…)`, `` `…` ``, `<(…)`),
     /// so they are skipped when its text has none (see [`may_hold_commands`]).
     Words,
@@ -57,7 +59,7 @@ const CLASSES: &[(&str, Class)] = &[
     ("heredoc_start", Class::Leaf),
     ("heredoc_end", Class::Leaf),
     ("heredoc_content", Class::Leaf),
-    ("test_command", Class::Words),
+    ("test_command", Class::TestCommand),
     ("variable_assignment", Class::Words),
     ("variable_assignments", Class::Words),
     ("command_substitution", Class::Descend),
@@ -100,8 +102,10 @@ pub struct Kinds {
     pub concatenation: u16,
     pub command_name: u16,
     pub comment: u16,
+    pub variable_assignment: u16,
     pub field_name: FieldId,
     pub field_argument: FieldId,
+    pub field_value: FieldId,
 }
 
 impl Kinds {
@@ -137,8 +141,10 @@ impl Kinds {
             concatenation: id("concatenation"),
             command_name: id("command_name"),
             comment: id("comment"),
+            variable_assignment: id("variable_assignment"),
             field_name: field("name"),
             field_argument: field("argument"),
+            field_value: field("value"),
         }
     }
 

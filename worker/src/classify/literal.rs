@@ -41,6 +41,42 @@ fn append_literal(node: Node, src: &str, out: &mut String) -> bool {
     }
 }
 
+/// The literal beginning of a word that expands at run time (`--to-command=` in
+/// `--to-command="$C"`): quotes removed and escapes applied up to the first expansion.
+pub fn literal_prefix(node: Node, src: &str) -> String {
+    let mut out = String::new();
+    append_prefix(node, src, &mut out);
+    out
+}
+
+/// Appends what is literal from the start of `node`; returns whether all of it was.
+fn append_prefix(node: Node, src: &str, out: &mut String) -> bool {
+    let kinds = kinds();
+    let kind = node.kind_id();
+    if kind == kinds.concatenation {
+        let mut cursor = node.walk();
+        let children: Vec<Node> = node.children(&mut cursor).collect();
+        children.into_iter().all(|c| append_prefix(c, src, out))
+    } else if kind == kinds.string {
+        let mut cursor = node.walk();
+        let children: Vec<Node> = node.named_children(&mut cursor).collect();
+        for child in children {
+            if child.kind_id() != kinds.string_content {
+                return false;
+            }
+            unescape_double_quoted(node_text(child, src), out);
+        }
+        true
+    } else {
+        let mut piece = String::new();
+        let whole = append_literal(node, src, &mut piece);
+        if whole {
+            out.push_str(&piece);
+        }
+        whole
+    }
+}
+
 fn strip_pair(text: &str, open: char, close: char) -> &str {
     let t = text.strip_prefix(open).unwrap_or(text);
     t.strip_suffix(close).unwrap_or(t)

@@ -3,6 +3,7 @@
 //! before its first side effect (the seed's `rm -rf build && cargo build`).
 
 mod gap;
+mod hidden;
 mod kinds;
 mod literal;
 pub mod matrix;

@@ -2,8 +2,9 @@
 //! turns each into a reason. Unknown syntax is never skipped silently: it makes the classifier
 //! unavailable for that script, which escalates.
 
+use super::hidden::{self, Hidden};
 use super::kinds::{kinds, may_hold_commands, Class};
-use super::literal::{has_glob, literal};
+use super::literal::{has_glob, literal, literal_prefix};
 use super::matrix::{Entry, Matrix};
 use super::options::{ClassifyOptions, CommandUse};
 use super::parse::{self, node_text, ParseError, MAX_SCRIPT_BYTES, PARSE_BUDGET};
@@ -24,16 +25,38 @@ const RESERVED: &[&str] = &[
     "in", "select", "function", "[[", "]]",
 ];
 
+const UNPARSED: &str = "a script that could not be parsed";
+
 const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "mksh", "ash"];
 
-/// Names whose arguments matter to classification (computed lazily: most commands need none).
-fn needs_args(base: &str) -> bool {
+/// Names whose arguments matter to classification (computed lazily: most commands need none);
+/// `text` is the command's text.
+fn needs_args<'s>(base: &str, text: impl FnOnce() -> &'s str) -> bool {
     SHELLS.contains(&base)
         || wrappers::is_wrapper(base)
+        || (hidden::runs_commands(base) && hidden::may_run(base, text()))
         || matches!(
             base,
             "eval" | "source" | "." | "find" | "python" | "python3" | "{" | "!"
         )
+}
+
+/// A command's arguments: `lit` as literal values (`None` where only known at run time), and
+/// `view`, the same for the tools that run commands but with a run-time argument's literal
+/// beginning kept (see [`hidden::RUN_TIME`]). Both have one entry per argument.
+#[derive(Clone, Copy)]
+struct Args<'a> {
+    lit: &'a [Option<String>],
+    view: &'a [Option<String>],
+}
+
+impl<'a> Args<'a> {
+    fn from(self, start: usize) -> Args<'a> {
+        Args {
+            lit: &self.lit[start..],
+            view: &self.view[start..],
+        }
+    }
 }
 
 /// Collects reasons across a script and all scripts nested in it.
@@ -93,7 +116,7 @@ impl<'o> Walker<'o> {
         }
         self.parsed_bytes += script.len();
         if self.parsed_bytes > MAX_PARSED_BYTES {
-            self.deny_mentions(script);
+            self.deny_mentions(script, UNPARSED);
             return self.add(Reason::ClassifierUnavailable {
                 detail: format!("nested scripts add up to more than {MAX_PARSED_BYTES} bytes"),
             });
@@ -109,13 +132,13 @@ impl<'o> Walker<'o> {
             }
 
             Err(ParseError::TooLarge(len)) => {
-                self.deny_mentions(script);
+                self.deny_mentions(script, UNPARSED);
                 return self.add(Reason::ClassifierUnavailable {
                     detail: format!("script is {len} bytes; the limit is {MAX_SCRIPT_BYTES}"),
                 });
             }
             Err(ParseError::TimedOut) => {
-                self.deny_mentions(script);
+                self.deny_mentions(script, UNPARSED);
                 return self.add(Reason::ParseFailed {
                     detail: format!("parsing took longer than {} ms", PARSE_BUDGET.as_millis()),
                 });
@@ -126,7 +149,7 @@ impl<'o> Walker<'o> {
         };
         let root = tree.root_node();
         if root.has_error() {
-            self.deny_mentions(script);
+            self.deny_mentions(script, UNPARSED);
             return self.add(Reason::ParseFailed {
                 detail: describe_error(root, script),
             });
@@ -141,6 +164,51 @@ impl<'o> Walker<'o> {
         let mut visible = functions.to_vec();
         collect_functions(root, script, &mut visible);
         self.walk(root, script, depth, &visible);
+        // Every assignment has a `=` (one memchr; most scripts have none).
+        if script.contains('=') && hidden::VARIABLES.iter().any(|v| script.contains(v)) {
+            self.variables(root, script, depth, &visible);
+        }
+    }
+
+    /// Variables that make a tool run something the command line does not show:
+    /// `TAR_OPTIONS='--to-command=git' tar -xf a.tar`, `BASH_ENV=f bash -c ls`, … Every
+    /// assignment to one, wherever it is (`X=v cmd`, `export X=v`, `env X=v cmd`), is classified
+    /// with the commands, since the script can use it later.
+    fn variables(&mut self, root: Node, src: &str, depth: usize, functions: &[String]) {
+        let kinds = kinds();
+        let mut found = Vec::new();
+        preorder(root, |node| {
+            let kind = node.kind_id();
+            if kind == kinds.variable_assignment {
+                let name = node.child_by_field_id(kinds.field_name.get());
+                let value = node.child_by_field_id(kinds.field_value.get());
+                if let Some(name) = name.map(|n| node_text(n, src)) {
+                    if hidden::VARIABLES.contains(&name) {
+                        let value = match value {
+                            Some(v) => literal(v, src),
+                            None => Some(String::new()),
+                        };
+                        found.extend(hidden::variable(name, value.as_deref()));
+                    }
+                }
+                return Visit::Skip;
+            }
+            if kind == kinds.word || kind == kinds.concatenation || kind == kinds.raw_string {
+                // `env TAR_OPTIONS=… tar`, `export 'BASH_ENV=…'`.
+                if let Some(word) = literal(node, src) {
+                    if let Some((name, value)) = word.split_once('=') {
+                        if hidden::VARIABLES.contains(&name) {
+                            found.extend(hidden::variable(name, Some(value)));
+                        }
+                    }
+                }
+                return Visit::Skip;
+            }
+            Visit::Children
+        });
+        for item in found {
+            self.hidden("the environment", item, depth, functions);
+        }
     }
 
     fn walk(&mut self, root: Node, src: &str, depth: usize, functions: &[String]) {
@@ -168,10 +236,16 @@ impl<'o> Walker<'o> {
                 if let Some(keyword) = node.child(0) {
                     self.lookup(keyword.kind());
                 }
+                self.evaluated_strings(node, src, depth, functions);
                 may_hold_commands(node_text(node, src))
             }
             Class::UnsetCommand => {
                 self.lookup("unset");
+                self.evaluated_strings(node, src, depth, functions);
+                may_hold_commands(node_text(node, src))
+            }
+            Class::TestCommand => {
+                self.evaluated_strings(node, src, depth, functions);
                 may_hold_commands(node_text(node, src))
             }
             Class::HeredocRedirect => {
@@ -218,22 +292,44 @@ impl<'o> Walker<'o> {
             }
         };
         let base = basename(&name);
-        let args: Vec<Option<String>> = if needs_args(base) || self.opts.policy.rule.is_some() {
+        if !(self.opts.policy.rule.is_some() || needs_args(base, || node_text(node, src))) {
+            let none = Args {
+                lit: &[],
+                view: &[],
+            };
+            return self.words(&name, none, Some(node), src, depth, functions);
+        }
+        let mut cursor = node.walk();
+        let lit: Vec<Option<String>> = node
+            .children_by_field_id(kinds.field_argument, &mut cursor)
+            .map(|arg| literal(arg, src))
+            .collect();
+        // The tools that run commands also get the literal beginning of run-time arguments.
+        let view: Option<Vec<Option<String>>> = lit.contains(&None).then(|| {
             let mut cursor = node.walk();
             node.children_by_field_id(kinds.field_argument, &mut cursor)
-                .map(|arg| literal(arg, src))
+                .zip(&lit)
+                .map(|(arg, l)| match l {
+                    Some(text) => Some(text.clone()),
+                    None => {
+                        let prefix = literal_prefix(arg, src);
+                        (!prefix.is_empty()).then(|| format!("{prefix}{}", hidden::RUN_TIME))
+                    }
+                })
                 .collect()
-        } else {
-            Vec::new()
+        });
+        let args = Args {
+            lit: &lit,
+            view: view.as_deref().unwrap_or(&lit),
         };
-        self.words(&name, &args, Some(node), src, depth, functions);
+        self.words(&name, args, Some(node), src, depth, functions);
     }
 
     /// Classifies one command given as words: a name and its (literal or run-time) arguments.
     fn words(
         &mut self,
         name: &str,
-        args: &[Option<String>],
+        all: Args,
         node: Option<Node>,
         src: &str,
         depth: usize,
@@ -244,6 +340,7 @@ impl<'o> Walker<'o> {
                 command: String::new(),
             });
         }
+        let args = all.lit;
         let base = basename(name);
         let is_path = name.contains('/');
         if is_path {
@@ -263,10 +360,10 @@ impl<'o> Walker<'o> {
         match base {
             // tree-sitter-bash reads `! { cmd; }` as a command named `{` with `cmd` as its first
             // argument (and `! ! cmd` as a command named `!`), and the closing `}` as a command.
-            "{" | "!" if !is_path => self.inner(base, args, node, src, depth, functions),
+            "{" | "!" if !is_path => self.inner(base, all, node, src, depth, functions),
             "}" if !is_path => {}
             b if !is_path && RESERVED.contains(&b) => {
-                self.deny_mentions(node.map_or(name, |n| node_text(n, src)));
+                self.deny_mentions(node.map_or(name, |n| node_text(n, src)), UNPARSED);
                 self.add(Reason::ClassifierUnavailable {
                     detail: format!("tree-sitter-bash read the reserved word `{b}` as a command"),
                 });
@@ -300,7 +397,11 @@ impl<'o> Walker<'o> {
             "find" => {
                 self.lookup("find");
                 for (start, end) in wrappers::find_exec_commands(args) {
-                    self.inner(base, &args[start..end], node, src, depth, functions);
+                    let words = Args {
+                        lit: &all.lit[start..end],
+                        view: &all.view[start..end],
+                    };
+                    self.inner(base, words, node, src, depth, functions);
                 }
             }
             "python" | "python3" => {
@@ -314,11 +415,18 @@ impl<'o> Walker<'o> {
                     }
                 }
             }
+            t if hidden::runs_commands(t) => {
+                self.lookup(t);
+                let stdin = || node.and_then(|n| stdin_script(n, src));
+                for found in hidden::find(t, all.view, &stdin) {
+                    self.hidden(t, found, depth, functions);
+                }
+            }
             w if wrappers::is_wrapper(w) => {
                 self.lookup(w);
                 match wrappers::inner_command(w, args) {
                     Inner::None => {}
-                    Inner::At(i) => self.inner(w, &args[i..], node, src, depth, functions),
+                    Inner::At(i) => self.inner(w, all.from(i), node, src, depth, functions),
                     Inner::Dynamic => self.add(Reason::DynamicCommand {
                         command: w.to_string(),
                         detail: "the wrapped command is only known at run time".into(),
@@ -334,21 +442,86 @@ impl<'o> Walker<'o> {
     fn inner(
         &mut self,
         wrapper: &str,
-        words: &[Option<String>],
+        words: Args,
         node: Option<Node>,
         src: &str,
         depth: usize,
         functions: &[String],
     ) {
-        match words.first() {
+        match words.lit.first() {
             Some(Some(name)) if !has_glob(name) => {
-                self.words(name, &words[1..], node, src, depth, functions)
+                self.words(name, words.from(1), node, src, depth, functions)
             }
             Some(_) => self.add(Reason::DynamicCommand {
                 command: wrapper.to_string(),
                 detail: "the wrapped command is only known at run time".into(),
             }),
             None => {}
+        }
+    }
+
+    /// Quoted text that bash evaluates as arithmetic, which expands `$(…)` and backquotes: array
+    /// subscripts in the names `unset`, `declare` and `local` take (`unset 'a[$(git)]'`),
+    /// `declare -i` values, `[[ -v NAME ]]` and `[[ … -eq … ]]` operands. Any quoted string under
+    /// `node` holding a substitution is classified as the argument of `:`, which may escalate an
+    /// `export X='$(…)'` or `[[ $x == '$(…)' ]]` that bash would leave alone.
+    fn evaluated_strings(&mut self, node: Node, src: &str, depth: usize, functions: &[String]) {
+        let text = node_text(node, src);
+        // Not `$(`: quoting can split it (`'a[$''(git)]'`), but not hide the `$`. Unquoted
+        // substitutions are parsed as such, and the walk finds their commands.
+        if !text.contains(['$', '`']) || !text.contains(['\'', '"', '\\']) {
+            return;
+        }
+        let kinds = kinds();
+        let mut found = Vec::new();
+        preorder(node, |n| {
+            let kind = n.kind_id();
+            let word_like = [
+                kinds.concatenation,
+                kinds.raw_string,
+                kinds.string,
+                kinds.word,
+            ];
+            if word_like.contains(&kind) {
+                if let Some(value) = literal(n, src) {
+                    if value.contains("$(") || value.contains('`') {
+                        found.push(value);
+                    }
+                }
+                Visit::Skip
+            } else {
+                Visit::Children
+            }
+        });
+        for value in found {
+            self.script(&format!(": {value}"), depth + 1, functions);
+        }
+    }
+
+    /// A command `tool` runs from its arguments (`awk 'BEGIN{system("git")}'`, `sed '1e git'`, …).
+    fn hidden(&mut self, tool: &str, found: Hidden, depth: usize, functions: &[String]) {
+        match found {
+            Hidden::Shell(script) => self.script(&script, depth + 1, &[]),
+            Hidden::SameShell(script) => self.script(&script, depth + 1, functions),
+            Hidden::Program(name) => {
+                let none = Args {
+                    lit: &[],
+                    view: &[],
+                };
+                self.words(&name, none, None, "", depth + 1, &[])
+            }
+            Hidden::Dynamic { detail, fragments } => {
+                self.add(Reason::DynamicCommand {
+                    command: tool.to_string(),
+                    detail,
+                });
+                for fragment in fragments {
+                    self.deny_mentions(&fragment, "a command only known at run time");
+                }
+            }
+            Hidden::Opaque(command) => self.add(Reason::OpaqueScript {
+                command: clip(&command),
+            }),
         }
     }
 
@@ -416,19 +589,19 @@ impl<'o> Walker<'o> {
         }
     }
 
-    /// Fails closed for scripts that could not be parsed: any word naming a denied command refuses,
-    /// since escalating would run it on the next tier.
-    fn deny_mentions(&mut self, script: &str) {
+    /// Fails closed for text the walk cannot read as commands (a script that could not be parsed,
+    /// the visible part of a command only known at run time): any word naming a denied command
+    /// refuses, since escalating would run it on the next tier.
+    fn deny_mentions(&mut self, text: &str, in_what: &str) {
         if self.opts.policy.deny_commands.is_empty() {
             return;
         }
-        let words = script.split(|c: char| c.is_whitespace() || "|&;()<>{}`$\"'=\\".contains(c));
-        for word in words.filter(|w| !w.is_empty()) {
+        for word in hidden::words(text) {
             let base = basename(word);
             if self.is_denied(base) {
                 self.add(Reason::PolicyBlocked {
                     command: base.to_string(),
-                    rule: "denyCommands (named in a script that could not be parsed)".into(),
+                    rule: format!("denyCommands (named in {in_what})"),
                 });
             }
         }

@@ -1,0 +1,485 @@
+//! Attack: commands hidden inside Tier-0 tools (issue 12, failure 5). With `--deny git`,
+//! `awk 'BEGIN{system("git --version")}'` classified as `tier0`; on Tier-0 it printed
+//! `sh: 1: git: not found`, the emulation-gap back-stop retried it on Tier-1, and git ran there.
+//! The same held for `sed '1e git'`, `tar --checkpoint-action=exec=git`, sqlite3's `.shell git`,
+//! and every other Tier-0 tool feature that runs a command named in its arguments.
+//!
+//! Classification now reads those features, so the policy and the escalation decision apply
+//! before anything runs, whatever the script does to its stderr. For each vector: with
+//! `denyCommands: ["git"]` the script is refused (`policy-blocked git`), and without a policy it
+//! escalates (`needs-real-exec git`). A command only known at run time is `dynamic-command`; a
+//! program read from a file is `opaque-script`; ordinary uses of the same tools stay `tier0`.
+
+use kube_harness_worker::classify::{
+    classify, Classification, ClassifyOptions, Decision, RealExecReason, Reason, Toggle,
+};
+
+fn classify_with(script: &str, deny: &[&str]) -> Classification {
+    let mut options = ClassifyOptions::default();
+    options.policy.deny_commands = deny.iter().map(|d| d.to_string()).collect();
+    classify(script, &options)
+}
+
+/// Refused with `policy-blocked git` under `--deny git`, and escalated with
+/// `needs-real-exec git (version-control)` without a policy.
+fn assert_git_is_seen(script: &str) {
+    let denied = classify_with(script, &["git"]);
+    assert_eq!(denied.decision, Decision::Refuse, "{script}: {denied:?}");
+    let blocked = Reason::PolicyBlocked {
+        command: "git".into(),
+        rule: "denyCommands".into(),
+    };
+    assert!(denied.reasons.contains(&blocked), "{script}: {denied:?}");
+
+    let open = classify_with(script, &[]);
+    assert_eq!(open.decision, Decision::Escalate, "{script}: {open:?}");
+    let needs = Reason::NeedsRealExec {
+        command: "git".into(),
+        reason: RealExecReason::VersionControl,
+    };
+    assert!(open.reasons.contains(&needs), "{script}: {open:?}");
+}
+
+/// Escalated as `dynamic-command` naming `tool`, under `--deny git` too (the command is unknown).
+fn assert_dynamic(script: &str, tool: &str) {
+    for deny in [&[][..], &["git"][..]] {
+        let got = classify_with(script, deny);
+        assert_eq!(got.decision, Decision::Escalate, "{script}: {got:?}");
+        let dynamic = got
+            .reasons
+            .iter()
+            .any(|r| matches!(r, Reason::DynamicCommand { command, .. } if command == tool));
+        assert!(dynamic, "{script}: {got:?}");
+    }
+}
+
+/// Escalated as `opaque-script` with this description.
+fn assert_opaque(script: &str, what: &str) {
+    let got = classify_with(script, &["git"]);
+    assert_eq!(got.decision, Decision::Escalate, "{script}: {got:?}");
+    let opaque = Reason::OpaqueScript {
+        command: what.into(),
+    };
+    assert!(got.reasons.contains(&opaque), "{script}: {got:?}");
+}
+
+fn assert_tier0(script: &str) {
+    let got = classify_with(script, &["git"]);
+    assert_eq!(got.decision, Decision::Tier0, "{script}: {got:?}");
+}
+
+// ---- awk / gawk / mawk ----
+
+#[test]
+fn awk_system_runs_git() {
+    assert_git_is_seen(r#"awk 'BEGIN{system("git --version")}'"#);
+}
+
+#[test]
+fn awk_system_with_stderr_hidden_and_a_forged_emulation_gap() {
+    // The exact shape of the reported bypass: nothing on stderr names git, and the forged line
+    // names a harmless command for the back-stop to retry.
+    let script =
+        r#"awk 'BEGIN{system("git 2>/dev/null")}'; echo 'bash: jq: command not found' >&2"#;
+    assert_git_is_seen(script);
+}
+
+#[test]
+fn awk_print_pipes_into_git() {
+    assert_git_is_seen(r#"awk '{ print $0 | "git hash-object --stdin" }' /session/f"#);
+    assert_git_is_seen(r#"awk '{ printf "%s\n", $1 | "git apply" }' /session/f"#);
+}
+
+#[test]
+fn awk_getline_reads_from_git() {
+    assert_git_is_seen(r#"awk 'BEGIN { "git rev-parse HEAD" | getline h; print h }'"#);
+    assert_git_is_seen(
+        r#"awk 'BEGIN { while (("git log --oneline" | getline l) > 0) n++; print n }'"#,
+    );
+}
+
+#[test]
+fn gawk_coprocess_runs_git() {
+    assert_git_is_seen(r#"gawk 'BEGIN { print "x" |& "git hash-object --stdin"; close("git") }'"#);
+    assert_git_is_seen(r#"gawk 'BEGIN { "git status" |& getline s }'"#);
+}
+
+#[test]
+fn awk_command_name_spelled_with_escapes() {
+    assert_git_is_seen(r#"awk 'BEGIN{system("g\151t status")}'"#);
+    assert_git_is_seen(r#"gawk 'BEGIN{system("\x67it status")}'"#);
+    assert_git_is_seen(r#"awk 'BEGIN{system("gi" "t status")}'"#);
+}
+
+#[test]
+fn awk_program_given_as_an_option_runs_git() {
+    assert_git_is_seen(r#"gawk -e 'BEGIN{system("git")}'"#);
+    assert_git_is_seen(r#"gawk --source='BEGIN{system("git")}'"#);
+    assert_git_is_seen(r#"gawk -W source='BEGIN{system("git")}'"#);
+    assert_git_is_seen(r#"awk -F, -v x=1 -- 'BEGIN{system("git")}' /session/f"#);
+}
+
+#[test]
+fn awk_hidden_behind_a_regexp_that_looks_like_a_string() {
+    // After an `if (…)` condition a `/` starts a regexp (gawk), so its `"` opens no string.
+    assert_git_is_seen(r#"awk '{ if (1) /"/; system("git status") }'"#);
+}
+
+#[test]
+fn awk_run_through_wrappers_and_find() {
+    assert_git_is_seen(r#"find . -name x -exec awk 'BEGIN{system("git")}' \;"#);
+    assert_git_is_seen(r#"ls | xargs awk '{ print | "git" }'"#);
+    assert_git_is_seen(r#"timeout 5 /usr/bin/awk 'BEGIN{system("git")}'"#);
+    assert_git_is_seen(r#"bash -c 'awk "BEGIN{system(\"git\")}"'"#);
+}
+
+#[test]
+fn awk_run_time_commands_are_dynamic() {
+    assert_dynamic(r#"awk '{ system($0) }' cmds.txt"#, "awk");
+    assert_dynamic(r#"awk -v c=git 'BEGIN { system(c) }'"#, "awk");
+    assert_dynamic(r#"awk '{ print | $2 }' f"#, "awk");
+    assert_dynamic(r#"awk "BEGIN{system(\"$CMD\")}""#, "awk");
+    assert_dynamic(r#"awk "$PROG" f"#, "awk");
+    assert_dynamic(r#"gawk 'BEGIN { f = "system"; @f("git") }'"#, "gawk");
+}
+
+#[test]
+fn awk_run_time_command_naming_a_denied_command_is_refused() {
+    let script = r#"awk '{ system("git add " $1) }' files.txt"#;
+    let denied = classify_with(script, &["git"]);
+    assert_eq!(denied.decision, Decision::Refuse, "{denied:?}");
+    assert!(denied.reasons.contains(&Reason::PolicyBlocked {
+        command: "git".into(),
+        rule: "denyCommands (named in a command only known at run time)".into(),
+    }));
+    let open = classify_with(script, &[]);
+    assert_eq!(open.decision, Decision::Escalate, "{open:?}");
+    assert!(open.reasons.contains(&Reason::DynamicCommand {
+        command: "awk".into(),
+        detail: "awk system() with a command only known at run time".into(),
+    }));
+}
+
+#[test]
+fn awk_program_files_and_extensions_are_opaque() {
+    assert_opaque("awk -f prog.awk data.txt", "awk -f prog.awk");
+    assert_opaque("gawk --file=prog.awk", "gawk -f prog.awk");
+    assert_opaque(
+        "gawk -i inplace '{ sub(/a/, \"b\") } 1' f",
+        "gawk --include inplace",
+    );
+    assert_opaque("gawk -l ./ext.so 'BEGIN{}'", "gawk --load ./ext.so");
+    assert_opaque(
+        r#"gawk '@include "lib.awk"; BEGIN { f() }'"#,
+        "awk @include lib.awk",
+    );
+}
+
+#[test]
+fn awk_hidden_python_obeys_the_python_toggle() {
+    let mut options = ClassifyOptions::default();
+    options.runtime.python = false;
+    let got = classify(r#"awk 'BEGIN{system("python3 -c 1")}'"#, &options);
+    assert_eq!(got.decision, Decision::Escalate, "{got:?}");
+    assert!(got.reasons.contains(&Reason::CapabilityDisabled {
+        command: "python3".into(),
+        toggle: Toggle::Python,
+    }));
+}
+
+// ---- sed ----
+
+#[test]
+fn sed_e_command_runs_git() {
+    assert_git_is_seen("sed '1e git --version' /session/f");
+    assert_git_is_seen("sed -n -e p -e '$e git status' /session/f");
+    assert_git_is_seen("sed --expression='/x/{e git log\n}' /session/f");
+}
+
+#[test]
+fn sed_s_e_flag_runs_git() {
+    assert_git_is_seen("echo x | sed 's/.*/git --version/e'");
+    assert_git_is_seen("echo x | sed 's|^.*$|git status|ge'");
+}
+
+#[test]
+fn sed_run_time_commands_are_dynamic() {
+    assert_dynamic("sed e cmds.txt", "sed");
+    assert_dynamic("sed 's/^/echo /e' f", "sed");
+    assert_dynamic(r#"sed "$SCRIPT" f"#, "sed");
+    assert_dynamic(r#"sed -e "1e $CMD" f"#, "sed");
+    let denied = classify_with("echo x | sed 's/x/git status/e'", &["git"]);
+    assert_eq!(denied.decision, Decision::Refuse, "{denied:?}");
+}
+
+#[test]
+fn sed_script_file_is_opaque() {
+    assert_opaque("sed -f edit.sed f", "sed -f edit.sed");
+    assert_opaque("sed --file=edit.sed -i f", "sed -f edit.sed");
+}
+
+// ---- tar ----
+
+#[test]
+fn tar_checkpoint_action_exec_runs_git() {
+    assert_git_is_seen("tar -cf /tmp/x.tar --checkpoint=1 --checkpoint-action=exec=git .");
+    assert_git_is_seen("tar -cf /tmp/x.tar --checkpoint-act=exec='git status' .");
+}
+
+#[test]
+fn tar_to_command_runs_git() {
+    assert_git_is_seen("tar -xf a.tar --to-command='git apply'");
+    assert_git_is_seen("tar -xf a.tar --to-command git");
+}
+
+#[test]
+fn tar_compress_program_runs_git() {
+    assert_git_is_seen("tar -I git -cf x.tar .");
+    assert_git_is_seen("tar -cvIgit -f x.tar .");
+    assert_git_is_seen("tar --use-compress-program='git hash-object' -cf x.tar .");
+    assert_git_is_seen("tar cIf git x.tar .");
+}
+
+#[test]
+fn tar_volume_scripts_run_git() {
+    assert_git_is_seen("tar -F git -cf x.tar .");
+    assert_git_is_seen("tar --info-script=git -cf x.tar .");
+    assert_git_is_seen("tar --new-volume-script git -cf x.tar .");
+}
+
+#[test]
+fn tar_remote_shell_runs_git() {
+    assert_git_is_seen("tar --rsh-command=/usr/bin/git -cf host:x.tar .");
+    assert_git_is_seen("tar --rmt-command=git -cf host:x.tar .");
+}
+
+#[test]
+fn tar_remote_archive_starts_the_remote_shell() {
+    let got = classify_with("tar -czf backup:2024.tgz .", &[]);
+    assert_eq!(got.decision, Decision::Escalate, "{got:?}");
+    assert!(got.reasons.contains(&Reason::UnknownCommand {
+        command: "rsh".into()
+    }));
+    assert_tier0("tar --force-local -czf backup:2024.tgz .");
+}
+
+#[test]
+fn tar_run_time_command_is_dynamic() {
+    assert_dynamic(r#"tar -xf a.tar --to-command="$C""#, "tar");
+    assert_dynamic(r#"tar -xf a.tar --to-command=$C"#, "tar");
+    assert_dynamic(r#"tar -I "$Z" -cf x.tar ."#, "tar");
+    assert_dynamic(r#"tar -I"$Z" -cf x.tar ."#, "tar");
+    assert_dynamic(
+        r#"timeout 9 tar --checkpoint-action="exec=$C" -cf x.tar ."#,
+        "tar",
+    );
+    assert_dynamic(r#"sort --compress-program="$P" f"#, "sort");
+    assert_dynamic(r#"split --filter="$F" f"#, "split");
+    assert_dynamic(r#"gawk --source="$P""#, "gawk");
+    assert_dynamic(r#"sed --expression="1e $C" f"#, "sed");
+}
+
+// ---- sqlite3 ----
+
+#[test]
+fn sqlite_shell_and_system_run_git() {
+    assert_git_is_seen("sqlite3 /session/app.db '.shell git --version'");
+    assert_git_is_seen("sqlite3 :memory: '.system git status'");
+    assert_git_is_seen("sqlite3 :memory: '.sh git status'");
+}
+
+#[test]
+fn sqlite_output_pipes_run_git() {
+    assert_git_is_seen("sqlite3 :memory: '.once |git hash-object --stdin' 'select 1'");
+    assert_git_is_seen("sqlite3 :memory: \".output '|git apply'\" 'select 1'");
+    assert_git_is_seen("sqlite3 :memory: \".read '|git show HEAD:q.sql'\"");
+    assert_git_is_seen("sqlite3 :memory: \".import --csv '|git log' t\"");
+}
+
+#[test]
+fn sqlite_cmd_option_runs_git() {
+    assert_git_is_seen("sqlite3 -cmd '.shell git' /session/app.db 'select 1'");
+}
+
+#[test]
+fn sqlite_heredoc_runs_git() {
+    assert_git_is_seen("sqlite3 /session/app.db <<'EOF'\nselect 1;\n.shell git status\nEOF");
+    assert_git_is_seen("sqlite3 /session/app.db <<< '.system git'");
+}
+
+#[test]
+fn sqlite_edit_function_runs_git() {
+    assert_git_is_seen("sqlite3 :memory: \"select edit('x', 'git commit -F')\"");
+}
+
+#[test]
+fn sqlite_run_time_commands_are_dynamic() {
+    assert_dynamic(r#"sqlite3 db "$SQL""#, "sqlite3");
+    assert_dynamic("sqlite3 db <<EOF\n.shell $CMD\nEOF", "sqlite3");
+    assert_dynamic("sqlite3 db \"select edit(body) from notes\"", "sqlite3");
+}
+
+#[test]
+fn sqlite_files_extensions_and_piped_commands_are_opaque() {
+    assert_opaque("sqlite3 db '.read schema.sql'", "sqlite3 .read schema.sql");
+    assert_opaque(
+        "sqlite3 -init setup.sql db 'select 1'",
+        "sqlite3 -init setup.sql",
+    );
+    assert_opaque("sqlite3 db '.load ./ext.so'", "sqlite3 .load ./ext.so");
+    assert_opaque(
+        "sqlite3 db \"select load_extension('./x')\"",
+        "sqlite3 load_extension()",
+    );
+    assert_opaque("sqlite3 db < dump.sql", "sqlite3 (commands on stdin)");
+    assert_opaque(
+        "echo '.shell git' | sqlite3 db",
+        "sqlite3 (commands on stdin)",
+    );
+}
+
+// ---- sort, split, ripgrep ----
+
+#[test]
+fn sort_compress_program_runs_git() {
+    assert_git_is_seen("sort --compress-program=git -S 1k big.txt");
+    assert_git_is_seen("sort --compress git big.txt");
+    // Quoting cannot hide the option from the classifier (the walk only skips `sort` arguments
+    // whose text has fewer than two `-`).
+    assert_git_is_seen(r#"sort -\-compress-program=git big.txt"#);
+    assert_git_is_seen(r#"sort -"-"compress-program=git big.txt"#);
+}
+
+#[test]
+fn split_filter_runs_git() {
+    assert_git_is_seen("split -l 1 --filter='git hash-object --stdin' f");
+}
+
+#[test]
+fn ripgrep_preprocessor_runs_git() {
+    assert_git_is_seen("rg --pre git pattern .");
+    assert_git_is_seen("rg --pre=/usr/bin/git pattern .");
+}
+
+// ---- bash builtins that evaluate code they are given ----
+
+#[test]
+fn trap_action_runs_git() {
+    assert_git_is_seen("trap 'git status' EXIT; ls");
+    assert_git_is_seen("trap -- 'git stash' INT TERM");
+}
+
+#[test]
+fn alias_hash_and_mapfile_run_git() {
+    assert_git_is_seen("shopt -s expand_aliases; alias ll='git log'");
+    assert_git_is_seen("hash -p /usr/bin/git ls; ls");
+    assert_git_is_seen("mapfile -t -C 'git status' -c 1 lines < f");
+}
+
+#[test]
+fn array_subscripts_evaluated_by_builtins_run_git() {
+    assert_git_is_seen("a=(1); unset 'a[$(git status)]'");
+    assert_git_is_seen("let 'x=a[`git status`]'");
+    assert_git_is_seen("printf -v 'a[$(git status)]' %s x");
+    assert_git_is_seen("read 'a[$(git status)]' <<< x");
+    // Quoting split inside `$(` does not hide it.
+    assert_git_is_seen("unset 'a[$''(git status)]'");
+    assert_git_is_seen("declare -i n='a[$''(git status)]'");
+}
+
+#[test]
+fn array_subscripts_in_declarations_and_tests_run_git() {
+    assert_git_is_seen("declare -i n='a[$(git status)]'");
+    assert_git_is_seen("declare 'a[$(git status)]=1'");
+    assert_git_is_seen("f() { local 'b[$(git status)]=1'; }; f");
+    assert_git_is_seen("[[ -v 'a[$(git status)]' ]]");
+    assert_git_is_seen("[[ 'a[$(git status)]' -eq 0 ]]");
+}
+
+#[test]
+fn builtin_loading_a_shared_object_is_opaque() {
+    assert_opaque("enable -f ./evil.so evil; evil", "enable -f ./evil.so");
+}
+
+// ---- ordinary uses stay on Tier-0 ----
+
+#[test]
+fn ordinary_uses_of_the_same_tools_stay_on_tier0() {
+    for script in [
+        "awk 'BEGIN { x = 1 }'",
+        "awk '{print $1}' data.txt",
+        "awk '{print $1}' data.txt | sort",
+        "awk -F'|' '{print $2}' table.md",
+        r#"awk '{ printf "| %s | %s |\n", $1, $2 }' f"#,
+        r#"awk '{ print "system" }' f"#,
+        "awk '/system/ { n++ } END { print n }' /var/log/syslog",
+        "awk 'NR > 1 || /x|y/ { print }' f",
+        "awk '{ a = $1 / 2; b = $2 / 4 } END { print a \"|\" b }' f",
+        r#"awk 'BEGIN { while (("date" | getline d) > 0) print d }'"#,
+        r#"awk '{ print | "sort -u" }' f"#,
+        "grep -c system /var/log/syslog",
+        "sed 's/e/x/' f",
+        "sed -e 's/a/b/' f",
+        "sed -i.bak 's/foo/bar/g' f",
+        "sed -n '/error/p' log.txt",
+        "sed ':a;N;$!ba;s/\\n/ /g' f",
+        "sed '1i\\\nheader line' f",
+        "sed 'w /dev/stderr' f",
+        "sed '/start/,/end/{/e/d}' f",
+        "sed '1e date' f",
+        "tar -xzf a.tgz",
+        "tar -czf /artifacts/session.tgz -C /session .",
+        "tar xzf archive.tgz -C out",
+        "tar -cf x.tar --checkpoint=100 --checkpoint-action=dot .",
+        "sqlite3 db 'select 1'",
+        "sqlite3 -json /session/app.db 'select * from users limit 5'",
+        "sqlite3 /session/app.db '.tables' '.schema users'",
+        "sqlite3 db \"update notes set edited = 1 where credit > 0\"",
+        "sqlite3 db <<'EOF'\n.mode csv\nselect 1;\nEOF",
+        "sqlite3 db '.once out.txt' 'select 1'",
+        "sort -u -k2 names.txt",
+        "split -l 100 big.txt part_",
+        "rg -n 'fn main' --type rust",
+        "rg --pre-glob '*.pdf' x",
+        "trap 'rm -f /tmp/x' EXIT; touch /tmp/x",
+        "cleanup() { rm -rf /tmp/w; }; trap cleanup EXIT",
+        "trap - EXIT",
+        "alias ll='ls -l'",
+        "unset 'a[1]' x",
+        "printf -v out '%s' \"$(date)\"",
+        "printf '%s\\n' '$(not run)'",
+        "read -r line < f",
+        "declare -i n=0; local x='plain'",
+        "[[ -v a[1] ]] && [[ $n -eq 1 ]]",
+        "tar -czf \"$OUT\" -C \"$DIR\" .",
+        "sort -k2 \"$f\"",
+    ] {
+        assert_tier0(script);
+    }
+}
+
+// ---- variables that change what a tool runs ----
+
+#[test]
+fn tar_options_variable_runs_git() {
+    assert_git_is_seen("TAR_OPTIONS='--to-command=git apply' tar -xf a.tar");
+    assert_git_is_seen("export TAR_OPTIONS=--checkpoint-action=exec=git; tar -cf x.tar .");
+    assert_git_is_seen("env TAR_OPTIONS=-Igit tar -cf x.tar .");
+}
+
+#[test]
+fn xtrace_prompt_runs_git() {
+    assert_git_is_seen("PS4='+ $(git status) '; set -x; ls");
+}
+
+#[test]
+fn start_up_and_config_files_named_by_variables_are_opaque() {
+    assert_opaque(
+        "BASH_ENV=/session/e.sh bash -c ls",
+        "BASH_ENV=/session/e.sh (bash runs it at start-up)",
+    );
+    assert_opaque(
+        "export RIPGREP_CONFIG_PATH=/session/rgrc; rg x",
+        "RIPGREP_CONFIG_PATH=/session/rgrc (rg reads options from it)",
+    );
+}
