@@ -44,11 +44,33 @@ pub const START_UP_CODE: &[&str] = &[
     "NODE_OPTIONS",
     "PYTHONSTARTUP",
     "PYTHONINSPECT",
+    // programs or options that other tools run or apply on their own: tar's default options
+    // (`--to-command`), ripgrep's config file (`--pre`), editors and pagers (sqlite3's edit(),
+    // git on Tier-1), git's ssh, askpass, proxy and diff helpers
+    "TAR_OPTIONS",
+    "RIPGREP_CONFIG_PATH",
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
+    "MANPAGER",
+    "SSH_ASKPASS",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_PAGER",
+    "GIT_EDITOR",
+    "GIT_SEQUENCE_EDITOR",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_ASKPASS",
+    "GIT_PROXY_COMMAND",
+    "GIT_CONFIG_PARAMETERS",
 ];
 
 /// Prefixes with the same effect: exported shell functions (`BASH_FUNC_name%%`, run whenever the
-/// name is called) and every dynamic-loader variable (`LD_PRELOAD`, `LD_AUDIT`, `LD_LIBRARY_PATH`…).
-pub const START_UP_CODE_PREFIXES: &[&str] = &["BASH_FUNC_", "LD_"];
+/// name is called), every dynamic-loader variable (`LD_PRELOAD`, `LD_AUDIT`, `LD_LIBRARY_PATH`…),
+/// and git's configuration from the environment:
+/// `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n` set any git option (`core.pager`,
+/// `alias.x=!cmd`).
+pub const START_UP_CODE_PREFIXES: &[&str] = &["BASH_FUNC_", "LD_", "GIT_CONFIG_"];
 
 /// Whether an exported variable crosses to the next command: not tier-owned, not start-up code.
 pub fn carried(name: &str) -> bool {
