@@ -54,13 +54,7 @@ const POD: &str = "t1-attack";
 const WORKER_TOKEN: &str = "worker-token-attack";
 
 /// The tests that measure the process's peak memory run one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// `VmHWM` of this process, in bytes.
 fn peak_rss() -> u64 {
@@ -231,7 +225,7 @@ fn leftovers(dir: &Path) -> Vec<String> {
 /// limit, nothing of it is applied, the dispose reports it, the sandbox is still ended, no
 /// spool is left, and neither the bytes pulled nor the peak memory come near what was offered.
 async fn oversized_changes(attack: Attack) {
-    let _one = serial();
+    let _one = SERIAL.lock().await;
     let agent_root = workspace_root();
     let spool = tempfile::tempdir().unwrap();
     let (peer, url) = peer(attack, agent_root.path()).await;
@@ -302,7 +296,7 @@ async fn a_change_archive_declared_over_the_limit_is_refused_unread() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_exec_answer_from_the_agent_is_refused_not_buffered() {
-    let _one = serial();
+    let _one = SERIAL.lock().await;
     let agent_root = workspace_root();
     let spool = tempfile::tempdir().unwrap();
     let (peer, url) = peer(Attack::ExecAnswer, agent_root.path()).await;
