@@ -448,9 +448,20 @@ async fn the_worker_api_answers_413_to_oversized_json_and_serves_the_next_reques
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_answers_413_to_oversized_archives_and_json_and_serves_the_next_request() {
     let root = workspace_root();
+    // The agent's own temp dir, where its spools go: nothing may stay there.
+    let tmp = tempfile::tempdir().unwrap();
     let agent = tokio::task::spawn_blocking({
         let root = root.path().to_path_buf();
-        move || spawn_agent(&root, &[("KH_TEST_AGENT_MAX_ARCHIVE", &LIMIT.to_string())])
+        let tmp = tmp.path().to_str().unwrap().to_string();
+        move || {
+            spawn_agent(
+                &root,
+                &[
+                    ("KH_TEST_AGENT_MAX_ARCHIVE", &LIMIT.to_string()),
+                    ("TMPDIR", &tmp),
+                ],
+            )
+        }
     })
     .await
     .unwrap();
@@ -493,10 +504,17 @@ async fn the_agent_answers_413_to_oversized_archives_and_json_and_serves_the_nex
             "refused archives leave the agent unbound and serving"
         );
     }
-    let spools: Vec<_> = std::fs::read_dir(root.path().join("session"))
+    let scratch: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(scratch.len(), 1, "the agent's scratch dir: {scratch:?}");
+    let spools: Vec<_> = std::fs::read_dir(&scratch[0]).unwrap().collect();
+    assert!(spools.is_empty(), "partial spools left behind: {spools:?}");
+    let placed: Vec<_> = std::fs::read_dir(root.path().join("session"))
         .unwrap()
         .collect();
-    assert!(spools.is_empty(), "{spools:?}");
+    assert!(placed.is_empty(), "{placed:?}");
 }
 
 // ---------------------------------------------------------------------------------------------

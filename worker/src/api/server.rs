@@ -125,13 +125,16 @@ async fn readyz(State(worker): State<Arc<Worker>>) -> Response {
 /// A request task that panicked outside the runtime (which `Worker` catches itself): what it
 /// held is unknown, so the worker is marked broken for good and says so, rather than answering
 /// 500 now and whatever that state causes later.
+/// (A task that was cancelled, not panicked, means the runtime is shutting down.)
 fn task_failed(worker: &Worker, what: &str, e: &tokio::task::JoinError) -> Refusal {
-    let why = if e.is_panic() {
-        format!("the {what} task panicked")
-    } else {
-        format!("the {what} task was cancelled")
-    };
-    let broken = Broken::Worker(why);
+    if !e.is_panic() {
+        return Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            code::SHUTTING_DOWN,
+            format!("the {what} task was cancelled: the worker is shutting down"),
+        );
+    }
+    let broken = Broken::Worker(format!("the {what} task panicked"));
     tracing::error!("{}", broken.reason());
     worker.set_broken(broken);
     worker

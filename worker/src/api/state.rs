@@ -307,9 +307,6 @@ impl Worker {
         let timeout = req.timeout_ms.map(Duration::from_millis);
         let run = self.log_run(req.run_id.as_deref())?;
         let mut slot = self.lock().await?;
-        if let Some(broken) = self.broken() {
-            return Err(broken.refusal());
-        }
         let _busy = BusyFlag::set(&self.busy);
         self.touch();
         if let Some(log) = &self.log {
@@ -333,6 +330,10 @@ impl Worker {
                     Replay::Run => {}
                 }
             }
+        }
+        // After the replay lookup: a recorded step is answered from the log even now.
+        if let Some(broken) = self.broken() {
+            return Err(broken.refusal());
         }
         slot.exec_counter = slot.exec_counter.saturating_add(1);
         let prefix = match &req.step_key {

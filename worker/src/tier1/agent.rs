@@ -324,7 +324,10 @@ impl Agent {
                 ApiError::internal("changes_failed", format!("spooling the changes: {e}"))
             };
             let file = tempfile::tempfile_in(&dir).map_err(io)?;
-            let mut out = Capped::new(std::io::BufWriter::new(file), limit);
+            let mut out = Capped::new(
+                std::io::BufWriter::with_capacity(body::SPOOL_BUFFER, file),
+                limit,
+            );
             let packed = workspace::changes_since(&spec, &base, &PackOptions::default(), &mut out);
             if out.over {
                 return Err(ApiError::internal(

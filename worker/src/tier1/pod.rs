@@ -246,7 +246,10 @@ impl NextTier for PodTier1 {
         let (archive, handed_over, packed) = tokio::task::spawn_blocking(move || {
             let file = tempfile::tempfile_in(&dir)
                 .map_err(|e| format!("spooling the workspace archive in {}: {e}", dir.display()))?;
-            let mut out = Capped::new(std::io::BufWriter::new(file), limit);
+            let mut out = Capped::new(
+                std::io::BufWriter::with_capacity(body::SPOOL_BUFFER, file),
+                limit,
+            );
             let packed = workspace::pack(&packed_spec, &PackOptions::default(), &mut out);
             if out.over {
                 return Err(format!(

@@ -173,7 +173,7 @@ impl PodShell {
         let spec = self.worker_spec.clone();
         let base = self.worker_base.clone();
         let report = tokio::task::spawn_blocking(move || {
-            let reader = std::io::BufReader::new(archive);
+            let reader = std::io::BufReader::with_capacity(body::SPOOL_BUFFER, archive);
             workspace::apply(&spec, reader, &base, &ApplyOptions::default())
         })
         .await
