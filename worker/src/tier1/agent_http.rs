@@ -96,7 +96,7 @@ async fn exec(
 /// The change archive, streamed from its spool with its length.
 async fn changes(State(agent): State<Arc<Agent>>) -> Result<Response, ApiError> {
     let (archive, length) = agent.changes().await?;
-    let stream = body::file_chunks(tokio::fs::File::from_std(archive));
+    let stream = body::file_chunks(archive);
     Ok((
         [
             (header::CONTENT_TYPE, "application/x-tar".to_string()),
