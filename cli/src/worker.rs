@@ -29,8 +29,8 @@ pub struct WorkerArgs {
     #[arg(long, env = "KH_WORKER_SESSION", default_value = "session")]
     session: String,
     /// The tier this process is: 0 (the session's worker) or 1 (the agent of a Tier-1 pod,
-    /// which uses only --listen, --token-file, --workspace-root, --command-timeout and
-    /// --max-timeout).
+    /// which uses only --listen, --token-file, --workspace-root, --command-timeout,
+    /// --max-timeout, --max-body-bytes and --max-archive-bytes).
     #[arg(long, env = "KH_WORKER_TIER", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
     tier: u8,
     /// Whether python3/python may run on Tier-0.
@@ -110,6 +110,23 @@ pub struct WorkerArgs {
         value_name = "SECONDS"
     )]
     max_timeout: u64,
+    /// Largest accepted JSON request body, in bytes (413 beyond; read as it arrives and cut off
+    /// there). Default: 262144 (256 KiB) for the worker, 4194304 (4 MiB) for the agent
+    /// (`--tier 1`), whose exec requests also carry the session's exported variables.
+    #[arg(long, env = "KH_WORKER_MAX_BODY_BYTES", value_name = "BYTES")]
+    max_body_bytes: Option<usize>,
+    /// Largest archive, in bytes (default 1 GiB). The worker: the workspace it hands to a Tier-1
+    /// pod and the change archive it reads back (beyond it the merge fails cleanly: nothing is
+    /// applied, the turn's dispose reports it). The agent (`--tier 1`): the workspace archive
+    /// it accepts (413 beyond) and the change archive it packs. Archives are streamed through
+    /// a spool file in the temp directory, never held in memory.
+    #[arg(
+        long,
+        env = "KH_WORKER_MAX_ARCHIVE_BYTES",
+        default_value_t = tier1::pod::DEFAULT_MAX_ARCHIVE_BYTES,
+        value_name = "BYTES"
+    )]
+    max_archive_bytes: u64,
     /// On SIGTERM, how long the running command may take to finish before the turn is ended.
     #[arg(
         long,
@@ -123,6 +140,9 @@ pub struct WorkerArgs {
 pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     if args.command_timeout == 0 || args.command_timeout > args.max_timeout {
         anyhow::bail!("--command-timeout must be 1..=--max-timeout seconds");
+    }
+    if args.max_body_bytes == Some(0) || args.max_archive_bytes == 0 {
+        anyhow::bail!("--max-body-bytes and --max-archive-bytes must be at least 1");
     }
     if args.tier == 1 {
         return run_agent(args);
@@ -171,6 +191,9 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     config.command_timeout = Duration::from_secs(args.command_timeout);
     config.max_timeout = Duration::from_secs(args.max_timeout);
     config.shutdown_grace = Duration::from_secs(args.shutdown_grace);
+    if let Some(max) = args.max_body_bytes {
+        config.max_body_bytes = max;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -200,6 +223,7 @@ fn pod_tier(args: &WorkerArgs) -> anyhow::Result<Arc<dyn NextTier>> {
     let mut config = PodTier1Config::new(url, namespace, &args.session, token.trim());
     config.provision_timeout = Duration::from_secs(args.provision_timeout);
     config.command_timeout = Duration::from_secs(args.command_timeout);
+    config.max_archive_bytes = args.max_archive_bytes;
     Ok(Arc::new(PodTier1::new(config).map_err(anyhow::Error::msg)?))
 }
 
@@ -214,6 +238,10 @@ fn run_agent(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     // against nonsense, not a second policy.
     config.max_timeout = Duration::from_secs(args.max_timeout.max(3600));
     config.reap_orphans = true;
+    config.max_archive_bytes = args.max_archive_bytes;
+    if let Some(max) = args.max_body_bytes {
+        config.max_exec_body_bytes = max;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

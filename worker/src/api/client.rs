@@ -7,6 +7,8 @@
 use super::model::{
     EndTurnRequest, EndTurnResponse, ErrorBody, ExecRequest, ExecResponse, Health, Status,
 };
+use crate::tier1::wire::body::{self, BodyError};
+use crate::tier1::wire::chain;
 use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use std::time::Duration;
@@ -54,7 +56,12 @@ pub struct WorkerClient {
     http: reqwest::Client,
     base_url: String,
     token: String,
+    max_answer_bytes: usize,
 }
+
+/// Default of [`WorkerClient::with_max_answer_bytes`]: 64 MiB (an end-turn answer lists every
+/// file the turn changed).
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 64 << 20;
 
 impl WorkerClient {
     /// `base_url` like `http://127.0.0.1:18080`; `token` from the session's Secret. Requests have
@@ -72,7 +79,14 @@ impl WorkerClient {
             http,
             base_url: base_url.into().trim_end_matches('/').to_string(),
             token: token.into(),
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
         })
+    }
+
+    /// Caps what is read of an answer; a larger one is a `Decode` error, never read whole.
+    pub fn with_max_answer_bytes(mut self, limit: usize) -> Self {
+        self.max_answer_bytes = limit;
+        self
     }
 
     /// Runs (or replays) one command.
@@ -128,10 +142,15 @@ impl WorkerClient {
     ) -> Result<T, WorkerClientError> {
         let response = sent.map_err(|e| WorkerClientError::Transport(chain(&e)))?;
         let status = response.status();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| WorkerClientError::Transport(chain(&e)))?;
+        let bytes = match body::read(response, self.max_answer_bytes).await {
+            Ok(bytes) => bytes,
+            Err(e @ BodyError::TooLarge { .. }) => {
+                return Err(WorkerClientError::Decode(format!(
+                    "the worker's answer: {e}"
+                )))
+            }
+            Err(e) => return Err(WorkerClientError::Transport(e.to_string())),
+        };
         if status == StatusCode::OK {
             return serde_json::from_slice(&bytes)
                 .map_err(|e| WorkerClientError::Decode(e.to_string()));
@@ -149,16 +168,4 @@ impl WorkerClient {
             },
         })
     }
-}
-
-/// reqwest's top-level message hides the cause ("error sending request"); keep the whole chain.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

@@ -11,6 +11,7 @@
 //! `<instance>:<turnId>:end:<n>` for a turn's closing events. A retried append (the client's own
 //! retries, the pending queue) therefore never duplicates an event.
 
+use super::relock;
 use crate::runtime::{EventSink, StartGate, TraceEvent};
 use async_trait::async_trait;
 use kube_harness_session_log::client::NewEvent;
@@ -25,18 +26,18 @@ pub struct Capture(Mutex<Vec<TraceEvent>>);
 
 impl Capture {
     pub fn take(&self) -> Vec<TraceEvent> {
-        std::mem::take(&mut *self.0.lock().expect("capture lock"))
+        std::mem::take(&mut *relock(&self.0))
     }
 
     fn since(&self, from: usize) -> Vec<TraceEvent> {
-        let events = self.0.lock().expect("capture lock");
+        let events = relock(&self.0);
         events.get(from..).map(<[_]>::to_vec).unwrap_or_default()
     }
 }
 
 impl EventSink for Capture {
     fn emit(&self, event: &TraceEvent) {
-        self.0.lock().expect("capture lock").push(event.clone());
+        relock(&self.0).push(event.clone());
     }
 }
 
@@ -137,24 +138,15 @@ impl LogForwarder {
     }
 
     pub fn mark_not_run(&self, run: &str, key: &str) {
-        self.not_run
-            .lock()
-            .expect("not-run lock")
-            .insert(format!("{run}\n{key}"));
+        relock(&self.not_run).insert(format!("{run}\n{key}"));
     }
 
     pub fn was_not_run(&self, run: &str, key: &str) -> bool {
-        self.not_run
-            .lock()
-            .expect("not-run lock")
-            .contains(&format!("{run}\n{key}"))
+        relock(&self.not_run).contains(&format!("{run}\n{key}"))
     }
 
     pub fn forget_not_run(&self, run: &str, key: &str) {
-        self.not_run
-            .lock()
-            .expect("not-run lock")
-            .remove(&format!("{run}\n{key}"));
+        relock(&self.not_run).remove(&format!("{run}\n{key}"));
     }
 }
 
@@ -169,7 +161,7 @@ pub fn keyed(
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            let key = format!("{prefix}:{}", from + i + 1);
+            let key = format!("{prefix}:{}", from.saturating_add(i).saturating_add(1));
             (run.to_string(), LogForwarder::to_new_event(e, key))
         })
         .collect()
@@ -186,18 +178,18 @@ pub struct LogGate {
 impl StartGate for LogGate {
     async fn before_run(&self) -> Result<(), String> {
         let (run, prefix, from) = {
-            let ctx = self.ctx.lock().expect("exec context lock");
+            let ctx = relock(&self.ctx);
             (ctx.run.clone(), ctx.key_prefix.clone(), ctx.appended)
         };
         let events = self.capture.since(from);
         let batch = keyed(&run, &prefix, &events, from);
         let started_key = batch.last().map(|(_, e)| e.append_idempotency_key.clone());
         let result = self.log.append_now(batch).await;
-        let mut ctx = self.ctx.lock().expect("exec context lock");
+        let mut ctx = relock(&self.ctx);
         ctx.started_key = started_key;
         match result {
             Ok(()) => {
-                ctx.appended = from + events.len();
+                ctx.appended = from.saturating_add(events.len());
                 Ok(())
             }
             Err(e) => {

@@ -184,4 +184,6 @@ pub mod code {
     pub const SESSION_LOG_UNAVAILABLE: &str = "session-log-unavailable";
     pub const NOT_READY: &str = "not-ready";
     pub const SHUTTING_DOWN: &str = "shutting-down";
+    /// A broken internal invariant (a panic inside a request): see `Broken`.
+    pub const WORKER_BROKEN: &str = "worker-broken";
 }

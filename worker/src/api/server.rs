@@ -8,12 +8,12 @@ use super::model::{
     code, EndTurnRequest, ErrorBody, ErrorDetail, ExecRequest, Health, MAX_KEY_LEN,
     MAX_SCRIPT_BYTES,
 };
-use super::state::{Refusal, Worker};
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use super::state::{Broken, Refusal, Worker};
+use crate::tier1::wire::body::{read_request, BodyError};
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -46,7 +46,6 @@ fn bad_request(message: impl Into<String>) -> Refusal {
 
 /// The whole application. `/healthz` and `/readyz` need no token (kubelet probes carry none).
 pub fn router(worker: Arc<Worker>, auth: AuthConfig) -> Router {
-    let limit = worker.config().max_body_bytes;
     let api = Router::new()
         .route("/v1/exec", post(exec))
         .route("/v1/turns/end", post(end_turn))
@@ -56,7 +55,6 @@ pub fn router(worker: Arc<Worker>, auth: AuthConfig) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(api)
-        .layer(DefaultBodyLimit::max(limit))
         .fallback(|| async {
             Refusal::new(
                 StatusCode::NOT_FOUND,
@@ -90,11 +88,20 @@ async fn require_bearer(State(auth): State<AuthConfig>, request: Request, next: 
     response
 }
 
-async fn healthz() -> Json<Health> {
+/// Liveness: 200 unless the worker is broken beyond repair ([`super::Broken::Worker`]), when
+/// it is 503 `worker-broken` so that the kubelet restarts the container. A quarantined turn
+/// is reported (200 with the reason) but is no reason to restart: ending the turn repairs it,
+/// and a restart would lose the turn's Tier-1 changes.
+async fn healthz(State(worker): State<Arc<Worker>>) -> Response {
+    if let Err(reason) = worker.liveness() {
+        return Refusal::new(StatusCode::SERVICE_UNAVAILABLE, code::WORKER_BROKEN, reason)
+            .into_response();
+    }
     Json(Health {
         status: "ok".into(),
-        reason: None,
+        reason: worker.broken().map(|b| b.reason()),
     })
+    .into_response()
 }
 
 async fn readyz(State(worker): State<Arc<Worker>>) -> Response {
@@ -105,47 +112,72 @@ async fn readyz(State(worker): State<Arc<Worker>>) -> Response {
         })
         .into_response(),
         Err(reason) => {
-            Refusal::new(StatusCode::SERVICE_UNAVAILABLE, code::NOT_READY, reason).into_response()
+            let code = if worker.broken().is_some() {
+                code::WORKER_BROKEN
+            } else {
+                code::NOT_READY
+            };
+            Refusal::new(StatusCode::SERVICE_UNAVAILABLE, code, reason).into_response()
         }
     }
+}
+
+/// A request task that panicked outside the runtime (which `Worker` catches itself): what it
+/// held is unknown, so the worker is marked broken for good and says so, rather than answering
+/// 500 now and whatever that state causes later.
+/// (A task that was cancelled, not panicked, means the runtime is shutting down.)
+fn task_failed(worker: &Worker, what: &str, e: &tokio::task::JoinError) -> Refusal {
+    if !e.is_panic() {
+        return Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            code::SHUTTING_DOWN,
+            format!("the {what} task was cancelled: the worker is shutting down"),
+        );
+    }
+    let broken = Broken::Worker(format!("the {what} task panicked"));
+    tracing::error!("{}", broken.reason());
+    worker.set_broken(broken);
+    worker
+        .broken()
+        .map(|b| b.refusal())
+        .unwrap_or_else(|| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", what))
 }
 
 async fn status(State(worker): State<Arc<Worker>>) -> Response {
     Json(worker.status()).into_response()
 }
 
-/// The body as bytes; an over-limit body is 413, any other read failure 400.
-fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Refusal> {
-    body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            Refusal::new(
+/// The body, read as it arrives and bounded by `--max-body-bytes`: 413 beyond (after lingering
+/// over the rest, so that the client reads the answer), 400 for any other read failure.
+async fn body(worker: &Worker, headers: &HeaderMap, raw: Body) -> Result<Bytes, Refusal> {
+    let limit = worker.config().max_body_bytes;
+    read_request(headers, raw, limit)
+        .await
+        .map_err(|e| match e {
+            BodyError::TooLarge { .. } => Refusal::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 code::PAYLOAD_TOO_LARGE,
-                format!("request body over the limit: {}", e.body_text()),
-            )
-        } else {
-            bad_request(format!("cannot read the request body: {}", e.body_text()))
-        }
-    })
+                format!("request body over the limit of {limit} bytes (--max-body-bytes)"),
+            ),
+            other => bad_request(format!("cannot read the request body: {other}")),
+        })
 }
 
 async fn exec(
     State(worker): State<Arc<Worker>>,
-    raw: Result<Bytes, BytesRejection>,
+    headers: HeaderMap,
+    raw: Body,
 ) -> Result<Response, Refusal> {
-    let raw = body(raw)?;
+    let raw = body(&worker, &headers, raw).await?;
     let req: ExecRequest = serde_json::from_slice(&raw)
         .map_err(|e| bad_request(format!("invalid exec request: {e}")))?;
     validate(&req, &worker)?;
     // Its own task: the command completes (and is logged) even if this request is dropped.
-    let task = tokio::spawn(async move { worker.exec(req).await });
+    let running = worker.clone();
+    let task = tokio::spawn(async move { running.exec(req).await });
     match task.await {
         Ok(result) => result.map(|r| Json(r).into_response()),
-        Err(e) => Err(Refusal::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("the exec task failed: {e}"),
-        )),
+        Err(e) => Err(task_failed(&worker, "exec", &e)),
     }
 }
 
@@ -187,9 +219,10 @@ fn validate(req: &ExecRequest, worker: &Worker) -> Result<(), Refusal> {
 
 async fn end_turn(
     State(worker): State<Arc<Worker>>,
-    raw: Result<Bytes, BytesRejection>,
+    headers: HeaderMap,
+    raw: Body,
 ) -> Result<Response, Refusal> {
-    let raw = body(raw)?;
+    let raw = body(&worker, &headers, raw).await?;
     let req: EndTurnRequest = if raw.iter().all(u8::is_ascii_whitespace) {
         EndTurnRequest::default()
     } else {
@@ -199,14 +232,11 @@ async fn end_turn(
     if let Some(run) = &req.run_id {
         RunId::parse(run).map_err(|e| bad_request(format!("runId: {}", e.message)))?;
     }
-    let task = tokio::spawn(async move { worker.end_turn(req.run_id).await });
+    let running = worker.clone();
+    let task = tokio::spawn(async move { running.end_turn(req.run_id).await });
     match task.await {
         Ok(result) => result.map(|r| Json(r).into_response()),
-        Err(e) => Err(Refusal::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("the end-turn task failed: {e}"),
-        )),
+        Err(e) => Err(task_failed(&worker, "end-turn", &e)),
     }
 }
 
@@ -235,7 +265,10 @@ pub async fn serve(
     let deadline = async move {
         if let Ok(at) = fired_rx.await {
             let _ = at_tx.send(Some(at));
-            tokio::time::sleep_until(at + grace).await;
+            match at.checked_add(grace) {
+                Some(end) => tokio::time::sleep_until(end).await,
+                None => std::future::pending::<()>().await,
+            }
         } else {
             std::future::pending::<()>().await;
         }

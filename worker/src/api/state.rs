@@ -8,6 +8,7 @@ use super::model::{
     code, CommandCounts, EndTurnResponse, ExecRequest, ExecResponse, FileChangeSummary, Status,
     TurnSummary,
 };
+use super::relock;
 use super::replay::{self, Replay};
 use super::tier0::TimedTier0;
 use crate::classify::{self, ClassifyOptions, Policy};
@@ -16,9 +17,11 @@ use crate::runtime::{
 };
 use crate::workspace::WorkspaceSpec;
 use axum::http::StatusCode;
+use futures::FutureExt;
 use kube_harness_session_log::RunId;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -38,6 +41,54 @@ impl Refusal {
             code,
             message: message.into(),
         }
+    }
+}
+
+/// A broken internal invariant: why the worker takes no commands although its sandbox is fine.
+/// `/readyz` answers 503 with the reason, exec 503 `worker-broken` with it (never a run of 500s).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Broken {
+    /// A panic inside the runtime left the open turn in an unknown state. Commands are refused
+    /// until the turn is ended (`POST /v1/turns/end`), which disposes it (its Tier-1 pod is
+    /// merged back and deleted as usual); then the worker takes commands again with a new turn.
+    /// Nothing else of the worker is shared with the turn, so that recovery is safe.
+    Turn(String),
+    /// Nothing in the process can repair it (ending the turn panicked too, or a request panicked
+    /// outside the runtime, where what it held is unknown): `/healthz` fails as well, so the
+    /// kubelet restarts the container.
+    Worker(String),
+}
+
+impl Broken {
+    /// What the worker answers: the cause and what to do about it.
+    pub fn reason(&self) -> String {
+        match self {
+            Broken::Turn(why) => format!(
+                "{why}; the open turn is quarantined and no command runs until it is ended (POST /v1/turns/end)"
+            ),
+            Broken::Worker(why) => {
+                format!("{why}; the worker is broken and must be restarted")
+            }
+        }
+    }
+
+    pub fn refusal(&self) -> Refusal {
+        Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            code::WORKER_BROKEN,
+            self.reason(),
+        )
+    }
+}
+
+/// The text of a caught panic's payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
     }
 }
 
@@ -80,6 +131,8 @@ pub struct Worker {
     slot: tokio::sync::Mutex<Slot>,
     busy: AtomicBool,
     shutting_down: AtomicBool,
+    /// Set by a caught panic (see [`Broken`]).
+    broken: Mutex<Option<Broken>>,
     counters: Counters,
     /// Distinguishes this process's idempotency keys from a restarted worker's.
     instance: String,
@@ -136,6 +189,7 @@ impl Worker {
             }),
             busy: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
+            broken: Mutex::new(None),
             counters: Counters {
                 last_activity_ms: AtomicU64::new(now_ms()),
                 ..Counters::default()
@@ -154,7 +208,44 @@ impl Worker {
         if self.shutting_down.load(Ordering::SeqCst) {
             return Err("shutting down".into());
         }
+        if let Some(broken) = self.broken() {
+            return Err(broken.reason());
+        }
         self.tier0.as_ref().map(|_| ()).map_err(Clone::clone)
+    }
+
+    /// `Err(reason)` once the worker is broken beyond what it can repair itself
+    /// ([`Broken::Worker`]): `/healthz` fails, so the liveness probe restarts the container.
+    /// A quarantined turn is not that (ending it repairs it), nor an unusable sandbox (a
+    /// restart would not help; `/readyz` says why).
+    pub fn liveness(&self) -> Result<(), String> {
+        match self.broken() {
+            Some(broken @ Broken::Worker(_)) => Err(broken.reason()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The broken invariant, if any.
+    pub fn broken(&self) -> Option<Broken> {
+        relock(&self.broken).clone()
+    }
+
+    /// Records a broken invariant; a broken worker is never downgraded to a broken turn.
+    pub(crate) fn set_broken(&self, broken: Broken) {
+        let mut current = relock(&self.broken);
+        if !matches!(*current, Some(Broken::Worker(_))) {
+            *current = Some(broken);
+        }
+    }
+
+    /// Lifts a turn's quarantine (its turn was ended); whether there was one.
+    fn clear_turn_broken(&self) -> bool {
+        let mut current = relock(&self.broken);
+        let was = matches!(*current, Some(Broken::Turn(_)));
+        if was {
+            *current = None;
+        }
+        was
     }
 
     /// Stops taking new commands (SIGTERM); queued ones are answered 503.
@@ -204,7 +295,7 @@ impl Worker {
     }
 
     /// Runs (or replays) one command. `Err` only for what the client must handle differently
-    /// from a command result: busy, incomplete step, session log down, not ready.
+    /// from a command result: busy, incomplete step, session log down, not ready, broken.
     pub async fn exec(&self, req: ExecRequest) -> Result<ExecResponse, Refusal> {
         let tier0 = self.tier0.as_ref().map_err(|reason| {
             Refusal::new(
@@ -240,17 +331,21 @@ impl Worker {
                 }
             }
         }
-        slot.exec_counter += 1;
+        // After the replay lookup: a recorded step is answered from the log even now.
+        if let Some(broken) = self.broken() {
+            return Err(broken.refusal());
+        }
+        slot.exec_counter = slot.exec_counter.saturating_add(1);
         let prefix = match &req.step_key {
             Some(step) => format!("step:{step}"),
             None => format!("{}:exec-{}", self.instance, slot.exec_counter),
         };
-        if slot.turn.is_none() {
-            let opened = self.open_turn(tier0, &slot);
-            slot.turn = Some(opened);
-        }
-        let open = slot.turn.as_mut().expect("turn opened above");
-        *open.ctx.lock().expect("exec context lock") = ExecContext {
+        let slot: &mut Slot = &mut slot;
+        let open = match &mut slot.turn {
+            Some(open) => open,
+            empty => empty.insert(self.open_turn(tier0, &slot.cwd, &slot.env)),
+        };
+        *relock(&open.ctx) = ExecContext {
             run: run.clone(),
             key_prefix: prefix.clone(),
             ..ExecContext::default()
@@ -258,12 +353,38 @@ impl Worker {
         tier0.set_next_timeout(timeout);
         // The same limit for a command that runs on Tier-1.
         open.turn.set_next_timeout(timeout);
-        let outcome = open
-            .turn
-            .exec_step(&req.script, req.step_key.as_deref())
+        // A panic inside the runtime (a bug, or an input it did not expect) must not take the
+        // next request down with it: it is caught here, and the turn it left behind in an
+        // unknown state is quarantined (see `Broken`). Unwind safety is asserted because
+        // nothing touches that turn afterwards except ending it, which is guarded the same way.
+        let stepped = AssertUnwindSafe(open.turn.exec_step(&req.script, req.step_key.as_deref()))
+            .catch_unwind()
             .await;
         let events = open.capture.take();
-        let ctx = std::mem::take(&mut *open.ctx.lock().expect("exec context lock"));
+        let ctx = std::mem::take(&mut *relock(&open.ctx));
+        let outcome = match stepped {
+            Ok(outcome) => outcome,
+            Err(panic) => {
+                let broken = Broken::Turn(format!(
+                    "the runtime panicked while running a command ({}); the command's outcome is unknown",
+                    panic_message(panic.as_ref())
+                ));
+                tracing::error!("{}", broken.reason());
+                self.set_broken(broken.clone());
+                // What the command emitted before the panic still goes to the log (its started
+                // event without a completion marks the step incomplete, never replayable).
+                if let Some(log) = &self.log {
+                    let rest = keyed(
+                        &run,
+                        &prefix,
+                        events.get(ctx.appended..).unwrap_or_default(),
+                        ctx.appended,
+                    );
+                    log.enqueue_and_flush(rest).await;
+                }
+                return Err(broken.refusal());
+            }
+        };
         if let (Some(log), Some(reason)) = (&self.log, &ctx.refused) {
             if let Some(key) = &ctx.started_key {
                 log.mark_not_run(&run, key);
@@ -276,7 +397,12 @@ impl Worker {
         self.account(open, &events);
         let log_pending = match &self.log {
             Some(log) => {
-                let rest = keyed(&run, &prefix, &events[ctx.appended..], ctx.appended);
+                let rest = keyed(
+                    &run,
+                    &prefix,
+                    events.get(ctx.appended..).unwrap_or_default(),
+                    ctx.appended,
+                );
                 log.enqueue_and_flush(rest).await
             }
             None => 0,
@@ -320,6 +446,8 @@ impl Worker {
     }
 
     /// Ends the open turn (disposing its tiers) and reports it; `turn: None` when none was open.
+    /// A turn quarantined by a panic (see [`Broken::Turn`]) is ended the same way, and once it is
+    /// gone the worker takes commands again.
     pub async fn end_turn(&self, run_id: Option<String>) -> Result<EndTurnResponse, Refusal> {
         // Named before the turn is taken: a bad run id must not lose the turn's closing events.
         let run = self.log_run(run_id.as_deref())?;
@@ -329,9 +457,6 @@ impl Worker {
         let Some(open) = slot.turn.take() else {
             return Ok(EndTurnResponse { turn: None });
         };
-        let (cwd, env) = open.turn.shell_state().await;
-        slot.cwd = cwd;
-        slot.env = env;
         let OpenTurn {
             turn,
             turn_id,
@@ -340,16 +465,42 @@ impl Worker {
             mut files,
             ..
         } = open;
-        let usage = turn.end().await;
+        // Caught as in `exec`: the turn is consumed either way, so nothing half-ended remains.
+        let ended = AssertUnwindSafe(async move {
+            let state = turn.shell_state().await;
+            (state, turn.end().await)
+        })
+        .catch_unwind()
+        .await;
         let events = capture.take();
-        record_files(&mut files, &events);
-        self.counters.turns.fetch_add(1, Ordering::SeqCst);
-        self.counters.tier.store(0, Ordering::SeqCst);
         if let Some(log) = &self.log {
             let prefix = format!("{}:{turn_id}:end", self.instance);
             log.enqueue_and_flush(keyed(&run, &prefix, &events, 0))
                 .await;
         }
+        let ((cwd, env), usage) = match ended {
+            Ok(ended) => ended,
+            Err(panic) => {
+                let broken = Broken::Worker(format!(
+                    "the runtime panicked while ending turn {turn_id} ({}); its tiers may not have been disposed",
+                    panic_message(panic.as_ref())
+                ));
+                tracing::error!("{}", broken.reason());
+                self.set_broken(broken.clone());
+                return Err(broken.refusal());
+            }
+        };
+        slot.cwd = cwd;
+        slot.env = env;
+        if self.clear_turn_broken() {
+            tracing::info!(
+                turn_id,
+                "the quarantined turn was ended; the worker takes commands again"
+            );
+        }
+        record_files(&mut files, &events);
+        self.counters.turns.fetch_add(1, Ordering::SeqCst);
+        self.counters.tier.store(0, Ordering::SeqCst);
         Ok(EndTurnResponse {
             turn: Some(TurnSummary {
                 turn_id,
@@ -386,7 +537,12 @@ impl Worker {
         }
     }
 
-    fn open_turn(&self, tier0: &Arc<TimedTier0>, slot: &Slot) -> OpenTurn {
+    fn open_turn(
+        &self,
+        tier0: &Arc<TimedTier0>,
+        cwd: &Path,
+        env: &BTreeMap<String, String>,
+    ) -> OpenTurn {
         let turn_id = format!("turn_{}_{}", now_ms(), &self.instance);
         let capture = Arc::new(Capture::default());
         let ctx = Arc::new(Mutex::new(ExecContext::default()));
@@ -401,8 +557,8 @@ impl Worker {
             tier0.clone(),
             self.next_tier.clone(),
             Some(Arc::new(WorkspaceTracker::new(self.spec.clone()))),
-            slot.cwd.clone(),
-            slot.env.clone(),
+            cwd.to_path_buf(),
+            env.clone(),
         );
         if let Some(log) = &self.log {
             turn = turn.with_start_gate(Arc::new(LogGate {
@@ -427,7 +583,7 @@ impl Worker {
         for e in events {
             match e.kind.as_str() {
                 kind::COMMAND_COMPLETED => {
-                    open.commands += 1;
+                    open.commands = open.commands.saturating_add(1);
                     match e.data["tier"].as_u64() {
                         Some(0) => c.tier0.fetch_add(1, Ordering::SeqCst),
                         _ => c.tier1.fetch_add(1, Ordering::SeqCst),

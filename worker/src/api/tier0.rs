@@ -3,6 +3,7 @@
 //! sandbox, built on first use and kept in a small cache; the default one is built at start-up,
 //! which is also the readiness check.
 
+use super::relock;
 use crate::runtime::{CommandExecutor, DisposeReport, ExecRequest, ExecResult, Tier0Executor};
 use crate::sandbox::{Limits, Presentation, SandboxConfig, SandboxError};
 use crate::workspace::WorkspaceSpec;
@@ -53,14 +54,14 @@ impl TimedTier0 {
 
     /// Sets the limit of the next command (`None`: the default).
     pub fn set_next_timeout(&self, timeout: Option<Duration>) {
-        *self.next.lock().expect("timeout lock") = timeout;
+        *relock(&self.next) = timeout;
     }
 
     fn executor_for(&self, timeout: Duration) -> Result<Arc<Tier0Executor>, SandboxError> {
         if timeout == self.limits.timeout {
             return Ok(self.default.clone());
         }
-        let mut others = self.others.lock().expect("sandbox cache lock");
+        let mut others = relock(&self.others);
         if let Some(i) = others.iter().position(|(t, _)| *t == timeout) {
             let hit = others.remove(i);
             let executor = hit.1.clone();
@@ -91,11 +92,7 @@ impl CommandExecutor for TimedTier0 {
     }
 
     async fn execute(&self, req: ExecRequest) -> ExecResult {
-        let timeout = self
-            .next
-            .lock()
-            .expect("timeout lock")
-            .unwrap_or(self.limits.timeout);
+        let timeout = relock(&self.next).unwrap_or(self.limits.timeout);
         match self.executor_for(timeout) {
             Ok(executor) => executor.execute(req).await,
             Err(e) => ExecResult::fault(&format!("preparing the sandbox for {timeout:?}: {e}")),

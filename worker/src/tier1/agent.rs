@@ -1,19 +1,26 @@
 //! The Tier-1 agent (`kube-harness worker --tier 1`): one turn's workspace, bound once from the
 //! worker's archive, commands run one at a time with real bash, and the changes since the bind
 //! handed back as a change archive. Routes: `agent_http`; contract: docs/tier1.md.
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects
+)]
 
 use super::bind::{self, BindError};
 use super::reap;
 use super::shell::{self, ShellCommand, ShellLimits, View};
+use super::wire::body::{self, Capped};
 use super::wire::{AgentExec, AgentExecResult, BindReport};
 use crate::classify::RuntimeToggles;
 use crate::runtime::state;
 use crate::workspace::{self, PackOptions, Snapshot, WorkspaceSpec};
 use axum::body::Body;
+use axum::http::HeaderMap;
 use base64::Engine;
 use futures::StreamExt;
 use kube_harness_service_kit::ApiError;
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,7 +40,7 @@ pub struct AgentConfig {
     /// The most a request's `timeoutMs` may ask for.
     pub max_timeout: Duration,
     pub max_output_bytes: usize,
-    /// Largest accepted workspace archive (413 beyond).
+    /// Largest accepted workspace archive (413 beyond), and largest change archive packed.
     pub max_archive_bytes: u64,
     /// Largest accepted exec request body (413 beyond).
     pub max_exec_body_bytes: usize,
@@ -49,7 +56,7 @@ impl AgentConfig {
             default_timeout: Duration::from_secs(60),
             max_timeout: Duration::from_secs(3600),
             max_output_bytes: 1 << 20,
-            max_archive_bytes: 1 << 30,
+            max_archive_bytes: super::pod::DEFAULT_MAX_ARCHIVE_BYTES,
             max_exec_body_bytes: 4 << 20,
             reap_orphans: false,
         }
@@ -112,7 +119,7 @@ impl Agent {
 
     /// `PUT /v1/workspace`: spools the archive (up to the limit), unpacks it with the archive
     /// checks and places it. One use; a refused archive leaves the agent unbound.
-    pub async fn bind(&self, body: Body) -> Result<BindReport, ApiError> {
+    pub async fn bind(&self, headers: &HeaderMap, body: Body) -> Result<BindReport, ApiError> {
         let mut state = self
             .bind
             .try_lock()
@@ -134,12 +141,20 @@ impl Agent {
                 ))
             }
         }
-        let spool = self.spool(body).await?;
+        let spool = self.spool(headers, body).await?;
         let spec = self.spec.clone();
         let path = spool.path().to_path_buf();
-        let bound = tokio::task::spawn_blocking(move || bind::bind(&path, &spec))
-            .await
-            .map_err(|e| ApiError::internal("internal", format!("bind task: {e}")))?;
+        let bound = match tokio::task::spawn_blocking(move || bind::bind(&path, &spec)).await {
+            Ok(bound) => bound,
+            // A panic half-way may have placed files: this agent serves nothing from now on
+            // (every later bind is 409 `broken`, /readyz 503), rather than answering later
+            // binds from a half-written workspace.
+            Err(e) => {
+                let reason = format!("the bind task failed ({e})");
+                *state = BindState::Broken(reason.clone());
+                return Err(ApiError::internal("bind_failed", reason));
+            }
+        };
         drop(spool);
         match bound {
             Ok(bound) => {
@@ -161,24 +176,39 @@ impl Agent {
         }
     }
 
-    /// Streams a request body into a spool file, refusing it past `max_archive_bytes`.
-    async fn spool(&self, body: Body) -> Result<tempfile::NamedTempFile, ApiError> {
+    /// Streams a request body into a spool file, refusing it past `max_archive_bytes`: at once
+    /// when its Content-Length says so, else the moment the count passes the limit (the partial
+    /// spool is removed with the error).
+    async fn spool(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+    ) -> Result<tempfile::NamedTempFile, ApiError> {
+        let limit = self.config.max_archive_bytes;
+        let too_large = || {
+            ApiError::too_large(format!(
+                "the workspace archive is over the limit of {limit} bytes"
+            ))
+        };
+        let mut stream = body.into_data_stream();
+        if body::declared_length(headers).is_some_and(|len| len > limit) {
+            body::refuse(headers, &mut stream).await;
+            return Err(too_large());
+        }
         let io = |e: std::io::Error| {
             ApiError::internal("spool_failed", format!("spooling the archive: {e}"))
         };
         let mut file = tempfile::NamedTempFile::new_in(self.scratch.path()).map_err(io)?;
-        let mut stream = body.into_data_stream();
         let mut total: u64 = 0;
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| {
                 ApiError::bad_request("bad_body", format!("reading the request body: {e}"))
             })?;
-            total += chunk.len() as u64;
-            if total > self.config.max_archive_bytes {
-                return Err(ApiError::too_large(format!(
-                    "the workspace archive is over the limit of {} bytes",
-                    self.config.max_archive_bytes
-                )));
+            total = total.saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
+            if total > limit {
+                drop(file);
+                body::refuse(headers, &mut stream).await;
+                return Err(too_large());
             }
             file.write_all(&chunk).map_err(io)?;
         }
@@ -245,7 +275,7 @@ impl Agent {
             exit_code: result.exit_code,
             timed_out: result.timed_out,
             truncated: result.truncated,
-            duration_ms: result.duration.as_millis() as u64,
+            duration_ms: u64::try_from(result.duration.as_millis()).unwrap_or(u64::MAX),
         })
     }
 
@@ -281,19 +311,48 @@ impl Agent {
     }
 
     /// `GET /v1/changes`: a change archive of what differs from the bind (after the command
-    /// running now, if any).
-    pub async fn changes(&self) -> Result<Vec<u8>, ApiError> {
+    /// running now, if any), packed into an unnamed spool file (never into memory) of at most
+    /// `max_archive_bytes`. Returns the file, rewound, and its length.
+    pub async fn changes(&self) -> Result<(std::fs::File, u64), ApiError> {
         let base = self.base().await?;
         let _turn = self.queue.lock().await;
         let spec = self.spec.clone();
+        let dir = self.scratch.path().to_path_buf();
+        let limit = self.config.max_archive_bytes;
         tokio::task::spawn_blocking(move || {
-            let mut archive = Vec::new();
-            workspace::changes_since(&spec, &base, &PackOptions::default(), &mut archive)
-                .map(|_| archive)
+            let io = |e: std::io::Error| {
+                ApiError::internal("changes_failed", format!("spooling the changes: {e}"))
+            };
+            let file = tempfile::tempfile_in(&dir).map_err(io)?;
+            let mut out = Capped::new(
+                std::io::BufWriter::with_capacity(body::SPOOL_BUFFER, file),
+                limit,
+            );
+            let packed = workspace::changes_since(&spec, &base, &PackOptions::default(), &mut out);
+            if out.over {
+                return Err(ApiError::internal(
+                    "changes_too_large",
+                    format!("the change archive is over the limit of {limit} bytes"),
+                ));
+            }
+            packed.map_err(|e| {
+                ApiError::internal("changes_failed", format!("packing the changes: {e}"))
+            })?;
+            let length = out.written;
+            let mut file = out.inner.into_inner().map_err(|e| io(e.into_error()))?;
+            file.seek(SeekFrom::Start(0)).map_err(io)?;
+            Ok((file, length))
         })
         .await
         .map_err(|e| ApiError::internal("internal", format!("changes task: {e}")))?
-        .map_err(|e| ApiError::internal("changes_failed", format!("packing the changes: {e}")))
+    }
+
+    /// Why this agent serves nothing, once a bind failed half-way (`/readyz` answers 503).
+    pub fn broken(&self) -> Option<String> {
+        match self.bind.try_lock().as_deref() {
+            Ok(BindState::Broken(reason)) => Some(reason.clone()),
+            _ => None,
+        }
     }
 
     /// Whether a workspace is bound (reported by `/readyz`).

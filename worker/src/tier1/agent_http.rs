@@ -1,12 +1,16 @@
 //! The agent's HTTP face (axum): the routes of docs/tier1.md behind the pod's bearer token,
 //! probes without one, and `{"error": {"code", "message"}}` for every refusal.
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects
+)]
 
 use super::agent::Agent;
-use super::wire::AgentExec;
-use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, StatusCode};
+use super::wire::{body, AgentExec};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
@@ -17,17 +21,11 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 pub fn router(agent: Arc<Agent>, auth: AuthConfig) -> Router {
-    let exec_limit = agent.config().max_exec_body_bytes;
+    // Both bodies are read as they arrive with the agent's own limits (413 past them): the
+    // archive into a spool, the exec request into memory.
     let api = Router::new()
-        // The archive is streamed to a spool with the agent's own limit (413 past it).
-        .route(
-            "/v1/workspace",
-            put(bind).layer(DefaultBodyLimit::disable()),
-        )
-        .route(
-            "/v1/exec",
-            post(exec).layer(DefaultBodyLimit::max(exec_limit)),
-        )
+        .route("/v1/workspace", put(bind))
+        .route("/v1/exec", post(exec))
         .route("/v1/changes", get(changes))
         .route_layer(axum::middleware::from_fn_with_state(auth, require_bearer));
     Router::new()
@@ -50,37 +48,63 @@ pub fn router(agent: Arc<Agent>, auth: AuthConfig) -> Router {
         .with_state(agent)
 }
 
-/// Ready once listening: a prepared pod must be ready before anything is bound to it.
-async fn readyz(State(agent): State<Arc<Agent>>) -> Json<serde_json::Value> {
-    Json(json!({"status": "ready", "bound": agent.is_bound()}))
+/// Ready once listening: a prepared pod must be ready before anything is bound to it. An agent
+/// whose bind failed half-way is not ready again (503 `broken` with the reason).
+async fn readyz(State(agent): State<Arc<Agent>>) -> Response {
+    if let Some(reason) = agent.broken() {
+        return ApiError::unavailable(
+            "broken",
+            format!("a workspace bind failed half-way ({reason}); this agent serves nothing"),
+        )
+        .into_response();
+    }
+    Json(json!({"status": "ready", "bound": agent.is_bound()})).into_response()
 }
 
-async fn bind(State(agent): State<Arc<Agent>>, body: Body) -> Result<Response, ApiError> {
-    agent.bind(body).await.map(|r| Json(r).into_response())
+async fn bind(
+    State(agent): State<Arc<Agent>>,
+    headers: HeaderMap,
+    archive: Body,
+) -> Result<Response, ApiError> {
+    agent
+        .bind(&headers, archive)
+        .await
+        .map(|r| Json(r).into_response())
 }
 
 async fn exec(
     State(agent): State<Arc<Agent>>,
-    raw: Result<Bytes, BytesRejection>,
+    headers: HeaderMap,
+    raw: Body,
 ) -> Result<Response, ApiError> {
-    let raw = raw.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::too_large(format!("request body over the limit: {}", e.body_text()))
-        } else {
-            ApiError::bad_request(
-                "bad_body",
-                format!("cannot read the request body: {}", e.body_text()),
-            )
-        }
-    })?;
+    let limit = agent.config().max_exec_body_bytes;
+    let raw = body::read_request(&headers, raw, limit)
+        .await
+        .map_err(|e| match e {
+            body::BodyError::TooLarge { .. } => {
+                ApiError::too_large(format!("request body over the limit of {limit} bytes"))
+            }
+            other => {
+                ApiError::bad_request("bad_body", format!("cannot read the request body: {other}"))
+            }
+        })?;
     let req: AgentExec = serde_json::from_slice(&raw)
         .map_err(|e| ApiError::bad_request("bad_request", format!("invalid exec request: {e}")))?;
     agent.exec(req).await.map(|r| Json(r).into_response())
 }
 
+/// The change archive, streamed from its spool with its length.
 async fn changes(State(agent): State<Arc<Agent>>) -> Result<Response, ApiError> {
-    let archive = agent.changes().await?;
-    Ok(([(header::CONTENT_TYPE, "application/x-tar")], archive).into_response())
+    let (archive, length) = agent.changes().await?;
+    let stream = body::file_chunks(archive);
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/x-tar".to_string()),
+            (header::CONTENT_LENGTH, length.to_string()),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response())
 }
 
 /// Serves until `shutdown` completes, then lets in-flight requests finish.

@@ -5,14 +5,21 @@
 //!
 //! Every failure is bounded and answered: provisioning by its deadline (126 with the operator's
 //! reason), a command by its time limit plus a margin (126 when the pod stops answering).
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects
+)]
 
 use super::pod_shell::PodShell;
 use super::tier_api::{TierApi, TierApiError};
+use super::wire::body::{self, Capped};
 use super::wire::{phase, BindReport, Sandbox};
 use crate::runtime::{CommandExecutor, NextTier};
 use crate::workspace::{self, PackOptions, WorkspaceSpec};
 use async_trait::async_trait;
 use serde_json::json;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -37,7 +44,23 @@ pub struct PodTier1Config {
     pub request_margin: Duration,
     /// Bound on fetching the change archive at the end of the turn.
     pub changes_timeout: Duration,
+    /// Largest archive either way: the workspace packed for the handoff (refused before the
+    /// pod is asked for beyond it) and the change archive read back (the merge fails cleanly
+    /// beyond it: nothing applied). Both are streamed through `spool_dir`, never held in memory.
+    pub max_archive_bytes: u64,
+    /// Largest JSON answer read from the agent or the operator (an exec answer carries up to
+    /// 2 × 1 MiB of output and a state report, base64-encoded).
+    pub max_answer_bytes: usize,
+    /// Where archives are spooled (unnamed temporary files: nothing is left behind).
+    pub spool_dir: PathBuf,
 }
+
+/// Default of [`PodTier1Config::max_archive_bytes`] (and the agent's): 1 GiB.
+pub const DEFAULT_MAX_ARCHIVE_BYTES: u64 = 1 << 30;
+/// Default of [`PodTier1Config::max_answer_bytes`]: 16 MiB.
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 16 << 20;
+/// How much of an error answer is kept for the message.
+pub(super) const ERROR_TEXT_BYTES: usize = 64 << 10;
 
 impl PodTier1Config {
     pub fn new(tier_api_url: &str, namespace: &str, session: &str, token: &str) -> Self {
@@ -51,6 +74,9 @@ impl PodTier1Config {
             command_timeout: Duration::from_secs(60),
             request_margin: Duration::from_secs(15),
             changes_timeout: Duration::from_secs(300),
+            max_archive_bytes: DEFAULT_MAX_ARCHIVE_BYTES,
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
+            spool_dir: std::env::temp_dir(),
         }
     }
 }
@@ -74,7 +100,8 @@ impl PodTier1 {
             &config.namespace,
             &config.session,
             &config.token,
-        );
+        )
+        .with_max_answer_bytes(config.max_answer_bytes);
         Ok(PodTier1 { config, http, api })
     }
 
@@ -154,7 +181,8 @@ impl PodTier1 {
     async fn hand_over(
         &self,
         sb: &Sandbox,
-        archive: Vec<u8>,
+        archive: &std::fs::File,
+        length: u64,
         deadline: Instant,
     ) -> Result<BindReport, String> {
         let endpoint = sb
@@ -163,14 +191,17 @@ impl PodTier1 {
             .unwrap_or_default()
             .trim_end_matches('/');
         let token = sb.token.as_deref().unwrap_or_default();
-        let body = axum::body::Bytes::from(archive);
         loop {
+            // Streamed from the spool, from its start again on each attempt.
+            let body = body::from_file(archive)
+                .map_err(|e| format!("reading the spooled workspace archive: {e}"))?;
             let sent = self
                 .http
                 .put(format!("{endpoint}/v1/workspace"))
                 .bearer_auth(token)
                 .header(reqwest::header::CONTENT_TYPE, "application/x-tar")
-                .body(body.clone())
+                .header(reqwest::header::CONTENT_LENGTH, length)
+                .body(body)
                 .timeout(
                     deadline
                         .saturating_duration_since(Instant::now())
@@ -180,14 +211,13 @@ impl PodTier1 {
                 .await;
             match sent {
                 Ok(r) if r.status().is_success() => {
-                    return r
-                        .json::<BindReport>()
+                    return body::json::<BindReport>(r, self.config.max_answer_bytes)
                         .await
                         .map_err(|e| format!("unreadable bind answer from the Tier-1 agent: {e}"))
                 }
                 Ok(r) => {
                     let status = r.status();
-                    let text = r.text().await.unwrap_or_default();
+                    let text = body::text_prefix(r, ERROR_TEXT_BYTES).await;
                     return Err(format!(
                         "the Tier-1 agent refused the workspace ({status}): {text}"
                     ));
@@ -205,21 +235,41 @@ impl PodTier1 {
 impl NextTier for PodTier1 {
     async fn provision(&self, spec: &WorkspaceSpec) -> Result<Arc<dyn CommandExecutor>, String> {
         let started = Instant::now();
-        let deadline = started + self.config.provision_timeout;
+        let deadline = started
+            .checked_add(self.config.provision_timeout)
+            .unwrap_or(started);
         let packed_spec = spec.clone();
-        let (archive, packed) = tokio::task::spawn_blocking(move || {
-            let mut archive = Vec::new();
-            let report = workspace::pack(&packed_spec, &PackOptions::default(), &mut archive)
-                .map_err(|e| format!("packing the workspace: {e}"))?;
-            Ok::<_, String>((archive, report))
+        let dir = self.config.spool_dir.clone();
+        let limit = self.config.max_archive_bytes;
+        // Packed into a spool file, never into memory; refused before any pod is asked for
+        // when it is over the limit.
+        let (archive, handed_over, packed) = tokio::task::spawn_blocking(move || {
+            let file = tempfile::tempfile_in(&dir)
+                .map_err(|e| format!("spooling the workspace archive in {}: {e}", dir.display()))?;
+            let mut out = Capped::new(
+                std::io::BufWriter::with_capacity(body::SPOOL_BUFFER, file),
+                limit,
+            );
+            let packed = workspace::pack(&packed_spec, &PackOptions::default(), &mut out);
+            if out.over {
+                return Err(format!(
+                    "the workspace is over the handoff limit of {limit} bytes (--max-archive-bytes)"
+                ));
+            }
+            let packed = packed.map_err(|e| format!("packing the workspace: {e}"))?;
+            let written = out.written;
+            let file = out
+                .inner
+                .into_inner()
+                .map_err(|e| format!("spooling the workspace archive: {}", e.error()))?;
+            Ok::<_, String>((file, written, packed))
         })
         .await
         .map_err(|e| format!("pack task: {e}"))??;
         let turn = format!("t{}", uuid::Uuid::new_v4().simple());
-        let handed_over = archive.len() as u64;
         let sb = self.wait_ready(&turn, handed_over, deadline).await?;
         let pod = sb.pod.clone().unwrap_or_default();
-        let bound = match self.hand_over(&sb, archive, deadline).await {
+        let bound = match self.hand_over(&sb, &archive, handed_over, deadline).await {
             Ok(b) => b,
             Err(e) => return Err(self.end_after(&turn, e).await),
         };

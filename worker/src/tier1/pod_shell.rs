@@ -1,10 +1,17 @@
 //! One turn's Tier-1 pod once it is bound: commands forwarded to its agent (bounded by their
 //! limit plus a margin; a pod that stops answering is 126 at once from then on), and at the end
 //! the change archive merged into the session's tracked mounts and the sandbox always ended.
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects
+)]
 
-use super::pod::PodTier1Config;
+use super::pod::{PodTier1Config, ERROR_TEXT_BYTES};
 use super::tier_api::TierApi;
+use super::wire::body::{self, BodyError};
 use super::wire::{AgentExec, AgentExecResult};
+use crate::api::relock;
 use crate::runtime::{CommandExecutor, DisposeReport, ExecRequest, ExecResult};
 use crate::workspace::{self, ApplyOptions, Snapshot, WorkspaceSpec};
 use async_trait::async_trait;
@@ -41,14 +48,11 @@ pub struct PodShell {
 
 impl PodShell {
     fn gone(&self) -> Option<String> {
-        self.gone.lock().expect("pod state lock").clone()
+        relock(&self.gone).clone()
     }
 
     fn mark_gone(&self, why: &str) {
-        self.gone
-            .lock()
-            .expect("pod state lock")
-            .get_or_insert_with(|| why.to_string());
+        relock(&self.gone).get_or_insert_with(|| why.to_string());
     }
 
     async fn send(&self, req: &ExecRequest) -> Result<ExecResult, String> {
@@ -57,14 +61,15 @@ impl PodShell {
             script: req.script.clone(),
             cwd: req.cwd.display().to_string(),
             env: req.env.clone(),
-            timeout_ms: Some(limit.as_millis().max(1) as u64),
+            timeout_ms: Some(u64::try_from(limit.as_millis().max(1)).unwrap_or(u64::MAX)),
         };
+        let wait = limit.saturating_add(self.config.request_margin);
         let sent = self
             .http
             .post(format!("{}/v1/exec", self.endpoint))
             .bearer_auth(&self.token)
             .json(&body)
-            .timeout(limit + self.config.request_margin)
+            .timeout(wait)
             .send()
             .await;
         let r = match sent {
@@ -84,7 +89,7 @@ impl PodShell {
         };
         let status = r.status();
         if !status.is_success() {
-            let text = r.text().await.unwrap_or_default();
+            let text = body::text_prefix(r, ERROR_TEXT_BYTES).await;
             if status.is_server_error() {
                 self.mark_gone(&format!("answered {status}"));
             }
@@ -93,10 +98,13 @@ impl PodShell {
                 self.pod
             ));
         }
-        let answer: AgentExecResult = r.json().await.map_err(|e| {
-            self.mark_gone(&format!("sent an unreadable answer ({e})"));
-            format!("the Tier-1 pod {} sent an unreadable answer: {e}", self.pod)
-        })?;
+        let answer: AgentExecResult =
+            body::json(r, self.config.max_answer_bytes)
+                .await
+                .map_err(|e| {
+                    self.mark_gone(&format!("sent an unreadable answer ({e})"));
+                    format!("the Tier-1 pod {} sent an unreadable answer: {e}", self.pod)
+                })?;
         let decode = |field: &str, s: &str| {
             base64::engine::general_purpose::STANDARD
                 .decode(s)
@@ -141,23 +149,32 @@ impl PodShell {
             })?;
         let status = r.status();
         if !status.is_success() {
-            let text = r.text().await.unwrap_or_default();
+            let text = body::text_prefix(r, ERROR_TEXT_BYTES).await;
             return Err(format!(
                 "the Tier-1 pod {} refused its changes ({status}): {text}; nothing was merged back",
                 self.pod
             ));
         }
-        let archive = r.bytes().await.map_err(|e| {
-            format!(
-                "reading the changes from the Tier-1 pod {}: {e}; nothing was merged back",
-                self.pod
-            )
-        })?;
-        let returned = archive.len() as u64;
+        // Streamed into an unnamed spool file, counted as it arrives and cut off past the
+        // limit (the spool goes with the error): never held in memory, nothing left behind.
+        let limit = self.config.max_archive_bytes;
+        let (archive, returned) = body::spool(r, &self.config.spool_dir, limit)
+            .await
+            .map_err(|e| match e {
+                BodyError::TooLarge { .. } => format!(
+                    "the change archive of the Tier-1 pod {} is over the limit of {limit} bytes (--max-archive-bytes); nothing was merged back",
+                    self.pod
+                ),
+                other => format!(
+                    "reading the changes from the Tier-1 pod {}: {other}; nothing was merged back",
+                    self.pod
+                ),
+            })?;
         let spec = self.worker_spec.clone();
         let base = self.worker_base.clone();
         let report = tokio::task::spawn_blocking(move || {
-            workspace::apply(&spec, &archive[..], &base, &ApplyOptions::default())
+            let reader = std::io::BufReader::with_capacity(body::SPOOL_BUFFER, archive);
+            workspace::apply(&spec, reader, &base, &ApplyOptions::default())
         })
         .await
         .map_err(|e| format!("merge task: {e}"))?
@@ -204,7 +221,7 @@ impl CommandExecutor for PodShell {
         let _turn = self.queue.lock().await;
         let merged = self.merge().await;
         let deleted = self.api.delete(&self.turn).await;
-        let pod_ms = self.started.elapsed().as_millis() as u64;
+        let pod_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let mut report = DisposeReport::default();
         let mut returned = 0;
         match merged {

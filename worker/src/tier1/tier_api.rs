@@ -2,8 +2,13 @@
 //! sandbox of one turn. Every call is idempotent on the operator's side, so a failure that may
 //! be passing (connection refused while a replica restarts, a 5xx) is marked retryable and the
 //! caller retries within its own deadline; a definite refusal is not.
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects
+)]
 
-use super::wire::{OpenSandbox, Sandbox};
+use super::wire::{body, OpenSandbox, Sandbox};
 use reqwest::StatusCode;
 use std::time::Duration;
 
@@ -35,6 +40,8 @@ pub struct TierApi {
     http: reqwest::Client,
     base: String,
     token: String,
+    /// Largest answer read (JSON; the operator's are a few hundred bytes).
+    max_answer: usize,
 }
 
 impl TierApi {
@@ -54,7 +61,14 @@ impl TierApi {
                 base_url.trim_end_matches('/')
             ),
             token: token.to_string(),
+            max_answer: super::pod::DEFAULT_MAX_ANSWER_BYTES,
         }
+    }
+
+    /// Caps what is read of an answer (an answer over it is an unreadable answer).
+    pub fn with_max_answer_bytes(mut self, limit: usize) -> Self {
+        self.max_answer = limit;
+        self
     }
 
     pub async fn open(
@@ -123,9 +137,13 @@ impl TierApi {
             })?;
         let status = sent.status();
         if status.is_success() {
-            return sent.json::<Sandbox>().await.map_err(|e| {
-                TierApiError::Retryable(format!("{what}: unreadable answer from the operator: {e}"))
-            });
+            return body::json::<Sandbox>(sent, self.max_answer)
+                .await
+                .map_err(|e| {
+                    TierApiError::Retryable(format!(
+                        "{what}: unreadable answer from the operator: {e}"
+                    ))
+                });
         }
         let text = error_text(sent).await;
         let message = format!("{what}: the operator answered {status}: {text}");
@@ -142,9 +160,10 @@ impl TierApi {
     }
 }
 
-/// The `error.message` of a JSON error body, else the body as text (shortened).
+/// The `error.message` of a JSON error body, else the body as text (shortened; no more than
+/// 64 KiB of it is read).
 async fn error_text(r: reqwest::Response) -> String {
-    let body = r.text().await.unwrap_or_default();
+    let body = body::text_prefix(r, super::pod::ERROR_TEXT_BYTES).await;
     let parsed: Option<serde_json::Value> = serde_json::from_str(&body).ok();
     let message = parsed.as_ref().and_then(|v| {
         v["error"]["message"]
@@ -155,10 +174,10 @@ async fn error_text(r: reqwest::Response) -> String {
     });
     let mut text = message.unwrap_or(body);
     if text.len() > 512 {
-        let mut end = 512;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = (0..=512)
+            .rev()
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(0);
         text.truncate(end);
     }
     text
