@@ -187,10 +187,9 @@ fn each_session_runs_as_its_own_uid() {
     let mut seen = std::collections::BTreeSet::new();
     for i in 0..1000 {
         let uid = ids(&with_uid(&format!("0b9e6f4a-0000-4000-8000-{i:012}")));
-        assert!(
-            (resources::WORKER_UID_BASE..resources::WORKER_UID_BASE + resources::WORKER_UID_SPAN)
-                .contains(&uid)
-        );
+        assert!((resources::WORKER_UID_BASE
+            ..resources::WORKER_UID_BASE + resources::WORKER_UID_SPAN)
+            .contains(&uid));
         assert!(uid < i64::from(i32::MAX));
         seen.insert(uid);
     }

@@ -343,3 +343,29 @@ fn etc_secrets_cannot_even_be_listed() {
     let o = run(&ns, Path::new("/session"), "head -c 4 /etc/passwd");
     assert_eq!(text(&o.stdout), "root", "{}", show(&o));
 }
+
+#[test]
+fn a_working_directory_that_cannot_be_entered_starts_the_command_in_home() {
+    // An earlier command removed its cwd, or cd'd into a path longer than PATH_MAX: the next
+    // command starts in HOME with a note, instead of every later command failing with 126.
+    let data = Data::new();
+    for (mode, sb, cwd) in both(&data) {
+        let home = if mode == "namespace" {
+            PathBuf::from("/session")
+        } else {
+            data.path("session")
+        };
+        let long = cwd.join("d/".repeat(3000));
+        for gone in [cwd.join("removed"), long] {
+            let o = run(&sb, &gone, "pwd");
+            assert_eq!(o.exit_code, 0, "{mode}: {}", show(&o));
+            assert_eq!(text(&o.stdout), format!("{}\n", home.display()), "{mode}");
+            assert!(
+                text(&o.stderr).starts_with("kube-harness: working directory ")
+                    && text(&o.stderr).contains("cannot be entered"),
+                "{mode}: {}",
+                show(&o)
+            );
+        }
+    }
+}

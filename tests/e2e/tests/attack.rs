@@ -29,14 +29,22 @@ async fn one_sessions_fork_bomb_stops_no_other_session_and_dies_whole() {
                 .unwrap();
         }
         for name in ["bomb-a", "bomb-b"] {
-            harness::wait_ready(&client, &ns, name, READY).await.unwrap();
+            harness::wait_ready(&client, &ns, name, READY)
+                .await
+                .unwrap();
         }
         // RLIMIT_NPROC counts per uid across the node: each session has its own.
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let mut uids = Vec::new();
         for name in ["bomb-a", "bomb-b"] {
             let pod = pods.get(&format!("{name}-worker")).await.unwrap();
-            let uid = pod.spec.unwrap().security_context.unwrap().run_as_user.unwrap();
+            let uid = pod
+                .spec
+                .unwrap()
+                .security_context
+                .unwrap()
+                .run_as_user
+                .unwrap();
             let (code, out, err) = cli_exec(&ns, name, "id -u", &[]);
             assert_eq!((code, out.trim()), (0, uid.to_string().as_str()), "{err}");
             uids.push(uid);
@@ -46,7 +54,12 @@ async fn one_sessions_fork_bomb_stops_no_other_session_and_dies_whole() {
         let bomb_ns = ns.clone();
         let bomb = std::thread::spawn(move || {
             let started = Instant::now();
-            let r = cli_exec(&bomb_ns, "bomb-a", "b(){ b|b& }; b; sleep 100", &["--timeout", "10"]);
+            let r = cli_exec(
+                &bomb_ns,
+                "bomb-a",
+                "b(){ b|b& }; b; sleep 100",
+                &["--timeout", "10"],
+            );
             (r, started.elapsed())
         });
         tokio::time::sleep(Duration::from_secs(3)).await;
@@ -54,7 +67,11 @@ async fn one_sessions_fork_bomb_stops_no_other_session_and_dies_whole() {
         for i in 0..3 {
             let started = Instant::now();
             let (code, out, err) = cli_exec(&ns, "bomb-b", &format!("echo ok{i}"), &[]);
-            assert_eq!((code, out.as_str()), (0, format!("ok{i}\n").as_str()), "{err}");
+            assert_eq!(
+                (code, out.as_str()),
+                (0, format!("ok{i}\n").as_str()),
+                "{err}"
+            );
             assert!(
                 started.elapsed() < Duration::from_secs(15),
                 "session b's command {i} took {:?}",
@@ -62,8 +79,16 @@ async fn one_sessions_fork_bomb_stops_no_other_session_and_dies_whole() {
             );
         }
         let ((code, _, err), took) = bomb.join().unwrap();
-        assert_eq!(code, 124, "the bomb: {}", err.lines().last().unwrap_or_default());
-        assert!(took < Duration::from_secs(40), "the bomb returned after {took:?}");
+        assert_eq!(
+            code,
+            124,
+            "the bomb: {}",
+            err.lines().last().unwrap_or_default()
+        );
+        assert!(
+            took < Duration::from_secs(40),
+            "the bomb returned after {took:?}"
+        );
         // Nothing of it is left in A's pod: this command's shell is the only bash there.
         let (code, out, err) = cli_exec(&ns, "bomb-a", "ps -e -o comm= | grep -c '^bash$'", &[]);
         assert_eq!((code, out.as_str()), (0, "1\n"), "{err}");

@@ -91,6 +91,8 @@ impl ChildPlan {
 /// Per-run inputs of the pre_exec closure.
 pub struct RunFds {
     pub cwd: CString,
+    /// Where the command starts when `cwd` cannot be entered (HOME; empty: nowhere else).
+    pub home: CString,
     /// Write end of the state pipe; becomes fd 3 in the command.
     pub state_w: RawFd,
     /// Write end of the supervisor's status pipe.
@@ -410,7 +412,19 @@ unsafe fn command_setup(plan: &ChildPlan, run: &RunFds) {
         join_namespace(ns);
     }
     if libc::chdir(run.cwd.as_ptr()) != 0 {
-        fail_path("working directory", &run.cwd, errno());
+        // The directory an earlier command left the shell in may be gone (removed, or a path
+        // too long to enter): start in HOME and say so, rather than fail every later command.
+        let err = errno();
+        if run.home.as_bytes().is_empty() || libc::chdir(run.home.as_ptr()) != 0 {
+            fail_path("working directory", &run.cwd, err);
+        }
+        note_path(
+            b"working directory ",
+            &run.cwd,
+            b" cannot be entered: ",
+            err,
+            &run.home,
+        );
     }
     if libc::dup2(run.state_w, 3) != 3 {
         fail("dup2 of the state descriptor", errno());
@@ -657,6 +671,26 @@ unsafe fn fail(step: &str, err: i32) -> ! {
 
 unsafe fn fail_path(step: &str, path: &CStr, err: i32) -> ! {
     fail_with(step.as_bytes(), path.to_bytes(), err)
+}
+
+/// Writes `kube-harness: WHAT PATH WHY ERROR (errno N); starting in HOME` to stderr.
+unsafe fn note_path(what: &[u8], path: &CStr, why: &[u8], err: i32, home: &CStr) {
+    let mut buf = [0u8; 1024];
+    let mut len = 0;
+    let mut push = |bytes: &[u8]| {
+        let n = bytes.len().min(buf.len() - 1 - len);
+        buf[len..len + n].copy_from_slice(&bytes[..n]);
+        len += n;
+    };
+    push(b"kube-harness: ");
+    push(what);
+    push(&path.to_bytes()[..path.to_bytes().len().min(256)]);
+    push(why);
+    push(errno_text(err));
+    push(b"; starting in ");
+    push(home.to_bytes());
+    buf[len] = b'\n';
+    write_all(2, &buf[..=len]);
 }
 
 unsafe fn fail_with(step: &[u8], path: &[u8], err: i32) -> ! {

@@ -83,8 +83,13 @@ async fn run_inner(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    let home = env
+        .get("HOME")
+        .and_then(|h| child::cwd_cstring(std::path::Path::new(h)))
+        .unwrap_or_default();
     let fds = RunFds {
         cwd,
+        home,
         state_w: state_w.as_raw_fd(),
         status_w: status_w.as_raw_fd(),
         exec,
