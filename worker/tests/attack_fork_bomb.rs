@@ -178,13 +178,18 @@ fn a_fork_bomb_is_bounded_dies_whole_at_its_timeout_and_stops_no_one_else(bound:
 
 fn the_bare_bomb_is_killed_when_its_shell_exits(bound: Option<&Bound>) {
     let data = Data::new();
-    let bomb = sandbox(&data, Duration::from_secs(10));
+    let bomb = sandbox(&data, Duration::from_secs(4));
     let started = Instant::now();
     let o = rt().block_on(bomb.run(&inv("b(){ b|b& }; b", "/session")));
-    // The shell returns at once (0); its tree is killed before the result is reported.
-    assert_eq!(o.exit_code, 0, "{}", show(&o));
+    // The shell returns at once (0), or, when its own fork meets the limit first, bash retries
+    // it until the timeout (124). Either way its tree is killed before the result is reported.
     assert!(
-        started.elapsed() < Duration::from_secs(5),
+        o.exit_code == 0 || (o.exit_code == 124 && o.timed_out),
+        "{}",
+        show(&o)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
         "{:?}",
         started.elapsed()
     );

@@ -95,3 +95,39 @@ async fn one_sessions_fork_bomb_stops_no_other_session_and_dies_whole() {
     })
     .await;
 }
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn the_worker_pod_runs_no_program_but_the_tools_and_its_commands_cannot_touch_the_worker() {
+    with_namespace("exec", |client, ns| async move {
+        harness::restrict(&client, &ns).await.unwrap();
+        harness::apply_example(&client, &ns, "demo.yaml", "exec")
+            .await
+            .unwrap();
+        harness::wait_ready(&client, &ns, "exec", READY).await.unwrap();
+        let loader = "/lib64/ld-linux-x86-64.so.2";
+        let cases: &[(&str, &str)] = &[
+            // A program of the image outside the tool directories: root-only (Containerfile).
+            (&format!("{loader} /usr/lib/apt/methods/http; echo rc=$?"), "rc=127"),
+            // One in a tool directory that is not a tool: landlock lets only tools be read.
+            (&format!("{loader} /usr/bin/perl -e 'print 1'; echo rc=$?"), "rc=127"),
+            ("stat -c %A /usr/lib/apt/methods/http", "-rwx------"),
+            (
+                "python3 -c 'import os; os.memfd_create(\"x\")' 2>&1 | tail -1",
+                "PermissionError: [Errno 1] Operation not permitted",
+            ),
+            // The worker is PID 1 of the container: its limits are out of reach.
+            (
+                "python3 -c 'import resource; resource.prlimit(1, resource.RLIMIT_NOFILE, (16, 16))' 2>&1 | tail -1",
+                "PermissionError: [Errno 1] Operation not permitted",
+            ),
+            ("grep 'Max open files' /proc/1/limits | awk '{print ($4 > 16)}'", "1"),
+        ];
+        for (script, want) in cases {
+            let (code, out, err) = cli_exec(&ns, "exec", script, &[]);
+            assert_eq!(code, 0, "{script}: {err}");
+            assert_eq!(out.trim(), *want, "{script}: {err}");
+        }
+    })
+    .await;
+}
