@@ -87,6 +87,20 @@ fn the_worker_runs_as_in_the_pod() {
             }
             let r = client.exec(&ExecRequest::new("make --version")).await.unwrap();
             assert_eq!(r.exit_code, 126);
+
+            // A directory the worker (same uid, not root) cannot read makes every snapshot of
+            // the workspace fail: file events would be missing without a word. The worker keeps
+            // running commands but is not ready, and says why, until it can read again.
+            let r = client
+                .exec(&ExecRequest::new("mkdir /session/locked && chmod 000 /session/locked"))
+                .await
+                .unwrap();
+            assert_eq!(r.exit_code, 0, "{}", r.stderr);
+            let err = client.readyz().await.unwrap_err().to_string();
+            assert!(err.contains("503") && err.contains("file tracking failed"), "{err}");
+            let r = client.exec(&ExecRequest::new("chmod 755 /session/locked")).await.unwrap();
+            assert_eq!(r.exit_code, 0, "{}", r.stderr);
+            client.readyz().await.unwrap();
         });
     }));
     let _ = Command::new("kill")

@@ -133,6 +133,8 @@ pub struct Worker {
     shutting_down: AtomicBool,
     /// Set by a caught panic (see [`Broken`]).
     broken: Mutex<Option<Broken>>,
+    /// Whether the turns' file tracking works (part of readiness).
+    tracking: crate::runtime::TrackingHealth,
     counters: Counters,
     /// Distinguishes this process's idempotency keys from a restarted worker's.
     instance: String,
@@ -144,6 +146,7 @@ impl Worker {
     /// message naming the missing Tier-1 tier.
     pub fn new(config: WorkerConfig, next_tier: Option<Arc<dyn NextTier>>) -> Result<Self, String> {
         let spec = config.workspace();
+        let tracking = crate::runtime::TrackingHealth::default();
         let tier0 = config.presentation().and_then(|presentation| {
             TimedTier0::new(
                 spec.clone(),
@@ -190,6 +193,7 @@ impl Worker {
             busy: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             broken: Mutex::new(None),
+            tracking,
             counters: Counters {
                 last_activity_ms: AtomicU64::new(now_ms()),
                 ..Counters::default()
@@ -211,7 +215,9 @@ impl Worker {
         if let Some(broken) = self.broken() {
             return Err(broken.reason());
         }
-        self.tier0.as_ref().map(|_| ()).map_err(Clone::clone)
+        self.tier0.as_ref().map_err(Clone::clone)?;
+        // Commands still run, but their file events are missing: not ready until it recovers.
+        self.tracking.get()
     }
 
     /// `Err(reason)` once the worker is broken beyond what it can repair itself
@@ -556,7 +562,10 @@ impl Worker {
             emitter,
             tier0.clone(),
             self.next_tier.clone(),
-            Some(Arc::new(WorkspaceTracker::new(self.spec.clone()))),
+            Some(Arc::new(WorkspaceTracker::with_health(
+                self.spec.clone(),
+                self.tracking.clone(),
+            ))),
             cwd.to_path_buf(),
             env.clone(),
         );

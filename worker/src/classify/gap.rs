@@ -3,6 +3,9 @@
 //!
 //! stderr is script-writable, so a script can forge these lines: the caller must bound escalation to
 //! one per command (the tiered runtime does).
+// Script text reaches every line here, so no unwrap or expect. Index arithmetic is not linted:
+// it is bounded by the script, which is at most MAX_SCRIPT_BYTES (512 KiB) long.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use serde::{Deserialize, Serialize};
 

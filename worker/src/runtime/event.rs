@@ -48,13 +48,19 @@ pub struct Collector(Mutex<Vec<TraceEvent>>);
 
 impl Collector {
     pub fn events(&self) -> Vec<TraceEvent> {
-        self.0.lock().expect("collector lock").clone()
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
 impl EventSink for Collector {
     fn emit(&self, event: &TraceEvent) {
-        self.0.lock().expect("collector lock").push(event.clone());
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(event.clone());
     }
 }
 
@@ -78,8 +84,11 @@ impl Emitter {
 
     pub fn emit(&self, kind: &str, data: Value) {
         let seq = {
-            let mut seq = self.seq.lock().expect("emitter lock");
-            *seq += 1;
+            let mut seq = self
+                .seq
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *seq = seq.saturating_add(1);
             *seq
         };
         let event = TraceEvent {

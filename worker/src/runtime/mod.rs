@@ -1,6 +1,12 @@
 //! The shell runtime: one turn's commands, classified, run on the right tier, traced identically
 //! whichever tier ran them. Executors (the Tier-0 sandbox, a local Tier-1 shell, Tier-1 pods) only
 //! run commands; everything the agent and the trace see is decided here.
+// Command output, the fd-3 state report and exported variables are the script's own.
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects
+)]
 
 pub mod event;
 pub mod executor;
@@ -14,7 +20,7 @@ pub use event::{Collector, Emitter, EventSink, TraceEvent};
 pub use executor::{CommandExecutor, DisposeReport, ExecRequest, ExecResult, NextTier};
 pub use local_tier1::LocalTier1;
 pub use tier0::Tier0Executor;
-pub use tracker::WorkspaceTracker;
+pub use tracker::{TrackingHealth, WorkspaceTracker};
 pub use turn::{CommandOutcome, StartGate, Turn, TurnConfig};
 
 use crate::workspace::{ChangeKind, FileChange};

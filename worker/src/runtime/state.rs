@@ -100,7 +100,7 @@ pub fn parse(report: &[u8]) -> Option<(PathBuf, BTreeMap<String, String>)> {
         return None;
     }
     let mut env = BTreeMap::new();
-    let mut rest = &report[nul + 1..];
+    let mut rest = report.get(nul.saturating_add(1)..)?;
     loop {
         rest = trim_start(rest);
         if rest.is_empty() {
@@ -133,7 +133,7 @@ fn entry(s: &[u8]) -> Option<(Option<Entry<'_>>, &[u8])> {
     let (flags, s) = match s.strip_prefix(b"-") {
         Some(f) => {
             let end = f.iter().position(|b| *b == b' ')?;
-            (&f[..end], &f[end + 1..])
+            (f.get(..end)?, f.get(end.saturating_add(1)..)?)
         }
         None => (&b""[..], s),
     };
@@ -172,14 +172,14 @@ fn double_quoted(s: &[u8]) -> Option<(Vec<u8>, &[u8])> {
     let mut i = 0;
     loop {
         match *s.get(i)? {
-            b'"' => return Some((out, &s[i + 1..])),
-            b'\\' if matches!(s.get(i + 1), Some(b'"' | b'\\' | b'$' | b'`')) => {
-                out.push(s[i + 1]);
-                i += 2;
+            b'"' => return Some((out, s.get(i.saturating_add(1)..)?)),
+            b'\\' if matches!(s.get(i.saturating_add(1)), Some(b'"' | b'\\' | b'$' | b'`')) => {
+                out.push(*s.get(i.saturating_add(1))?);
+                i = i.saturating_add(2);
             }
             b => {
                 out.push(b);
-                i += 1;
+                i = i.saturating_add(1);
             }
         }
     }
@@ -191,16 +191,16 @@ fn ansi_c(s: &[u8]) -> Option<(Vec<u8>, &[u8])> {
     let mut i = 0;
     loop {
         let b = *s.get(i)?;
-        i += 1;
+        i = i.saturating_add(1);
         if b == b'\'' {
-            return Some((out, &s[i..]));
+            return Some((out, s.get(i..)?));
         }
         if b != b'\\' {
             out.push(b);
             continue;
         }
         let e = *s.get(i)?;
-        i += 1;
+        i = i.saturating_add(1);
         let simple = match e {
             b'a' => Some(7),
             b'b' => Some(8),
@@ -219,7 +219,7 @@ fn ansi_c(s: &[u8]) -> Option<(Vec<u8>, &[u8])> {
         }
         let (radix, max) = match e {
             b'0'..=b'7' => {
-                i -= 1;
+                i = i.saturating_sub(1);
                 (8, 3)
             }
             b'x' => (16, 2),
@@ -227,7 +227,7 @@ fn ansi_c(s: &[u8]) -> Option<(Vec<u8>, &[u8])> {
             b'U' => (16, 8),
             b'c' => {
                 out.push(*s.get(i)? & 0x1f);
-                i += 1;
+                i = i.saturating_add(1);
                 continue;
             }
             _ => {
@@ -235,14 +235,15 @@ fn ansi_c(s: &[u8]) -> Option<(Vec<u8>, &[u8])> {
                 continue;
             }
         };
-        let digits = s[i..]
+        let digits = s
+            .get(i..)?
             .iter()
             .take(max)
             .take_while(|d| (**d as char).is_digit(radix))
             .count();
-        let text = std::str::from_utf8(&s[i..i + digits]).ok()?;
+        let text = std::str::from_utf8(s.get(i..i.saturating_add(digits))?).ok()?;
         let n = u32::from_str_radix(text, radix).ok()?;
-        i += digits;
+        i = i.saturating_add(digits);
         if matches!(e, b'u' | b'U') {
             let mut buf = [0u8; 4];
             out.extend_from_slice(char::from_u32(n)?.encode_utf8(&mut buf).as_bytes());
@@ -253,6 +254,11 @@ fn ansi_c(s: &[u8]) -> Option<(Vec<u8>, &[u8])> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects
+)]
 mod tests {
     use super::*;
     use std::process::{Command, Stdio};

@@ -2,31 +2,67 @@
 
 use super::{Snapshot, Tracker};
 use crate::workspace::{self, FileChange, WorkspaceSpec};
+use std::sync::{Mutex, MutexGuard};
 
 /// Snapshots the tracked mounts; each snapshot reuses the previous one's hashes for files whose
 /// size and mtime did not change, so the per-command cost stays low.
 pub struct WorkspaceTracker {
     spec: WorkspaceSpec,
-    last: std::sync::Mutex<Option<workspace::Snapshot>>,
+    last: Mutex<Option<workspace::Snapshot>>,
+    /// Why the last snapshot failed, until one succeeds again.
+    failed: TrackingHealth,
+}
+
+/// Whether the last snapshot of the tracked mounts failed, and why; shared by the trackers of
+/// successive turns so that a host (the worker's `/readyz`) can report it.
+#[derive(Clone, Default)]
+pub struct TrackingHealth(std::sync::Arc<Mutex<Option<String>>>);
+
+impl TrackingHealth {
+    /// `Err(reason)` while the tracked mounts cannot be snapshotted (the last attempt failed):
+    /// file events are missing until one succeeds again.
+    pub fn get(&self) -> Result<(), String> {
+        relock(&self.0).clone().map_or(Ok(()), Err)
+    }
 }
 
 impl WorkspaceTracker {
     pub fn new(spec: WorkspaceSpec) -> Self {
+        Self::with_health(spec, TrackingHealth::default())
+    }
+
+    /// A tracker that reports its failures to `health`.
+    pub fn with_health(spec: WorkspaceSpec, health: TrackingHealth) -> Self {
         WorkspaceTracker {
             spec,
-            last: std::sync::Mutex::new(None),
+            last: Mutex::new(None),
+            failed: health,
         }
     }
 }
 
+/// The tracker's state stays consistent whatever panicked while holding its locks (the next
+/// snapshot replaces it), so a poisoned lock is taken as it is rather than failing every command.
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl Tracker for WorkspaceTracker {
     fn snapshot(&self) -> Snapshot {
-        let mut last = self.last.lock().expect("tracker lock");
+        let mut last = relock(&self.last);
         let taken = match last.as_ref() {
             Some(prev) => workspace::snapshot_since(&self.spec, prev),
             None => workspace::snapshot(&self.spec),
         };
-        // A tracked mount that cannot be read yields no events rather than failing the command.
+        // A tracked mount that cannot be read yields no events rather than failing the command;
+        // the failure is kept for `health` (the worker's /readyz reports it).
+        *relock(&self.failed.0) = match &taken {
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "snapshot of the tracked mounts failed");
+                Some(format!("file tracking failed: {e}"))
+            }
+        };
         let taken = taken.ok();
         if let Some(s) = &taken {
             *last = Some(s.clone());
@@ -40,7 +76,7 @@ impl Tracker for WorkspaceTracker {
     /// command (about a quarter of a millisecond for a small workspace). On the local host a
     /// file edited by hand between two commands is reported with the second command.
     fn baseline(&self) -> Snapshot {
-        let last = self.last.lock().expect("tracker lock");
+        let last = relock(&self.last);
         match last.as_ref() {
             Some(s) => Snapshot(Box::new(Some(s.clone()))),
             None => {

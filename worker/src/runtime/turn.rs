@@ -112,7 +112,10 @@ impl Turn {
     /// Sets the time limit of the next command, on whichever tier it runs (`None`: the tier's
     /// default).
     pub fn set_next_timeout(&self, timeout: Option<std::time::Duration>) {
-        *self.next_timeout.lock().expect("timeout lock") = timeout;
+        *self
+            .next_timeout
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = timeout;
     }
 
     /// The cwd and exported variables the next command will start with.
@@ -182,7 +185,7 @@ impl Turn {
                         let mut data = json!({"command": script, "tier": 0, "reason": reason, "signal": "emulation-gap", "gap": gap});
                         with_step(&mut data, step_key);
                         self.emitter.emit(kind::TIER_REFUSED, data);
-                        st.refusals += 1;
+                        st.refusals = st.refusals.saturating_add(1);
                     }
                 }
             }
@@ -320,7 +323,7 @@ impl Turn {
         reason: &str,
         reasons: Value,
     ) -> CommandOutcome {
-        st.refusals += 1;
+        st.refusals = st.refusals.saturating_add(1);
         let mut data =
             json!({"command": script, "tier": tier, "reason": reason, "reasons": reasons});
         with_step(&mut data, step_key);
@@ -397,7 +400,10 @@ impl Turn {
         let tracker = self.tracker.as_ref().filter(|_| tier == 0);
         let before = tracker.map(|t| t.baseline());
         let started = Instant::now();
-        let timeout = *self.next_timeout.lock().expect("timeout lock");
+        let timeout = *self
+            .next_timeout
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let result = executor
             .execute(ExecRequest {
                 script: state::wrap(script),
@@ -428,8 +434,8 @@ impl Turn {
         } else {
             &mut st.higher_figures
         };
-        figures.commands += 1;
-        figures.duration_ms += duration_ms;
+        figures.commands = figures.commands.saturating_add(1);
+        figures.duration_ms = figures.duration_ms.saturating_add(duration_ms);
         let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
         let mut data = json!({
@@ -494,7 +500,7 @@ impl Turn {
             None => {
                 let mut end = self.config.inline_output_limit;
                 while !text.is_char_boundary(end) {
-                    end -= 1;
+                    end = end.saturating_sub(1);
                 }
                 data[field] = json!(&text[..end]);
                 data[format!("{field}Truncated")] = json!(true);

@@ -13,6 +13,11 @@
 //! instead, because v2 cannot enable a controller below a cgroup that has processes of its own.
 //! Command cgroups are reused once empty: making and removing one per command cost about as much
 //! as the rest of the sandbox's setup.
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects
+)]
 
 use super::SandboxError;
 use std::io::{Read, Seek, SeekFrom};
@@ -112,18 +117,24 @@ fn mounts(mountinfo: &str) -> impl Iterator<Item = MountLine> + '_ {
 fn unescape(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b.get(i + 1..i + 4);
-        if b[i] == b'\\' && octal.is_some_and(|o| o.iter().all(|c| (b'0'..=b'7').contains(c))) {
-            let v = b[i + 1..i + 4]
-                .iter()
-                .fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
-            out.push(v as u8);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
+    let mut rest = b;
+    while let Some((&first, tail)) = rest.split_first() {
+        let octal = tail
+            .get(..3)
+            .filter(|o| o.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (first, octal) {
+            (b'\\', Some(o)) => {
+                let v = o.iter().fold(0u32, |acc, c| {
+                    acc.wrapping_mul(8)
+                        .wrapping_add(u32::from(c.wrapping_sub(b'0')))
+                });
+                out.push(v as u8);
+                rest = tail.get(3..).unwrap_or_default();
+            }
+            _ => {
+                out.push(first);
+                rest = tail;
+            }
         }
     }
     String::from_utf8_lossy(&out).into_owned()
@@ -310,6 +321,7 @@ fn raise(fd: OwnedFd) -> Result<OwnedFd, SandboxError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,5 +1,10 @@
 //! The parent side of one run: pipes, spawn, capped draining of stdout/stderr/state, the
 //! supervisor's status record, and a backstop for a supervisor that stops answering.
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects
+)]
 
 use super::child::{self, ChildPlan, RunFds, KIND_TIMED_OUT};
 use super::config::MAX_SCRIPT_ARG;
@@ -137,7 +142,7 @@ async fn run_inner(
             (out, err, st)
         };
         tokio::pin!(all);
-        match tokio::time::timeout(limits.timeout + BACKSTOP, &mut all).await {
+        match tokio::time::timeout(limits.timeout.saturating_add(BACKSTOP), &mut all).await {
             Ok(r) => r,
             Err(_) => {
                 backstop_fired = true;
@@ -215,7 +220,7 @@ fn kill_everything(supervisor: libc::pid_t, cmd: libc::pid_t) {
     // group (whose members are its descendants) cannot have been recycled.
     unsafe {
         if cmd > 0 {
-            libc::kill(-cmd, libc::SIGKILL);
+            libc::kill(cmd.wrapping_neg(), libc::SIGKILL);
         }
         libc::kill(supervisor, libc::SIGKILL);
     }

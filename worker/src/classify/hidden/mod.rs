@@ -4,6 +4,9 @@
 //! `alias`, array subscripts in `unset`/`let`/`read`/`printf -v`, …). Each tool's feature is
 //! recognised from the tool's own grammar; the command it would run is reported as a [`Hidden`]
 //! item, which the walk classifies like any other command.
+// Script text reaches every line here, so no unwrap or expect. Index arithmetic is not linted:
+// it is bounded by the script, which is at most MAX_SCRIPT_BYTES (512 KiB) long.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod awk;
 mod getopt;
