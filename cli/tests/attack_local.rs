@@ -4,36 +4,11 @@
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn kh(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kube-harness"));
-    c.current_dir(dir).env("KUBE_HARNESS_LOG", "error");
-    c
-}
-
-fn exec(dir: &Path, extra: &[&str], script: &str) -> Output {
-    kh(dir)
-        .args(["local", "exec", "--session", "s1"])
-        .args(extra)
-        .args(["--", script])
-        .output()
-        .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "exit={:?} stdout={:?} stderr={:?}",
-        o.status.code(),
-        text(&o.stdout),
-        text(&o.stderr)
-    )
-}
+mod support;
+use support::{exec, kh, show, text};
 
 #[test]
 fn start_up_code_is_never_carried_to_the_next_command() {

@@ -6,11 +6,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-fn kh(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kube-harness"));
-    c.current_dir(dir).env("KUBE_HARNESS_LOG", "error");
-    c
-}
+mod support;
+use support::kh;
 
 fn exec(dir: &Path, script: &str) -> Output {
     let out = kh(dir)

@@ -1,26 +1,9 @@
 //! `kube-harness local …` end to end: real processes, the real Tier-0 sandbox, a temp data dir.
 
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 
-fn kh(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kube-harness"));
-    c.current_dir(dir).env("KUBE_HARNESS_LOG", "error");
-    c
-}
-
-fn exec(dir: &Path, extra: &[&str], script: &str) -> Output {
-    kh(dir)
-        .args(["local", "exec", "--session", "s1"])
-        .args(extra)
-        .args(["--", script])
-        .output()
-        .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+mod support;
+use support::{exec, kh, text};
 
 #[test]
 fn exec_prints_output_exits_with_the_command_and_keeps_session_state() {

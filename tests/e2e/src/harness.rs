@@ -31,6 +31,32 @@ pub fn kube_harness(args: &[&str]) -> Result<Output> {
     run(&binary("KH_KUBE_HARNESS_BIN", "kube-harness"), args)
 }
 
+/// `kube-harness exec -n NS NAME [EXTRA] -- SCRIPT` → (exit code, stdout, stderr).
+pub fn cli_exec(ns: &str, name: &str, script: &str, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec!["exec", "-n", ns, name];
+    args.extend_from_slice(extra);
+    args.extend(["--", script]);
+    let out = kube_harness(&args).unwrap_or_else(|e| panic!("{e}"));
+    (out.status.code().unwrap_or(-1), stdout(&out), stderr(&out))
+}
+
+/// A session made from `examples/demo.yaml` under `name`, in a namespace that enforces the
+/// restricted Pod Security Standard, once it is Ready.
+pub async fn demo(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    timeout: std::time::Duration,
+) -> HarnessSession {
+    restrict(client, ns).await.unwrap_or_else(|e| panic!("{e}"));
+    apply_example(client, ns, "demo.yaml", name)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_ready(client, ns, name, timeout)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// Runs `kubectl` (KH_KUBECTL) with `args`.
 pub fn kubectl(args: &[&str]) -> Result<Output> {
     run(&binary("KH_KUBECTL", "kubectl"), args)

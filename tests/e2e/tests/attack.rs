@@ -3,20 +3,11 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube_harness_e2e::harness::{self, kube_harness, stderr, stdout};
+use kube_harness_e2e::harness::{self, cli_exec};
 use kube_harness_e2e::namespace::with_namespace;
 use std::time::{Duration, Instant};
 
 const READY: Duration = Duration::from_secs(180);
-
-/// `kube-harness exec -n NS NAME [EXTRA] -- SCRIPT` → (exit code, stdout, stderr).
-fn cli_exec(ns: &str, name: &str, script: &str, extra: &[&str]) -> (i32, String, String) {
-    let mut args = vec!["exec", "-n", ns, name];
-    args.extend_from_slice(extra);
-    args.extend(["--", script]);
-    let out = kube_harness(&args).unwrap();
-    (out.status.code().unwrap_or(-1), stdout(&out), stderr(&out))
-}
 
 #[tokio::test]
 #[ignore = "needs a cluster with the chart installed"]
@@ -100,11 +91,7 @@ async fn one_sessions_fork_bomb_stops_no_other_session_and_dies_whole() {
 #[ignore = "needs a cluster with the chart installed"]
 async fn the_worker_pod_runs_no_program_but_the_tools_and_its_commands_cannot_touch_the_worker() {
     with_namespace("exec", |client, ns| async move {
-        harness::restrict(&client, &ns).await.unwrap();
-        harness::apply_example(&client, &ns, "demo.yaml", "exec")
-            .await
-            .unwrap();
-        harness::wait_ready(&client, &ns, "exec", READY).await.unwrap();
+        harness::demo(&client, &ns, "exec", READY).await;
         let loader = "/lib64/ld-linux-x86-64.so.2";
         let cases: &[(&str, &str)] = &[
             // A program of the image outside the tool directories: root-only (Containerfile).

@@ -10,7 +10,7 @@ use kube_harness_client::tunnel::Tunnel;
 use kube_harness_client::SessionHandle;
 use kube_harness_crds::condition::types;
 use kube_harness_crds::{HarnessSession, SandboxTier};
-use kube_harness_e2e::harness::{self, kube_harness, kubectl, stderr, stdout};
+use kube_harness_e2e::harness::{self, cli_exec, kubectl, stderr, stdout};
 use kube_harness_e2e::namespace::with_namespace;
 use kube_harness_e2e::wait::{self, Check};
 use kube_harness_worker::api::model::ExecRequest;
@@ -20,20 +20,7 @@ use std::time::Duration;
 const READY: Duration = Duration::from_secs(180);
 
 async fn demo(client: &Client, ns: &str, name: &str) -> HarnessSession {
-    harness::restrict(client, ns).await.unwrap();
-    harness::apply_example(client, ns, "demo.yaml", name)
-        .await
-        .unwrap();
-    harness::wait_ready(client, ns, name, READY).await.unwrap()
-}
-
-/// `kube-harness exec -n NS NAME -- SCRIPT` → (exit code, stdout, stderr).
-fn cli_exec(ns: &str, name: &str, script: &str, extra: &[&str]) -> (i32, String, String) {
-    let mut args = vec!["exec", "-n", ns, name];
-    args.extend_from_slice(extra);
-    args.extend(["--", script]);
-    let out = kube_harness(&args).unwrap();
-    (out.status.code().unwrap_or(-1), stdout(&out), stderr(&out))
+    harness::demo(client, ns, name, READY).await
 }
 
 #[tokio::test]

@@ -673,49 +673,49 @@ unsafe fn fail_path(step: &str, path: &CStr, err: i32) -> ! {
     fail_with(step.as_bytes(), path.to_bytes(), err)
 }
 
-/// Writes `kube-harness: WHAT PATH WHY ERROR (errno N); starting in HOME` to stderr.
+/// Writes `kube-harness: working directory PATH cannot be entered: ERROR; starting in HOME`.
 unsafe fn note_path(what: &[u8], path: &CStr, why: &[u8], err: i32, home: &CStr) {
-    let mut buf = [0u8; 1024];
-    let mut len = 0;
-    let mut push = |bytes: &[u8]| {
-        let n = bytes.len().min(buf.len() - 1 - len);
-        buf[len..len + n].copy_from_slice(&bytes[..n]);
-        len += n;
-    };
-    push(b"kube-harness: ");
-    push(what);
-    push(&path.to_bytes()[..path.to_bytes().len().min(256)]);
-    push(why);
-    push(errno_text(err));
-    push(b"; starting in ");
-    push(home.to_bytes());
-    buf[len] = b'\n';
-    write_all(2, &buf[..=len]);
+    let path = path.to_bytes();
+    stderr_line(&[
+        b"kube-harness: ",
+        what,
+        &path[..path.len().min(256)],
+        why,
+        errno_text(err),
+        b"; starting in ",
+        home.to_bytes(),
+    ]);
 }
 
 unsafe fn fail_with(step: &[u8], path: &[u8], err: i32) -> ! {
+    let mut digits = [0u8; 12];
+    let errno = format_int(err, &mut digits);
+    let sep: &[u8] = if path.is_empty() { b"" } else { b" " };
+    stderr_line(&[
+        b"kube-harness: sandbox setup failed: ",
+        step,
+        sep,
+        path,
+        b": ",
+        errno_text(err),
+        b" (errno ",
+        errno,
+        b")",
+    ]);
+    libc::_exit(126)
+}
+
+/// Writes the parts as one line (at most 1 KiB) to stderr, without allocating.
+unsafe fn stderr_line(parts: &[&[u8]]) {
     let mut buf = [0u8; 1024];
     let mut len = 0;
-    let mut push = |bytes: &[u8]| {
-        let n = bytes.len().min(buf.len() - 1 - len);
-        buf[len..len + n].copy_from_slice(&bytes[..n]);
+    for part in parts {
+        let n = part.len().min(buf.len() - 1 - len);
+        buf[len..len + n].copy_from_slice(&part[..n]);
         len += n;
-    };
-    push(b"kube-harness: sandbox setup failed: ");
-    push(step);
-    if !path.is_empty() {
-        push(b" ");
-        push(path);
     }
-    push(b": ");
-    push(errno_text(err));
-    let mut digits = [0u8; 12];
-    push(b" (errno ");
-    push(format_int(err, &mut digits));
-    push(b")");
     buf[len] = b'\n';
     write_all(2, &buf[..=len]);
-    libc::_exit(126)
 }
 
 fn errno_text(err: i32) -> &'static [u8] {

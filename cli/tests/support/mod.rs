@@ -1,0 +1,36 @@
+//! Helpers for the tests that drive the real `kube-harness local …` binary in a temp directory.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// The binary, run in `dir` (its data dir is `dir/.little-harness`), with quiet logs.
+pub fn kh(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kube-harness"));
+    c.current_dir(dir).env("KUBE_HARNESS_LOG", "error");
+    c
+}
+
+/// `kube-harness local exec --session s1 EXTRA -- SCRIPT`.
+pub fn exec(dir: &Path, extra: &[&str], script: &str) -> Output {
+    kh(dir)
+        .args(["local", "exec", "--session", "s1"])
+        .args(extra)
+        .args(["--", script])
+        .output()
+        .unwrap()
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// An outcome for an assertion message.
+pub fn show(o: &Output) -> String {
+    format!(
+        "exit={:?} stdout={:?} stderr={:?}",
+        o.status.code(),
+        text(&o.stdout),
+        text(&o.stderr)
+    )
+}
