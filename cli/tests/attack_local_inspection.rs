@@ -4,7 +4,7 @@
 //! and never entered, and a tree deeper than PATH_MAX must still list. Runs as root.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 mod support;
 use support::kh;
