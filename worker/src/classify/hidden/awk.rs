@@ -522,6 +522,7 @@ fn regex_end(src: &[u8], mut i: usize) -> Result<usize, ()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_args as args;
     use super::*;
 
     fn found(program: &str) -> Vec<Hidden> {
@@ -620,13 +621,6 @@ mod tests {
             found(r#"@load "fork""#),
             vec![Hidden::Opaque("awk @load fork".into())]
         );
-    }
-
-    fn args(words: &[&str]) -> Vec<Option<String>> {
-        words
-            .iter()
-            .map(|w| (*w != "$").then(|| w.to_string()))
-            .collect()
     }
 
     fn run(tool: &str, words: &[&str]) -> Vec<Hidden> {

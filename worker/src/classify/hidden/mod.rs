@@ -187,3 +187,12 @@ fn c_string(bytes: &[u8]) -> String {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
+
+/// Test arguments: each word literal, except `$`, which stands for one that is not.
+#[cfg(test)]
+pub(super) fn test_args(words: &[&str]) -> Vec<Option<String>> {
+    words
+        .iter()
+        .map(|w| (*w != "$").then(|| w.to_string()))
+        .collect()
+}

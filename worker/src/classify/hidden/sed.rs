@@ -368,6 +368,7 @@ fn substituted_command(regex: &[u8], replacement: &[u8]) -> Hidden {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_args as args;
     use super::*;
 
     fn found(script: &str) -> Vec<Hidden> {
@@ -451,13 +452,6 @@ mod tests {
                 "{script}: {got:?}"
             );
         }
-    }
-
-    fn args(words: &[&str]) -> Vec<Option<String>> {
-        words
-            .iter()
-            .map(|w| (*w != "$").then(|| w.to_string()))
-            .collect()
     }
 
     fn run(words: &[&str]) -> Vec<Hidden> {

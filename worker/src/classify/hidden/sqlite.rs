@@ -415,14 +415,8 @@ fn sql_tokens(b: &[u8]) -> Vec<SqlTok> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_args as args;
     use super::*;
-
-    fn args(words: &[&str]) -> Vec<Option<String>> {
-        words
-            .iter()
-            .map(|w| (*w != "$").then(|| w.to_string()))
-            .collect()
-    }
 
     fn run_with(words: &[&str], stdin: Option<Option<String>>) -> Vec<Hidden> {
         let mut out = Vec::new();

@@ -338,14 +338,8 @@ pub fn builtin(name: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_args as args;
     use super::*;
-
-    fn args(words: &[&str]) -> Vec<Option<String>> {
-        words
-            .iter()
-            .map(|w| (*w != "$").then(|| w.to_string()))
-            .collect()
-    }
 
     fn shell(s: &str) -> Hidden {
         Hidden::Shell(s.into())
