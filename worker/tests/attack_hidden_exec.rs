@@ -417,6 +417,9 @@ fn ordinary_uses_of_the_same_tools_stay_on_tier0() {
         "awk '{ a = $1 / 2; b = $2 / 4 } END { print a \"|\" b }' f",
         r#"awk 'BEGIN { while (("date" | getline d) > 0) print d }'"#,
         r#"awk '{ print | "sort -u" }' f"#,
+        // Found by classify_properties: a substitution's quoted text is not arithmetic.
+        r#"export V=$( awk '{ print | "echo $( echo  )" }' f )"#,
+        r#"declare V=$( awk '{ print | "echo $( echo  )" }' f )"#,
         "grep -c system /var/log/syslog",
         "sed 's/e/x/' f",
         "sed -e 's/a/b/' f",

@@ -476,6 +476,11 @@ impl<'o> Walker<'o> {
         let mut found = Vec::new();
         preorder(node, |n| {
             let kind = n.kind_id();
+            // A substitution's commands are the walk's own; its quoted text is not evaluated
+            // here (`export V=$(awk '{print | "echo $(x)"}')`: the awk program is awk's).
+            if kind == kinds.command_substitution || kind == kinds.process_substitution {
+                return Visit::Skip;
+            }
             let word_like = [
                 kinds.concatenation,
                 kinds.raw_string,
