@@ -54,8 +54,21 @@ impl Bound {
             .unwrap()
     }
 
-    /// Pids in the bound other than this process's own tasks, in any nested cgroup.
+    /// Pids in the bound other than this process's own, in any nested cgroup, once the
+    /// supervisors (forked copies of this process, reaped in the background after they report)
+    /// have had 3 s to finish exiting. A process of the bomb would still be there.
     fn strangers(&self) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        loop {
+            let left = self.census();
+            if left.is_empty() || Instant::now() > deadline {
+                return left;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn census(&self) -> Vec<String> {
         let me = std::process::id().to_string();
         let mut out = Vec::new();
         let mut stack = vec![self.dir.clone()];
