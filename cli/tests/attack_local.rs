@@ -234,3 +234,65 @@ fn a_fork_bomb_through_the_cli_dies_whole() {
         assert_eq!(refused, 0, "uid {uid:?}: the bomb reached the outer bound");
     }
 }
+
+/// File sizes are the command's to choose: a sparse terabyte costs nothing to make. The host
+/// must not read it whole to hash it (that took minutes per turn, beyond any timeout), and a
+/// handoff of it is refused at its limit instead of read.
+#[test]
+fn sparse_giants_cost_the_host_nothing_to_track_and_are_refused_at_handoff() {
+    let tmp = tempfile::tempdir().unwrap();
+    let events = |o: &std::process::Output| -> Vec<serde_json::Value> {
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["events"].as_array().unwrap().clone()
+    };
+    let file_events = |evs: &[serde_json::Value], ty: &str| -> Vec<String> {
+        evs.iter()
+            .filter(|e| e["type"] == ty)
+            .map(|e| e["data"]["path"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let started = Instant::now();
+    let o = exec(
+        tmp.path(),
+        &["--json"],
+        "for i in 1 2 3 4; do truncate -s 1000M /session/s$i; done",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let created = file_events(&events(&o), "harness.file.created");
+    assert_eq!(
+        created,
+        ["/session/s1", "/session/s2", "/session/s3", "/session/s4"]
+    );
+
+    // A write to one of them is still seen; the others are unchanged.
+    let started = Instant::now();
+    let o = exec(tmp.path(), &["--json"], "echo x >> /session/s2");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let evs = events(&o);
+    assert_eq!(file_events(&evs, "harness.file.modified"), ["/session/s2"]);
+    assert!(file_events(&evs, "harness.file.created").is_empty());
+
+    // Escalating hands the workspace over: refused at the archive's limit, at once.
+    let started = Instant::now();
+    let o = exec(tmp.path(), &[], "git --version");
+    assert_eq!(o.status.code(), Some(126), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("over the limit of 1073741824 bytes"),
+        "{}",
+        show(&o)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}

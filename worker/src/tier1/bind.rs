@@ -124,8 +124,15 @@ pub fn bind(archive: &Path, spec: &WorkspaceSpec) -> Result<Bound, BindError> {
     placed
         .and(cleaned)
         .map_err(|e| BindError::HalfBound(format!("placing the workspace: {e}")))?;
-    let base = workspace::snapshot(spec)
-        .map_err(|e| BindError::HalfBound(format!("snapshotting the bound workspace: {e}")))?;
+    // Every file hashed: the base of `changes_since`, whose archive needs every digest; the
+    // content came from an archive within the same limits.
+    let base = workspace::snapshot_with(
+        spec,
+        &Default::default(),
+        None,
+        workspace::HashBudget::archive(&Default::default()),
+    )
+    .map_err(|e| BindError::HalfBound(format!("snapshotting the bound workspace: {e}")))?;
     Ok(Bound {
         report: BindReport {
             files: report.entries,

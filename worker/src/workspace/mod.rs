@@ -34,7 +34,7 @@ pub use pack::{changes_since, pack, pack_with_cache, ChangesReport, PackOptions,
 pub use paths::Exclude;
 pub use snapshot::{
     diff, snapshot, snapshot_since, snapshot_with, ChangeKind, Entry, EntryKind, FileChange,
-    Snapshot, RACY_MARGIN_NS,
+    HashBudget, Snapshot, RACY_MARGIN_NS,
 };
 pub use spec::{Mount, WorkspaceSpec};
 pub use unpack::{rehome, unpack, UnpackOptions, UnpackReport, STAGING_NAME};

@@ -12,7 +12,9 @@ use super::manifest::{
 };
 use super::paths::{archive_name, check_symlink_target, Exclude};
 use super::safe_fs;
-use super::snapshot::{diff, snapshot_with, ChangeKind, Entry, EntryKind, FileChange, Snapshot};
+use super::snapshot::{
+    diff, snapshot_with, ChangeKind, Entry, EntryKind, FileChange, HashBudget, Snapshot,
+};
 use super::spec::WorkspaceSpec;
 use super::walk::ParentCache;
 use sha2::{Digest, Sha256};
@@ -71,6 +73,46 @@ impl Planned {
     }
 }
 
+/// The archive's size limits, checked on the files' sizes before any content is read (hashing
+/// reads every byte; a sparse file is as large as it claims). With `base`, only what changed since
+/// counts. The hashing pass enforces them again for a file that grows in between.
+fn precheck(
+    spec: &WorkspaceSpec,
+    opts: &PackOptions,
+    base: Option<&Snapshot>,
+) -> Result<(), WorkspaceError> {
+    let stats = snapshot_with(spec, &opts.exclude, None, HashBudget::STAT_ONLY)?;
+    let changed: Vec<&Entry> = match base {
+        None => stats.entries.values().collect(),
+        Some(base) => stats
+            .entries
+            .iter()
+            .filter(|(p, e)| base.get(p).is_none_or(|b| !b.same_content(e)))
+            .map(|(_, e)| e)
+            .collect(),
+    };
+    let limits = &opts.limits;
+    let mut total = 0u64;
+    for e in changed.into_iter().filter(|e| e.kind == EntryKind::File) {
+        if e.size > limits.max_entry_bytes {
+            return Err(WorkspaceError::TooLarge {
+                what: "a file",
+                size: e.size,
+                limit: limits.max_entry_bytes,
+            });
+        }
+        total = total.saturating_add(e.size);
+    }
+    if total > limits.max_total_bytes {
+        return Err(WorkspaceError::TooLarge {
+            what: "workspace content",
+            size: total,
+            limit: limits.max_total_bytes,
+        });
+    }
+    Ok(())
+}
+
 /// Packs every tracked mount of `spec` into `out`.
 pub fn pack<W: Write>(
     spec: &WorkspaceSpec,
@@ -87,7 +129,8 @@ pub fn pack_with_cache<W: Write>(
     prev: Option<&Snapshot>,
     out: W,
 ) -> Result<PackReport, WorkspaceError> {
-    let snapshot = snapshot_with(spec, &opts.exclude, prev)?;
+    precheck(spec, opts, None)?;
+    let snapshot = snapshot_with(spec, &opts.exclude, prev, HashBudget::archive(&opts.limits))?;
     let mut warnings = snapshot.warnings.clone();
     let mounts = mount_names(spec);
     let planned: Vec<Planned> = snapshot
@@ -120,7 +163,13 @@ pub fn changes_since<W: Write>(
     opts: &PackOptions,
     out: W,
 ) -> Result<ChangesReport, WorkspaceError> {
-    let snapshot = snapshot_with(spec, &opts.exclude, Some(base))?;
+    precheck(spec, opts, Some(base))?;
+    let snapshot = snapshot_with(
+        spec,
+        &opts.exclude,
+        Some(base),
+        HashBudget::archive(&opts.limits),
+    )?;
     let mut warnings = snapshot.warnings.clone();
     let mounts = mount_names(spec);
     let mut planned = Vec::new();

@@ -26,6 +26,46 @@ use std::path::{Path, PathBuf};
 /// Stat identity is trusted only for files last changed this long before the snapshot began.
 pub const RACY_MARGIN_NS: i64 = 20_000_000;
 
+/// How much file content one snapshot may read to hash it. File sizes are the guest's to set
+/// (`truncate -s 1T f` costs nothing to make and hours to hash), so the reads are bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HashBudget {
+    /// Files larger than this are not hashed.
+    pub max_file: u64,
+    /// Bytes read in all, per snapshot.
+    pub max_total: u64,
+    /// Past the budget: `false` leaves the file without a hash (compared by stat identity:
+    /// size, mtime, ctime, inode, which a write always changes); `true` fails the snapshot with
+    /// [`WorkspaceError::TooLarge`] before reading (a handoff needs every file's digest).
+    pub refuse: bool,
+}
+
+impl HashBudget {
+    /// For file events around each command: 64 MiB a file, 512 MiB a snapshot.
+    pub const EVENTS: HashBudget = HashBudget {
+        max_file: 64 << 20,
+        max_total: 512 << 20,
+        refuse: false,
+    };
+
+    /// Stat only: nothing is read (sizes are checked against an archive's limits this way
+    /// before any content is hashed).
+    pub const STAT_ONLY: HashBudget = HashBudget {
+        max_file: 0,
+        max_total: 0,
+        refuse: false,
+    };
+
+    /// For an archive: every file hashed, within the archive's own limits.
+    pub fn archive(limits: &super::manifest::Limits) -> HashBudget {
+        HashBudget {
+            max_file: limits.max_entry_bytes,
+            max_total: limits.max_total_bytes,
+            refuse: true,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EntryKind {
@@ -194,21 +234,23 @@ pub(crate) fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
-/// Snapshot of every tracked mount, hashing every file.
+/// Snapshot of every tracked mount for file events, hashing files within [`HashBudget::EVENTS`].
 pub fn snapshot(spec: &WorkspaceSpec) -> Result<Snapshot, WorkspaceError> {
-    snapshot_with(spec, &Exclude::default(), None)
+    snapshot_with(spec, &Exclude::default(), None, HashBudget::EVENTS)
 }
 
 /// Snapshot reusing `prev`'s hashes for files whose stat identity did not change.
 pub fn snapshot_since(spec: &WorkspaceSpec, prev: &Snapshot) -> Result<Snapshot, WorkspaceError> {
-    snapshot_with(spec, &Exclude::default(), Some(prev))
+    snapshot_with(spec, &Exclude::default(), Some(prev), HashBudget::EVENTS)
 }
 
-/// The general form: excluded names skipped, `prev` (if any) used as a hash cache.
+/// The general form: excluded names skipped, `prev` (if any) used as a hash cache, content read
+/// within `budget`.
 pub fn snapshot_with(
     spec: &WorkspaceSpec,
     exclude: &Exclude,
     prev: Option<&Snapshot>,
+    budget: HashBudget,
 ) -> Result<Snapshot, WorkspaceError> {
     let taken_at_ns = now_ns();
     let mut v = Snapshotter {
@@ -217,6 +259,8 @@ pub fn snapshot_with(
         last: None,
         entries: Vec::new(),
         warnings: Vec::new(),
+        budget,
+        read: 0,
     };
     let mut warnings = walk(spec, exclude, &mut v)?;
     warnings.append(&mut v.warnings);
@@ -237,6 +281,9 @@ struct Snapshotter<'p> {
     last: Option<PathBuf>,
     entries: Vec<(PathBuf, Entry)>,
     warnings: Vec<String>,
+    budget: HashBudget,
+    /// Bytes hashed so far (at their stat size, counted before reading).
+    read: u64,
 }
 
 impl<'p> Snapshotter<'p> {
@@ -259,7 +306,7 @@ impl<'p> Snapshotter<'p> {
 impl Visitor for Snapshotter<'_> {
     fn visit(&mut self, item: Item<'_>) -> Result<(), WorkspaceError> {
         let cache = self.cached(item.harness);
-        match describe(&item, self.prev.zip(cache))? {
+        match describe(&item, self.prev.zip(cache), &self.budget, &mut self.read)? {
             Described::Entry(e) => self.entries.push((item.harness.to_path_buf(), e)),
             Described::Vanished => {}
             Described::Special => self.warnings.push(format!(
@@ -282,6 +329,8 @@ pub(crate) enum Described {
 pub(crate) fn describe(
     item: &Item<'_>,
     cache: Option<(&Snapshot, &Entry)>,
+    budget: &HashBudget,
+    read: &mut u64,
 ) -> Result<Described, WorkspaceError> {
     let Some(mut e) = Entry::from_stat(item.stat) else {
         return Ok(Described::Special);
@@ -300,11 +349,39 @@ pub(crate) fn describe(
             Err(err) => return Err(io(err)),
         },
         EntryKind::File => {
+            let within =
+                e.size <= budget.max_file && read.saturating_add(e.size) <= budget.max_total;
             if let Some((_, p)) = cache.filter(|(snap, p)| snap.trusts(p, &e)) {
                 e.sha256 = p.sha256.clone();
+            } else if !within && !budget.refuse {
+                // Compared by stat identity instead (Entry::same_content).
+            } else if !within {
+                let limit = if e.size > budget.max_file {
+                    budget.max_file
+                } else {
+                    budget.max_total
+                };
+                return Err(WorkspaceError::TooLarge {
+                    what: "a file",
+                    size: e.size,
+                    limit,
+                });
             } else {
-                match safe_fs::open_regular_at(item.dir, name).and_then(|mut f| hash_reader(&mut f))
+                *read = read.saturating_add(e.size);
+                // Never more than the budget, even from a file that grows while it is read.
+                let cap = budget.max_file.saturating_add(1);
+                match safe_fs::open_regular_at(item.dir, name)
+                    .and_then(|f| hash_reader(&mut f.take(cap)))
                 {
+                    Ok((_, len)) if len > budget.max_file => {
+                        if budget.refuse {
+                            return Err(WorkspaceError::TooLarge {
+                                what: "a file",
+                                size: len,
+                                limit: budget.max_file,
+                            });
+                        }
+                    }
                     Ok((hash, len)) => {
                         e.sha256 = Some(hash);
                         e.size = len;
