@@ -20,6 +20,8 @@ fn start_up_code_is_never_carried_to_the_next_command() {
 export BASH_ENV=/session/e.sh ENV=/session/e.sh PROMPT_COMMAND='echo PC' SHELLOPTS=xtrace:errexit
 export PS4='$(echo PS4-RAN >&2) ' BASHOPTS=extdebug LD_PRELOAD=/session/x.so GCONV_PATH=/session
 export NODE_OPTIONS='--require /session/x.js' IFS=: KEEP=kept
+export PYTHONPATH=/session PERL5OPT=-Mevil PERL5LIB=/session RUBYOPT=-revil MAKEFLAGS=--eval=x
+export GLIBC_TUNABLES=x GIT_TEMPLATE_DIR=/session XDG_CONFIG_HOME=/session
 f() { echo F; }; export -f f
 echo first"#,
     );
@@ -32,7 +34,7 @@ echo first"#,
     let second = exec(
         tmp.path(),
         &[],
-        "echo second; bash -c 'echo nested'; env | grep -cE '^(BASH_ENV|ENV|PROMPT_COMMAND|SHELLOPTS|BASHOPTS|PS4|LD_PRELOAD|GCONV_PATH|NODE_OPTIONS|IFS|BASH_FUNC_)'; echo $KEEP",
+        "echo second; bash -c 'echo nested'; env | grep -cE '^(BASH_ENV|ENV|PROMPT_COMMAND|SHELLOPTS|BASHOPTS|PS4|LD_PRELOAD|GCONV_PATH|NODE_OPTIONS|IFS|BASH_FUNC_|PYTHONPATH|PERL5|RUBYOPT|MAKEFLAGS|GLIBC_TUNABLES|GIT_TEMPLATE_DIR|XDG_CONFIG_HOME)'; echo $KEEP",
     );
     assert_eq!(
         (second.status.code(), text(&second.stdout)),
@@ -295,4 +297,114 @@ fn sparse_giants_cost_the_host_nothing_to_track_and_are_refused_at_handoff() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// A session commits a symlink into its Persistent Dir's source (`pd/mem/inner ->
+/// ../../sessions/victim`); another turn names a source through it. Before, that turn read the
+/// victim session's files and trace; now the source is a path error and nothing is read.
+#[test]
+fn a_persistent_source_through_a_committed_symlink_reaches_no_other_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join(".little-harness");
+    let o = kh(tmp.path())
+        .args([
+            "local",
+            "exec",
+            "--session",
+            "victim",
+            "--tier1",
+            "none",
+            "--",
+        ])
+        .arg("echo VICTIM-SECRET > /session/secret.txt")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let o = kh(tmp.path())
+        .args(["local", "exec", "--session", "a1", "--tier1", "none"])
+        .args(["--persistent-dir", "/persistent/mem=pd/mem", "--"])
+        .arg("ln -s ../../sessions/victim /persistent/mem/inner")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(std::fs::symlink_metadata(data.join("pd/mem/inner"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let o = kh(tmp.path())
+        .args(["local", "exec", "--session", "a2", "--tier1", "none"])
+        .args(["--persistent-dir", "/persistent/v=pd/mem/inner", "--"])
+        .arg("cat /persistent/v/session/secret.txt")
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(!text(&o.stdout).contains("VICTIM-SECRET"), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("passes through the symlink"),
+        "{}",
+        show(&o)
+    );
+    assert!(!data.join("sessions/a2/session").join("ran").exists());
+}
+
+/// Denied commands are not in Tier-0's tool set at all: however a script reaches one (here a
+/// command substitution in a variable's value, evaluated by arithmetic, which classification
+/// cannot follow), it does not run there; the "not found" it leaves names it, and that refuses
+/// the retry.
+#[test]
+fn a_denied_tool_cannot_run_on_tier0_however_it_is_reached() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = exec(
+        tmp.path(),
+        &["--deny", "rm", "--tier1", "none"],
+        "touch /session/f; x='a[$(rm -f /session/f)]'; echo $((x)); ls /session",
+    );
+    assert_eq!(o.status.code(), Some(126), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("refused by policy: rm"),
+        "{}",
+        show(&o)
+    );
+    assert!(tmp
+        .path()
+        .join(".little-harness/sessions/s1/session/f")
+        .exists());
+    // Other tools are untouched by the policy.
+    let o = exec(
+        tmp.path(),
+        &["--deny", "rm"],
+        "ls /session; cat /session/f; echo ok",
+    );
+    assert_eq!(
+        (o.status.code(), text(&o.stdout)),
+        (Some(0), "f\nok\n".into()),
+        "{}",
+        show(&o)
+    );
+}
+
+/// yq is a python3 script: python code runs in it, which classification cannot see. Under a deny
+/// policy a forged gap line does not get the script retried on Tier-1.
+#[test]
+fn no_retry_under_a_deny_policy_whatever_the_script_hides() {
+    let tmp = tempfile::tempdir().unwrap();
+    exec(
+        tmp.path(),
+        &[],
+        r#"printf 'import os\nos.system("git --version > /session/ran 2>&1")\n' > /session/sitecustomize.py"#,
+    );
+    let o = exec(
+        tmp.path(),
+        &["--deny", "git"],
+        r#"PYTHONPATH=/session yq -n 1 >/dev/null 2>&1; echo "bash: make: command not found" >&2"#,
+    );
+    assert_eq!(o.status.code(), Some(126), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("not retried on a higher tier"),
+        "{}",
+        show(&o)
+    );
+    let ran = std::fs::read_to_string(tmp.path().join(".little-harness/sessions/s1/session/ran"))
+        .unwrap_or_default();
+    assert!(!ran.contains("git version"), "git ran: {ran:?}");
 }

@@ -155,6 +155,7 @@ impl Worker {
                     timeout: config.command_timeout,
                     ..Default::default()
                 },
+                config.deny_commands.clone(),
             )
             .map(Arc::new)
             .map_err(|e| e.to_string())

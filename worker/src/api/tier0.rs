@@ -19,6 +19,8 @@ pub struct TimedTier0 {
     spec: WorkspaceSpec,
     presentation: Presentation,
     limits: Limits,
+    /// The deny policy's command names, left out of every sandbox's tool set.
+    denied: Vec<String>,
     default: Arc<Tier0Executor>,
     others: Mutex<Vec<(Duration, Arc<Tier0Executor>)>>,
     /// The limit of the next command; set by the worker (one command at a time per session).
@@ -31,16 +33,19 @@ impl TimedTier0 {
         spec: WorkspaceSpec,
         presentation: Presentation,
         limits: Limits,
+        denied: Vec<String>,
     ) -> Result<Self, SandboxError> {
         let default = Arc::new(Tier0Executor::new(SandboxConfig {
             workspace: spec.clone(),
             limits: limits.clone(),
             presentation,
+            denied: denied.clone(),
         })?);
         Ok(TimedTier0 {
             spec,
             presentation,
             limits,
+            denied,
             default,
             others: Mutex::new(Vec::new()),
             next: Mutex::new(None),
@@ -76,6 +81,7 @@ impl TimedTier0 {
                 ..self.limits.clone()
             },
             presentation: self.presentation,
+            denied: self.denied.clone(),
         })?);
         if others.len() >= CACHED {
             others.remove(0);

@@ -76,8 +76,10 @@ pub async fn run_turn(
         }
     }
     let spec = session.workspace(turn.runtime, read_only);
-    let tier0 = Tier0Executor::new(SandboxConfig::new(spec.clone(), Presentation::Namespace))
-        .map_err(|e| LocalError::Sandbox(e.to_string()))?;
+    let tier0 = Tier0Executor::new(
+        SandboxConfig::new(spec.clone(), Presentation::Namespace).with_denied(&turn.deny),
+    )
+    .map_err(|e| LocalError::Sandbox(e.to_string()))?;
     let state_path = session.root.join("state.json");
     let state: ShellState = std::fs::read(&state_path)
         .ok()

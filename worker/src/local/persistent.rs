@@ -118,6 +118,24 @@ impl PersistentDir {
                     )));
                 }
                 check_inside(&path, data_dir, "the data directory")?;
+                // Below the data directory, sources hold what sessions committed, symlinks
+                // included: a source reached through one (`pd/mem/inner -> ../../sessions/x`)
+                // would read or write wherever a command pointed it.
+                let mut at = data_dir.to_path_buf();
+                for c in rel.components() {
+                    at.push(c);
+                    match std::fs::symlink_metadata(&at) {
+                        Ok(m) if m.file_type().is_symlink() => {
+                            return Err(path_error(format!(
+                                "source {} passes through the symlink {}",
+                                rel.display(),
+                                at.display()
+                            )))
+                        }
+                        Ok(_) => {}
+                        Err(_) => break, // not made yet: created as plain directories
+                    }
+                }
                 Ok(path)
             }
             Source::Project(rel) => {

@@ -40,10 +40,30 @@ pub const START_UP_CODE: &[&str] = &[
     "IFS",
     // the loader's and libc's code paths (LD_* as a prefix, below)
     "GCONV_PATH",
-    // interpreters' start-up code
+    // interpreters' start-up code and module paths (a `sitecustomize.py`, `-Mevil` or a module
+    // found first runs in every later python, perl, ruby or node)
     "NODE_OPTIONS",
+    "NODE_PATH",
     "PYTHONSTARTUP",
     "PYTHONINSPECT",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PERL5OPT",
+    "PERL5LIB",
+    "PERLLIB",
+    "PERL5DB",
+    "RUBYOPT",
+    "RUBYLIB",
+    // libc's tunables (parsed by the loader of every program), make's options from the
+    // environment (`--eval`), git's program and hook templates, and the config home git and
+    // other tools read their configuration (aliases, pagers) from
+    "GLIBC_TUNABLES",
+    "MAKEFLAGS",
+    "MFLAGS",
+    "GNUMAKEFLAGS",
+    "GIT_EXEC_PATH",
+    "GIT_TEMPLATE_DIR",
+    "XDG_CONFIG_HOME",
     // programs or options that other tools run or apply on their own: tar's default options
     // (`--to-command`), ripgrep's config file (`--pre`), editors and pagers (sqlite3's edit(),
     // git on Tier-1), git's ssh, askpass, proxy and diff helpers

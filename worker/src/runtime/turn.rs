@@ -199,10 +199,12 @@ impl Turn {
     ///
     /// - every command a gap line names (all of them: stderr is script-writable, so the first
     ///   line may be a forgery covering the real one) is classified under the turn's policy; a
-    ///   denied one refuses the retry;
-    /// - with a deny policy, a script that runs python or node code is not retried at all:
-    ///   classification cannot see what that code runs (`os.system("git 2>/dev/null")` behind a
-    ///   forged `jq: command not found`), and the higher tier would run it.
+    ///   denied one refuses the retry, with its name in the reason;
+    /// - with any deny policy, the retry is refused in any case: what the script runs beyond its
+    ///   visible commands (code in python or node, or in a tool that is a script of theirs such as
+    ///   yq; values evaluated at run time) is invisible to classification and would run on the
+    ///   higher tier, behind a forged harmless gap line. On Tier-0 itself the denied commands
+    ///   cannot run at all (they are left out of its tool set).
     fn retry_refusal(
         &self,
         classification: &classify::Classification,
@@ -227,36 +229,10 @@ impl Turn {
             }
         }
         let has_policy = !options.policy.deny_commands.is_empty() || options.policy.rule.is_some();
-        if !has_policy {
-            return None;
-        }
-        let matrix = classify::matrix::get(options.matrix.as_deref())?;
-        let interpreters: Vec<&String> = matrix
-            .doc
-            .tier0
-            .python
-            .iter()
-            .chain(&matrix.doc.tier0.javascript)
-            .collect();
-        let hidden: Vec<String> = classification
-            .reasons
-            .iter()
-            .filter_map(|r| match r {
-                classify::Reason::Tier0Supported { commands } => Some(commands),
-                _ => None,
-            })
-            .flatten()
-            .filter(|c| interpreters.contains(c))
-            .cloned()
-            .collect();
-        if hidden.is_empty() {
-            return None;
-        }
-        let reason = format!(
-            "not retried on a higher tier: the script runs {} code, which classification cannot check against the deny policy",
-            hidden.join(", ")
-        );
-        Some((reason, json!(classification.reasons)))
+        has_policy.then(|| {
+            let reason = "not retried on a higher tier under a deny policy: the retry would run the whole script again where classification cannot check what it runs".to_string();
+            (reason, json!(classification.reasons))
+        })
     }
 
     /// Ends the turn: disposes the higher tier (its merge-back becomes file events), then Tier-0,

@@ -56,6 +56,11 @@ pub struct SandboxConfig {
     pub workspace: WorkspaceSpec,
     pub limits: Limits,
     pub presentation: Presentation,
+    /// Command names of the deny policy (`denyCommands`): left out of the tool directory and not
+    /// executable, so a denied tool cannot run on Tier-0 however a script reaches it (a command
+    /// substitution in a variable's value, arithmetic, a tool running it). Shell builtins and
+    /// bash itself stay; classification refuses scripts that name them.
+    pub denied: Vec<String>,
 }
 
 /// One command to run.
@@ -151,7 +156,14 @@ impl SandboxConfig {
             workspace,
             limits: Limits::default(),
             presentation,
+            denied: Vec::new(),
         }
+    }
+
+    /// The same with the deny policy's command names left out of the tool set.
+    pub fn with_denied(mut self, denied: &[String]) -> Self {
+        self.denied = denied.to_vec();
+        self
     }
 
     /// Checks the mount table before anything is built.

@@ -75,7 +75,7 @@ impl Tier0Sandbox {
             let dir = runtime_dir.join("tools");
             (dir.clone(), dir, tmp_dir.clone())
         };
-        let toolset = tools::build(&tool_dir, toggles)?;
+        let toolset = tools::build(&tool_dir, toggles, &config.denied)?;
 
         let ns_plan = if ns {
             if !caps.mount_namespace {

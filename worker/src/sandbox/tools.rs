@@ -29,7 +29,11 @@ pub struct Toolset {
 }
 
 /// Creates `dir` with the symlinks.
-pub fn build(dir: &Path, toggles: RuntimeToggles) -> Result<Toolset, SandboxError> {
+pub fn build(
+    dir: &Path,
+    toggles: RuntimeToggles,
+    denied: &[String],
+) -> Result<Toolset, SandboxError> {
     std::fs::create_dir_all(dir).map_err(|e| {
         SandboxError::io(format!("creating the tool directory {}", dir.display()), e)
     })?;
@@ -65,7 +69,7 @@ pub fn build(dir: &Path, toggles: RuntimeToggles) -> Result<Toolset, SandboxErro
     let mut executables = BTreeSet::new();
     add_with_interpreters(&bash, &mut executables);
     for name in wanted {
-        if name.contains('/') || name == "." || name == ".." {
+        if name.contains('/') || name == "." || name == ".." || denied.contains(name) {
             continue;
         }
         let Some(target) = locate(name) else {
