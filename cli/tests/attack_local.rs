@@ -408,3 +408,89 @@ fn no_retry_under_a_deny_policy_whatever_the_script_hides() {
         .unwrap_or_default();
     assert!(!ran.contains("git version"), "git ran: {ran:?}");
 }
+
+/// The worker and a command's supervisor are killed with SIGKILL mid-command (`pkill -9 -f
+/// kube-harness` does both): nothing is left to kill the command's tree. The next sandbox of
+/// this user, as root, kills what the dead one's cgroups still hold and removes its runtime
+/// directory (its private /tmp held the commands' files).
+#[test]
+fn what_a_killed_worker_leaves_is_swept_by_the_next_sandbox() {
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_kube-harness");
+    let mut child = kh(tmp.path())
+        .args(["local", "exec", "--session", "k", "--tier1", "none", "--"])
+        .arg("echo left > $TMPDIR/marker; sleep 3001 & (nohup sleep 3002 >/dev/null &); sleep 3003")
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sleepers().len() < 3 {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // This worker and its supervisors (its children, forked copies with the same command line)
+    // only: other tests run the same binary at the same time.
+    let pid = child.id();
+    let supervisors: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|st| {
+                let after = st.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
+                after.split_whitespace().nth(1) == Some(&pid.to_string())
+            }) && std::fs::read_link(format!("/proc/{p}/exe"))
+                .is_ok_and(|exe| exe == std::path::Path::new(bin))
+        })
+        .collect();
+    assert!(!supervisors.is_empty(), "no supervisor found");
+    for p in supervisors.iter().chain([&pid]) {
+        unsafe { libc::kill(*p as i32, libc::SIGKILL) };
+    }
+    let _ = child.wait();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(sleepers().len(), 3, "the tree outlives its worker until swept");
+    let dead_dirs = || runtime_dirs_of(pid);
+    assert!(!dead_dirs().is_empty());
+
+    let o = exec(tmp.path(), &["--tier1", "none"], "true");
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !sleepers().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(sleepers(), Vec::<u32>::new(), "left after the sweep");
+    assert_eq!(dead_dirs(), Vec::<std::path::PathBuf>::new());
+}
+
+/// Pids of the `sleep 300N` processes the test above starts.
+fn sleepers() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c).replace('\0', " ");
+                ["3001", "3002", "3003"]
+                    .iter()
+                    .any(|n| c.trim() == format!("sleep {n}"))
+            })
+        })
+        .collect()
+}
+
+fn runtime_dirs_of(pid: u32) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("kube-harness-sandbox-{pid}-")))
+        })
+        .collect()
+}

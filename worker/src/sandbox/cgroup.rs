@@ -203,6 +203,7 @@ impl Pids {
             enable_pids(&h.parent)
                 .map_err(|e| err(format!("enabling pids in {}", h.parent.display()), e))?;
         }
+        sweep(&h.parent);
         let n = SANDBOXES.fetch_add(1, Ordering::Relaxed);
         // SAFETY: plain getter.
         let pid = unsafe { libc::getpid() };
@@ -296,6 +297,54 @@ impl Drop for Pids {
         }
         // Fails (and leaves the directory) only if a command cgroup is still busy.
         let _ = std::fs::remove_dir(&self.base);
+    }
+}
+
+/// Removes the cgroups of sandboxes whose process is gone, killing what is left in them: a
+/// worker killed with SIGKILL, together with a command's supervisor, leaves the command's tree
+/// running in its cgroup. Best effort, bounded.
+fn sweep(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("kube-harness-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let base = entry.path();
+        for cmd in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+            if cmd.file_type().is_ok_and(|t| t.is_dir()) {
+                empty(&cmd.path());
+                let _ = std::fs::remove_dir(cmd.path());
+            }
+        }
+        let _ = std::fs::remove_dir(&base);
+    }
+}
+
+/// SIGKILLs every process a cgroup lists until it lists none (at most a few hundred rounds).
+fn empty(dir: &Path) {
+    for _ in 0..500 {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        let pids: Vec<i32> = procs
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            // SAFETY: a signal to a pid the cgroup lists (it cannot be recycled while listed).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
     }
 }
 

@@ -51,8 +51,14 @@ impl Tier0Sandbox {
             return Err(SandboxError::SeccompUnavailable);
         }
         config.validate()?;
+        // Named after this process, so that the next sandbox can remove what a killed one left
+        // (its private /tmp holds the commands' files); readable by this user only.
+        sweep_runtime_dirs();
+        // SAFETY: plain getter.
+        let pid = unsafe { libc::getpid() };
         let runtime = tempfile::Builder::new()
-            .prefix("kube-harness-sandbox-")
+            .prefix(&format!("{RUNTIME_PREFIX}{pid}-"))
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir()
             .map_err(|e| SandboxError::io("creating the runtime directory", e))?;
         let runtime_dir = runtime.path().to_path_buf();
@@ -177,6 +183,35 @@ impl Tier0Sandbox {
 
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+}
+
+/// Runtime directories are `$TMPDIR/kube-harness-sandbox-<pid>-<random>`.
+const RUNTIME_PREFIX: &str = "kube-harness-sandbox-";
+
+/// Removes runtime directories of this user whose process is gone (a worker killed with
+/// SIGKILL never runs its destructors). Best effort: errors are ignored.
+fn sweep_runtime_dirs() {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: plain getter.
+    let uid = unsafe { libc::geteuid() };
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(RUNTIME_PREFIX)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let mine = entry
+            .metadata()
+            .is_ok_and(|m| m.is_dir() && !m.file_type().is_symlink() && m.uid() == uid);
+        if mine && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
