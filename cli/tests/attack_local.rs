@@ -451,7 +451,11 @@ fn what_a_killed_worker_leaves_is_swept_by_the_next_sandbox() {
     }
     let _ = child.wait();
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(sleepers().len(), 3, "the tree outlives its worker until swept");
+    assert_eq!(
+        sleepers().len(),
+        3,
+        "the tree outlives its worker until swept"
+    );
     let dead_dirs = || runtime_dirs_of(pid);
     assert!(!dead_dirs().is_empty());
 
@@ -493,4 +497,38 @@ fn runtime_dirs_of(pid: u32) -> Vec<std::path::PathBuf> {
                 .is_some_and(|n| n.starts_with(&format!("kube-harness-sandbox-{pid}-")))
         })
         .collect()
+}
+
+/// A write under a name the file tracking cannot follow (not UTF-8) used to leave no event and
+/// no word in the trace: now the command's completed event says what was skipped.
+#[test]
+fn writes_the_tracking_cannot_follow_are_not_silent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = exec(
+        tmp.path(),
+        &["--json"],
+        r"mkdir $'/session/\xff' && echo x > $'/session/\xff/p'",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let completed = v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "harness.runtime.command.completed")
+        .unwrap()
+        .clone();
+    let skipped = &completed["data"]["fileTrackingSkipped"];
+    assert_eq!(skipped["count"], 1, "{completed}");
+    assert!(
+        skipped["first"][0].as_str().unwrap().contains("UTF-8"),
+        "{completed}"
+    );
+    // Said once, not after every later command.
+    let o = exec(tmp.path(), &["--json"], "true");
+    assert!(
+        !text(&o.stdout).contains("fileTrackingSkipped"),
+        "{}",
+        show(&o)
+    );
 }

@@ -156,6 +156,19 @@ pub fn commit_manual(
     project_root: &Path,
 ) -> Result<(), LocalError> {
     let session = data.existing_session(session_id)?;
+    // A turn id names a directory under manual-commits/: a plain name, as the host makes them.
+    let plain = !turn_id.is_empty()
+        && turn_id.len() <= 128
+        && turn_id != "."
+        && turn_id != ".."
+        && turn_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if !plain {
+        return Err(LocalError::Path(format!(
+            "turn {turn_id:?} is not a turn id (1-128 of [A-Za-z0-9_.-])"
+        )));
+    }
     let source = dir.resolve(data.root(), project_root)?;
     let pending = dir.pending_place(&session, turn_id);
     if !pending.path().is_dir() {

@@ -51,4 +51,10 @@ pub trait Tracker: Send + Sync {
         self.snapshot()
     }
     fn changes(&self, before: &Snapshot, after: &Snapshot) -> Vec<FileChange>;
+    /// What `after` could not track and `before` did not already say (names that are not UTF-8,
+    /// trees too deep, special files): reported with the command, so that a write hidden there is
+    /// not silent.
+    fn warnings(&self, _before: &Snapshot, _after: &Snapshot) -> Vec<String> {
+        Vec::new()
+    }
 }

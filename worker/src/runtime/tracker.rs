@@ -92,6 +92,21 @@ impl Tracker for WorkspaceTracker {
             _ => Vec::new(),
         }
     }
+
+    fn warnings(&self, before: &Snapshot, after: &Snapshot) -> Vec<String> {
+        let old = inner(before)
+            .map(|b| b.warnings.as_slice())
+            .unwrap_or_default();
+        inner(after)
+            .map(|a| {
+                a.warnings
+                    .iter()
+                    .filter(|w| !old.contains(w))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 fn inner(s: &Snapshot) -> Option<&workspace::Snapshot> {

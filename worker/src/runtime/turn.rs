@@ -393,8 +393,10 @@ impl Turn {
             st.cwd = cwd;
             st.env = env;
         }
+        let mut untracked = Vec::new();
         if let (Some(tracker), Some(before)) = (tracker, before) {
             let after = tracker.snapshot();
+            untracked = tracker.warnings(&before, &after);
             for change in tracker.changes(&before, &after) {
                 if self.is_trace_payload(&change.harness_path) {
                     continue;
@@ -424,6 +426,13 @@ impl Turn {
             "truncated": result.truncated,
         });
         with_step(&mut data, step_key);
+        if !untracked.is_empty() {
+            // Bounded: a command can make any number of untrackable names.
+            data["fileTrackingSkipped"] = json!({
+                "count": untracked.len(),
+                "first": untracked.iter().take(20).collect::<Vec<_>>(),
+            });
+        }
         self.attach_output(&mut data, "stdout", &stdout);
         self.attach_output(&mut data, "stderr", &stderr);
         self.emitter.emit(kind::COMMAND_COMPLETED, data);
