@@ -4,6 +4,7 @@
 use crate::classify::RuntimeToggles;
 use crate::sandbox::{probe, Presentation};
 use crate::workspace::WorkspaceSpec;
+use kube_harness_service_kit::ConnectionLimits;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -60,6 +61,9 @@ pub struct WorkerConfig {
     pub inline_output_limit: usize,
     /// How long a SIGTERM waits for a running command before ending the turn anyway.
     pub shutdown_grace: Duration,
+    /// How long a client may take to send a request head, how long an idle connection stays
+    /// open, and how many connections may be open at once (docs/worker-api.md "Connections").
+    pub connections: ConnectionLimits,
 }
 
 impl WorkerConfig {
@@ -77,6 +81,7 @@ impl WorkerConfig {
             max_body_bytes: 256 * 1024,
             inline_output_limit: 16 * 1024,
             shutdown_grace: Duration::from_secs(20),
+            connections: ConnectionLimits::default(),
         }
     }
 
