@@ -136,6 +136,16 @@ pub struct WorkerArgs {
         value_name = "SECONDS"
     )]
     shutdown_grace: u64,
+    /// At most this many file events (`harness.file.*`) per command and per merge-back; past
+    /// it one `harness.file.truncated` event with the counts. Also the most paths the end-turn
+    /// answer lists.
+    #[arg(
+        long,
+        env = "KH_WORKER_MAX_FILE_EVENTS",
+        default_value_t = kube_harness_worker::runtime::event::DEFAULT_MAX_FILE_EVENTS,
+        value_name = "N"
+    )]
+    max_file_events: usize,
     /// Seconds a client has to send a request's head (from connecting, or from the first byte
     /// of a request on a kept-alive connection); then the connection is closed.
     #[arg(
@@ -235,6 +245,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     config.max_timeout = Duration::from_secs(args.max_timeout);
     config.shutdown_grace = Duration::from_secs(args.shutdown_grace);
     config.connections = connections;
+    config.max_file_events = args.max_file_events;
     if let Some(max) = args.max_body_bytes {
         config.max_body_bytes = max;
     }
