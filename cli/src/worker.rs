@@ -6,7 +6,7 @@
 use anyhow::Context;
 use clap::{ArgAction, Args};
 use kube_harness_worker::api::{
-    self, AuthConfig, SameSession, SessionLogConfig, Worker, WorkerConfig,
+    self, AuthConfig, ConnectionLimits, SameSession, SessionLogConfig, Worker, WorkerConfig,
 };
 use kube_harness_worker::classify::RuntimeToggles;
 use kube_harness_worker::runtime::NextTier;
@@ -30,7 +30,8 @@ pub struct WorkerArgs {
     session: String,
     /// The tier this process is: 0 (the session's worker) or 1 (the agent of a Tier-1 pod,
     /// which uses only --listen, --token-file, --workspace-root, --command-timeout,
-    /// --max-timeout, --max-body-bytes and --max-archive-bytes).
+    /// --max-timeout, --max-body-bytes, --max-archive-bytes and the connection flags
+    /// --header-read-timeout, --idle-timeout, --max-connections).
     #[arg(long, env = "KH_WORKER_TIER", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
     tier: u8,
     /// Whether python3/python may run on Tier-0.
@@ -135,6 +136,57 @@ pub struct WorkerArgs {
         value_name = "SECONDS"
     )]
     shutdown_grace: u64,
+    /// At most this many file events (`harness.file.*`) per command and per merge-back; past
+    /// it one `harness.file.truncated` event with the counts. Also the most paths the end-turn
+    /// answer lists.
+    #[arg(
+        long,
+        env = "KH_WORKER_MAX_FILE_EVENTS",
+        default_value_t = kube_harness_worker::runtime::event::DEFAULT_MAX_FILE_EVENTS,
+        value_name = "N"
+    )]
+    max_file_events: usize,
+    /// Seconds a client has to send a request's head (from connecting, or from the first byte
+    /// of a request on a kept-alive connection); then the connection is closed.
+    #[arg(
+        long,
+        env = "KH_WORKER_HEADER_READ_TIMEOUT",
+        default_value_t = api::DEFAULT_HEADER_READ_TIMEOUT.as_secs(),
+        value_name = "SECONDS"
+    )]
+    header_read_timeout: u64,
+    /// Seconds a kept-alive connection with no request in flight may stay silent.
+    #[arg(
+        long,
+        env = "KH_WORKER_IDLE_TIMEOUT",
+        default_value_t = api::DEFAULT_IDLE_TIMEOUT.as_secs(),
+        value_name = "SECONDS"
+    )]
+    idle_timeout: u64,
+    /// Most client connections open at once (at most half the open-file limit). At the limit a
+    /// new connection closes the longest-waiting idle or half-sent one; when all are answering
+    /// requests, it waits.
+    #[arg(
+        long,
+        env = "KH_WORKER_MAX_CONNECTIONS",
+        default_value_t = api::DEFAULT_MAX_CONNECTIONS,
+        value_name = "N"
+    )]
+    max_connections: usize,
+}
+
+impl WorkerArgs {
+    fn connections(&self) -> anyhow::Result<ConnectionLimits> {
+        let limits = ConnectionLimits {
+            header_read_timeout: Duration::from_secs(self.header_read_timeout),
+            idle_timeout: Duration::from_secs(self.idle_timeout),
+            max_connections: self.max_connections,
+        };
+        limits.validate().map_err(|e| {
+            anyhow::anyhow!("--header-read-timeout, --idle-timeout, --max-connections: {e}")
+        })?;
+        Ok(limits)
+    }
 }
 
 pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
@@ -144,8 +196,9 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     if args.max_body_bytes == Some(0) || args.max_archive_bytes == 0 {
         anyhow::bail!("--max-body-bytes and --max-archive-bytes must be at least 1");
     }
+    let connections = args.connections()?;
     if args.tier == 1 {
-        return run_agent(args);
+        return run_agent(args, connections);
     }
     let auth = AuthConfig::from_token_file(&args.token_file)?;
     let next_tier = match args.escalation.as_str() {
@@ -191,6 +244,8 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     config.command_timeout = Duration::from_secs(args.command_timeout);
     config.max_timeout = Duration::from_secs(args.max_timeout);
     config.shutdown_grace = Duration::from_secs(args.shutdown_grace);
+    config.connections = connections;
+    config.max_file_events = args.max_file_events;
     if let Some(max) = args.max_body_bytes {
         config.max_body_bytes = max;
     }
@@ -229,7 +284,7 @@ fn pod_tier(args: &WorkerArgs) -> anyhow::Result<Arc<dyn NextTier>> {
 
 /// `--tier 1`: the agent of a Tier-1 pod. It reaps its commands' escaped descendants (it is the
 /// container's PID 1, or made a subreaper here).
-fn run_agent(args: WorkerArgs) -> anyhow::Result<ExitCode> {
+fn run_agent(args: WorkerArgs, connections: ConnectionLimits) -> anyhow::Result<ExitCode> {
     let auth = AuthConfig::from_token_file(&args.token_file)?;
     tier1::reap::become_subreaper().context("becoming the reaper of orphaned commands")?;
     let mut config = AgentConfig::new(&args.workspace_root);
@@ -252,7 +307,7 @@ fn run_agent(args: WorkerArgs) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("binding {}", args.listen))?;
         tracing::info!(addr = %args.listen, "Tier-1 agent listening");
-        tier1::agent_http::serve(listener, agent, auth, api::shutdown_signal())
+        tier1::agent_http::serve_with(listener, agent, auth, connections, api::shutdown_signal())
             .await
             .context("serving")
     })?;

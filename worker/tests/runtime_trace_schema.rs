@@ -23,6 +23,9 @@ async fn every_event_of_a_two_tier_turn_matches_the_schema() {
         .await;
     turn.exec("echo changed > /session/a.txt; rm /session/b.txt; seq 1 2000")
         .await;
+    // More files than the emitter lists for one command (10,000): a harness.file.truncated.
+    turn.exec("mkdir /session/many && cd /session/many && seq 1 10005 | xargs touch")
+        .await;
     turn.exec("docker ps").await;
     turn.exec("make --version > /dev/null; echo t1 > /session/t1.txt; rm /session/a.txt; echo x > /persistent/company/kb.md").await;
     turn.end().await;

@@ -3,7 +3,8 @@
 //! Each service builds its own axum [`Router`](axum::Router) of API routes and hands it to this kit,
 //! which adds what every service needs the same way: bearer-token auth compared in constant time,
 //! `GET /healthz` and `GET /metrics`, JSON errors, parsing of `--store` specs and a graceful
-//! [`serve`](serve::serve). Keeping these in one place means the services fail the same way on the
+//! [`serve`](serve::serve) that bounds what connections may hold (header read and idle timeouts, a
+//! connection limit: [`ConnectionLimits`]). Keeping these in one place means the services fail the same way on the
 //! same mistakes (no token configured, a wrong token, a bad store spec).
 
 pub mod auth;
@@ -17,5 +18,8 @@ pub mod testing;
 pub use auth::{require_bearer, AuthConfig};
 pub use error::ApiError;
 pub use routes::{with_health_and_metrics, with_health_check, HealthCheck};
-pub use serve::{bind, serve, shutdown_signal};
+pub use serve::{
+    bind, serve, serve_with, shutdown_signal, ConnectionArgs, ConnectionLimits,
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+};
 pub use store_spec::StoreSpec;

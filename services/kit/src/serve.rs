@@ -1,12 +1,153 @@
-//! Binding and serving with graceful shutdown.
+//! Binding and serving: graceful shutdown, and bounds on what a connection may hold.
 //!
 //! On SIGTERM (what Kubernetes sends) or SIGINT the server stops accepting connections and lets
 //! in-flight requests finish, so an acknowledged append is never cut off mid-response by a rollout.
+//!
+//! Every connection costs a file descriptor, and nothing but a request should keep one: a client
+//! that opens a connection and never finishes its request head (or keeps an idle connection
+//! forever) must not be able to take descriptors from real requests. [`serve_with`] serves
+//! HTTP/1.1 with the bounds of [`ConnectionLimits`], the way Go's `net/http` times connections:
+//!
+//! - **header read timeout**: a request head must be complete within this long of the connection
+//!   opening, or of the first byte of the request on a kept-alive connection; otherwise the
+//!   connection is closed (nothing is answered: no request was read);
+//! - **idle timeout**: a kept-alive connection with no request in flight is closed after this long
+//!   without a byte from the client;
+//! - **max connections**: at most this many connections are open. Accepting one more closes the
+//!   longest-waiting connection that is not answering a request (one still reading a head, or
+//!   idle); when every open connection is answering a request, new ones wait in the accept
+//!   backlog until one finishes. So a client holding the maximum number of idle or half-sent
+//!   connections delays nobody: each real request takes the slot of the oldest of them.
+//!
+//! A request whose head has arrived is answered, however long its handler takes: handlers bound
+//! their own work (body sizes, command timeouts).
 
 use axum::Router;
+use std::collections::HashMap;
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use tokio::net::{TcpListener, TcpSocket};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+/// Default [`ConnectionLimits::header_read_timeout`]: 10 s.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default [`ConnectionLimits::idle_timeout`]: 120 s, longer than the 90 s for which our clients
+/// (reqwest's pool) keep an idle connection, so a client retires its connection before the server
+/// closes it under a request it is sending.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default [`ConnectionLimits::max_connections`]: 1024 (and never more than half the process's
+/// open-file limit).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// What one client connection may hold; see the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// How long a request head may take to arrive, from the connection opening or from the first
+    /// byte of a request on a kept-alive connection.
+    pub header_read_timeout: Duration,
+    /// How long a connection with no request in flight may stay silent.
+    pub idle_timeout: Duration,
+    /// The most connections open at once; [`ConnectionLimits::effective_max_connections`] lowers
+    /// it to half the open-file limit.
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl ConnectionLimits {
+    /// Rejects zero timeouts and a zero connection limit (each would refuse every request).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.header_read_timeout.is_zero() || self.idle_timeout.is_zero() {
+            return Err("the header read and idle timeouts must be above zero".into());
+        }
+        if self.max_connections == 0 {
+            return Err("the connection limit must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// `max_connections`, but at most half of the process's open-file limit (`RLIMIT_NOFILE`), so
+    /// that connections alone can never exhaust the descriptors the rest of the process needs
+    /// (store files, commands' pipes, outgoing connections).
+    pub fn effective_max_connections(&self) -> usize {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the struct we pass and reads nothing else.
+        let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+        let cap = if !ok || limit.rlim_cur == libc::RLIM_INFINITY {
+            usize::MAX
+        } else {
+            usize::try_from(limit.rlim_cur / 2).unwrap_or(usize::MAX)
+        };
+        self.max_connections.min(cap).max(1)
+    }
+}
+
+/// Command-line flags for [`ConnectionLimits`], for a service's `serve` subcommand.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConnectionArgs {
+    /// Seconds a client has to send a request's head (from connecting, or from the first byte of
+    /// a request on a kept-alive connection); then the connection is closed.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_HEADER_READ_TIMEOUT.as_secs())]
+    pub header_read_timeout: u64,
+    /// Seconds a kept-alive connection with no request in flight may stay silent.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_secs())]
+    pub idle_timeout: u64,
+    /// Most client connections open at once (at most half the open-file limit). At the limit a
+    /// new connection closes the longest-waiting idle or half-sent one; when all are answering
+    /// requests, it waits.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionArgs {
+    fn default() -> Self {
+        ConnectionArgs::from(ConnectionLimits::default())
+    }
+}
+
+impl From<ConnectionLimits> for ConnectionArgs {
+    fn from(limits: ConnectionLimits) -> Self {
+        ConnectionArgs {
+            header_read_timeout: limits.header_read_timeout.as_secs(),
+            idle_timeout: limits.idle_timeout.as_secs(),
+            max_connections: limits.max_connections,
+        }
+    }
+}
+
+impl ConnectionArgs {
+    /// The limits these flags name; zero timeouts or a zero limit are refused.
+    pub fn limits(&self) -> anyhow::Result<ConnectionLimits> {
+        let limits = ConnectionLimits {
+            header_read_timeout: Duration::from_secs(self.header_read_timeout),
+            idle_timeout: Duration::from_secs(self.idle_timeout),
+            max_connections: self.max_connections,
+        };
+        limits.validate().map_err(|e| {
+            anyhow::anyhow!("--header-read-timeout, --idle-timeout, --max-connections: {e}")
+        })?;
+        Ok(limits)
+    }
+}
 
 /// Binds `addr` with SO_REUSEADDR, so a restarted server can take its port back at once.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
@@ -21,18 +162,474 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(1024)
 }
 
-/// Serves `router` on `listener` until `shutdown` completes, then drains in-flight requests.
+/// Serves `router` on `listener` with the default [`ConnectionLimits`] until `shutdown`
+/// completes, then drains in-flight requests.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with(listener, router, ConnectionLimits::default(), shutdown).await
+}
+
+/// Serves `router` (HTTP/1.1) on `listener` within `limits` until `shutdown` completes; then
+/// stops accepting, closes the connections that are not answering a request, lets the others
+/// finish their request, and returns when all are closed.
+pub async fn serve_with(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    limits
+        .validate()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let max = limits.effective_max_connections();
     if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "listening");
+        tracing::info!(
+            %addr,
+            max_connections = max,
+            header_read_timeout_ms = limits.header_read_timeout.as_millis() as u64,
+            idle_timeout_ms = limits.idle_timeout.as_millis() as u64,
+            "listening"
+        );
     }
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    if max < limits.max_connections {
+        tracing::warn!(
+            configured = limits.max_connections,
+            effective = max,
+            "connection limit lowered to half the open-file limit (RLIMIT_NOFILE)"
+        );
+    }
+    let shared = Arc::new(Shared {
+        limits,
+        max,
+        conns: Mutex::new(HashMap::new()),
+        changed: Notify::new(),
+        next_id: AtomicU64::new(0),
+        last_warning: Mutex::new(None),
+    });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let signal = tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let mut stop = stop_rx.clone();
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                Err(e) if is_connection_error(&e) => continue,
+                Err(e) => {
+                    // Out of descriptors (EMFILE) or another resource: back off, then try again.
+                    tracing::error!("accept error: {e}");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(250)) => continue,
+                        _ = stopped(&mut stop) => break,
+                    }
+                }
+            },
+            _ = stopped(&mut stop) => break,
+        };
+        if !make_room(&shared, &mut stop).await {
+            break;
+        }
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let conn = Arc::new(Conn::new());
+        lock(&shared.conns).insert(id, conn.clone());
+        tokio::spawn(run_connection(
+            shared.clone(),
+            id,
+            conn,
+            stream,
+            router.clone(),
+            stop_rx.clone(),
+        ));
+    }
+    // New connections are refused from here; open ones close as their requests finish.
+    drop(listener);
+    signal.abort();
+    loop {
+        let changed = shared.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if lock(&shared.conns).is_empty() {
+            break;
+        }
+        changed.await;
+    }
+    Ok(())
+}
+
+/// Completes when the shutdown signal has fired (at once if it already has).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        // The signal task is gone without firing: never.
+        std::future::pending::<()>().await;
+    }
+}
+
+fn is_connection_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Before a new connection is served: below the limit, nothing to do; at it, close the
+/// longest-waiting connection that is not answering a request, or wait for one to close.
+/// `false` when shutdown came first.
+async fn make_room(shared: &Shared, stop: &mut watch::Receiver<bool>) -> bool {
+    loop {
+        let changed = shared.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let victim = {
+            let conns = lock(&shared.conns);
+            if conns.len() < shared.max {
+                return true;
+            }
+            conns
+                .values()
+                .filter_map(|c| {
+                    let track = c.track();
+                    track.evictable().then_some((track.since, c.clone()))
+                })
+                .min_by_key(|(since, _)| *since)
+                .map(|(_, c)| c)
+        };
+        if let Some(victim) = victim {
+            shared.warn_full();
+            victim.evict.notify_one();
+        }
+        // A closed connection (or a refused eviction) wakes us; the timer is a backstop.
+        tokio::select! {
+            _ = changed => {}
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = stopped(stop) => return false,
+        }
+    }
+}
+
+struct Shared {
+    limits: ConnectionLimits,
+    max: usize,
+    conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    /// Notified when a connection closes or refuses to be evicted.
+    changed: Notify,
+    next_id: AtomicU64,
+    last_warning: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    /// Logs that the limit was reached, at most once every 10 s.
+    fn warn_full(&self) {
+        let mut last = lock(&self.last_warning);
+        if last.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
+            *last = Some(Instant::now());
+            tracing::warn!(
+                max_connections = self.max,
+                "connection limit reached: closing the longest-waiting idle or half-sent connections to make room"
+            );
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Where a connection is in its request cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a request head: since the connection opened, or since the first byte of a
+    /// request arrived on an idle connection.
+    Head,
+    /// At least one request is being answered (its response body not yet handed over).
+    Busy,
+    /// Kept alive between requests, since the last response was handed over.
+    Idle,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Track {
+    phase: Phase,
+    since: Instant,
+    in_flight: usize,
+    /// The last write to the socket did not go through (the client is not reading): bytes of a
+    /// response may still be waiting in the connection's buffer.
+    write_blocked: bool,
+}
+
+impl Track {
+    /// Closing now loses nothing that was answered: no request in flight, no response bytes
+    /// left to write.
+    fn evictable(&self) -> bool {
+        self.phase != Phase::Busy && !self.write_blocked
+    }
+
+    fn deadline(&self, limits: &ConnectionLimits) -> Option<Instant> {
+        match self.phase {
+            Phase::Head => Some(self.since + limits.header_read_timeout),
+            Phase::Idle => Some(self.since + limits.idle_timeout),
+            Phase::Busy => None,
+        }
+    }
+}
+
+struct Conn {
+    track: Mutex<Track>,
+    /// Asks the connection to close if it is evictable.
+    evict: Notify,
+    /// The deadline moved (a phase began): the connection's timer must be set again.
+    retimed: Notify,
+}
+
+impl Conn {
+    fn new() -> Self {
+        Conn {
+            track: Mutex::new(Track {
+                phase: Phase::Head,
+                since: Instant::now(),
+                in_flight: 0,
+                write_blocked: false,
+            }),
+            evict: Notify::new(),
+            retimed: Notify::new(),
+        }
+    }
+
+    fn track(&self) -> Track {
+        *lock(&self.track)
+    }
+
+    fn on_bytes_read(&self) {
+        let mut track = lock(&self.track);
+        if track.phase == Phase::Idle {
+            track.phase = Phase::Head;
+            track.since = Instant::now();
+            self.retimed.notify_one();
+        }
+    }
+
+    fn on_write(&self, blocked: bool) {
+        lock(&self.track).write_blocked = blocked;
+    }
+
+    fn begin_request(&self) {
+        let mut track = lock(&self.track);
+        track.in_flight += 1;
+        track.phase = Phase::Busy;
+    }
+
+    fn end_request(&self) {
+        let mut track = lock(&self.track);
+        track.in_flight = track.in_flight.saturating_sub(1);
+        if track.in_flight == 0 {
+            track.phase = Phase::Idle;
+            track.since = Instant::now();
+            self.retimed.notify_one();
+        }
+    }
+}
+
+/// Serves one connection until it ends, times out, is evicted, or (after shutdown) finishes
+/// its request.
+async fn run_connection(
+    shared: Arc<Shared>,
+    id: u64,
+    conn: Arc<Conn>,
+    stream: TcpStream,
+    router: Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    // Unregisters the connection however this task ends.
+    struct Registered(Arc<Shared>, u64);
+    impl Drop for Registered {
+        fn drop(&mut self) {
+            lock(&self.0.conns).remove(&self.1);
+            self.0.changed.notify_waiters();
+        }
+    }
+    let _registered = Registered(shared.clone(), id);
+    let limits = shared.limits;
+    let io = hyper_util::rt::TokioIo::new(Tracked {
+        inner: stream,
+        conn: conn.clone(),
+    });
+    let service = ConnService {
+        router,
+        conn: conn.clone(),
+    };
+    let http = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(io, service);
+    tokio::pin!(http);
+    // A busy connection has no deadline; it is looked at again when it goes idle (`retimed`),
+    // and after this long as a backstop.
+    let recheck = limits.header_read_timeout.min(limits.idle_timeout);
+    let mut shutting_down = false;
+    loop {
+        let track = conn.track();
+        let wake = track
+            .deadline(&limits)
+            .unwrap_or_else(|| Instant::now() + recheck);
+        tokio::select! {
+            served = http.as_mut() => {
+                if let Err(e) = served {
+                    tracing::debug!("connection ended: {e}");
+                }
+                return;
+            }
+            _ = tokio::time::sleep_until(wake) => {
+                let track = conn.track();
+                if track.deadline(&limits).is_some_and(|d| d <= Instant::now()) {
+                    tracing::debug!(phase = ?track.phase, "closing a connection: timed out");
+                    return;
+                }
+            }
+            _ = conn.retimed.notified() => {}
+            _ = conn.evict.notified() => {
+                if conn.track().evictable() {
+                    tracing::debug!("closing a connection to make room");
+                    return;
+                }
+                // Busy again: let the acceptor pick another.
+                shared.changed.notify_waiters();
+            }
+            _ = stopped(&mut stop), if !shutting_down => {
+                shutting_down = true;
+                if conn.track().evictable() {
+                    return;
+                }
+                http.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// The socket, telling its connection's [`Track`] about bytes read and writes blocked.
+struct Tracked {
+    inner: TcpStream,
+    conn: Arc<Conn>,
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.conn.on_bytes_read();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.conn.on_write(polled.is_pending());
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.conn.on_write(polled.is_pending());
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The router, marking its connection busy from a request's head until its response body is
+/// handed over (or dropped).
+#[derive(Clone)]
+struct ConnService {
+    router: Router,
+    conn: Arc<Conn>,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for ConnService {
+    type Response = axum::http::Response<TrackedBody>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn call(&self, request: axum::http::Request<hyper::body::Incoming>) -> Self::Future {
+        self.conn.begin_request();
+        let guard = InFlight(self.conn.clone());
+        let mut router = self.router.clone();
+        Box::pin(async move {
+            // A Router is always ready (axum documents it), so `call` needs no `poll_ready`.
+            let response =
+                tower_service::Service::call(&mut router, request.map(axum::body::Body::new))
+                    .await?;
+            Ok(response.map(|body| TrackedBody {
+                body,
+                _in_flight: guard,
+            }))
+        })
+    }
+}
+
+/// One request in flight; its drop ends the request.
+struct InFlight(Arc<Conn>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.end_request();
+    }
+}
+
+/// A response body that keeps its request in flight until it is dropped.
+struct TrackedBody {
+    body: axum::body::Body,
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for TrackedBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// Completes on the first SIGTERM or SIGINT.

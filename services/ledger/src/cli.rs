@@ -6,7 +6,9 @@ use crate::ledger::create_durable_orchestration_services;
 use crate::store::{DurableJsonStore, FileStore, MemoryStore, PostgresStore, PostgresStoreOptions};
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use kube_harness_service_kit::{bind, serve, shutdown_signal, AuthConfig, StoreSpec};
+use kube_harness_service_kit::{
+    bind, serve_with, shutdown_signal, AuthConfig, ConnectionArgs, StoreSpec,
+};
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -45,6 +47,9 @@ pub struct ServeArgs {
     /// PostgreSQL schema holding the documents table.
     #[arg(long, default_value = "kube_harness_ledger")]
     pub pg_schema: String,
+    /// Header read and idle timeouts, connection limit (docs/ledgers.md "Connections").
+    #[command(flatten)]
+    pub connections: ConnectionArgs,
 }
 
 /// Opens the `DurableJsonStore` a spec names.
@@ -82,6 +87,7 @@ pub fn run(args: LedgerArgs) -> anyhow::Result<ExitCode> {
 /// Opens the store, binds and serves until SIGTERM/SIGINT.
 pub async fn serve_ledger(args: ServeArgs) -> anyhow::Result<()> {
     let auth = AuthConfig::from_args(args.token_file.as_deref(), args.insecure_no_auth)?;
+    let limits = args.connections.limits()?;
     let store = open_store(&args.store, &args.pg_schema)
         .await
         .with_context(|| format!("cannot open store {}", args.store))?;
@@ -91,6 +97,6 @@ pub async fn serve_ledger(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(store = %args.store, "ledger service serving");
-    serve(listener, app, shutdown_signal()).await?;
+    serve_with(listener, app, limits, shutdown_signal()).await?;
     Ok(())
 }

@@ -480,6 +480,7 @@ async fn serve_command_runs_with_token_file() {
         insecure_no_auth: false,
         root_dir: "ledgers".into(),
         pg_schema: "kube_harness_ledger".into(),
+        connections: Default::default(),
     };
     let server = tokio::spawn(serve_ledger(args.clone()));
     let base = format!("http://127.0.0.1:{port}");

@@ -5,7 +5,9 @@ use crate::server::{app, ServerConfig};
 use crate::store::{new_batch_histogram, Store, StoreOptions};
 use anyhow::Context;
 use clap::{ArgAction, Args, Subcommand};
-use kube_harness_service_kit::{bind, serve, shutdown_signal, AuthConfig, StoreSpec};
+use kube_harness_service_kit::{
+    bind, serve_with, shutdown_signal, AuthConfig, ConnectionArgs, StoreSpec,
+};
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -43,6 +45,9 @@ pub struct ServeArgs {
     /// Largest accepted payload, in bytes of canonical JSON (over it: 413).
     #[arg(long, default_value_t = crate::model::DEFAULT_MAX_PAYLOAD_BYTES)]
     pub max_payload_bytes: usize,
+    /// Header read and idle timeouts, connection limit (docs/session-log.md "Connections").
+    #[command(flatten)]
+    pub connections: ConnectionArgs,
 }
 
 /// Runs a `session-log` subcommand on its own tokio runtime.
@@ -62,6 +67,7 @@ pub fn run(args: SessionLogArgs) -> anyhow::Result<ExitCode> {
 /// Opens the store, binds and serves until SIGTERM/SIGINT.
 pub async fn serve_session_log(args: ServeArgs) -> anyhow::Result<()> {
     let auth = AuthConfig::from_args(args.token_file.as_deref(), args.insecure_no_auth)?;
+    let limits = args.connections.limits()?;
     if !args.sync {
         tracing::warn!(
             "--sync=false: DURABILITY DISABLED. Appends are acknowledged before they reach the disk; a crash can lose acknowledged events"
@@ -90,6 +96,6 @@ pub async fn serve_session_log(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(store = %args.store, kind = store.kind(), "session log serving lh.remote-session.v1");
-    serve(listener, router, shutdown_signal()).await?;
+    serve_with(listener, router, limits, shutdown_signal()).await?;
     Ok(())
 }

@@ -4,6 +4,7 @@
 use crate::classify::RuntimeToggles;
 use crate::sandbox::{probe, Presentation};
 use crate::workspace::WorkspaceSpec;
+use kube_harness_service_kit::ConnectionLimits;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -58,8 +59,15 @@ pub struct WorkerConfig {
     pub max_body_bytes: usize,
     /// stdout/stderr beyond this go to `/artifacts/trace/…` (see `TurnConfig`).
     pub inline_output_limit: usize,
+    /// At most this many `harness.file.*` events per command and per merge-back (then one
+    /// `harness.file.truncated` with the counts), and at most this many paths in the end-turn
+    /// answer's file list.
+    pub max_file_events: usize,
     /// How long a SIGTERM waits for a running command before ending the turn anyway.
     pub shutdown_grace: Duration,
+    /// How long a client may take to send a request head, how long an idle connection stays
+    /// open, and how many connections may be open at once (docs/worker-api.md "Connections").
+    pub connections: ConnectionLimits,
 }
 
 impl WorkerConfig {
@@ -76,7 +84,9 @@ impl WorkerConfig {
             max_timeout: Duration::from_secs(600),
             max_body_bytes: 256 * 1024,
             inline_output_limit: 16 * 1024,
+            max_file_events: crate::runtime::event::DEFAULT_MAX_FILE_EVENTS,
             shutdown_grace: Duration::from_secs(20),
+            connections: ConnectionLimits::default(),
         }
     }
 

@@ -20,7 +20,10 @@ pub mod tier0;
 pub use client::{WorkerClient, WorkerClientError};
 pub use config::{SameSession, SessionLogConfig, WorkerConfig};
 /// Auth, binding and the SIGTERM/SIGINT future are the services' own (one behaviour everywhere).
-pub use kube_harness_service_kit::{bind, shutdown_signal, AuthConfig};
+pub use kube_harness_service_kit::{
+    bind, shutdown_signal, AuthConfig, ConnectionLimits, DEFAULT_HEADER_READ_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+};
 pub use server::{router, serve};
 pub use state::{Broken, Worker};
 

@@ -70,6 +70,11 @@ pub struct ExecResponse {
     /// Events of this worker not yet in the session log (appended before the next command runs).
     #[serde(default)]
     pub log_pending: usize,
+    /// A replayed step whose recorded output could not be returned (its `/artifacts/trace/…`
+    /// payload is gone, or was changed after it was recorded): why, one line per stream. The
+    /// stream is empty and `truncated` is set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replay_problems: Vec<String>,
 }
 
 impl ExecResponse {
@@ -86,6 +91,7 @@ impl ExecResponse {
             replayed: false,
             run_id,
             log_pending: 0,
+            replay_problems: Vec::new(),
         }
     }
 }
@@ -114,8 +120,14 @@ pub struct TurnSummary {
     pub commands: u64,
     /// `Turn::end`'s value: stayedOnTier0, tier0 figures, higherTier, escalations, refusals.
     pub usage: Value,
-    /// Last change per harness path during the turn, sorted by path.
+    /// Last change per harness path during the turn, sorted by path; at most the worker's
+    /// `--max-file-events` paths.
     pub file_changes: Vec<FileChangeSummary>,
+    /// File changes of the turn not in `fileChanges`: left out of a command's (or the merge-back's)
+    /// events past `--max-file-events` (`harness.file.truncated`), or to paths past the list's
+    /// bound.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub file_changes_omitted: u64,
     /// Events of the turn's end (usage, dispose failures).
     pub events: Vec<TraceEvent>,
 }
@@ -186,4 +198,8 @@ pub mod code {
     pub const SHUTTING_DOWN: &str = "shutting-down";
     /// A broken internal invariant (a panic inside a request): see `Broken`.
     pub const WORKER_BROKEN: &str = "worker-broken";
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

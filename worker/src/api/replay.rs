@@ -52,26 +52,44 @@ pub async fn lookup(
 }
 
 /// Rebuilds the exec response from a `command.completed` payload. Output that was too large to
-/// ride inline is read back from its `/artifacts/trace/…` file.
+/// ride inline is read back from its `/artifacts/trace/…` file, and only if that file is still
+/// what was recorded: its length, and its SHA-256 where the reference has one (commands can write
+/// `/artifacts`, so a later command could have rewritten it). Otherwise the output is empty, the
+/// response is `truncated`, and `replayProblems` says why.
 fn recorded(payload: &Map<String, Value>, spec: &WorkspaceSpec, run: &str) -> ExecResponse {
     let flag = |k: &str| payload.get(k).and_then(Value::as_bool).unwrap_or(false);
-    let output = |field: &str| -> (String, bool) {
+    let mut problems = Vec::new();
+    let mut output = |field: &str| -> (String, bool) {
         if let Some(text) = payload.get(field).and_then(Value::as_str) {
             return (text.to_string(), flag(&format!("{field}Truncated")));
         }
-        let content_ref = payload
-            .get(&format!("{field}Ref"))
-            .and_then(|r| r.get("contentRef"))
-            .and_then(Value::as_str);
-        let bytes = payload
-            .get(&format!("{field}Ref"))
-            .and_then(|r| r.get("bytes"))
-            .and_then(Value::as_u64);
-        match content_ref.and_then(|r| read_artifact(spec, r, bytes)) {
-            Some(text) => (text, false),
+        let reference = payload.get(&format!("{field}Ref"));
+        let get = |k: &str| reference.and_then(|r| r.get(k));
+        let Some(content_ref) = get("contentRef").and_then(Value::as_str) else {
+            problems.push(format!(
+                "{field}: the recorded result has neither the output nor a reference to it"
+            ));
+            return (String::new(), true);
+        };
+        let bytes = get("bytes").and_then(Value::as_u64);
+        let Some(payload) = read_artifact(spec, content_ref, bytes) else {
             // The payload file is gone: say so rather than pretend the output was empty.
-            None => (String::new(), true),
+            problems.push(format!(
+                "{field}: the recorded output {content_ref} is missing or no longer the recorded size"
+            ));
+            return (String::new(), true);
+        };
+        if let Some(want) = get("sha256").and_then(Value::as_str) {
+            use sha2::Digest;
+            let got = hex::encode(sha2::Sha256::digest(&payload));
+            if !got.eq_ignore_ascii_case(want) {
+                problems.push(format!(
+                    "{field}: the recorded output {content_ref} was changed after it was recorded (SHA-256 mismatch); not returned"
+                ));
+                return (String::new(), true);
+            }
         }
+        (String::from_utf8_lossy(&payload).into_owned(), false)
     };
     let (stdout, out_cut) = output("stdout");
     let (stderr, err_cut) = output("stderr");
@@ -90,6 +108,7 @@ fn recorded(payload: &Map<String, Value>, spec: &WorkspaceSpec, run: &str) -> Ex
         replayed: true,
         run_id: run.to_string(),
         log_pending: 0,
+        replay_problems: problems,
     }
 }
 
@@ -97,7 +116,7 @@ fn recorded(payload: &Map<String, Value>, spec: &WorkspaceSpec, run: &str) -> Ex
 /// mount: below its root nothing is followed through a symlink (`safe_fs`), only a regular file
 /// is read, and at most the `bytes` the event recorded (a file of another size is not the
 /// payload: `None`).
-fn read_artifact(spec: &WorkspaceSpec, harness: &str, bytes: Option<u64>) -> Option<String> {
+fn read_artifact(spec: &WorkspaceSpec, harness: &str, bytes: Option<u64>) -> Option<Vec<u8>> {
     use crate::workspace::safe_fs;
     use std::io::Read;
     let harness = Path::new(harness);
@@ -121,5 +140,5 @@ fn read_artifact(spec: &WorkspaceSpec, harness: &str, bytes: Option<u64>) -> Opt
     if bytes.is_some_and(|b| b != buf.len() as u64) || buf.len() as u64 > limit {
         return None;
     }
-    Some(String::from_utf8_lossy(&buf).into_owned())
+    Some(buf)
 }

@@ -1,4 +1,6 @@
-//! The worker's HTTP face (axum): routes, bearer auth, JSON errors, graceful shutdown.
+//! The worker's HTTP face (axum): routes, bearer auth, JSON errors, graceful shutdown, and the
+//! connection bounds every service has (`ConnectionLimits`: header read and idle timeouts, a
+//! connection limit).
 //!
 //! Every answer is JSON; every error is `{"error": {"code", "message"}}` with a stable code.
 //! Commands run in their own task, so a client that disconnects (or a server that stops waiting)
@@ -261,7 +263,8 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, session = worker.config().session, "worker listening");
     }
-    let server = axum::serve(listener, app).with_graceful_shutdown(signal);
+    let server =
+        kube_harness_service_kit::serve_with(listener, app, worker.config().connections, signal);
     let deadline = async move {
         if let Ok(at) = fired_rx.await {
             let _ = at_tx.send(Some(at));

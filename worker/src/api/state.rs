@@ -98,8 +98,8 @@ struct OpenTurn {
     capture: Arc<Capture>,
     ctx: Arc<Mutex<ExecContext>>,
     commands: u64,
-    /// Last change per harness path.
-    files: BTreeMap<String, String>,
+    /// Last change per harness path, bounded (see [`TurnFiles`]).
+    files: TurnFiles,
 }
 
 /// Guarded by the session lock: one exec or end-turn at a time.
@@ -505,7 +505,7 @@ impl Worker {
                 "the quarantined turn was ended; the worker takes commands again"
             );
         }
-        record_files(&mut files, &events);
+        files.record(&events);
         self.counters.turns.fetch_add(1, Ordering::SeqCst);
         self.counters.tier.store(0, Ordering::SeqCst);
         Ok(EndTurnResponse {
@@ -513,7 +513,9 @@ impl Worker {
                 turn_id,
                 commands,
                 usage,
+                file_changes_omitted: files.omitted,
                 file_changes: files
+                    .paths
                     .into_iter()
                     .map(|(path, change)| FileChangeSummary { path, change })
                     .collect(),
@@ -553,7 +555,8 @@ impl Worker {
         let turn_id = format!("turn_{}_{}", now_ms(), &self.instance);
         let capture = Arc::new(Capture::default());
         let ctx = Arc::new(Mutex::new(ExecContext::default()));
-        let emitter = Emitter::new(&self.config.session, &turn_id, vec![capture.clone()]);
+        let emitter = Emitter::new(&self.config.session, &turn_id, vec![capture.clone()])
+            .with_file_event_limit(self.config.max_file_events);
         let mut turn = Turn::new(
             TurnConfig {
                 workspace: self.spec.clone(),
@@ -583,7 +586,7 @@ impl Worker {
             capture,
             ctx,
             commands: 0,
-            files: BTreeMap::new(),
+            files: TurnFiles::new(self.config.max_file_events),
         }
     }
 
@@ -609,7 +612,7 @@ impl Worker {
                 _ => {}
             }
         }
-        record_files(&mut open.files, events);
+        open.files.record(events);
     }
 
     fn touch(&self) {
@@ -619,13 +622,48 @@ impl Worker {
     }
 }
 
-fn record_files(files: &mut BTreeMap<String, String>, events: &[TraceEvent]) {
-    for e in events {
-        if let (Some(change), Some(path)) = (
-            e.kind.strip_prefix("harness.file."),
-            e.data["path"].as_str(),
-        ) {
-            files.insert(path.to_string(), change.to_string());
+/// The turn's file list for the end-turn answer: the last change per harness path, at most
+/// `limit` paths (a turn of many commands that each create thousands of files must not grow it
+/// without bound). What is left out is counted: changes to paths past the limit, and the file
+/// events the emitter already left out (`harness.file.truncated`).
+struct TurnFiles {
+    paths: BTreeMap<String, String>,
+    limit: usize,
+    omitted: u64,
+}
+
+impl TurnFiles {
+    fn new(limit: usize) -> Self {
+        TurnFiles {
+            paths: BTreeMap::new(),
+            limit,
+            omitted: 0,
+        }
+    }
+
+    fn record(&mut self, events: &[TraceEvent]) {
+        for e in events {
+            let change = match e.kind.as_str() {
+                kind::FILE_CREATED | kind::FILE_MODIFIED | kind::FILE_DELETED => {
+                    e.kind.trim_start_matches("harness.file.")
+                }
+                kind::FILE_TRUNCATED => {
+                    let left_out = e.data["omitted"]["total"].as_u64().unwrap_or(0);
+                    self.omitted = self.omitted.saturating_add(left_out);
+                    continue;
+                }
+                _ => continue,
+            };
+            let Some(path) = e.data["path"].as_str() else {
+                continue;
+            };
+            if let Some(last) = self.paths.get_mut(path) {
+                *last = change.to_string();
+            } else if self.paths.len() < self.limit {
+                self.paths.insert(path.to_string(), change.to_string());
+            } else {
+                self.omitted = self.omitted.saturating_add(1);
+            }
         }
     }
 }

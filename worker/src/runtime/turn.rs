@@ -447,7 +447,9 @@ impl Turn {
     }
 
     /// Small outputs ride inline; large ones are written once under `/artifacts/trace/` and
-    /// referenced, so traces stay small and replayable.
+    /// referenced, so traces stay small and replayable. The reference carries the payload's
+    /// length and SHA-256: commands can write `/artifacts`, so replay reads the file back only if
+    /// it is still exactly what was recorded.
     fn attach_output(&self, data: &mut Value, field: &str, text: &str) {
         if text.len() <= self.config.inline_output_limit {
             data[field] = json!(text);
@@ -479,8 +481,9 @@ impl Turn {
         });
         match stored {
             Some(content_ref) => {
+                let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(text.as_bytes()));
                 data[format!("{field}Ref")] =
-                    json!({"contentRef": content_ref, "bytes": text.len()});
+                    json!({"contentRef": content_ref, "bytes": text.len(), "sha256": sha256});
             }
             None => {
                 let mut end = self.config.inline_output_limit;

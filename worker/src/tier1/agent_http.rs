@@ -14,7 +14,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use kube_harness_service_kit::{require_bearer, ApiError, AuthConfig};
+use kube_harness_service_kit::{require_bearer, ApiError, AuthConfig, ConnectionLimits};
 use serde_json::json;
 use std::future::Future;
 use std::sync::Arc;
@@ -114,5 +114,17 @@ pub async fn serve(
     auth: AuthConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    kube_harness_service_kit::serve(listener, router(agent, auth), shutdown).await
+    serve_with(listener, agent, auth, ConnectionLimits::default(), shutdown).await
+}
+
+/// Like [`serve`], with the given connection bounds (header read and idle timeouts, a
+/// connection limit) instead of the defaults.
+pub async fn serve_with(
+    listener: TcpListener,
+    agent: Arc<Agent>,
+    auth: AuthConfig,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    kube_harness_service_kit::serve_with(listener, router(agent, auth), limits, shutdown).await
 }

@@ -1,0 +1,213 @@
+//! The connection bounds of `serve_with`, over real TCP on loopback: which timeout applies when
+//! (the header read timeout to a head in progress, the idle timeout to a kept-alive connection
+//! between requests, neither to a request being answered), that a connection answering a
+//! request is never closed to make room, and what shutdown does to each kind of connection.
+
+use axum::routing::get;
+use axum::Router;
+use kube_harness_service_kit::{serve_with, ConnectionLimits};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const REQUEST: &[u8] = b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\n";
+
+struct Server {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    served: JoinHandle<std::io::Result<()>>,
+}
+
+async fn start(header: Duration, idle: Duration, max: usize) -> Server {
+    let router = Router::new().route("/ok", get(|| async { "ok" })).route(
+        "/slow",
+        get(|| async {
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            "slow"
+        }),
+    );
+    let listener = kube_harness_service_kit::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let limits = ConnectionLimits {
+        header_read_timeout: header,
+        idle_timeout: idle,
+        max_connections: max,
+    };
+    let served = tokio::spawn(serve_with(listener, router, limits, async {
+        let _ = stopped.await;
+    }));
+    Server {
+        addr,
+        stop: Some(stop),
+        served,
+    }
+}
+
+/// Reads one response (whole, these are small) and returns it.
+async fn response(s: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .expect("a response")
+            .unwrap();
+        assert!(n > 0, "closed before the response: {got:?}");
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .unwrap()
+                .parse()
+                .unwrap();
+            if body.len() >= length {
+                return text;
+            }
+        }
+    }
+}
+
+/// Waits up to `wait` for the server to close `s`; how long that took. Nothing may arrive.
+async fn closed_after(s: &mut TcpStream, wait: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let mut buf = [0u8; 256];
+    match tokio::time::timeout(wait, s.read(&mut buf)).await {
+        Err(_) => None,
+        Ok(Ok(0)) | Ok(Err(_)) => Some(started.elapsed()),
+        Ok(Ok(n)) => panic!("unexpected bytes: {:?}", String::from_utf8_lossy(&buf[..n])),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_is_closed_after_the_idle_timeout() {
+    let server = start(Duration::from_secs(30), Duration::from_secs(1), 16).await;
+    let mut s = TcpStream::connect(server.addr).await.unwrap();
+    s.write_all(REQUEST).await.unwrap();
+    assert!(response(&mut s).await.ends_with("\r\n\r\nok"));
+    let after = closed_after(&mut s, Duration::from_secs(5))
+        .await
+        .expect("closed by the idle timeout");
+    assert!(
+        after >= Duration::from_millis(900),
+        "closed too early: {after:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_time_between_requests_does_not_count_against_the_header_timeout() {
+    let server = start(Duration::from_secs(1), Duration::from_secs(30), 16).await;
+    let mut s = TcpStream::connect(server.addr).await.unwrap();
+    s.write_all(REQUEST).await.unwrap();
+    response(&mut s).await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    s.write_all(REQUEST).await.unwrap();
+    assert!(response(&mut s).await.ends_with("\r\n\r\nok"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_head_is_closed_at_the_header_timeout() {
+    let server = start(Duration::from_secs(1), Duration::from_secs(30), 16).await;
+    let mut s = TcpStream::connect(server.addr).await.unwrap();
+    let started = Instant::now();
+    // One byte every 100 ms: always active, never done.
+    let head = b"GET /ok HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    for byte in head {
+        if s.write_all(&[*byte]).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let closed = closed_after(&mut s, Duration::from_secs(1))
+        .await
+        .map(|_| started.elapsed())
+        .expect("closed");
+    assert!(
+        (Duration::from_millis(900)..Duration::from_millis(2500)).contains(&closed),
+        "{closed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_being_answered_outlives_both_timeouts() {
+    let server = start(Duration::from_millis(500), Duration::from_millis(500), 16).await;
+    let mut s = TcpStream::connect(server.addr).await.unwrap();
+    s.write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(response(&mut s).await.ends_with("\r\n\r\nslow"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_limit_connections_answering_requests_are_never_closed_to_make_room() {
+    let server = start(Duration::from_secs(30), Duration::from_secs(30), 2).await;
+    let mut busy = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(server.addr).await.unwrap();
+        s.write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        busy.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A third connection waits for a slot; the two slow requests are both answered.
+    let started = Instant::now();
+    let mut third = TcpStream::connect(server.addr).await.unwrap();
+    third.write_all(REQUEST).await.unwrap();
+    assert!(response(&mut third).await.ends_with("ok"));
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "the third waited for a slot ({:?})",
+        started.elapsed()
+    );
+    for s in &mut busy {
+        assert!(response(s).await.ends_with("slow"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_waiting_connections_at_once_and_finishes_requests() {
+    let mut server = start(Duration::from_secs(30), Duration::from_secs(30), 16).await;
+    let mut half = TcpStream::connect(server.addr).await.unwrap();
+    half.write_all(b"GET /ok HTTP/1.1\r\n").await.unwrap();
+    let mut idle = TcpStream::connect(server.addr).await.unwrap();
+    idle.write_all(REQUEST).await.unwrap();
+    response(&mut idle).await;
+    let mut slow = TcpStream::connect(server.addr).await.unwrap();
+    slow.write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let _ = server.stop.take().unwrap().send(());
+    let wait = Duration::from_millis(1000);
+    assert!(closed_after(&mut half, wait).await.is_some());
+    assert!(closed_after(&mut idle, wait).await.is_some());
+    assert!(response(&mut slow).await.ends_with("slow"));
+    tokio::time::timeout(Duration::from_secs(5), server.served)
+        .await
+        .expect("serve returns once the last request is answered")
+        .unwrap()
+        .unwrap();
+    assert!(TcpStream::connect(server.addr).await.is_err());
+}
+
+#[test]
+fn zero_limits_are_refused() {
+    let mut limits = ConnectionLimits::default();
+    assert!(limits.validate().is_ok());
+    limits.max_connections = 0;
+    assert!(limits.validate().is_err());
+    let limits = ConnectionLimits {
+        idle_timeout: Duration::ZERO,
+        ..ConnectionLimits::default()
+    };
+    assert!(limits.validate().is_err());
+}
