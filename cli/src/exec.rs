@@ -132,7 +132,7 @@ pub fn run_end_turn(args: EndTurnArgs) -> anyhow::Result<ExitCode> {
                     "turn {} ended: {} commands, {} files changed",
                     t.turn_id,
                     t.commands,
-                    t.file_changes.len()
+                    (t.file_changes.len() as u64).saturating_add(t.file_changes_omitted)
                 ),
                 None => println!("no turn was open"),
             }

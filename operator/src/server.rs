@@ -51,8 +51,6 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(%listen, "serving /metrics, /healthz, /readyz");
-    axum::serve(listener, router(ctx, ready))
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    kube_harness_service_kit::serve(listener, router(ctx, ready), shutdown).await?;
     Ok(())
 }

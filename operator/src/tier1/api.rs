@@ -82,9 +82,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     tracing::info!(listen = ?listener.local_addr().ok(), "serving the tier API");
-    axum::serve(listener, router(ctx))
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    kube_harness_service_kit::serve(listener, router(ctx), shutdown).await?;
     Ok(())
 }
 
