@@ -26,6 +26,17 @@ pub enum Class {
     /// Its children can only run something through a substitution (`$(…)`, `` `…` ``, `<(…)`),
     /// so they are skipped when its text has none (see [`may_hold_commands`]).
     Words,
+    /// A token tree-sitter-bash leaves unparsed although bash expands it: a backquote inside
+    /// `${x:-…}`, `${x/…/}`, a `=~` regex (see `walk::leftover_substitutions`).
+    Text,
+    /// `NAME=VALUE`: a [`Class::Words`] whose literal value may be evaluated later.
+    Assignment,
+    /// `$(…)` or `` `…` ``: backquotes unescape `\$`, `` \` `` and `\\` before parsing.
+    CommandSubstitution,
+    /// `${…}`: `${x@P}` expands the value's substitutions.
+    Expansion,
+    /// `for NAME in WORDS`: the words are the variable's values.
+    ForStatement,
 }
 
 /// Named node kinds the walk understands, and what it does with each.
@@ -46,7 +57,7 @@ const CLASSES: &[(&str, Class)] = &[
     ("elif_clause", Class::Descend),
     ("else_clause", Class::Descend),
     ("while_statement", Class::Descend),
-    ("for_statement", Class::Descend),
+    ("for_statement", Class::ForStatement),
     ("c_style_for_statement", Class::Descend),
     ("do_group", Class::Descend),
     ("case_statement", Class::Descend),
@@ -60,20 +71,20 @@ const CLASSES: &[(&str, Class)] = &[
     ("heredoc_end", Class::Leaf),
     ("heredoc_content", Class::Leaf),
     ("test_command", Class::TestCommand),
-    ("variable_assignment", Class::Words),
+    ("variable_assignment", Class::Assignment),
     ("variable_assignments", Class::Words),
-    ("command_substitution", Class::Descend),
+    ("command_substitution", Class::CommandSubstitution),
     ("process_substitution", Class::Descend),
-    ("expansion", Class::Descend),
+    ("expansion", Class::Expansion),
     ("simple_expansion", Class::Descend),
     ("arithmetic_expansion", Class::Descend),
     ("string", Class::Words),
     ("string_content", Class::Descend),
-    ("raw_string", Class::Leaf),
+    ("raw_string", Class::Text),
     ("ansi_c_string", Class::Leaf),
     ("translated_string", Class::Descend),
     ("concatenation", Class::Words),
-    ("word", Class::Leaf),
+    ("word", Class::Text),
     ("number", Class::Leaf),
     ("array", Class::Descend),
     ("brace_expression", Class::Descend),
@@ -86,8 +97,8 @@ const CLASSES: &[(&str, Class)] = &[
     ("variable_name", Class::Descend),
     ("special_variable_name", Class::Descend),
     ("file_descriptor", Class::Descend),
-    ("extglob_pattern", Class::Descend),
-    ("regex", Class::Descend),
+    ("extglob_pattern", Class::Text),
+    ("regex", Class::Text),
     ("test_operator", Class::Descend),
 ];
 
@@ -105,6 +116,14 @@ pub struct Kinds {
     pub variable_assignment: u16,
     pub command_substitution: u16,
     pub process_substitution: u16,
+    pub ansi_c_string: u16,
+    pub array: u16,
+    pub expansion: u16,
+    pub heredoc_body: u16,
+    pub for_statement: u16,
+    pub declaration_command: u16,
+    pub command: u16,
+    pub field_variable: FieldId,
     pub field_name: FieldId,
     pub field_argument: FieldId,
     pub field_value: FieldId,
@@ -146,6 +165,14 @@ impl Kinds {
             variable_assignment: id("variable_assignment"),
             command_substitution: id("command_substitution"),
             process_substitution: id("process_substitution"),
+            ansi_c_string: id("ansi_c_string"),
+            array: id("array"),
+            expansion: id("expansion"),
+            heredoc_body: id("heredoc_body"),
+            for_statement: id("for_statement"),
+            declaration_command: id("declaration_command"),
+            command: id("command"),
+            field_variable: field("variable"),
             field_name: field("name"),
             field_argument: field("argument"),
             field_value: field("value"),
