@@ -1456,10 +1456,25 @@ fn joined_continuations(root: Node, src: &str) -> Option<String> {
         if escaped {
             continue;
         }
-        // Inside a token (a quoted string, a comment, a heredoc body) the text is the token's.
-        let in_token = root
-            .descendant_for_byte_range(i, i + 1)
-            .is_some_and(|n| n.child_count() == 0 && n.start_byte() <= i && i < n.end_byte());
+        // In single quotes, `$'…'`, a comment or a quoted heredoc body it is text (and a word's
+        // own escapes are read by `literal`). Anywhere else bash removes it: in a gap
+        // tree-sitter skipped, in double quotes or an unquoted heredoc (`"$\⏎(git)"`), or in a
+        // token it misread (`$\⏎(…)` as a variable named `\⏎`).
+        let in_token = root.descendant_for_byte_range(i, i + 2).is_some_and(|n| {
+            let covers = n.start_byte() <= i && i + 2 <= n.end_byte();
+            covers
+                && match n.kind() {
+                    "raw_string" | "comment" | "ansi_c_string" | "word" => true,
+                    "heredoc_body" | "heredoc_content" => {
+                        let mut up = n.parent();
+                        while let Some(p) = up.filter(|p| p.kind() != "heredoc_redirect") {
+                            up = p.parent();
+                        }
+                        up.is_some_and(|r| heredoc_is_quoted(r, src))
+                    }
+                    _ => false,
+                }
+        });
         if in_token {
             continue;
         }
