@@ -798,7 +798,14 @@ fn line_continuation_inside_a_command_name_runs_git() {
 
 #[test]
 fn unparsable_script_naming_a_quoted_or_escaped_denied_command_is_refused() {
-    for name in ["g\\it", "\"g\"it", "gi''t", "$'\\x67it'", "'git'", "g\\\nit"] {
+    for name in [
+        "g\\it",
+        "\"g\"it",
+        "gi''t",
+        "$'\\x67it'",
+        "'git'",
+        "g\\\nit",
+    ] {
         let script = format!("a=(x) > /tmp/f; {name} --version");
         let got = classify_with(&script, &[]);
         assert_eq!(got.decision, Decision::Escalate, "{script}: {got:?}");

@@ -1260,8 +1260,10 @@ fn has_misparsed_negation(root: Node, src: &str) -> bool {
                 .filter(|c| c.kind() == "command")
                 .and_then(|c| c.child_by_field_name("name"))
                 .is_some_and(|n| {
+                    // After `! {` tree-sitter-bash may even take `{ [[` for one word.
                     let name = node_text(n, src);
-                    RESERVED.contains(&name) || name == "!" || name == "{"
+                    let first = name.split_whitespace().next().unwrap_or(name);
+                    RESERVED.contains(&first) || first == "!" || first == "{"
                 });
         found |= misread;
         if misread {
