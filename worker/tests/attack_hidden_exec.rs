@@ -844,6 +844,30 @@ fn nesting_beyond_the_limit_with_a_denied_command_is_refused() {
 }
 
 #[test]
+fn wrapper_chain_beyond_the_limit_is_refused_and_does_not_crash() {
+    // 13,000 wrappers deep overflowed the stack (an abort, not a catchable panic) before.
+    for count in [17, 13_000] {
+        let script = format!("{}git --version", "nohup ".repeat(count));
+        let open = classify_with(&script, &[]);
+        assert_eq!(open.decision, Decision::Escalate, "{count}: {open:?}");
+        assert!(
+            open.reasons.contains(&Reason::ClassifierUnavailable {
+                detail: "commands nested more than 16 levels deep".into(),
+            }),
+            "{count}: {open:?}"
+        );
+        let denied = classify_with(&script, &["git"]);
+        assert_eq!(denied.decision, Decision::Refuse, "{count}: {denied:?}");
+        let blocked = denied.reasons.iter().any(|r| {
+            matches!(r, Reason::PolicyBlocked { command, rule }
+                if command == "git" && rule.starts_with("denyCommands (named in "))
+        });
+        assert!(blocked, "{count}: {denied:?}");
+    }
+    assert_tier0("nohup nice -n 1 timeout 5 stdbuf -oL env A=1 ls");
+}
+
+#[test]
 fn with_a_policy_an_unjudged_script_fails_closed() {
     let unjudged = |kind: &str| Reason::PolicyBlocked {
         command: "(unclassified script)".into(),

@@ -33,8 +33,6 @@ pub enum Class {
     Assignment,
     /// `$(…)` or `` `…` ``: backquotes unescape `\$`, `` \` `` and `\\` before parsing.
     CommandSubstitution,
-    /// `${…}`: `${x@P}` expands the value's substitutions.
-    Expansion,
     /// `for NAME in WORDS`: the words are the variable's values.
     ForStatement,
 }
@@ -75,7 +73,7 @@ const CLASSES: &[(&str, Class)] = &[
     ("variable_assignments", Class::Words),
     ("command_substitution", Class::CommandSubstitution),
     ("process_substitution", Class::Descend),
-    ("expansion", Class::Expansion),
+    ("expansion", Class::Descend),
     ("simple_expansion", Class::Descend),
     ("arithmetic_expansion", Class::Descend),
     ("string", Class::Words),

@@ -173,6 +173,9 @@ impl<'o> Walker<'o> {
         if hidden::VARIABLES.iter().any(|v| script.contains(v)) {
             self.variables(root, script, depth, &visible);
         }
+        if script.contains("@P}") {
+            self.prompt_expansions(root, script);
+        }
     }
 
     /// Variables that make a tool run something the command line does not show:
@@ -236,9 +239,13 @@ impl<'o> Walker<'o> {
             if kind == kinds.expansion {
                 // `${X:=v}` and `${X=v}` assign v when X is unset (or empty).
                 let text = node_text(node, src);
-                let name = node.named_child(0).filter(|c| c.kind() == "variable_name");
-                if let Some(name) = name.and_then(|n| target(node_text(n, src))) {
-                    let after = &text[text.len().min(2 + name.len())..];
+                let variable = node.child(1).filter(|c| c.kind() == "variable_name");
+                let written = variable.map(|v| node_text(v, src)).unwrap_or_default();
+                if let Some(name) = variable.and_then(|v| target(node_text(v, src))) {
+                    let after = text
+                        .strip_prefix("${")
+                        .and_then(|t| t.strip_prefix(written))
+                        .unwrap_or_default();
                     if after.starts_with(":=") || after.starts_with('=') {
                         let mut cursor = node.walk();
                         let parts: Option<Vec<String>> = node
@@ -414,13 +421,6 @@ impl<'o> Walker<'o> {
                     _ => true,
                 }
             }
-            Class::Expansion => {
-                let text = node_text(node, src);
-                if text.contains("@P") {
-                    self.prompt_expansion(node, src);
-                }
-                true
-            }
             Class::ForStatement => {
                 let mut cursor = node.walk();
                 let values: Vec<Node> = node
@@ -527,6 +527,15 @@ impl<'o> Walker<'o> {
             });
         }
         let args = all.lit;
+        if depth > MAX_NESTING {
+            // A chain of wrappers (`nohup nohup … git`, thousands long) is nesting too: each one
+            // is a level, which also bounds the recursion (it overflowed the stack before).
+            self.deny_mentions(name, UNPARSED);
+            self.deny_in_args(args);
+            return self.add(Reason::ClassifierUnavailable {
+                detail: format!("commands nested more than {MAX_NESTING} levels deep"),
+            });
+        }
         let base = basename(name);
         let is_path = name.contains('/');
         if is_path {
@@ -655,12 +664,6 @@ impl<'o> Walker<'o> {
             Inner::Env(words) => {
                 // env reads the words of `-S` as its own arguments again (`env -S 'env -S …'`):
                 // each round is a nesting level.
-                if depth >= MAX_NESTING {
-                    self.deny_in_args(&words);
-                    return self.add(Reason::ClassifierUnavailable {
-                        detail: format!("scripts nested more than {MAX_NESTING} levels deep"),
-                    });
-                }
                 let args = Args {
                     lit: &words,
                     view: &words,
@@ -707,7 +710,7 @@ impl<'o> Walker<'o> {
     ) {
         match words.lit.first() {
             Some(Some(name)) if !has_glob(name) => {
-                self.words(name, words.from(1), node, src, depth, functions)
+                self.words(name, words.from(1), node, src, depth + 1, functions)
             }
             Some(_) => {
                 self.deny_in_args(words.lit);
@@ -834,27 +837,35 @@ impl<'o> Walker<'o> {
     /// `${x@P}` expands the value of x as a prompt, running its substitutions. A value the script
     /// set literally was classified where it was set ([`Walker::evaluated_value`]); any other
     /// value (command output, `read`, the environment, an indirection) is only known at run time.
-    fn prompt_expansion(&mut self, node: Node, src: &str) {
-        let text = node_text(node, src);
-        if !text.ends_with("@P}") {
+    /// One pass over the script finds every such expansion and how each variable is set.
+    fn prompt_expansions(&mut self, root: Node, src: &str) {
+        let kinds = kinds();
+        let mut found: Vec<(&str, Option<&str>)> = Vec::new();
+        preorder(root, |node| {
+            if node.kind_id() == kinds.expansion {
+                let text = node_text(node, src);
+                if text.ends_with("@P}") {
+                    let name = node.named_child(0).and_then(|c| match c.kind() {
+                        "variable_name" => Some(node_text(c, src)),
+                        "subscript" => c.child_by_field_name("name").map(|n| node_text(n, src)),
+                        _ => None,
+                    });
+                    found.push((text, name.filter(|_| !text.starts_with("${!"))));
+                }
+            }
+            Visit::Children
+        });
+        if found.is_empty() {
             return;
         }
-        let dynamic = Reason::DynamicCommand {
-            command: clip(text),
-            detail: "a prompt expansion (`@P`) of a value only known at run time".into(),
-        };
-        let name = node.named_child(0).and_then(|c| match c.kind() {
-            "variable_name" => Some(node_text(c, src)),
-            "subscript" => c.child_by_field_name("name").map(|n| node_text(n, src)),
-            _ => None,
-        });
-        let mut root = node;
-        while let Some(parent) = root.parent() {
-            root = parent;
-        }
-        match name {
-            Some(name) if !text.starts_with("${!") && set_only_literally(root, src, name) => {}
-            _ => self.add(dynamic),
+        let origins = ValueOrigins::of(root, src);
+        for (text, name) in found {
+            if !name.is_some_and(|n| origins.only_literal(n)) {
+                self.add(Reason::DynamicCommand {
+                    command: clip(text),
+                    detail: "a prompt expansion (`@P`) of a value only known at run time".into(),
+                });
+            }
         }
     }
 
@@ -1350,7 +1361,11 @@ fn in_double_quoted_expansion(node: Node) -> bool {
     let kinds = kinds();
     let mut saw_expansion = false;
     let mut current = node;
-    while let Some(parent) = current.parent() {
+    // Bounded: past this many levels the text is scanned anyway (it may only over-approximate).
+    for _ in 0..64 {
+        let Some(parent) = current.parent() else {
+            return false;
+        };
         let kind = parent.kind_id();
         if kind == kinds.expansion {
             saw_expansion = true;
@@ -1364,7 +1379,7 @@ fn in_double_quoted_expansion(node: Node) -> bool {
         }
         current = parent;
     }
-    false
+    true
 }
 
 /// Inside backquotes a backslash only escapes `$`, `` ` `` and `\\` (and `"` in a double-quoted
@@ -1500,72 +1515,86 @@ fn joined_continuations(root: Node, src: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// Whether every value `name` gets in the script is literal text (an assignment, an array, a
-/// `for` list), so [`Walker::evaluated_value`] saw it. Anything else (no assignment at all, a
-/// run-time value, the name given to a command such as `read`, `printf -v` or `declare -n`, or
-/// code the walk does not read as this script: `eval`, `source`) is not.
-fn set_only_literally(root: Node, src: &str, name: &str) -> bool {
-    if src.contains("eval") || src.contains("source") || src.contains(". ") {
-        return false;
-    }
-    let kinds = kinds();
-    let mut assigned = false;
-    let mut literal_only = true;
-    preorder(root, |node| {
-        let kind = node.kind();
-        if kind == "variable_assignment" {
-            let target = node.child_by_field_name("name").map(|n| {
-                if n.kind() == "subscript" {
-                    n.child_by_field_name("name").unwrap_or(n)
-                } else {
-                    n
-                }
-            });
-            if target.is_some_and(|t| node_text(t, src) == name) {
-                assigned = true;
-                let value = node.child_by_field_name("value");
-                let literal_value = |v: Node| {
-                    if v.kind_id() == kinds.array {
-                        let mut cursor = v.walk();
-                        let all = v
-                            .named_children(&mut cursor)
-                            .all(|e| literal(e, src).is_some());
-                        all
+/// How the variables of one script get their values, for [`Walker::prompt_expansions`].
+struct ValueOrigins<'s> {
+    /// Every variable assigned, and whether all its values are literal text (assignments,
+    /// arrays, `for` lists).
+    assigned: std::collections::HashMap<&'s str, bool>,
+    /// Words that may name a variable a command sets (`read x`, `printf -v x`, `declare -n r=x`).
+    named: std::collections::HashSet<&'s str>,
+    /// The script runs code the walk does not read as this script (`eval`, `source`, `.`).
+    hidden_code: bool,
+}
+
+impl<'s> ValueOrigins<'s> {
+    fn of(root: Node, src: &'s str) -> Self {
+        let kinds = kinds();
+        let mut origins = ValueOrigins {
+            assigned: std::collections::HashMap::new(),
+            named: std::collections::HashSet::new(),
+            hidden_code: src.contains("eval") || src.contains("source") || src.contains(". "),
+        };
+        let literal_value = |v: Node| {
+            if v.kind_id() == kinds.array {
+                let mut cursor = v.walk();
+                let all = v
+                    .named_children(&mut cursor)
+                    .all(|e| literal(e, src).is_some());
+                all
+            } else {
+                literal(v, src).is_some()
+            }
+        };
+        preorder(root, |node| {
+            let kind = node.kind_id();
+            if kind == kinds.variable_assignment {
+                let target = node.child_by_field_name("name").map(|n| {
+                    if n.kind() == "subscript" {
+                        n.child_by_field_name("name").unwrap_or(n)
                     } else {
-                        literal(v, src).is_some()
+                        n
                     }
-                };
-                literal_only &= value.is_none_or(literal_value);
+                });
+                if let Some(target) = target {
+                    let ok = node
+                        .child_by_field_id(kinds.field_value.get())
+                        .is_none_or(literal_value);
+                    *origins
+                        .assigned
+                        .entry(node_text(target, src))
+                        .or_insert(true) &= ok;
+                }
+            } else if kind == kinds.for_statement {
+                if let Some(v) = node.child_by_field_id(kinds.field_variable.get()) {
+                    let mut cursor = node.walk();
+                    let ok = node
+                        .children_by_field_id(kinds.field_value, &mut cursor)
+                        .all(|v| literal(v, src).is_some());
+                    *origins.assigned.entry(node_text(v, src)).or_insert(true) &= ok;
+                }
+            } else if kind == kinds.word {
+                // An argument (`read x`, `printf -vx`) or a value (`declare -n r=x`: x may be set
+                // through r) that names the variable.
+                let word = node_text(node, src);
+                origins.named.insert(word);
+                if let Some(v) = word.strip_prefix("-v") {
+                    origins.named.insert(v);
+                }
             }
-            return Visit::Children;
-        }
-        if kind == "for_statement" {
-            let variable = node.child_by_field_name("variable");
-            if variable.is_some_and(|v| node_text(v, src) == name) {
-                assigned = true;
-                let mut cursor = node.walk();
-                literal_only &= node
-                    .children_by_field_name("value", &mut cursor)
-                    .all(|v| literal(v, src).is_some());
-            }
-            return Visit::Children;
-        }
-        if node.kind_id() == kinds.word {
-            let word = node_text(node, src);
-            let named = word == name
-                || word.strip_prefix("-v") == Some(name)
-                || word.rsplit_once('=').is_some_and(|(_, v)| v == name);
-            if named
-                && node
-                    .parent()
-                    .is_some_and(|p| p.kind() != "variable_assignment")
-            {
-                literal_only = false;
-            }
-        }
-        Visit::Children
-    });
-    assigned && literal_only
+            Visit::Children
+        });
+        origins
+    }
+
+    /// Whether every value `name` gets in the script is literal text, so
+    /// [`Walker::evaluated_value`] saw it. No assignment at all (the environment), a run-time
+    /// value, the name given to a command (`read`, `printf -v`, `mapfile`, a nameref) or code
+    /// the walk does not read as this script (`eval`, `source`) is not.
+    fn only_literal(&self, name: &str) -> bool {
+        !self.hidden_code
+            && !self.named.contains(name)
+            && self.assigned.get(name).copied().unwrap_or(false)
+    }
 }
 
 /// Namerefs to the variables of [`hidden::VARIABLES`]: `declare -n r=TAR_OPTIONS` (also `local`,

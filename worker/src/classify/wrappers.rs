@@ -438,7 +438,8 @@ fn read_options(
             i += if takes_value { 2 } else { 1 };
             continue;
         }
-        let numeric = arg.len() > 1 && arg[1..].bytes().all(|b| b.is_ascii_digit());
+        let numeric =
+            arg.len() > 1 && arg.starts_with('-') && arg[1..].bytes().all(|b| b.is_ascii_digit());
         if arg.len() > 1 && arg.starts_with('-') && !(numeric && spec.numeric_leading) {
             let letters = &arg[1..];
             if spec.numeric_option && numeric {
