@@ -549,7 +549,8 @@ fn nested_backquotes_run_git() {
 
 #[test]
 fn escaped_dollar_inside_backquotes_runs_git() {
-    // tree-sitter-bash fails on `\$(` inside backquotes; bash unescapes it and runs git.
+    // tree-sitter-bash fails on `\$(` inside backquotes; bash unescapes it and runs git. The parse
+    // failure already refused this before (git is a plain word there): a guard, not a new fix.
     let script = "echo `echo \\$(git --version)`";
     assert_refused_as(
         script,
@@ -787,7 +788,7 @@ fn line_continuation_inside_a_command_name_runs_git() {
     assert_git_is_seen("x=1 g\\\ni\\\nt --version");
     assert_git_is_seen("echo \"$\\\n(git --version)\"");
     assert_git_is_seen("cat <<EOF\n$\\\n(git --version)\nEOF");
-    // In quotes, comments and quoted heredocs a backslash-newline is text.
+    // In single quotes, comments and quoted heredocs a backslash-newline is text.
     assert_tier0("echo 'g\\\nit'");
     assert_tier0("echo hi # g\\\nls");
     assert_tier0("cat <<'EOF'\ng\\\nit\nEOF");
