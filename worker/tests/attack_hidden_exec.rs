@@ -486,3 +486,496 @@ fn start_up_and_config_files_named_by_variables_are_opaque() {
         "RIPGREP_CONFIG_PATH=/session/rgrc (rg reads options from it)",
     );
 }
+
+// ---- issue 12, second round: classification misses (an outside tester's findings B1–B7) ----
+//
+// Each vector ran git under `--deny git`, usually on Tier-1 after a visible `make --version`
+// escalated the turn legitimately. The tests below put `make --version;` in front where the
+// shape of the attack needs it; the decision is the same without it.
+
+fn unparsed_rule() -> String {
+    "denyCommands (named in a script that could not be parsed)".into()
+}
+
+/// Refused naming git by `rule` under `--deny git`; without a policy, escalated with `open`.
+fn assert_refused_as(script: &str, rule: &str, open: &Reason) {
+    let denied = classify_with(script, &["git"]);
+    assert_eq!(denied.decision, Decision::Refuse, "{script}: {denied:?}");
+    let blocked = Reason::PolicyBlocked {
+        command: "git".into(),
+        rule: rule.into(),
+    };
+    assert!(denied.reasons.contains(&blocked), "{script}: {denied:?}");
+    let got = classify_with(script, &[]);
+    assert_eq!(got.decision, Decision::Escalate, "{script}: {got:?}");
+    assert!(got.reasons.contains(open), "{script}: {got:?}");
+}
+
+// B1: command substitutions the walk did not see.
+
+#[test]
+fn backquotes_inside_parameter_expansion_operators_run_git() {
+    for script in [
+        "make --version; echo ${x:-`git --version`}",
+        "echo ${x/`git --version`/}",
+        "echo ${x//[`git --version`]/}",
+        "echo ${x#`git --version`}",
+        "echo ${x%%*`git --version`}",
+        "echo ${x:=`git --version`}",
+        ": ${x?`git --version`}",
+        "echo \"${x:+`git --version`}\"",
+        "echo ${x:-${y:-`git --version`}}",
+        "echo ${x:-$[`git --version`]}",
+        "[[ $x =~ `git` ]]",
+        // Single quotes are plain characters inside a double-quoted expansion.
+        "echo \"${x:-'`git --version`'}\"",
+    ] {
+        assert_git_is_seen(script);
+    }
+}
+
+#[test]
+fn backquotes_inside_an_expansion_in_an_unquoted_heredoc_run_git() {
+    assert_git_is_seen("cat <<EOF\n${x:-`git --version`}\nEOF");
+    assert_git_is_seen("cat <<EOF\nv=${x#`git --version`} and \\${y}\nEOF");
+}
+
+#[test]
+fn nested_backquotes_run_git() {
+    assert_git_is_seen("echo `echo \\`git --version\\``");
+    assert_git_is_seen("echo \"`echo \\`git --version\\``\"");
+    assert_git_is_seen("echo `echo \\`echo \\\\\\`git --version\\\\\\`\\``");
+}
+
+#[test]
+fn escaped_dollar_inside_backquotes_runs_git() {
+    // tree-sitter-bash fails on `\$(` inside backquotes; bash unescapes it and runs git. The parse
+    // failure already refused this before (git is a plain word there): a guard, not a new fix.
+    let script = "echo `echo \\$(git --version)`";
+    assert_refused_as(
+        script,
+        &unparsed_rule(),
+        &Reason::ParseFailed {
+            detail: "syntax error at line 1, column 12: unexpected `\\$`".into(),
+        },
+    );
+}
+
+#[test]
+fn quoted_text_evaluated_as_arithmetic_runs_git() {
+    // Bash evaluates a variable's value as an arithmetic expression wherever a name appears in
+    // one, and an array subscript in it runs `$(…)`.
+    for sink in [
+        "echo $(( x ))",
+        "(( x ))",
+        "[[ $x -eq 1 ]]",
+        "declare -i n; n=x",
+        "let x",
+        "echo ${arr[x]}",
+        "echo ${s:x:1}",
+        "for (( i = x; i < 0; i++ )); do :; done",
+    ] {
+        assert_git_is_seen(&format!("make --version; x='a[$(git --version)]'; {sink}"));
+    }
+    // However the value is written and wherever it is set.
+    for set in [
+        "x=\"a[\\$(git --version)]\"",
+        "x=a\\[\\$\\(git\\ --version\\)\\]",
+        "x=$'a[\\x24(git --version)]'",
+        "x='a[$'\"$empty\"'(git --version)]'",
+        "x='a[`git --version`]'",
+        "declare x='a[$(git --version)]'",
+        "local -a x=('a[$(git --version)]')",
+        "x=(1 'a[$(git --version)]')",
+        "for x in 'a[$(git --version)]'; do :; done",
+        "read -r x <<< 'a[$(git --version)]'",
+        "read -r x <<'EOF'\na[$(git --version)]\nEOF",
+        "set -- 'a[$(git --version)]'; x=$1",
+        "f() { echo $(( $1 )); }; f 'a[$(git --version)]'",
+        "printf -v x '%s' 'a[$(git --version)]'",
+    ] {
+        assert_git_is_seen(&format!("{set}; echo $(( x ))"));
+    }
+}
+
+#[test]
+fn quoted_text_expanded_as_a_prompt_runs_git() {
+    assert_git_is_seen("make --version; x='$(git --version)'; echo ${x@P}");
+    assert_git_is_seen("x='\\u `git --version`'; echo \"${x@P}\"");
+}
+
+#[test]
+fn prompt_expansion_of_a_run_time_value_is_dynamic() {
+    for script in [
+        "x=$(cat /session/p); echo ${x@P}",
+        "read -r x < /session/p; echo ${x@P}",
+        "echo ${PS1@P}",
+        "y=x; echo ${!y@P}",
+        "x='\\u'; eval \"x=\\$(cat f)\"; echo ${x@P}",
+    ] {
+        for deny in [&[][..], &["git"][..]] {
+            let got = classify_with(script, deny);
+            assert_eq!(got.decision, Decision::Escalate, "{script}: {got:?}");
+            let dynamic = got.reasons.iter().any(|r| {
+                matches!(r, Reason::DynamicCommand { detail, .. }
+                    if detail == "a prompt expansion (`@P`) of a value only known at run time")
+            });
+            assert!(dynamic, "{script}: {got:?}");
+        }
+    }
+}
+
+// B2: commands that run another command are wrappers, so the wrapped one is policy-checked.
+
+#[test]
+fn wrappers_that_run_their_arguments_run_git() {
+    for script in [
+        "setsid git --version",
+        "setsid -f -w git --version",
+        "coproc git --version",
+        "coproc G { git --version; }",
+        "flock /tmp/lock git --version",
+        "flock -w 5 /tmp/lock git --version",
+        "flock /tmp/lock -c 'git --version'",
+        "watch git --version",
+        "watch -n 1 -d git --version",
+        "chroot /srv git --version",
+        "chroot --userspec=a:b /srv git --version",
+        "chroot /srv <<EOF\ngit --version\nEOF",
+        "unshare git --version",
+        "unshare -r --propagation private git --version",
+        "ionice -c3 git --version",
+        "ionice -c 3 -n 7 git --version",
+        "taskset -c 0 git --version",
+        "taskset 0x1 git --version",
+        "chrt 1 git --version",
+        "chrt -o 0 git --version",
+        "runuser -u x -- git --version",
+        "runuser x -c 'git --version'",
+        "su -c 'git --version'",
+        "su - root -c 'git --version'",
+        "su -s /usr/bin/git root",
+        "su root <<< 'git --version'",
+        "script -qc 'git --version' /dev/null",
+        "script -q /dev/null --command='git --version'",
+        "parallel git ::: --version",
+        "parallel -j 2 ::: 'git --version' ls",
+        "parallel '{} --version' ::: git",
+        "parallel sh -c ::: 'git --version'",
+        "busybox git --version",
+        "strace -f -o /tmp/t git --version",
+        "ltrace -o /tmp/t git --version",
+        "valgrind --tool=none -q git --version",
+        "gdb --args git --version",
+        "gdb -batch -ex run git",
+        "gdb -ex 'shell git --version'",
+        "lldb -- git --version",
+        "doas git --version",
+        "doas -u root git --version",
+        "nohup git --version",
+        "pkexec git --version",
+        "sg wheel -c 'git --version'",
+        "setpriv --reuid 1000 git --version",
+        "setarch x86_64 -R git --version",
+        "prlimit --nofile=10 git --version",
+        "numactl -N 0 git --version",
+        "nsenter -t 1 -m git --version",
+        "fakeroot git --version",
+        "eatmydata git --version",
+        "faketime '2020-01-01' git --version",
+        "entr -s 'git --version' < list",
+        "pee 'git --version' cat < f",
+        "cgexec -g cpu:x git --version",
+        "xvfb-run -a git --version",
+        "nice timeout 5 setsid flock /tmp/l git --version",
+    ] {
+        assert_git_is_seen(script);
+    }
+}
+
+#[test]
+fn wrappers_run_their_tier0_commands_on_tier0() {
+    for script in [
+        "coproc sleep 1",
+        "coproc W { sleep 1; }",
+        "nohup sleep 1 &",
+        "timeout 5 nice -n 5 ls",
+    ] {
+        assert_tier0(script);
+    }
+    // A wrapper that is not a Tier-0 program still escalates, as itself.
+    let got = classify_with("setsid sleep 1", &["git"]);
+    assert_eq!(got.decision, Decision::Escalate, "{got:?}");
+    assert!(got.reasons.contains(&Reason::UnknownCommand {
+        command: "setsid".into()
+    }));
+}
+
+#[test]
+fn arguments_of_a_command_the_classifier_cannot_see_into_are_policy_checked() {
+    // An unknown program, a script file or a run-time name may run its arguments: with a deny
+    // policy, naming the denied command there refuses instead of escalating.
+    let rule = "denyCommands (named in an argument of a command the classifier cannot see into)";
+    let cases = [
+        ("frobnicate-wrapper git --version", "frobnicate-wrapper"),
+        ("bwrap --bind / / git --version", "bwrap"),
+        ("tmux new-session -d 'git --version'", "tmux"),
+    ];
+    for (script, unknown) in cases {
+        assert_refused_as(
+            script,
+            rule,
+            &Reason::UnknownCommand {
+                command: unknown.into(),
+            },
+        );
+    }
+    assert_refused_as(
+        "./run.sh git --version",
+        rule,
+        &Reason::OpaqueScript {
+            command: "./run.sh".into(),
+        },
+    );
+    assert_refused_as(
+        "$RUNNER git --version",
+        rule,
+        &Reason::DynamicCommand {
+            command: "$RUNNER".into(),
+            detail: "the command name is only known at run time".into(),
+        },
+    );
+    assert_refused_as(
+        "env \"$X\" git --version",
+        rule,
+        &Reason::DynamicCommand {
+            command: "env".into(),
+            detail: "the wrapped command is only known at run time".into(),
+        },
+    );
+}
+
+// B3: env's own command line.
+
+#[test]
+fn env_command_lines_run_git() {
+    for script in [
+        "env -- X=1 git --version",
+        "env -i -- A=1 B=2 git --version",
+        "env - git --version",
+        "env -S env git --version",
+        "env -S 'env git --version'",
+        "env -S -i git --version",
+        "env -S \"-i git --version\"",
+        "env -S '\\_git --version'",
+        "env -S 'env -S \"git --version\"'",
+        "env --split-string='-i' git --version",
+        "env -S'A=1 git' --version",
+    ] {
+        assert_git_is_seen(script);
+    }
+    assert_tier0("env -S 'env rm -v f'");
+    assert_tier0("env -S '-i PATH=/bin ls -l'");
+}
+
+// B4: a line continuation inside a word.
+
+#[test]
+fn line_continuation_inside_a_command_name_runs_git() {
+    assert_git_is_seen("g\\\nit --version");
+    assert_git_is_seen("make --version; gi\\\nt --version");
+    assert_git_is_seen("echo $\\\n(git --version)");
+    assert_git_is_seen("x=1 g\\\ni\\\nt --version");
+    assert_git_is_seen("echo \"$\\\n(git --version)\"");
+    assert_git_is_seen("cat <<EOF\n$\\\n(git --version)\nEOF");
+    // In single quotes, comments and quoted heredocs a backslash-newline is text.
+    assert_tier0("echo 'g\\\nit'");
+    assert_tier0("echo hi # g\\\nls");
+    assert_tier0("cat <<'EOF'\ng\\\nit\nEOF");
+    assert_tier0("ls -la \\\n  /tmp");
+}
+
+// B5: a script that does not parse is refused when it names a denied command, however quoted.
+
+#[test]
+fn unparsable_script_naming_a_quoted_or_escaped_denied_command_is_refused() {
+    for name in [
+        "g\\it",
+        "\"g\"it",
+        "gi''t",
+        "$'\\x67it'",
+        "'git'",
+        "g\\\nit",
+    ] {
+        let script = format!("a=(x) > /tmp/f; {name} --version");
+        let got = classify_with(&script, &[]);
+        assert_eq!(got.decision, Decision::Escalate, "{script}: {got:?}");
+        assert!(got.kinds().contains(&"parse-failed"), "{script}: {got:?}");
+        let denied = classify_with(&script, &["git"]);
+        let blocked = Reason::PolicyBlocked {
+            command: "git".into(),
+            rule: unparsed_rule(),
+        };
+        assert_eq!(denied.decision, Decision::Refuse, "{script}: {denied:?}");
+        assert!(denied.reasons.contains(&blocked), "{script}: {denied:?}");
+    }
+}
+
+#[test]
+fn ansi_c_quoted_command_name_is_read() {
+    assert_git_is_seen("$'\\x67it' --version");
+    assert_git_is_seen("$'\\147\\151\\164' --version");
+    assert_git_is_seen("[ a == b ]; $'g\\u0069t' --version");
+}
+
+// B6: with a policy, a script the classifier cannot judge is refused.
+
+#[test]
+fn nesting_beyond_the_limit_with_a_denied_command_is_refused() {
+    let script = format!("{}git --version", "eval ".repeat(17));
+    let open = classify_with(&script, &[]);
+    assert_eq!(open.decision, Decision::Escalate, "{open:?}");
+    assert!(open.kinds().contains(&"classifier-unavailable"), "{open:?}");
+    let denied = classify_with(&script, &["git"]);
+    assert_eq!(denied.decision, Decision::Refuse, "{denied:?}");
+    assert!(denied.reasons.contains(&Reason::PolicyBlocked {
+        command: "git".into(),
+        rule: unparsed_rule(),
+    }));
+}
+
+#[test]
+fn wrapper_chain_beyond_the_limit_is_refused_and_does_not_crash() {
+    // 13,000 wrappers deep overflowed the stack (an abort, not a catchable panic) before.
+    for count in [17, 13_000] {
+        let script = format!("{}git --version", "nohup ".repeat(count));
+        let open = classify_with(&script, &[]);
+        assert_eq!(open.decision, Decision::Escalate, "{count}: {open:?}");
+        assert!(
+            open.reasons.contains(&Reason::ClassifierUnavailable {
+                detail: "commands nested more than 16 levels deep".into(),
+            }),
+            "{count}: {open:?}"
+        );
+        let denied = classify_with(&script, &["git"]);
+        assert_eq!(denied.decision, Decision::Refuse, "{count}: {denied:?}");
+        let blocked = denied.reasons.iter().any(|r| {
+            matches!(r, Reason::PolicyBlocked { command, rule }
+                if command == "git" && rule.starts_with("denyCommands (named in "))
+        });
+        assert!(blocked, "{count}: {denied:?}");
+    }
+    assert_tier0("nohup nice -n 1 timeout 5 stdbuf -oL env A=1 ls");
+}
+
+#[test]
+fn with_a_policy_an_unjudged_script_fails_closed() {
+    let unjudged = |kind: &str| Reason::PolicyBlocked {
+        command: "(unclassified script)".into(),
+        rule: format!("denyCommands (fail closed: {kind})"),
+    };
+    // No denied name anywhere to be seen: still refused while a policy is in force.
+    let nested = format!("{}ls", "eval ".repeat(17));
+    for (script, kind) in [
+        ("a=(x) > /tmp/f; ls", "parse-failed"),
+        ("echo $(ls", "parse-failed"),
+        (nested.as_str(), "classifier-unavailable"),
+    ] {
+        let denied = classify_with(script, &["git"]);
+        assert_eq!(denied.decision, Decision::Refuse, "{script}: {denied:?}");
+        assert_eq!(denied.reasons[0], unjudged(kind), "{script}: {denied:?}");
+        let open = classify_with(script, &[]);
+        assert_eq!(open.decision, Decision::Escalate, "{script}: {open:?}");
+        assert!(open.kinds().contains(&kind), "{script}: {open:?}");
+    }
+    // A rule hook is a policy too.
+    let mut options = ClassifyOptions::default();
+    options.policy.rule = Some(std::sync::Arc::new(|_| None));
+    let got = classify("a=(x) > /tmp/f; ls", &options);
+    assert_eq!(got.decision, Decision::Refuse, "{got:?}");
+    assert_eq!(
+        got.reasons[0],
+        Reason::PolicyBlocked {
+            command: "(unclassified script)".into(),
+            rule: "policy (fail closed: parse-failed)".into(),
+        }
+    );
+}
+
+// B7: variables that change what a tool runs, set in ways the walk did not see.
+
+#[test]
+fn tar_options_set_through_a_nameref_runs_git() {
+    assert_git_is_seen(
+        "declare -n r=TAR_OPTIONS; export TAR_OPTIONS; r=--to-command=git; tar -xf a.tar",
+    );
+    assert_git_is_seen("declare -n r; r=TAR_OPTIONS; r='--to-command=git'; tar -xf a.tar");
+    assert_git_is_seen(
+        "f() { local -n a=TAR_OPTIONS; local -n b=a; b=-Igit; }; f; tar -cf x.tar .",
+    );
+}
+
+#[test]
+fn tar_options_set_by_read_mapfile_for_and_default_expansions_runs_git() {
+    for script in [
+        "read TAR_OPTIONS <<< '--to-command=git'; export TAR_OPTIONS; tar -xf a.tar",
+        "read -r TAR_OPTIONS <<'EOF'\n--to-command=git\nEOF\nexport TAR_OPTIONS; tar -xf a.tar",
+        "mapfile -t TAR_OPTIONS <<< '--to-command=git'; export TAR_OPTIONS; tar -xf a.tar",
+        "readarray TAR_OPTIONS <<< '--to-command=git'",
+        "export TAR_OPTIONS; : ${TAR_OPTIONS:=--to-command=git}; tar -xf a.tar",
+        "for TAR_OPTIONS in --to-command=git; do export TAR_OPTIONS; tar -xf a.tar; done",
+        "read PS4 <<< '$(git --version)'; set -x; ls",
+    ] {
+        assert_git_is_seen(script);
+    }
+}
+
+#[test]
+fn tar_options_set_by_printf_or_run_time_input_is_dynamic() {
+    let script = "printf -v TAR_OPTIONS %s --to-command=git; export TAR_OPTIONS; tar -xf a.tar";
+    assert_refused_as(
+        script,
+        "denyCommands (named in a command only known at run time)",
+        &Reason::DynamicCommand {
+            command: "the environment".into(),
+            detail: "TAR_OPTIONS set by printf -v at run time".into(),
+        },
+    );
+    for script in [
+        "read TAR_OPTIONS < /session/opts; export TAR_OPTIONS; tar -xf a.tar",
+        "mapfile -t TAR_OPTIONS < /session/opts",
+    ] {
+        assert_dynamic(script, "the environment");
+    }
+}
+
+// Ordinary scripts of the same shapes stay on Tier-0.
+
+#[test]
+fn ordinary_scripts_of_the_same_shapes_stay_on_tier0() {
+    for script in [
+        "echo '$(date)'",
+        "printf '%s\\n' '$(not run)' \"${HOME:-/root}\" \"${x#prefix}\" \"${y//a/b}\"",
+        "awk '{print $(NF-1)}' f",
+        "x=$(awk '{print $(NF-1)}' f); echo \"$x\"",
+        "msg='Use `ls` to list'; echo \"$msg\"",
+        "cat > README.md <<'EOF'\nRun `git status` and `cargo build`\nEOF",
+        "count=$(grep -c x f); if [[ $count -gt 0 ]]; then echo y; fi",
+        "i=0; while (( i < 3 )); do i=$((i+1)); done",
+        "read -r a b <<< \"1 2\"; echo $((a+b))",
+        "set -- a b; echo \"$@\"",
+        "x=$'line1\\nline2'; echo \"$x\"",
+        "s='abc'; echo ${s@P} ${s@Q}",
+        "sed -i 's/$(VERSION)/1.0/' Makefile",
+        "grep -E '`' f",
+        "echo \\`not a command\\`",
+        "timeout 5 grep -r git .",
+        "xargs grep git < files",
+        "env -i PATH=/bin ls",
+        "echo foo\\\nbar",
+        "TAR_OPTIONS=--verbose tar -xf a.tar",
+        "read -r TAR_OPTIONS <<< '--verbose'; tar -xf a.tar",
+    ] {
+        assert_tier0(script);
+    }
+}

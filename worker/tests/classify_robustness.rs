@@ -118,6 +118,27 @@ const TOKENS: &[&str] = &[
     "docker",
     "curl",
     "python3 -m pip",
+    // Substitutions left as text, evaluated values, wrappers and env -S (issue 12, second round).
+    "${x@P}",
+    "${x#",
+    "=~",
+    "\\\n",
+    "$\\\n(",
+    "env -S",
+    "env -S '\\_",
+    "coproc",
+    "flock f -c",
+    "su -c",
+    "watch",
+    "parallel",
+    ":::",
+    "gdb --args",
+    "declare -n r=",
+    "TAR_OPTIONS",
+    "read",
+    "printf -v",
+    "mapfile",
+    "é",
 ];
 
 proptest! {
@@ -294,6 +315,33 @@ fn pathological_64k_scripts_are_classified_in_bounded_time() {
                 .collect(),
         ),
         ("docker everywhere", repeat_to("docker ps; ", K64)),
+        // Substitutions left as text, values, wrappers (issue 12, second round).
+        (
+            "prompt expansions",
+            repeat_to("x=$(ls); echo ${x@P} ${y@P}; ", K64),
+        ),
+        (
+            "backquotes in expansions",
+            repeat_to("echo ${x:-`ls`}; ", K64),
+        ),
+        (
+            "nested backquotes",
+            format!("echo {}", repeat_to("`echo \\`ls\\`` ", K64 - 8)),
+        ),
+        ("evaluated values", repeat_to("x='a[$(ls)]'; ", K64)),
+        ("line continuations", repeat_to("l\\\ns ", K64)),
+        ("env -S chain", repeat_to("env -S ", K64) + "ls"),
+        (
+            "wrapper chain",
+            repeat_to("setsid nohup flock f ", K64) + "ls",
+        ),
+        (
+            "nameref chain",
+            (0..3000)
+                .map(|i| format!("declare -n r{}=r{i}; ", i + 1))
+                .collect::<String>()
+                + "declare -n r0=TAR_OPTIONS; r3000=-Igit",
+        ),
         // Programs inside Tier-0 tools (issue 12, failure 5): every scanner stays linear.
         (
             "awk: thousands of system calls",

@@ -21,6 +21,10 @@ fn append_literal(node: Node, src: &str, out: &mut String) -> bool {
     } else if kind == kinds.raw_string {
         out.push_str(strip_pair(text, '\'', '\''));
         true
+    } else if kind == kinds.ansi_c_string {
+        let body = text.strip_prefix('$').unwrap_or(text);
+        decode_ansi_c(strip_pair(body, '\'', '\''), out);
+        true
     } else if kind == kinds.string {
         let mut cursor = node.walk();
         let only_text = node
@@ -35,8 +39,7 @@ fn append_literal(node: Node, src: &str, out: &mut String) -> bool {
         let children: Vec<Node> = node.children(&mut cursor).collect();
         children.into_iter().all(|c| append_literal(c, src, out))
     } else {
-        // `$'…'`, `$"…"`, expansions, substitutions, brace and arithmetic expansions: run-time
-        // values.
+        // `$"…"`, expansions, substitutions, brace and arithmetic expansions: run-time values.
         false
     }
 }
@@ -77,13 +80,130 @@ fn append_prefix(node: Node, src: &str, out: &mut String) -> bool {
     }
 }
 
+/// The literal text of a word with every run-time part left out: `'$'"$y"'(git)'` is `$(git)`
+/// (the run-time part may be empty). Substitutions are left out too: their commands are the
+/// walk's own.
+pub fn skeleton(node: Node, src: &str) -> String {
+    let mut out = String::new();
+    append_skeleton(node, src, &mut out);
+    out
+}
+
+fn append_skeleton(node: Node, src: &str, out: &mut String) {
+    let kinds = kinds();
+    let kind = node.kind_id();
+    if kind == kinds.concatenation || kind == kinds.string {
+        let mut cursor = node.walk();
+        let children: Vec<Node> = node.named_children(&mut cursor).collect();
+        if kind == kinds.string && children.is_empty() {
+            return;
+        }
+        for child in children {
+            if child.kind_id() == kinds.string_content {
+                unescape_double_quoted(node_text(child, src), out);
+            } else {
+                append_skeleton(child, src, out);
+            }
+        }
+    } else {
+        append_literal(node, src, out);
+    }
+}
+
+/// Bash's `$'…'`: backslash escapes as in C (`\x67`, `\147`, `\u0067`, `\n`, `\cX`, …); the
+/// string ends at a NUL.
+fn decode_ansi_c(text: &str, out: &mut String) {
+    let mut bytes: Vec<u8> = Vec::with_capacity(text.len());
+    let b = text.as_bytes();
+    let mut i = 0;
+    let digits = |from: usize, max: usize, radix: u32| -> (u32, usize) {
+        let mut value = 0u32;
+        let mut n = 0;
+        while n < max {
+            match b.get(from + n).and_then(|&c| (c as char).to_digit(radix)) {
+                Some(d) => value = value * radix + d,
+                None => break,
+            }
+            n += 1;
+        }
+        (value, n)
+    };
+    while i < b.len() {
+        if b[i] != b'\\' || i + 1 >= b.len() {
+            bytes.push(b[i]);
+            i += 1;
+            continue;
+        }
+        let c = b[i + 1];
+        i += 2;
+        let simple = match c {
+            b'a' => Some(7),
+            b'b' => Some(8),
+            b'e' | b'E' => Some(27),
+            b'f' => Some(12),
+            b'n' => Some(b'\n'),
+            b'r' => Some(b'\r'),
+            b't' => Some(b'\t'),
+            b'v' => Some(11),
+            b'\\' | b'\'' | b'"' | b'?' => Some(c),
+            _ => None,
+        };
+        if let Some(byte) = simple {
+            bytes.push(byte);
+            continue;
+        }
+        match c {
+            b'0'..=b'7' => {
+                let (v, n) = digits(i - 1, 3, 8);
+                bytes.push((v & 0xff) as u8);
+                i += n - 1;
+            }
+            b'x' => {
+                let (v, n) = digits(i, 2, 16);
+                if n == 0 {
+                    bytes.extend_from_slice(b"\\x");
+                } else {
+                    bytes.push(v as u8);
+                    i += n;
+                }
+            }
+            b'u' | b'U' => {
+                let (v, n) = digits(i, if c == b'u' { 4 } else { 8 }, 16);
+                match char::from_u32(v).filter(|_| n > 0) {
+                    Some(ch) => {
+                        let mut buf = [0u8; 4];
+                        bytes.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                        i += n;
+                    }
+                    None => {
+                        bytes.push(b'\\');
+                        bytes.push(c);
+                    }
+                }
+            }
+            b'c' => {
+                if let Some(&ctl) = b.get(i) {
+                    bytes.push(ctl.to_ascii_uppercase() ^ 0x40);
+                    i += 1;
+                }
+            }
+            other => {
+                bytes.push(b'\\');
+                bytes.push(other);
+            }
+        }
+    }
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    out.push_str(&String::from_utf8_lossy(&bytes[..end]));
+}
+
 fn strip_pair(text: &str, open: char, close: char) -> &str {
     let t = text.strip_prefix(open).unwrap_or(text);
     t.strip_suffix(close).unwrap_or(t)
 }
 
 /// Outside quotes a backslash quotes the next character, and backslash-newline disappears.
-fn unescape_unquoted(text: &str, out: &mut String) {
+pub fn unescape_unquoted(text: &str, out: &mut String) {
     if !text.contains('\\') {
         out.push_str(text);
         return;
@@ -102,7 +222,7 @@ fn unescape_unquoted(text: &str, out: &mut String) {
 }
 
 /// Inside double quotes a backslash only escapes `$`, `` ` ``, `"`, `\` and newline.
-fn unescape_double_quoted(text: &str, out: &mut String) {
+pub fn unescape_double_quoted(text: &str, out: &mut String) {
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
         if c == '\\' {
@@ -130,4 +250,66 @@ pub fn has_glob(text: &str) -> bool {
         }
     }
     false
+}
+
+/// The words of `text` as bash would join them, for the fail-closed scan of text the walk cannot
+/// read (a script that does not parse): unquoted blanks and operators separate words, quotes are
+/// removed and escapes applied (`"g"it`, `gi''t`, `g\it`, `g\⏎it` and `$'\x67it'` are all git).
+/// `$(`, `${`, `` ` ``, `=` and a closing `)` or `}` end a word too, since what follows them may
+/// be a command name or a value.
+pub fn shell_words(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut chars = text.chars().peekable();
+    let mut in_double = false;
+    let finish = |word: &mut String, words: &mut Vec<String>| {
+        if !word.is_empty() {
+            words.push(std::mem::take(word));
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some('\n') | None => {}
+                Some(next) if in_double && !matches!(next, '$' | '`' | '"' | '\\') => {
+                    word.push('\\');
+                    word.push(next);
+                }
+                Some(next) => word.push(next),
+            },
+            '"' => in_double = !in_double,
+            '\'' if !in_double => {
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        break;
+                    }
+                    word.push(q);
+                }
+            }
+            '$' if !in_double && chars.peek() == Some(&'\'') => {
+                chars.next();
+                let mut body = String::new();
+                while let Some(q) = chars.next() {
+                    match q {
+                        '\\' => {
+                            body.push('\\');
+                            if let Some(n) = chars.next() {
+                                body.push(n);
+                            }
+                        }
+                        '\'' => break,
+                        _ => body.push(q),
+                    }
+                }
+                decode_ansi_c(&body, &mut word);
+            }
+            '$' | '`' | '=' | ')' | '}' => finish(&mut word, &mut words),
+            c if !in_double && (c.is_whitespace() || "|&;(<>{".contains(c)) => {
+                finish(&mut word, &mut words)
+            }
+            c => word.push(c),
+        }
+    }
+    finish(&mut word, &mut words);
+    words
 }

@@ -34,7 +34,7 @@ pub fn classify(script: &str, options: &ClassifyOptions) -> Classification {
                 matrix::versions().join(", ")
             ),
         };
-        return Classification::from_reasons(vec![reason], &wanted);
+        return Classification::from_reasons(fail_closed(vec![reason], options), &wanted);
     };
     let walked = catch_unwind(AssertUnwindSafe(|| {
         let mut walker = walk::Walker::new(matrix, options);
@@ -46,5 +46,44 @@ pub fn classify(script: &str, options: &ClassifyOptions) -> Classification {
             detail: "internal classifier error".into(),
         }]
     });
-    Classification::from_reasons(reasons, matrix.version())
+    Classification::from_reasons(fail_closed(reasons, options), matrix.version())
 }
+
+/// With a policy in force (`denyCommands` or a rule), a script the classifier could not judge
+/// (`parse-failed`, `classifier-unavailable`) is refused rather than escalated: escalating would
+/// run it on a tier with every program, where nothing checks the policy again.
+fn fail_closed(mut reasons: Vec<Reason>, options: &ClassifyOptions) -> Vec<Reason> {
+    let policy = &options.policy;
+    if policy.deny_commands.is_empty() && policy.rule.is_none() {
+        return reasons;
+    }
+    if reasons
+        .iter()
+        .any(|r| matches!(r, Reason::PolicyBlocked { .. }))
+    {
+        return reasons;
+    }
+    let unjudged = reasons.iter().find_map(|r| match r {
+        Reason::ParseFailed { .. } | Reason::ClassifierUnavailable { .. } => Some(r.kind()),
+        _ => None,
+    });
+    if let Some(kind) = unjudged {
+        let rule = if policy.deny_commands.is_empty() {
+            "policy"
+        } else {
+            "denyCommands"
+        };
+        reasons.insert(
+            0,
+            Reason::PolicyBlocked {
+                command: UNJUDGED.into(),
+                rule: format!("{rule} (fail closed: {kind})"),
+            },
+        );
+    }
+    reasons
+}
+
+/// The `command` of the `policy-blocked` reason that refuses a script the classifier could not
+/// judge while a policy is in force.
+pub const UNJUDGED: &str = "(unclassified script)";

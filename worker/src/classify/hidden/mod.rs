@@ -115,7 +115,7 @@ pub fn runs_commands(name: &str) -> bool {
 /// Whether `tool`'s arguments, written as `text` in the script, can run anything: a cheap test on
 /// characters no quoting can hide, so the walk skips collecting arguments for `sort -rn` or
 /// `printf '%s\n' x`. A long option needs two `-`, a `$(…)` or backquote in a name needs `$` or
-/// `` ` `` (an escape such as `$'\x24'` makes the argument run-time, which is not read anyway).
+/// `` ` `` (an ANSI-C string such as `$'\x24'` still has its own `$`).
 pub fn may_run(tool: &str, text: &str) -> bool {
     let dashes = || text.bytes().filter(|&b| b == b'-').nth(1).is_some();
     let substitution = || text.contains(['$', '`']);
