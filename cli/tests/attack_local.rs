@@ -91,6 +91,39 @@ fn a_denied_command_hidden_in_a_tool_is_refused_on_every_tier() {
     assert!(text(&o.stdout).contains("git version"), "{}", show(&o));
 }
 
+/// Second outside attack: with `--deny git`, scripts whose command the classifier cannot name
+/// escalated, and git ran on Tier-1 (the tier with every program).
+const UNNAMED_GIT: &[&str] = &[
+    "x=git; $x --version",
+    "echo git --version | bash",
+    "bash <(echo git --version)",
+    "f() { \"$@\"; }; f git --version",
+    "g{i,}t --version",
+];
+
+#[test]
+fn a_command_the_classifier_cannot_name_does_not_reach_tier1_under_a_deny_policy() {
+    let tmp = tempfile::tempdir().unwrap();
+    for script in UNNAMED_GIT {
+        let o = exec(tmp.path(), &["--deny", "git"], script);
+        assert_eq!(o.status.code(), Some(126), "{script}: {}", show(&o));
+        assert!(
+            !text(&o.stdout).contains("git version"),
+            "{script}: {}",
+            show(&o)
+        );
+        assert!(
+            text(&o.stderr).contains("fail closed"),
+            "{script}: {}",
+            show(&o)
+        );
+    }
+    // Without a policy they escalate as before.
+    let o = exec(tmp.path(), &[], UNNAMED_GIT[0]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(text(&o.stdout).contains("git version"), "{}", show(&o));
+}
+
 #[test]
 fn a_forged_gap_does_not_smuggle_a_denied_command_to_tier1() {
     let tmp = tempfile::tempdir().unwrap();

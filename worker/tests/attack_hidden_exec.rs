@@ -11,7 +11,7 @@
 //! program read from a file is `opaque-script`; ordinary uses of the same tools stay `tier0`.
 
 use kube_harness_worker::classify::{
-    classify, Classification, ClassifyOptions, Decision, RealExecReason, Reason, Toggle,
+    classify, Classification, ClassifyOptions, Decision, RealExecReason, Reason, Toggle, UNJUDGED,
 };
 
 fn classify_with(script: &str, deny: &[&str]) -> Classification {
@@ -40,27 +40,47 @@ fn assert_git_is_seen(script: &str) {
     assert!(open.reasons.contains(&needs), "{script}: {open:?}");
 }
 
-/// Escalated as `dynamic-command` naming `tool`, under `--deny git` too (the command is unknown).
+/// Escalated as `dynamic-command` naming `tool` without a policy; under `--deny git` refused
+/// (fail closed: the command is unknown, and Tier-1 would run whatever it turns out to be).
 fn assert_dynamic(script: &str, tool: &str) {
     for deny in [&[][..], &["git"][..]] {
         let got = classify_with(script, deny);
-        assert_eq!(got.decision, Decision::Escalate, "{script}: {got:?}");
         let dynamic = got
             .reasons
             .iter()
             .any(|r| matches!(r, Reason::DynamicCommand { command, .. } if command == tool));
         assert!(dynamic, "{script}: {got:?}");
+        if deny.is_empty() {
+            assert_eq!(got.decision, Decision::Escalate, "{script}: {got:?}");
+        } else {
+            assert_refused_unjudged(script, &got, "dynamic-command");
+        }
     }
 }
 
-/// Escalated as `opaque-script` with this description.
+/// Escalated as `opaque-script` with this description without a policy; refused under
+/// `--deny git` (fail closed).
 fn assert_opaque(script: &str, what: &str) {
-    let got = classify_with(script, &["git"]);
-    assert_eq!(got.decision, Decision::Escalate, "{script}: {got:?}");
     let opaque = Reason::OpaqueScript {
         command: what.into(),
     };
+    let open = classify_with(script, &[]);
+    assert_eq!(open.decision, Decision::Escalate, "{script}: {open:?}");
+    assert!(open.reasons.contains(&opaque), "{script}: {open:?}");
+    let got = classify_with(script, &["git"]);
     assert!(got.reasons.contains(&opaque), "{script}: {got:?}");
+    assert_refused_unjudged(script, &got, "opaque-script");
+}
+
+/// Refused as `(unclassified script)`, fail closed on `kind`, unless a denied command was seen.
+fn assert_refused_unjudged(script: &str, got: &Classification, kind: &str) {
+    assert_eq!(got.decision, Decision::Refuse, "{script}: {got:?}");
+    let named = got.reasons.iter().any(|r| {
+        matches!(r, Reason::PolicyBlocked { command, rule }
+            if command == "git"
+                || command == UNJUDGED && rule == &format!("denyCommands (fail closed: {kind})"))
+    });
+    assert!(named, "{script}: {got:?}");
 }
 
 fn assert_tier0(script: &str) {
@@ -615,12 +635,16 @@ fn prompt_expansion_of_a_run_time_value_is_dynamic() {
     ] {
         for deny in [&[][..], &["git"][..]] {
             let got = classify_with(script, deny);
-            assert_eq!(got.decision, Decision::Escalate, "{script}: {got:?}");
             let dynamic = got.reasons.iter().any(|r| {
                 matches!(r, Reason::DynamicCommand { detail, .. }
                     if detail == "a prompt expansion (`@P`) of a value only known at run time")
             });
             assert!(dynamic, "{script}: {got:?}");
+            if deny.is_empty() {
+                assert_eq!(got.decision, Decision::Escalate, "{script}: {got:?}");
+            } else {
+                assert_refused_unjudged(script, &got, "dynamic-command");
+            }
         }
     }
 }
@@ -975,6 +999,80 @@ fn ordinary_scripts_of_the_same_shapes_stay_on_tier0() {
         "echo foo\\\nbar",
         "TAR_OPTIONS=--verbose tar -xf a.tar",
         "read -r TAR_OPTIONS <<< '--verbose'; tar -xf a.tar",
+    ] {
+        assert_tier0(script);
+    }
+}
+
+// ---- commands the classifier cannot name (second outside attack) ----
+
+/// Each of these ran git on Tier-1 under `--deny git`: the command name is only known at run
+/// time, or the script is read from somewhere classification cannot see, so the turn escalated
+/// to the tier with every program. Under a policy they are refused now; without one they still
+/// escalate.
+#[test]
+fn commands_it_cannot_name_are_refused_under_a_deny_policy() {
+    let scripts = [
+        "source /dev/stdin <<< 'git --version'",
+        ". <(echo git --version)",
+        "bash <(echo git --version)",
+        "bash < <(echo git --version)",
+        "echo git --version | bash",
+        "echo 'git --version' > /tmp/x; bash /tmp/x",
+        "cat <<< 'git --version' | sh",
+        "readarray -t a <<< 'git'; \"${a[0]}\" --version",
+        "a=(git --version); \"${a[@]}\"",
+        "set -- git --version; \"$@\"",
+        "x=git; $x --version",
+        "IFS=_; x=git_--version; $x",
+        "f() { \"$@\"; }; f git --version",
+        "declare -A m=([k]=git); ${m[k]} --version",
+        "\"$(printf git)\" --version",
+        "`echo git` --version",
+        "${x:-git} --version",
+        "bash -c \"$(echo 'git --version')\"",
+        "h=git; ${h} --version",
+        "declare -n r=h; h=git; $r --version",
+        "g{i,}t --version",
+        "g{i..i}t --version",
+        "nice g{i,}t --version",
+        "/usr/bin/gi? --version",
+        "/usr/bin/gi[t] --version",
+        "ln -s /usr/bin/git g; ./g --version",
+    ];
+    for script in scripts {
+        let got = classify_with(script, &["git"]);
+        assert_eq!(got.decision, Decision::Refuse, "{script}: {got:?}");
+        let open = classify_with(script, &[]);
+        assert_ne!(open.decision, Decision::Tier0, "{script}: {open:?}");
+    }
+}
+
+/// Brace and pathname expansion make a command name run-time dependent; `[` and `{` alone
+/// are the test builtin and a group, not expansions.
+#[test]
+fn expansions_in_a_command_name_are_dynamic() {
+    for script in [
+        "g{i,}t",
+        "g{i..i}t",
+        "/usr/bin/gi?",
+        "/usr/bin/g*",
+        "/usr/bin/gi[t]",
+    ] {
+        let got = classify_with(script, &[]);
+        assert!(
+            got.reasons
+                .iter()
+                .any(|r| matches!(r, Reason::DynamicCommand { .. })),
+            "{script}: {got:?}"
+        );
+    }
+    for script in [
+        "[ -f x ]",
+        "{ ls; }",
+        "echo g{i,}t",
+        "ls *.txt",
+        "test -d a",
     ] {
         assert_tier0(script);
     }

@@ -239,13 +239,63 @@ pub fn unescape_double_quoted(text: &str, out: &mut String) {
     }
 }
 
-/// True when an unquoted word would undergo globbing, making a command name run-time dependent.
+/// The text of `node` with every quoted part replaced by `q`, so that [`has_glob`] sees only what
+/// bash would expand: `g{i,}t` keeps its braces, `'g{i,}t'` and `"*"` do not.
+pub fn unquoted_shape(node: Node, src: &str) -> String {
+    let kinds = kinds();
+    let start = node.start_byte();
+    let mut quoted: Vec<(usize, usize)> = Vec::new();
+    let mut stack = vec![node];
+    while let Some(n) = stack.pop() {
+        let k = n.kind_id();
+        if k == kinds.string || k == kinds.raw_string || k == kinds.ansi_c_string {
+            quoted.push((n.start_byte(), n.end_byte()));
+            continue;
+        }
+        let mut cursor = n.walk();
+        stack.extend(n.children(&mut cursor));
+    }
+    quoted.sort_unstable();
+    let mut out = String::new();
+    let mut at = start;
+    for (from, to) in quoted {
+        out.push_str(src.get(at..from).unwrap_or_default());
+        out.push('q');
+        at = to;
+    }
+    out.push_str(src.get(at..node.end_byte()).unwrap_or_default());
+    out
+}
+
+/// True when an unquoted word would undergo brace or pathname expansion (`g{i,}t`, `g{i..i}t`,
+/// `/usr/bin/gi?`, `gi[t]`), making a command name run-time dependent. A lone `[` or `{` (the
+/// test builtin, a group) is not an expansion.
 pub fn has_glob(text: &str) -> bool {
     let mut escaped = false;
-    for c in text.chars() {
+    let mut brace: Option<usize> = None;
+    let mut bracket = false;
+    for (i, c) in text.char_indices() {
         match c {
             '\\' if !escaped => escaped = true,
             '*' | '?' if !escaped => return true,
+            '[' if !escaped => {
+                bracket = true;
+                escaped = false;
+            }
+            ']' if !escaped && bracket => return true,
+            '{' if !escaped => {
+                brace = Some(i);
+                escaped = false;
+            }
+            '}' if !escaped => {
+                if let Some(open) = brace {
+                    let inner = text.get(open..i).unwrap_or_default();
+                    if inner.contains(',') || inner.contains("..") {
+                        return true;
+                    }
+                }
+                escaped = false;
+            }
             _ => escaped = false,
         }
     }

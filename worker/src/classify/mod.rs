@@ -50,8 +50,10 @@ pub fn classify(script: &str, options: &ClassifyOptions) -> Classification {
 }
 
 /// With a policy in force (`denyCommands` or a rule), a script the classifier could not judge
-/// (`parse-failed`, `classifier-unavailable`) is refused rather than escalated: escalating would
-/// run it on a tier with every program, where nothing checks the policy again.
+/// (`parse-failed`, `classifier-unavailable`), or one that runs a command it cannot name
+/// (`dynamic-command`: `x=git; $x`, `"$@"`, `g{i,}t`; `opaque-script`: `bash <(…)`, `./x.sh`,
+/// `source f`) is refused rather than escalated: escalating would run it on a tier with every
+/// program, where nothing checks the policy again.
 fn fail_closed(mut reasons: Vec<Reason>, options: &ClassifyOptions) -> Vec<Reason> {
     let policy = &options.policy;
     if policy.deny_commands.is_empty() && policy.rule.is_none() {
@@ -64,7 +66,10 @@ fn fail_closed(mut reasons: Vec<Reason>, options: &ClassifyOptions) -> Vec<Reaso
         return reasons;
     }
     let unjudged = reasons.iter().find_map(|r| match r {
-        Reason::ParseFailed { .. } | Reason::ClassifierUnavailable { .. } => Some(r.kind()),
+        Reason::ParseFailed { .. }
+        | Reason::ClassifierUnavailable { .. }
+        | Reason::DynamicCommand { .. }
+        | Reason::OpaqueScript { .. } => Some(r.kind()),
         _ => None,
     });
     if let Some(kind) = unjudged {

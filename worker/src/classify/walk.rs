@@ -4,7 +4,7 @@
 
 use super::hidden::{self, Hidden};
 use super::kinds::{kinds, may_hold_commands, Class};
-use super::literal::{has_glob, literal, literal_prefix, shell_words, skeleton};
+use super::literal::{has_glob, literal, literal_prefix, shell_words, skeleton, unquoted_shape};
 use super::matrix::{Entry, Matrix};
 use super::options::{ClassifyOptions, CommandUse};
 use super::parse::{self, node_text, ParseError, MAX_SCRIPT_BYTES, PARSE_BUDGET};
@@ -448,11 +448,8 @@ impl<'o> Walker<'o> {
             return;
         };
         let text = node_text(name_node, src);
-        let is_plain_word = name_node
-            .named_child(0)
-            .is_some_and(|c| c.kind_id() == kinds.word);
         let name = match literal(name_node, src) {
-            Some(name) if !(is_plain_word && has_glob(text)) => name,
+            Some(name) if !has_glob(&unquoted_shape(name_node, src)) => name,
             _ => {
                 self.add(Reason::DynamicCommand {
                     command: clip(text),

@@ -5,7 +5,7 @@
 use super::event::{kind, Emitter};
 use super::executor::{CommandExecutor, ExecRequest, ExecResult, NextTier};
 use super::{file_event_type, state, Tracker, REFUSED_EXIT_CODE};
-use crate::classify::{self, ClassifyOptions, Decision};
+use crate::classify::{self, ClassifyOptions, Decision, UNJUDGED};
 use crate::workspace::WorkspaceSpec;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -140,6 +140,12 @@ impl Turn {
                 .reasons
                 .iter()
                 .filter_map(|r| match r {
+                    classify::Reason::PolicyBlocked { command, rule } if command == UNJUDGED => {
+                        Some(format!(
+                            "{command}: {rule}{}",
+                            unjudged_what(&classification)
+                        ))
+                    }
                     classify::Reason::PolicyBlocked { command, .. } => Some(command.clone()),
                     _ => None,
                 })
@@ -521,4 +527,18 @@ fn uuid_like() -> String {
         std::process::id(),
         random.get(..8).unwrap_or(&random)
     )
+}
+
+/// What the classifier could not judge, for the refusal line of a fail-closed script: the
+/// first dynamic command or opaque script (`: $x`), if one is named.
+fn unjudged_what(classification: &classify::Classification) -> String {
+    classification
+        .reasons
+        .iter()
+        .find_map(|r| match r {
+            classify::Reason::DynamicCommand { command, .. }
+            | classify::Reason::OpaqueScript { command } => Some(format!(" on `{command}`")),
+            _ => None,
+        })
+        .unwrap_or_default()
 }
