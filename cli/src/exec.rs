@@ -4,8 +4,8 @@
 use anyhow::Context;
 use clap::Args;
 use kube_harness_client::{Connected, SessionHandle};
-use kube_harness_worker::api::client::WorkerClient;
-use kube_harness_worker::api::model::{EndTurnRequest, EndTurnResponse, ExecRequest};
+use kube_harness_worker::protocol::worker_api::{EndTurnRequest, EndTurnResponse, ExecRequest};
+use kube_harness_worker::protocol::WorkerClient;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;

@@ -8,7 +8,8 @@ use clap::{Args, Subcommand};
 use kube_harness_worker::local::{
     self, data_dir::DEFAULT_DATA_DIR, DataDir, FileTrace, LocalTurn, PersistentDir, SameSession,
 };
-use kube_harness_worker::runtime::{event::kind, LocalTier1, NextTier, TraceEvent};
+use kube_harness_worker::runtime::{event::kind, NextTier, TraceEvent};
+use kube_harness_worker::tier1::LocalTier1;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -20,5 +20,5 @@ pub enum ClientError {
     #[error("port-forward: {0}")]
     Tunnel(String),
     #[error(transparent)]
-    Worker(#[from] kube_harness_worker::api::client::WorkerClientError),
+    Worker(#[from] kube_harness_protocol::WorkerClientError),
 }

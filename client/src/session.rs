@@ -9,7 +9,7 @@ use kube::{Api, Client};
 use kube_harness_crds::condition::{is_true, types};
 use kube_harness_crds::session::WAKE_ANNOTATION;
 use kube_harness_crds::{HarnessSession, Phase};
-use kube_harness_worker::api::client::WorkerClient;
+use kube_harness_protocol::WorkerClient;
 use serde_json::json;
 use std::time::{Duration, Instant};
 

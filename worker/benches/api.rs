@@ -6,14 +6,12 @@
 //! Run: `cargo bench -p kube-harness-worker --bench api` (as root, or where user namespaces are
 //! allowed). `-- --iterations N` changes the sample count (default 200).
 
-use kube_harness_worker::api::model::ExecRequest;
+use kube_harness_classify::ClassifyOptions;
+use kube_harness_protocol::worker_api::ExecRequest;
+use kube_harness_runtime::{Collector, Emitter, Tier0Executor, Turn, TurnConfig, WorkspaceTracker};
+use kube_harness_sandbox::{Presentation, SandboxConfig};
 use kube_harness_worker::api::{self, AuthConfig, Worker, WorkerClient, WorkerConfig};
-use kube_harness_worker::classify::ClassifyOptions;
-use kube_harness_worker::runtime::{
-    Collector, Emitter, Tier0Executor, Turn, TurnConfig, WorkspaceTracker,
-};
-use kube_harness_worker::sandbox::{Presentation, SandboxConfig};
-use kube_harness_worker::workspace::WorkspaceSpec;
+use kube_harness_workspace::WorkspaceSpec;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -5,12 +5,10 @@
 //! Run: `cargo bench -p kube-harness-worker --bench runtime` (as root, or where user namespaces are
 //! allowed). `-- --iterations N` changes the sample count (default 200).
 
-use kube_harness_worker::classify::{ClassifyOptions, RuntimeToggles};
+use kube_harness_classify::{ClassifyOptions, RuntimeToggles};
+use kube_harness_runtime::{Collector, Emitter, Tier0Executor, Turn, TurnConfig, WorkspaceTracker};
+use kube_harness_sandbox::{Presentation, SandboxConfig};
 use kube_harness_worker::local::DataDir;
-use kube_harness_worker::runtime::{
-    Collector, Emitter, Tier0Executor, Turn, TurnConfig, WorkspaceTracker,
-};
-use kube_harness_worker::sandbox::{Presentation, SandboxConfig};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -5,9 +5,9 @@
 mod api_support;
 
 use api_support::{config, start_with, wait_busy, TestLog};
-use kube_harness_worker::api::model::ExecRequest;
+use kube_harness_protocol::worker_api::ExecRequest;
+use kube_harness_runtime::event::kind;
 use kube_harness_worker::api::SameSession;
-use kube_harness_worker::runtime::event::kind;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

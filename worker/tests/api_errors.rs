@@ -5,7 +5,7 @@
 mod api_support;
 
 use api_support::{raw, start, TOKEN};
-use kube_harness_worker::api::model::ExecRequest;
+use kube_harness_protocol::worker_api::ExecRequest;
 use kube_harness_worker::api::WorkerClient;
 use reqwest::Method;
 

@@ -5,8 +5,8 @@
 mod api_support;
 
 use api_support::{config, start, start_with};
-use kube_harness_worker::api::model::ExecRequest;
-use kube_harness_worker::runtime::event::kind;
+use kube_harness_protocol::worker_api::ExecRequest;
+use kube_harness_runtime::event::kind;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_output_cwd_and_env_carry_over_within_and_across_turns() {

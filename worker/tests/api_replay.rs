@@ -5,11 +5,11 @@
 mod api_support;
 
 use api_support::{config, start_with, TestLog};
+use kube_harness_protocol::worker_api::ExecRequest;
+use kube_harness_runtime::event::kind;
 use kube_harness_session_log::client::NewEvent;
 use kube_harness_session_log::replay::COMMAND_STARTED;
-use kube_harness_worker::api::model::ExecRequest;
 use kube_harness_worker::api::SessionLogConfig;
-use kube_harness_worker::runtime::event::kind;
 use serde_json::json;
 
 async fn worker_with_log(log: &TestLog) -> api_support::TestWorker {
@@ -210,7 +210,7 @@ async fn events_the_log_missed_are_appended_before_the_next_command_runs() {
     assert_eq!(again.stdout, "one\n");
     let turn = w
         .client
-        .end_turn_with(&kube_harness_worker::api::model::EndTurnRequest {
+        .end_turn_with(&kube_harness_protocol::worker_api::EndTurnRequest {
             run_id: Some("run-q".into()),
         })
         .await

@@ -15,6 +15,7 @@
 //! behind a fake `/v1/changes`), and an axum stand-in for the operator's tier API. Bodies are
 //! generated as they are sent; nothing large is ever built in memory.
 
+#[path = "../../tier1/tests/tier1_support/mod.rs"]
 mod tier1_support;
 
 use async_trait::async_trait;
@@ -25,13 +26,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::StreamExt;
-use kube_harness_service_kit::AuthConfig;
-use kube_harness_worker::api::{self, Worker, WorkerConfig};
-use kube_harness_worker::runtime::{
+use kube_harness_runtime::{
     event::kind, CommandExecutor, DisposeReport, ExecRequest as RuntimeExec, ExecResult, NextTier,
 };
-use kube_harness_worker::tier1::{agent_http, Agent, AgentConfig, PodTier1, PodTier1Config};
-use kube_harness_worker::workspace::WorkspaceSpec;
+use kube_harness_service_kit::AuthConfig;
+use kube_harness_tier1::{agent_http, Agent, AgentConfig, PodTier1, PodTier1Config};
+use kube_harness_worker::api::{self, Worker, WorkerConfig};
+use kube_harness_workspace::WorkspaceSpec;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -12,10 +12,10 @@
 mod api_support;
 
 use api_support::{TestLog, TOKEN};
-use kube_harness_worker::api::model::{EndTurnResponse, ExecResponse};
+use kube_harness_protocol::worker_api::{EndTurnResponse, ExecResponse};
+use kube_harness_runtime::event::kind;
+use kube_harness_tier1::LocalTier1;
 use kube_harness_worker::api::{self, Worker};
-use kube_harness_worker::runtime::event::kind;
-use kube_harness_worker::runtime::LocalTier1;
 use serde_json::json;
 use std::sync::Arc;
 
@@ -38,7 +38,7 @@ async fn post(base_url: &str, path: &str, body: serde_json::Value) -> (usize, Ve
     (bytes.len(), bytes.to_vec())
 }
 
-fn kinds(events: &[kube_harness_worker::runtime::TraceEvent]) -> Vec<(&str, usize)> {
+fn kinds(events: &[kube_harness_runtime::TraceEvent]) -> Vec<(&str, usize)> {
     let mut runs: Vec<(&str, usize)> = Vec::new();
     for e in events {
         match runs.last_mut() {

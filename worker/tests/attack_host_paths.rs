@@ -6,11 +6,11 @@
 mod api_support;
 mod runtime_support;
 
-use kube_harness_worker::api::model::ExecRequest;
-use kube_harness_worker::classify::RuntimeToggles;
+use kube_harness_classify::RuntimeToggles;
+use kube_harness_protocol::worker_api::ExecRequest;
+use kube_harness_runtime::event::kind;
+use kube_harness_runtime::TraceEvent;
 use kube_harness_worker::local::{self, DataDir, LocalError, LocalTurn, PersistentDir};
-use kube_harness_worker::runtime::event::kind;
-use kube_harness_worker::runtime::TraceEvent;
 use runtime_support::{fixture, Setup};
 use std::path::Path;
 

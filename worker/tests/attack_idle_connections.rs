@@ -15,9 +15,9 @@
 mod api_support;
 
 use api_support::{config, start_with, TOKEN};
-use kube_harness_worker::api::model::ExecRequest;
+use kube_harness_protocol::worker_api::ExecRequest;
+use kube_harness_tier1::{agent_http, Agent, AgentConfig};
 use kube_harness_worker::api::ConnectionLimits;
-use kube_harness_worker::tier1::{agent_http, Agent, AgentConfig};
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -10,9 +10,9 @@
 mod api_support;
 
 use api_support::TestLog;
+use kube_harness_protocol::worker_api::ExecRequest;
+use kube_harness_runtime::event::kind;
 use kube_harness_session_log::client::NewEvent;
-use kube_harness_worker::api::model::ExecRequest;
-use kube_harness_worker::runtime::event::kind;
 use serde_json::json;
 use sha2::Digest;
 

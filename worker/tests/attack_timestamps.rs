@@ -5,11 +5,12 @@
 //! Real sandbox runs, the real Tier-1 agent process on loopback, real files. Runs as root.
 
 mod runtime_support;
+#[path = "../../tier1/tests/tier1_support/mod.rs"]
 mod tier1_support;
 
-use kube_harness_worker::runtime::event::kind;
-use kube_harness_worker::workspace::safe_fs::MAX_MTIME_SECS;
-use kube_harness_worker::workspace::{self, ApplyOptions, PackOptions};
+use kube_harness_runtime::event::kind;
+use kube_harness_workspace::safe_fs::MAX_MTIME_SECS;
+use kube_harness_workspace::{self as workspace, ApplyOptions, PackOptions};
 use runtime_support::{fixture, Setup};
 use serde_json::Value;
 use std::os::unix::fs::MetadataExt;

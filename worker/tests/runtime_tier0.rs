@@ -3,7 +3,7 @@
 
 mod runtime_support;
 
-use kube_harness_worker::runtime::event::kind;
+use kube_harness_runtime::event::kind;
 use runtime_support::{fixture, Setup};
 
 #[tokio::test]

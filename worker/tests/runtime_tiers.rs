@@ -3,7 +3,7 @@
 
 mod runtime_support;
 
-use kube_harness_worker::runtime::{event::kind, TraceEvent};
+use kube_harness_runtime::{event::kind, TraceEvent};
 use runtime_support::{fixture, Setup};
 use std::collections::BTreeSet;
 

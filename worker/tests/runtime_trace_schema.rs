@@ -6,7 +6,7 @@ mod runtime_support;
 use runtime_support::{fixture, Setup};
 use std::collections::BTreeSet;
 
-const SCHEMA: &str = include_str!("../schema/lh.trace.v2.json");
+const SCHEMA: &str = include_str!("../../protocol/schema/lh.trace.v2.json");
 
 #[tokio::test]
 async fn every_event_of_a_two_tier_turn_matches_the_schema() {

@@ -1,7 +1,7 @@
 //! Polls the worker API for the usage counters and last activity shown in the session status.
 
 use kube_harness_crds::session::Usage;
-use kube_harness_worker::api::client::WorkerClient;
+use kube_harness_protocol::WorkerClient;
 use std::time::Duration;
 
 /// What the worker reported.

@@ -5,9 +5,11 @@
 //! `GET /healthz` and `GET /metrics`, JSON errors, parsing of `--store` specs and a graceful
 //! [`serve`](serve::serve) that bounds what connections may hold (header read and idle timeouts, a
 //! connection limit: [`ConnectionLimits`]). Keeping these in one place means the services fail the same way on the
-//! same mistakes (no token configured, a wrong token, a bad store spec).
+//! same mistakes (no token configured, a wrong token, a bad store spec). [`body`] bounds the bodies
+//! of requests and answers for the worker API, its client and the Tier-1 agent the same way.
 
 pub mod auth;
+pub mod body;
 pub mod error;
 pub mod routes;
 pub mod serve;

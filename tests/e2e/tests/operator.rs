@@ -13,7 +13,7 @@ use kube_harness_crds::{HarnessSession, SandboxTier};
 use kube_harness_e2e::harness::{self, cli_exec, kubectl, stderr, stdout};
 use kube_harness_e2e::namespace::with_namespace;
 use kube_harness_e2e::wait::{self, Check};
-use kube_harness_worker::api::model::ExecRequest;
+use kube_harness_protocol::worker_api::ExecRequest;
 use serde_json::json;
 use std::time::Duration;
 

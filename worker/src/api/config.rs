@@ -1,10 +1,10 @@
 //! What `kube-harness worker` configures: one session's runtime, its policy, where its workspace
 //! is, and the session log.
 
-use crate::classify::RuntimeToggles;
-use crate::sandbox::{probe, Presentation};
-use crate::workspace::WorkspaceSpec;
+use kube_harness_classify::RuntimeToggles;
+use kube_harness_sandbox::{probe, Presentation};
 use kube_harness_service_kit::ConnectionLimits;
+use kube_harness_workspace::WorkspaceSpec;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -84,7 +84,7 @@ impl WorkerConfig {
             max_timeout: Duration::from_secs(600),
             max_body_bytes: 256 * 1024,
             inline_output_limit: 16 * 1024,
-            max_file_events: crate::runtime::event::DEFAULT_MAX_FILE_EVENTS,
+            max_file_events: kube_harness_runtime::event::DEFAULT_MAX_FILE_EVENTS,
             shutdown_grace: Duration::from_secs(20),
             connections: ConnectionLimits::default(),
         }

@@ -1,9 +1,9 @@
 //! `--escalation none`: a session without a Tier-1 tier. Escalating commands are refused with
 //! exit 126 and a stderr line that names what is missing, instead of a generic runtime message.
 
-use crate::runtime::{CommandExecutor, NextTier};
-use crate::workspace::WorkspaceSpec;
 use async_trait::async_trait;
+use kube_harness_runtime::{CommandExecutor, NextTier};
+use kube_harness_workspace::WorkspaceSpec;
 use std::sync::Arc;
 
 pub struct NoTier1;

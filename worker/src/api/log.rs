@@ -12,8 +12,8 @@
 //! retries, the pending queue) therefore never duplicates an event.
 
 use super::relock;
-use crate::runtime::{EventSink, StartGate, TraceEvent};
 use async_trait::async_trait;
+use kube_harness_runtime::{EventSink, StartGate, TraceEvent};
 use kube_harness_session_log::client::NewEvent;
 use kube_harness_session_log::{ClientError, SessionLogClient};
 use serde_json::Value;

@@ -3,9 +3,9 @@
 
 use super::log::LogForwarder;
 use super::model::ExecResponse;
-use crate::workspace::WorkspaceSpec;
 use kube_harness_session_log::replay::{find_step, StepOutcome, COMMAND_STARTED};
 use kube_harness_session_log::{ClientError, StoredEvent};
+use kube_harness_workspace::WorkspaceSpec;
 use serde_json::{Map, Value};
 use std::path::Path;
 
@@ -117,7 +117,7 @@ fn recorded(payload: &Map<String, Value>, spec: &WorkspaceSpec, run: &str) -> Ex
 /// is read, and at most the `bytes` the event recorded (a file of another size is not the
 /// payload: `None`).
 fn read_artifact(spec: &WorkspaceSpec, harness: &str, bytes: Option<u64>) -> Option<Vec<u8>> {
-    use crate::workspace::safe_fs;
+    use kube_harness_workspace::safe_fs;
     use std::io::Read;
     let harness = Path::new(harness);
     if harness.components().any(|c| {

@@ -11,7 +11,6 @@ use super::model::{
     MAX_SCRIPT_BYTES,
 };
 use super::state::{Broken, Refusal, Worker};
-use crate::tier1::wire::body::{read_request, BodyError};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
@@ -20,6 +19,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use kube_harness_service_kit::body::{read_request, BodyError};
 use kube_harness_service_kit::AuthConfig;
 use kube_harness_session_log::RunId;
 use std::future::Future;

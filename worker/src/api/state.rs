@@ -11,14 +11,14 @@ use super::model::{
 use super::relock;
 use super::replay::{self, Replay};
 use super::tier0::TimedTier0;
-use crate::classify::{self, ClassifyOptions, Policy};
-use crate::runtime::{
-    event::kind, Emitter, NextTier, TraceEvent, Turn, TurnConfig, WorkspaceTracker,
-};
-use crate::workspace::WorkspaceSpec;
 use axum::http::StatusCode;
 use futures::FutureExt;
+use kube_harness_classify::{self as classify, ClassifyOptions, Policy};
+use kube_harness_runtime::{
+    event::kind, Emitter, NextTier, TraceEvent, Turn, TurnConfig, WorkspaceTracker,
+};
 use kube_harness_session_log::RunId;
+use kube_harness_workspace::WorkspaceSpec;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
@@ -134,7 +134,7 @@ pub struct Worker {
     /// Set by a caught panic (see [`Broken`]).
     broken: Mutex<Option<Broken>>,
     /// Whether the turns' file tracking works (part of readiness).
-    tracking: crate::runtime::TrackingHealth,
+    tracking: kube_harness_runtime::TrackingHealth,
     counters: Counters,
     /// Distinguishes this process's idempotency keys from a restarted worker's.
     instance: String,
@@ -146,12 +146,12 @@ impl Worker {
     /// message naming the missing Tier-1 tier.
     pub fn new(config: WorkerConfig, next_tier: Option<Arc<dyn NextTier>>) -> Result<Self, String> {
         let spec = config.workspace();
-        let tracking = crate::runtime::TrackingHealth::default();
+        let tracking = kube_harness_runtime::TrackingHealth::default();
         let tier0 = config.presentation().and_then(|presentation| {
             TimedTier0::new(
                 spec.clone(),
                 presentation,
-                crate::sandbox::Limits {
+                kube_harness_sandbox::Limits {
                     timeout: config.command_timeout,
                     ..Default::default()
                 },
@@ -187,7 +187,7 @@ impl Worker {
             log,
             slot: tokio::sync::Mutex::new(Slot {
                 turn: None,
-                cwd: PathBuf::from(crate::workspace::spec::SESSION),
+                cwd: PathBuf::from(kube_harness_workspace::spec::SESSION),
                 env: BTreeMap::new(),
                 exec_counter: 0,
             }),

@@ -4,10 +4,12 @@
 //! which is also the readiness check.
 
 use super::relock;
-use crate::runtime::{CommandExecutor, DisposeReport, ExecRequest, ExecResult, Tier0Executor};
-use crate::sandbox::{Limits, Presentation, SandboxConfig, SandboxError};
-use crate::workspace::WorkspaceSpec;
 use async_trait::async_trait;
+use kube_harness_runtime::{
+    CommandExecutor, DisposeReport, ExecRequest, ExecResult, Tier0Executor,
+};
+use kube_harness_sandbox::{Limits, Presentation, SandboxConfig, SandboxError};
+use kube_harness_workspace::WorkspaceSpec;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

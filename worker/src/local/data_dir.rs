@@ -1,7 +1,7 @@
 //! The data directory and each session's folder in it.
 
-use crate::classify::RuntimeToggles;
-use crate::workspace::WorkspaceSpec;
+use kube_harness_classify::RuntimeToggles;
+use kube_harness_workspace::WorkspaceSpec;
 use std::fs;
 use std::path::{Path, PathBuf};
 

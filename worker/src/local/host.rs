@@ -6,12 +6,12 @@ use super::data_dir::{io, DataDir, LocalError};
 use super::lock::{SameSession, TurnGuard};
 use super::persistent::{mirror, CommitPolicy, PersistentDir, Place};
 use super::trace::FileTrace;
-use crate::classify::{ClassifyOptions, Policy, RuntimeToggles};
-use crate::runtime::{
+use kube_harness_classify::{ClassifyOptions, Policy, RuntimeToggles};
+use kube_harness_runtime::{
     Collector, CommandOutcome, Emitter, NextTier, Tier0Executor, TraceEvent, Turn, TurnConfig,
     WorkspaceTracker,
 };
-use crate::sandbox::{Presentation, SandboxConfig};
+use kube_harness_sandbox::{Presentation, SandboxConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -116,7 +116,7 @@ pub async fn run_turn(
         state
             .env
             .into_iter()
-            .filter(|(k, _)| crate::runtime::state::carried(k))
+            .filter(|(k, _)| kube_harness_runtime::state::carried(k))
             .collect(),
     );
     let outcome = runtime.exec(script).await;

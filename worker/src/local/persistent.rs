@@ -18,7 +18,7 @@
 )]
 
 use super::data_dir::{io, LocalError, SessionDir};
-use crate::workspace::safe_fs::{self, WalkError};
+use kube_harness_workspace::safe_fs::{self, WalkError};
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::os::fd::OwnedFd;

@@ -1,6 +1,6 @@
 //! `trace.ndjson`: the session's append-only trace, one `lh.trace.v2` event per line.
 
-use crate::runtime::{EventSink, TraceEvent};
+use kube_harness_runtime::{EventSink, TraceEvent};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;

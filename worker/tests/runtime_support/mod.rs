@@ -2,12 +2,13 @@
 // Each test binary uses a different part of this module.
 #![allow(dead_code)]
 
-use kube_harness_worker::classify::{ClassifyOptions, RuntimeToggles};
-use kube_harness_worker::local::DataDir;
-use kube_harness_worker::runtime::{
-    Collector, Emitter, LocalTier1, NextTier, Tier0Executor, Turn, TurnConfig, WorkspaceTracker,
+use kube_harness_classify::{ClassifyOptions, RuntimeToggles};
+use kube_harness_runtime::{
+    Collector, Emitter, NextTier, Tier0Executor, Turn, TurnConfig, WorkspaceTracker,
 };
-use kube_harness_worker::sandbox::{Presentation, SandboxConfig};
+use kube_harness_sandbox::{Presentation, SandboxConfig};
+use kube_harness_tier1::LocalTier1;
+use kube_harness_worker::local::DataDir;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;

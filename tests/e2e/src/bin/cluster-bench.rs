@@ -12,7 +12,7 @@ use kube_harness_crds::HarnessSession;
 use kube_harness_e2e::harness::{self, kube_harness, kubectl};
 use kube_harness_e2e::namespace::with_namespace;
 use kube_harness_e2e::stats::{env_usize, summary};
-use kube_harness_worker::api::model::ExecRequest;
+use kube_harness_protocol::worker_api::ExecRequest;
 use std::time::{Duration, Instant};
 
 #[tokio::main]

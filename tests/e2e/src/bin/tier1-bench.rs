@@ -15,8 +15,8 @@ use kube_harness_client::SessionHandle;
 use kube_harness_e2e::namespace::with_namespace;
 use kube_harness_e2e::stats::{env_usize, summary};
 use kube_harness_e2e::tiers::{pool_settles, session, toolchain_tier, with_tier, TOOLCHAIN};
-use kube_harness_worker::api::client::WorkerClient;
-use kube_harness_worker::api::model::ExecRequest;
+use kube_harness_protocol::worker_api::ExecRequest;
+use kube_harness_protocol::WorkerClient;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 

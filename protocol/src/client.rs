@@ -1,0 +1,170 @@
+//! Typed client of the worker API, for the operator and `kube-harness exec` (which port-forwards
+//! to a local port and points this client at it).
+//!
+//! No retries here: an exec is not idempotent unless it carries a step key, so whether to retry
+//! is the caller's decision (with a step key, retrying is safe: the worker replays).
+
+use crate::worker_api::{
+    EndTurnRequest, EndTurnResponse, ErrorBody, ExecRequest, ExecResponse, Health, Status,
+};
+use kube_harness_service_kit::body::{self, chain, BodyError};
+use reqwest::StatusCode;
+use serde::de::DeserializeOwned;
+use std::time::Duration;
+
+/// Why a call failed. A command that ran and failed is NOT an error: it is an
+/// [`ExecResponse`] with its exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerClientError {
+    /// The worker answered with an error (`code` as in `model::code`).
+    #[error("worker refused the request ({status} {code}): {message}")]
+    Api {
+        status: u16,
+        code: String,
+        message: String,
+    },
+    /// The worker could not be reached or the connection broke (the pod died mid-command, a
+    /// port-forward closed): the command's fate is unknown; retry with a step key to find out.
+    #[error("cannot reach the worker: {0}")]
+    Transport(String),
+    #[error("invalid worker response: {0}")]
+    Decode(String),
+    #[error("cannot build the client: {0}")]
+    Build(String),
+}
+
+impl WorkerClientError {
+    /// The API error code, when the worker answered with one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            WorkerClientError::Api { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            WorkerClientError::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct WorkerClient {
+    http: reqwest::Client,
+    base_url: String,
+    token: String,
+    max_answer_bytes: usize,
+}
+
+/// Default of [`WorkerClient::with_max_answer_bytes`]: 64 MiB (an end-turn answer lists every
+/// file the turn changed).
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 64 << 20;
+
+impl WorkerClient {
+    /// `base_url` like `http://127.0.0.1:18080`; `token` from the session's Secret. Requests have
+    /// no overall timeout (a command may run up to the worker's limit); connecting times out
+    /// after 10 s.
+    pub fn new(
+        base_url: impl Into<String>,
+        token: impl Into<String>,
+    ) -> Result<Self, WorkerClientError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| WorkerClientError::Build(e.to_string()))?;
+        Ok(WorkerClient {
+            http,
+            base_url: base_url.into().trim_end_matches('/').to_string(),
+            token: token.into(),
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
+        })
+    }
+
+    /// Caps what is read of an answer; a larger one is a `Decode` error, never read whole.
+    pub fn with_max_answer_bytes(mut self, limit: usize) -> Self {
+        self.max_answer_bytes = limit;
+        self
+    }
+
+    /// Runs (or replays) one command.
+    pub async fn exec(&self, req: &ExecRequest) -> Result<ExecResponse, WorkerClientError> {
+        self.send(self.http.post(self.url("/v1/exec")).json(req))
+            .await
+    }
+
+    /// Ends the session's open turn; `turn: None` when none was open.
+    pub async fn end_turn(&self) -> Result<EndTurnResponse, WorkerClientError> {
+        self.end_turn_with(&EndTurnRequest::default()).await
+    }
+
+    pub async fn end_turn_with(
+        &self,
+        req: &EndTurnRequest,
+    ) -> Result<EndTurnResponse, WorkerClientError> {
+        self.send(self.http.post(self.url("/v1/turns/end")).json(req))
+            .await
+    }
+
+    pub async fn status(&self) -> Result<Status, WorkerClientError> {
+        self.send(self.http.get(self.url("/v1/status"))).await
+    }
+
+    /// Liveness (no token sent).
+    pub async fn healthz(&self) -> Result<Health, WorkerClientError> {
+        self.decode(self.http.get(self.url("/healthz")).send().await)
+            .await
+    }
+
+    /// Readiness (no token sent): `Err` with code `not-ready` while the sandbox is unusable.
+    pub async fn readyz(&self) -> Result<Health, WorkerClientError> {
+        self.decode(self.http.get(self.url("/readyz")).send().await)
+            .await
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<T, WorkerClientError> {
+        self.decode(request.bearer_auth(&self.token).send().await)
+            .await
+    }
+
+    async fn decode<T: DeserializeOwned>(
+        &self,
+        sent: Result<reqwest::Response, reqwest::Error>,
+    ) -> Result<T, WorkerClientError> {
+        let response = sent.map_err(|e| WorkerClientError::Transport(chain(&e)))?;
+        let status = response.status();
+        let bytes = match body::read(response, self.max_answer_bytes).await {
+            Ok(bytes) => bytes,
+            Err(e @ BodyError::TooLarge { .. }) => {
+                return Err(WorkerClientError::Decode(format!(
+                    "the worker's answer: {e}"
+                )))
+            }
+            Err(e) => return Err(WorkerClientError::Transport(e.to_string())),
+        };
+        if status == StatusCode::OK {
+            return serde_json::from_slice(&bytes)
+                .map_err(|e| WorkerClientError::Decode(e.to_string()));
+        }
+        Err(match serde_json::from_slice::<ErrorBody>(&bytes) {
+            Ok(body) => WorkerClientError::Api {
+                status: status.as_u16(),
+                code: body.error.code,
+                message: body.error.message,
+            },
+            Err(_) => WorkerClientError::Api {
+                status: status.as_u16(),
+                code: String::new(),
+                message: String::from_utf8_lossy(&bytes).into_owned(),
+            },
+        })
+    }
+}

@@ -1,0 +1,16 @@
+//! The wire of Kube Harness, defined once for both ends: the worker API (`worker_api`, and its
+//! typed [`WorkerClient`]), the Tier-1 agent and tier API (`tier1`), trace events (`trace`), and
+//! the types they share. Serde and an HTTP client only: the operator and `kube-harness-client`
+//! depend on this, never on the sandbox, the workspace archives or the bash grammar.
+
+pub mod client;
+pub mod outcome;
+pub mod tier1;
+pub mod toggles;
+pub mod trace;
+pub mod worker_api;
+
+pub use client::{WorkerClient, WorkerClientError};
+pub use outcome::CommandOutcome;
+pub use toggles::RuntimeToggles;
+pub use trace::TraceEvent;

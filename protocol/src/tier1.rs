@@ -1,0 +1,89 @@
+//! The wire model of docs/tier1.md: the agent API (served by `kube-harness worker --tier 1`,
+//! called by the worker) and the operator's tier API (called by the worker). One definition for
+//! both ends of the agent API so they cannot drift apart. Field names are camelCase on the wire.
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects
+)]
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// `POST /v1/exec` on the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentExec {
+    /// The runtime's wrapped script (it reports cwd and exports on fd 3).
+    pub script: String,
+    /// Harness path to start in.
+    pub cwd: String,
+    /// The variables the session exported (tier-owned ones such as PATH and HOME are ignored).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Wall-clock limit; the agent's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// The agent's answer to `POST /v1/exec`. Output is base64: a command's bytes need not be UTF-8.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentExecResult {
+    pub stdout_b64: String,
+    pub stderr_b64: String,
+    /// What the script wrote to fd 3 (the runtime's state report).
+    pub state_b64: String,
+    pub exit_code: i32,
+    pub timed_out: bool,
+    pub truncated: bool,
+    pub duration_ms: u64,
+}
+
+/// The agent's answer to `PUT /v1/workspace`: what the archive held, for the worker to compare
+/// with what it packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BindReport {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// `POST …/sandboxes` on the operator's tier API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenSandbox {
+    pub turn: String,
+    pub workspace_bytes: u64,
+}
+
+/// A Sandbox as the operator reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sandbox {
+    #[serde(default)]
+    pub turn: String,
+    #[serde(default)]
+    pub pod: Option<String>,
+    /// `Pending`, `Ready` or `Failed`.
+    pub phase: String,
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    #[serde(default)]
+    pub token: Option<String>,
+    /// `prepared` or `ordinary`.
+    #[serde(default)]
+    pub source: Option<String>,
+    #[serde(default)]
+    pub miss_reason: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+pub mod phase {
+    pub const PENDING: &str = "Pending";
+    pub const READY: &str = "Ready";
+    pub const FAILED: &str = "Failed";
+}

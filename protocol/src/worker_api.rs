@@ -1,0 +1,205 @@
+//! The wire model of the worker API, shared by the server and [`crate::WorkerClient`] so
+//! the two cannot drift apart. Field names are camelCase on the wire.
+
+use crate::{CommandOutcome, TraceEvent};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Longest accepted `runId` / `stepKey`: a step's idempotency keys must stay under the session
+/// log's 200-character limit.
+pub const MAX_KEY_LEN: usize = 128;
+/// Longest accepted script: bash receives it as one argument, which the kernel caps at 128 KiB
+/// (MAX_ARG_STRLEN), and the runtime wraps it with a few lines of its own.
+pub const MAX_SCRIPT_BYTES: usize = 120 * 1024;
+
+/// `POST /v1/exec`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecRequest {
+    pub script: String,
+    /// The session log run the command's events go to; defaults to the worker's session name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// With `runId` (or the default run): the step's identity for replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_key: Option<String>,
+    /// Wall-clock limit of this command; at most the worker's `--max-timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Also return the classifier's decision and reasons (costs one more classification).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub explain: bool,
+}
+
+impl ExecRequest {
+    pub fn new(script: impl Into<String>) -> Self {
+        ExecRequest {
+            script: script.into(),
+            run_id: None,
+            step_key: None,
+            timeout_ms: None,
+            explain: false,
+        }
+    }
+
+    /// The same request with a replay identity.
+    pub fn step(mut self, run_id: impl Into<String>, step_key: impl Into<String>) -> Self {
+        self.run_id = Some(run_id.into());
+        self.step_key = Some(step_key.into());
+        self
+    }
+}
+
+/// The answer to `POST /v1/exec`: the command's outcome and the trace events it emitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecResponse {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: i32,
+    pub tier: u8,
+    pub timed_out: bool,
+    pub truncated: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classification: Option<Value>,
+    /// Events of this command (empty for a replayed step: they are in the session log already).
+    pub events: Vec<TraceEvent>,
+    /// The result was read from the session log; nothing ran.
+    pub replayed: bool,
+    pub run_id: String,
+    /// Events of this worker not yet in the session log (appended before the next command runs).
+    #[serde(default)]
+    pub log_pending: usize,
+    /// A replayed step whose recorded output could not be returned (its `/artifacts/trace/…`
+    /// payload is gone, or was changed after it was recorded): why, one line per stream. The
+    /// stream is empty and `truncated` is set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replay_problems: Vec<String>,
+}
+
+impl ExecResponse {
+    pub fn from_outcome(o: CommandOutcome, events: Vec<TraceEvent>, run_id: String) -> Self {
+        ExecResponse {
+            stdout: o.stdout,
+            stderr: o.stderr,
+            exit_code: o.exit_code,
+            tier: o.tier,
+            timed_out: o.timed_out,
+            truncated: o.truncated,
+            classification: None,
+            events,
+            replayed: false,
+            run_id,
+            log_pending: 0,
+            replay_problems: Vec::new(),
+        }
+    }
+}
+
+/// `POST /v1/turns/end` (body optional).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EndTurnRequest {
+    /// The run the turn's closing events (usage, dispose failures) go to; default: the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+/// The answer to `POST /v1/turns/end`. `turn` is `None` when no turn was open.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndTurnResponse {
+    pub turn: Option<TurnSummary>,
+}
+
+/// A finished turn: the runtime's usage report and the files its commands changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnSummary {
+    pub turn_id: String,
+    pub commands: u64,
+    /// `Turn::end`'s value: stayedOnTier0, tier0 figures, higherTier, escalations, refusals.
+    pub usage: Value,
+    /// Last change per harness path during the turn, sorted by path; at most the worker's
+    /// `--max-file-events` paths.
+    pub file_changes: Vec<FileChangeSummary>,
+    /// File changes of the turn not in `fileChanges`: left out of a command's (or the merge-back's)
+    /// events past `--max-file-events` (`harness.file.truncated`), or to paths past the list's
+    /// bound.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub file_changes_omitted: u64,
+    /// Events of the turn's end (usage, dispose failures).
+    pub events: Vec<TraceEvent>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileChangeSummary {
+    pub path: String,
+    /// `created`, `modified` or `deleted`.
+    pub change: String,
+}
+
+/// `GET /v1/status`: what the operator copies into the HarnessSession status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub session: String,
+    /// Current tier: 0, or the higher tier a turn escalated to.
+    pub tier: u8,
+    pub busy: bool,
+    /// Turns ended since the worker started.
+    pub turns: u64,
+    pub commands: CommandCounts,
+    pub refusals: u64,
+    /// RFC 3339, UTC: the last exec or end-turn (the start time before any).
+    pub last_activity: String,
+    pub ready: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandCounts {
+    pub tier0: u64,
+    pub tier1: u64,
+}
+
+/// `GET /healthz` and `GET /readyz`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Health {
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Every error: `{"error": {"code", "message"}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+}
+
+/// Stable error codes (clients branch on them).
+pub mod code {
+    pub const UNAUTHORIZED: &str = "unauthorized";
+    pub const BAD_REQUEST: &str = "bad-request";
+    pub const PAYLOAD_TOO_LARGE: &str = "payload-too-large";
+    pub const NOT_FOUND: &str = "not-found";
+    pub const METHOD_NOT_ALLOWED: &str = "method-not-allowed";
+    pub const SESSION_BUSY: &str = "session-busy";
+    pub const STEP_INCOMPLETE: &str = "step-incomplete";
+    pub const STEP_CONFLICT: &str = "step-conflict";
+    pub const SESSION_LOG_UNAVAILABLE: &str = "session-log-unavailable";
+    pub const NOT_READY: &str = "not-ready";
+    pub const SHUTTING_DOWN: &str = "shutting-down";
+    /// A broken internal invariant (a panic inside a request): see `Broken`.
+    pub const WORKER_BROKEN: &str = "worker-broken";
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}

@@ -1,0 +1,85 @@
+//! The one thing a tier implements: run a (wrapped) script and report what happened, never
+//! failing; and release itself at the end of the turn.
+
+use async_trait::async_trait;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A command as an executor receives it: the runtime has already wrapped the agent's script so that
+/// it restores cwd and reports the exported environment on file descriptor 3.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    pub script: String,
+    /// Harness path to start in.
+    pub cwd: PathBuf,
+    /// The exported variables carried from earlier commands; the executor adds its own tier-owned
+    /// ones (PATH, HOME, …).
+    pub env: BTreeMap<String, String>,
+    /// This command's time limit, when the caller set one; otherwise the executor's default.
+    /// (Tier-0 takes its limit from the sandbox it was built with, see `api::tier0`.)
+    pub timeout: Option<Duration>,
+}
+
+/// What an executor reports. Faults are results too (exit 126 and a `kube-harness:` stderr line).
+#[derive(Debug, Clone, Default)]
+pub struct ExecResult {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub exit_code: i32,
+    pub timed_out: bool,
+    pub truncated: bool,
+    pub duration: Duration,
+    /// Bytes the script wrote to file descriptor 3 (the runtime's state report).
+    pub state: Vec<u8>,
+}
+
+impl ExecResult {
+    /// A refusal or infrastructure fault in the seed's shape: exit 126, one stderr line.
+    pub fn fault(reason: &str) -> Self {
+        ExecResult {
+            stderr: format!("kube-harness: {reason}\n").into_bytes(),
+            exit_code: super::REFUSED_EXIT_CODE,
+            ..ExecResult::default()
+        }
+    }
+}
+
+/// What a tier reports when it is released.
+#[derive(Debug, Clone, Default)]
+pub struct DisposeReport {
+    /// Changes merged back into the session's tracked mounts (higher tiers only).
+    pub file_changes: Vec<kube_harness_workspace::FileChange>,
+    /// The tier's own usage figures, when it measures any.
+    pub usage: Option<Value>,
+    /// Partial failures (a merge that applied some changes and rejected others): each becomes a
+    /// `harness.runtime.dispose.failed` event after the file events of what was applied.
+    pub problems: Vec<String>,
+}
+
+/// A place commands run: the Tier-0 sandbox, a local Tier-1 shell, a Tier-1 pod.
+#[async_trait]
+pub trait CommandExecutor: Send + Sync {
+    /// 0 for Tier-0, 1 and up for higher tiers.
+    fn tier(&self) -> u8;
+    /// Runs one command. Must not panic or hang past `req.timeout` (plus cleanup).
+    async fn execute(&self, req: ExecRequest) -> ExecResult;
+    /// What the tier reports about itself when it opens, before its first command runs (a pod:
+    /// `{"source", "missReason", "pod"}`); it goes into the `harness.tier.escalated` record.
+    fn opened(&self) -> Option<Value> {
+        None
+    }
+    /// Releases the tier at the end of the turn; an error becomes `harness.runtime.dispose.failed`.
+    async fn dispose(&self) -> Result<DisposeReport, String>;
+}
+
+/// Provisions the next tier lazily, on a turn's first escalation.
+#[async_trait]
+pub trait NextTier: Send + Sync {
+    /// Hands the workspace over and returns the ready tier, or why it could not be provisioned.
+    async fn provision(
+        &self,
+        workspace: &kube_harness_workspace::WorkspaceSpec,
+    ) -> Result<std::sync::Arc<dyn CommandExecutor>, String>;
+}

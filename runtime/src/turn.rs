@@ -1,0 +1,531 @@
+//! One turn: classify each command, run it on Tier-0 or the higher tier, escalate lazily and
+//! stickily, retry once after an emulation gap, refuse with 126 when escalation is impossible, and
+//! at the end dispose the tiers (merge-back file events) and report usage.
+
+use super::event::{kind, Emitter};
+use super::executor::{CommandExecutor, ExecRequest, ExecResult, NextTier};
+use super::{file_event_type, state, CommandOutcome, Tracker, REFUSED_EXIT_CODE};
+use kube_harness_classify::{self as classify, ClassifyOptions, Decision, UNJUDGED};
+use kube_harness_workspace::WorkspaceSpec;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::Mutex;
+
+/// How a turn runs its commands.
+pub struct TurnConfig {
+    pub workspace: WorkspaceSpec,
+    pub classify: ClassifyOptions,
+    /// stdout/stderr larger than this go to `/artifacts/trace/…` and the event carries a contentRef.
+    pub inline_output_limit: usize,
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TierFigures {
+    commands: u64,
+    duration_ms: u64,
+}
+
+struct TurnState {
+    cwd: PathBuf,
+    env: BTreeMap<String, String>,
+    higher: Option<Arc<dyn CommandExecutor>>,
+    tier0: TierFigures,
+    higher_figures: TierFigures,
+    escalations: Vec<Value>,
+    refusals: u64,
+}
+
+/// Consulted after `command.started` is emitted and before the command reaches its tier. A host
+/// that must not run commands it could not record (the worker with a session log) makes the
+/// started event durable here; `Err(reason)` keeps the command from running.
+#[async_trait::async_trait]
+pub trait StartGate: Send + Sync {
+    async fn before_run(&self) -> Result<(), String>;
+}
+
+/// A turn in progress. Commands from parallel calls queue: one runs at a time.
+pub struct Turn {
+    config: TurnConfig,
+    emitter: Emitter,
+    tier0: Arc<dyn CommandExecutor>,
+    next_tier: Option<Arc<dyn NextTier>>,
+    tracker: Option<Arc<dyn Tracker>>,
+    gate: Option<Arc<dyn StartGate>>,
+    /// The time limit of the next command (`None`: each tier's default).
+    next_timeout: std::sync::Mutex<Option<std::time::Duration>>,
+    state: Mutex<TurnState>,
+}
+
+impl Turn {
+    pub fn new(
+        config: TurnConfig,
+        emitter: Emitter,
+        tier0: Arc<dyn CommandExecutor>,
+        next_tier: Option<Arc<dyn NextTier>>,
+        tracker: Option<Arc<dyn Tracker>>,
+        cwd: PathBuf,
+        env: BTreeMap<String, String>,
+    ) -> Self {
+        Turn {
+            config,
+            emitter,
+            tier0,
+            next_tier,
+            tracker,
+            gate: None,
+            next_timeout: std::sync::Mutex::new(None),
+            state: Mutex::new(TurnState {
+                cwd,
+                env,
+                higher: None,
+                tier0: TierFigures::default(),
+                higher_figures: TierFigures::default(),
+                escalations: Vec::new(),
+                refusals: 0,
+            }),
+        }
+    }
+
+    /// Adds a [`StartGate`] consulted before every command runs.
+    pub fn with_start_gate(mut self, gate: Arc<dyn StartGate>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// Sets the time limit of the next command, on whichever tier it runs (`None`: the tier's
+    /// default).
+    pub fn set_next_timeout(&self, timeout: Option<std::time::Duration>) {
+        *self
+            .next_timeout
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = timeout;
+    }
+
+    /// The cwd and exported variables the next command will start with.
+    pub async fn shell_state(&self) -> (PathBuf, BTreeMap<String, String>) {
+        let st = self.state.lock().await;
+        (st.cwd.clone(), st.env.clone())
+    }
+
+    /// Runs one command of the turn. Never fails: every fault is an exit code and stderr.
+    pub async fn exec(&self, script: &str) -> CommandOutcome {
+        self.exec_step(script, None).await
+    }
+
+    /// Like [`Turn::exec`], with the caller's step key on the command's started, completed and
+    /// refused events (`data.stepKey`), so a session log can answer "did this step run?".
+    pub async fn exec_step(&self, script: &str, step_key: Option<&str>) -> CommandOutcome {
+        let mut st = self.state.lock().await;
+        let classification = classify::classify(script, &self.config.classify);
+        let current_tier = st.higher.as_ref().map_or(0, |h| h.tier());
+        if classification.decision == Decision::Refuse {
+            let blocked: Vec<String> = classification
+                .reasons
+                .iter()
+                .filter_map(|r| match r {
+                    classify::Reason::PolicyBlocked { command, rule } if command == UNJUDGED => {
+                        Some(format!(
+                            "{command}: {rule}{}",
+                            unjudged_what(&classification)
+                        ))
+                    }
+                    classify::Reason::PolicyBlocked { command, .. } => Some(command.clone()),
+                    _ => None,
+                })
+                .collect();
+            let reason = format!("refused by policy: {}", blocked.join(", "));
+            return self.refuse(
+                &mut st,
+                script,
+                step_key,
+                current_tier,
+                &reason,
+                json!(classification.reasons),
+            );
+        }
+        if st.higher.is_none() && classification.decision == Decision::Escalate {
+            let reasons = serde_json::to_value(&classification.reasons).unwrap_or(Value::Null);
+            if let Err(reason) = self
+                .escalate(&mut st, "classification", reasons.clone())
+                .await
+            {
+                return self.refuse(&mut st, script, step_key, 0, &reason, reasons);
+            }
+        }
+        let before = (st.cwd.clone(), st.env.clone());
+        let outcome = self.run(&mut st, script, step_key).await;
+        if outcome.tier == 0 {
+            if let Some(gap) = classify::detect_emulation_gap(outcome.stderr.as_str()) {
+                // Before any retry, policy: what the gaps name, and what the script hides.
+                if let Some((reason, reasons)) =
+                    self.retry_refusal(&classification, &outcome.stderr)
+                {
+                    return self.refuse(&mut st, script, step_key, 0, &reason, reasons);
+                }
+                // The only retry: stderr is script-writable, so one escalation per command, and a
+                // command on the higher tier is never retried again.
+                let gap = serde_json::to_value(&gap).unwrap_or(Value::Null);
+                match self.escalate(&mut st, "emulation-gap", gap.clone()).await {
+                    Ok(()) => {
+                        (st.cwd, st.env) = before;
+                        return self.run(&mut st, script, step_key).await;
+                    }
+                    Err(reason) => {
+                        let mut data = json!({"command": script, "tier": 0, "reason": reason, "signal": "emulation-gap", "gap": gap});
+                        with_step(&mut data, step_key);
+                        self.emitter.emit(kind::TIER_REFUSED, data);
+                        st.refusals = st.refusals.saturating_add(1);
+                    }
+                }
+            }
+        }
+        outcome
+    }
+
+    /// Why a Tier-0 command that showed an emulation gap must not be retried on the higher tier,
+    /// if it must not. The retry runs the whole script again where every program exists, so the
+    /// policy must hold for what the script could run there, not only for what it visibly names:
+    ///
+    /// - every command a gap line names (all of them: stderr is script-writable, so the first
+    ///   line may be a forgery covering the real one) is classified under the turn's policy; a
+    ///   denied one refuses the retry, with its name in the reason;
+    /// - with any deny policy, the retry is refused in any case: what the script runs beyond its
+    ///   visible commands (code in python or node, or in a tool that is a script of theirs such as
+    ///   yq; values evaluated at run time) is invisible to classification and would run on the
+    ///   higher tier, behind a forged harmless gap line. On Tier-0 itself the denied commands
+    ///   cannot run at all (they are left out of its tool set).
+    fn retry_refusal(
+        &self,
+        classification: &classify::Classification,
+        stderr: &str,
+    ) -> Option<(String, Value)> {
+        let options = &self.config.classify;
+        let mut named: Vec<String> = Vec::new();
+        for line in stderr.lines() {
+            if let Some(gap) = classify::detect_emulation_gap(line) {
+                if !named.contains(&gap.command) {
+                    named.push(gap.command);
+                }
+            }
+        }
+        for command in &named {
+            let verdict = classify::classify(command, options);
+            if verdict.decision == Decision::Refuse {
+                let reason = format!(
+                    "refused by policy: {command} (named by an emulation gap; not retried on a higher tier)"
+                );
+                return Some((reason, json!(verdict.reasons)));
+            }
+        }
+        let has_policy = !options.policy.deny_commands.is_empty() || options.policy.rule.is_some();
+        has_policy.then(|| {
+            let reason = "not retried on a higher tier under a deny policy: the retry would run the whole script again where classification cannot check what it runs".to_string();
+            (reason, json!(classification.reasons))
+        })
+    }
+
+    /// Ends the turn: disposes the higher tier (its merge-back becomes file events), then Tier-0,
+    /// then reports usage. Dispose failures are events, never errors.
+    pub async fn end(self) -> Value {
+        let mut st = self.state.into_inner();
+        let mut higher_usage = None;
+        if let Some(higher) = st.higher.take() {
+            match higher.dispose().await {
+                Ok(report) => {
+                    for change in &report.file_changes {
+                        self.emitter.emit(
+                            file_event_type(change.change),
+                            json!({"path": change.harness_path, "kind": change.kind, "size": change.size, "mode": change.mode, "tier": higher.tier(), "source": "merge"}),
+                        );
+                    }
+                    for problem in &report.problems {
+                        self.emitter.emit(
+                            kind::DISPOSE_FAILED,
+                            json!({"tier": higher.tier(), "error": problem}),
+                        );
+                    }
+                    higher_usage = report.usage;
+                }
+                Err(error) => self.emitter.emit(
+                    kind::DISPOSE_FAILED,
+                    json!({"tier": higher.tier(), "error": error}),
+                ),
+            }
+        }
+        if let Err(error) = self.tier0.dispose().await {
+            self.emitter
+                .emit(kind::DISPOSE_FAILED, json!({"tier": 0, "error": error}));
+        }
+        let escalated = !st.escalations.is_empty();
+        let higher = if escalated {
+            Some(match higher_usage {
+                Some(usage) => usage,
+                // A tier that reports no usage of its own is measured from its command durations.
+                None => {
+                    json!({"provider": "unknown", "commands": st.higher_figures.commands, "durationMs": st.higher_figures.duration_ms})
+                }
+            })
+        } else {
+            None
+        };
+        let usage = json!({
+            "stayedOnTier0": !escalated,
+            "tier0": st.tier0,
+            "higherTier": higher,
+            "escalations": st.escalations,
+            "refusals": st.refusals,
+        });
+        self.emitter.emit(kind::TURN_USAGE, usage.clone());
+        usage
+    }
+
+    fn refuse(
+        &self,
+        st: &mut TurnState,
+        script: &str,
+        step_key: Option<&str>,
+        tier: u8,
+        reason: &str,
+        reasons: Value,
+    ) -> CommandOutcome {
+        st.refusals = st.refusals.saturating_add(1);
+        let mut data =
+            json!({"command": script, "tier": tier, "reason": reason, "reasons": reasons});
+        with_step(&mut data, step_key);
+        self.emitter.emit(kind::TIER_REFUSED, data);
+        let fault = ExecResult::fault(reason);
+        CommandOutcome {
+            stdout: String::new(),
+            stderr: String::from_utf8_lossy(&fault.stderr).into_owned(),
+            exit_code: REFUSED_EXIT_CODE,
+            tier,
+            timed_out: false,
+            truncated: false,
+        }
+    }
+
+    /// Provisions the next tier (lazily: only here) and makes it sticky for the rest of the turn.
+    async fn escalate(
+        &self,
+        st: &mut TurnState,
+        signal: &str,
+        detail: Value,
+    ) -> Result<(), String> {
+        let Some(next) = &self.next_tier else {
+            return Err("escalation required but no higher tier is configured".into());
+        };
+        let started = Instant::now();
+        let higher = next
+            .provision(&self.config.workspace)
+            .await
+            .map_err(|e| format!("the higher tier could not be provisioned: {e}"))?;
+        let mut record = json!({
+            "signal": signal,
+            "detail": detail,
+            "toTier": higher.tier(),
+            "provisionMs": started.elapsed().as_millis() as u64,
+        });
+        // Where the sandbox came from (prepared or ordinary, and why), before any command runs.
+        if let Some(sandbox) = higher.opened() {
+            record["sandbox"] = sandbox;
+        }
+        self.emitter.emit(kind::TIER_ESCALATED, record.clone());
+        st.escalations.push(record);
+        st.higher = Some(higher);
+        Ok(())
+    }
+
+    async fn run(
+        &self,
+        st: &mut TurnState,
+        script: &str,
+        step_key: Option<&str>,
+    ) -> CommandOutcome {
+        let executor = st.higher.clone().unwrap_or_else(|| self.tier0.clone());
+        let tier = executor.tier();
+        let cwd = st.cwd.display().to_string();
+        let mut started_data = json!({"command": script, "tier": tier, "cwd": cwd});
+        with_step(&mut started_data, step_key);
+        self.emitter.emit(kind::COMMAND_STARTED, started_data);
+        if let Some(gate) = &self.gate {
+            if let Err(reason) = gate.before_run().await {
+                // Not run, so nothing is counted and no completed event claims a result.
+                let fault = ExecResult::fault(&format!("command not run: {reason}"));
+                return CommandOutcome {
+                    stdout: String::new(),
+                    stderr: String::from_utf8_lossy(&fault.stderr).into_owned(),
+                    exit_code: REFUSED_EXIT_CODE,
+                    tier,
+                    timed_out: false,
+                    truncated: false,
+                };
+            }
+        }
+        // Higher tiers work on a copy; their changes come back at dispose.
+        let tracker = self.tracker.as_ref().filter(|_| tier == 0);
+        let before = tracker.map(|t| t.baseline());
+        let started = Instant::now();
+        let timeout = *self
+            .next_timeout
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let result = executor
+            .execute(ExecRequest {
+                script: state::wrap(script),
+                cwd: st.cwd.clone(),
+                env: st.env.clone(),
+                timeout,
+            })
+            .await;
+        let duration_ms = started.elapsed().as_millis() as u64;
+        if let Some((cwd, env)) = state::parse(&result.state) {
+            st.cwd = cwd;
+            st.env = env;
+        }
+        let mut untracked = Vec::new();
+        if let (Some(tracker), Some(before)) = (tracker, before) {
+            let after = tracker.snapshot();
+            untracked = tracker.warnings(&before, &after);
+            for change in tracker.changes(&before, &after) {
+                if self.is_trace_payload(&change.harness_path) {
+                    continue;
+                }
+                self.emitter.emit(
+                    file_event_type(change.change),
+                    json!({"path": change.harness_path, "kind": change.kind, "size": change.size, "mode": change.mode, "tier": tier, "source": "command"}),
+                );
+            }
+        }
+        let figures = if tier == 0 {
+            &mut st.tier0
+        } else {
+            &mut st.higher_figures
+        };
+        figures.commands = figures.commands.saturating_add(1);
+        figures.duration_ms = figures.duration_ms.saturating_add(duration_ms);
+        let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
+        let mut data = json!({
+            "command": script,
+            "tier": tier,
+            "cwd": cwd,
+            "exitCode": result.exit_code,
+            "durationMs": duration_ms,
+            "timedOut": result.timed_out,
+            "truncated": result.truncated,
+        });
+        with_step(&mut data, step_key);
+        if !untracked.is_empty() {
+            // Bounded: a command can make any number of untrackable names.
+            data["fileTrackingSkipped"] = json!({
+                "count": untracked.len(),
+                "first": untracked.iter().take(20).collect::<Vec<_>>(),
+            });
+        }
+        self.attach_output(&mut data, "stdout", &stdout);
+        self.attach_output(&mut data, "stderr", &stderr);
+        self.emitter.emit(kind::COMMAND_COMPLETED, data);
+        CommandOutcome {
+            stdout,
+            stderr,
+            exit_code: result.exit_code,
+            tier,
+            timed_out: result.timed_out,
+            truncated: result.truncated,
+        }
+    }
+
+    /// Small outputs ride inline; large ones are written once under `/artifacts/trace/` and
+    /// referenced, so traces stay small and replayable. The reference carries the payload's
+    /// length and SHA-256: commands can write `/artifacts`, so replay reads the file back only if
+    /// it is still exactly what was recorded.
+    fn attach_output(&self, data: &mut Value, field: &str, text: &str) {
+        if text.len() <= self.config.inline_output_limit {
+            data[field] = json!(text);
+            return;
+        }
+        let artifacts = self.config.workspace.mounts.iter().find(|m| {
+            m.harness_path == Path::new(kube_harness_workspace::spec::ARTIFACTS) && m.writable
+        });
+        // The artifacts mount is written by commands: below its (trusted) root, `trace/` is
+        // opened or created without following a symlink, and the file is created new
+        // (O_EXCL|O_NOFOLLOW). A `trace` a command replaced by a symlink or a file gets the
+        // output inline and truncated instead.
+        let stored = artifacts.and_then(|m| {
+            use kube_harness_workspace::safe_fs;
+            let root = safe_fs::open_root(&m.backing_path).ok()?;
+            let dir = safe_fs::ensure_dir_beneath(&root, Path::new("trace"), 0o755, false).ok()?;
+            let file_name = format!("{}.{field}.txt", uuid_like());
+            let name = std::ffi::OsStr::new(&file_name);
+            let mut file = safe_fs::create_file_mode_at(&dir, name, 0o644).ok()?;
+            if std::io::Write::write_all(&mut file, text.as_bytes()).is_err() {
+                let _ = safe_fs::unlink_at(&dir, name, false);
+                return None;
+            }
+            Some(format!(
+                "{}/trace/{file_name}",
+                kube_harness_workspace::spec::ARTIFACTS
+            ))
+        });
+        match stored {
+            Some(content_ref) => {
+                let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(text.as_bytes()));
+                data[format!("{field}Ref")] =
+                    json!({"contentRef": content_ref, "bytes": text.len(), "sha256": sha256});
+            }
+            None => {
+                let mut end = self.config.inline_output_limit;
+                while !text.is_char_boundary(end) {
+                    end = end.saturating_sub(1);
+                }
+                data[field] = json!(&text[..end]);
+                data[format!("{field}Truncated")] = json!(true);
+            }
+        }
+    }
+
+    fn is_trace_payload(&self, path: &Path) -> bool {
+        path.starts_with(Path::new(kube_harness_workspace::spec::ARTIFACTS).join("trace"))
+    }
+}
+
+/// Puts the caller's step key on an event's data (replay looks steps up by `data.stepKey`).
+fn with_step(data: &mut Value, step_key: Option<&str>) {
+    if let Some(key) = step_key {
+        data["stepKey"] = json!(key);
+    }
+}
+
+/// A unique, sortable name for a trace payload: time in nanoseconds, the process id and a random
+/// part (so a command cannot guess the next name and plant something there first).
+fn uuid_like() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!(
+        "{nanos:x}-{:x}-{}",
+        std::process::id(),
+        random.get(..8).unwrap_or(&random)
+    )
+}
+
+/// What the classifier could not judge, for the refusal line of a fail-closed script: the
+/// first dynamic command or opaque script (`: $x`), if one is named.
+fn unjudged_what(classification: &classify::Classification) -> String {
+    classification
+        .reasons
+        .iter()
+        .find_map(|r| match r {
+            classify::Reason::DynamicCommand { command, .. }
+            | classify::Reason::OpaqueScript { command } => Some(format!(" on `{command}`")),
+            _ => None,
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,227 @@
+//! The Tier-0 sandbox executor: real `/bin/bash` as a child process with an empty environment,
+//! only the Tier-0 toolset of the capability matrix executable, and the kernel's own confinement
+//! (landlock, seccomp, `no_new_privs`, rlimits, capability drop) applied between fork and exec.
+//!
+//! Everything that can be computed once (tool directory, landlock ruleset, seccomp BPF program,
+//! the mount namespace) is built in [`Tier0Sandbox::new`]; [`Tier0Sandbox::run`] only forks.
+//! See `docs/security-model.md` for what each layer stops and what it does not.
+
+mod cgroup;
+mod child;
+mod config;
+mod elf;
+mod landlock_rules;
+mod namespace;
+mod probe;
+mod run;
+mod seccomp;
+mod tools;
+
+pub use config::{Invocation, Limits, Outcome, Presentation, SandboxConfig, SandboxError};
+pub use probe::{probe, Capabilities};
+
+use child::ChildPlan;
+use kube_harness_workspace::spec::SESSION;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A ready-to-use Tier-0 sandbox for one workspace spec. Cheap to share (`run` takes `&self`);
+/// several commands may run at once. Dropping it removes its runtime directory.
+pub struct Tier0Sandbox {
+    plan: Arc<ChildPlan>,
+    limits: Limits,
+    /// Environment every command starts from (PATH, HOME, TMPDIR), as the script sees it.
+    base_env: BTreeMap<String, String>,
+    /// Names the tool directory offers, sorted.
+    tools: Vec<String>,
+    /// Owns the runtime directory (tool dir, tmp, namespace root); removed on drop.
+    _runtime: tempfile::TempDir,
+}
+
+impl Tier0Sandbox {
+    /// Prepares the sandbox: checks the host (landlock, seccomp, namespaces when asked for),
+    /// builds the tool directory, the landlock ruleset and the seccomp program.
+    pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
+        let caps = probe();
+        if caps.landlock_abi.is_none() {
+            return Err(SandboxError::LandlockUnavailable);
+        }
+        if !caps.seccomp {
+            return Err(SandboxError::SeccompUnavailable);
+        }
+        config.validate()?;
+        // Named after this process, so that the next sandbox can remove what a killed one left
+        // (its private /tmp holds the commands' files); readable by this user only.
+        sweep_runtime_dirs();
+        // SAFETY: plain getter.
+        let pid = unsafe { libc::getpid() };
+        let runtime = tempfile::Builder::new()
+            .prefix(&format!("{RUNTIME_PREFIX}{pid}-"))
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .tempdir()
+            .map_err(|e| SandboxError::io("creating the runtime directory", e))?;
+        let runtime_dir = runtime.path().to_path_buf();
+        let tmp_dir = runtime_dir.join("tmp");
+        mkdir(&tmp_dir)?;
+
+        let toggles = config.workspace.runtime;
+        let ns = matches!(config.presentation, Presentation::Namespace);
+        // Namespace mode: the tool dir lives inside the prepared root and is seen at TOOLS_IN_NS.
+        let (tool_dir, tool_path_visible, tmp_visible) = if ns {
+            let dir = runtime_dir
+                .join("root")
+                .join(namespace::TOOLS_IN_NS.trim_start_matches('/'));
+            (
+                dir,
+                PathBuf::from(namespace::TOOLS_IN_NS),
+                PathBuf::from("/tmp"),
+            )
+        } else {
+            let dir = runtime_dir.join("tools");
+            (dir.clone(), dir, tmp_dir.clone())
+        };
+        let toolset = tools::build(&tool_dir, toggles, &config.denied)?;
+
+        let ns_plan = if ns {
+            if !caps.mount_namespace {
+                return Err(SandboxError::NamespaceUnavailable {
+                    detail: caps.namespace_detail.clone(),
+                });
+            }
+            Some(namespace::prepare(
+                &runtime_dir,
+                &tmp_dir,
+                &config.workspace,
+                &tools::code_dirs(&toolset),
+                // With network off, seccomp already refuses inet sockets. An empty network
+                // namespace (≈1 ms per command, plus asynchronous teardown) is only added where
+                // landlock cannot scope abstract unix sockets (ABI < 6): those are per network
+                // namespace, and the host's (X11, container runtimes) must stay unreachable.
+                !toggles.network && caps.landlock_abi.unwrap_or(0) < 6,
+                caps.is_root,
+            )?)
+        } else {
+            None
+        };
+
+        let ruleset = landlock_rules::build(&landlock_rules::Inputs {
+            workspace: &config.workspace,
+            tool_dir: &tool_dir,
+            executables: &toolset.executables,
+            tmp_dir: &tmp_dir,
+            namespace_root: ns_plan.as_ref().map(|p| p.root_host.as_path()),
+            network: toggles.network,
+        })?;
+        let filter = seccomp::build(toggles.network)?;
+
+        let ns = ns_plan.as_ref().map(namespace::build).transpose()?;
+        // uid 0 is exempt from RLIMIT_NPROC: its commands get a pids cgroup each, or none run.
+        let pids = if caps.is_root {
+            let hierarchy = cgroup::locate().map_err(SandboxError::PidsCgroup)?;
+            Some(cgroup::Pids::new(&hierarchy, config.limits.max_processes)?)
+        } else {
+            None
+        };
+        let plan = ChildPlan::new(
+            &toolset.bash,
+            &config.limits,
+            ruleset,
+            filter,
+            ns,
+            caps.is_root,
+            pids,
+        )?;
+
+        let home = if config
+            .workspace
+            .mounts
+            .iter()
+            .any(|m| m.harness_path == Path::new(SESSION))
+        {
+            SESSION.to_string()
+        } else {
+            config
+                .workspace
+                .mounts
+                .iter()
+                .find(|m| m.writable)
+                .map(|m| m.harness_path.display().to_string())
+                .unwrap_or_else(|| "/".to_string())
+        };
+        let mut base_env = BTreeMap::new();
+        base_env.insert("PATH".into(), tool_path_visible.display().to_string());
+        base_env.insert("HOME".into(), home);
+        base_env.insert("TMPDIR".into(), tmp_visible.display().to_string());
+
+        Ok(Tier0Sandbox {
+            plan: Arc::new(plan),
+            limits: config.limits,
+            base_env,
+            tools: toolset.names,
+            _runtime: runtime,
+        })
+    }
+
+    /// Runs one script. Never returns an error: faults become exit code 126 and one
+    /// `kube-harness: …` line on stderr.
+    pub async fn run(&self, inv: &Invocation) -> Outcome {
+        run::run(&self.plan, &self.limits, &self.base_env, inv).await
+    }
+
+    /// The environment every command starts from (`PATH` = the tool directory, `HOME`, `TMPDIR`),
+    /// as the script sees it. [`Invocation::env`] entries override these.
+    pub fn base_env(&self) -> &BTreeMap<String, String> {
+        &self.base_env
+    }
+
+    /// Command names reachable through `PATH` (matrix Tier-0 commands present on this host and
+    /// allowed by the toggles).
+    pub fn tools(&self) -> &[String] {
+        &self.tools
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+}
+
+/// Runtime directories are `$TMPDIR/kube-harness-sandbox-<pid>-<random>`.
+const RUNTIME_PREFIX: &str = "kube-harness-sandbox-";
+
+/// Removes runtime directories of this user whose process is gone (a worker killed with
+/// SIGKILL never runs its destructors). Best effort: errors are ignored.
+fn sweep_runtime_dirs() {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: plain getter.
+    let uid = unsafe { libc::geteuid() };
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(RUNTIME_PREFIX)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let mine = entry
+            .metadata()
+            .is_ok_and(|m| m.is_dir() && !m.file_type().is_symlink() && m.uid() == uid);
+        if mine && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+fn mkdir(path: &Path) -> Result<(), SandboxError> {
+    std::fs::create_dir_all(path)
+        .map_err(|e| SandboxError::io(format!("creating {}", path.display()), e))
+}
+
+// The runtime shares one sandbox between concurrent commands.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<Tier0Sandbox>();
+};

@@ -1,0 +1,388 @@
+//! The Tier-1 agent (`kube-harness worker --tier 1`): one turn's workspace, bound once from the
+//! worker's archive, commands run one at a time with real bash, and the changes since the bind
+//! handed back as a change archive. Routes: `agent_http`; contract: docs/tier1.md.
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects
+)]
+
+use super::bind::{self, BindError};
+use super::reap;
+use super::shell::{self, ShellCommand, ShellLimits, View};
+use axum::body::Body;
+use axum::http::HeaderMap;
+use base64::Engine;
+use futures::StreamExt;
+use kube_harness_classify::RuntimeToggles;
+use kube_harness_protocol::tier1::{AgentExec, AgentExecResult, BindReport};
+use kube_harness_runtime::state;
+use kube_harness_service_kit::body::{self, Capped};
+use kube_harness_service_kit::ApiError;
+use kube_harness_workspace::{self as workspace, PackOptions, Snapshot, WorkspaceSpec};
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest script run directly: bash gets it as one argument, capped by the kernel at 128 KiB
+/// (MAX_ARG_STRLEN, including the NUL).
+pub const MAX_SCRIPT_BYTES: usize = 128 * 1024 - 1;
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// `/` in a pod (the volumes are at the canonical paths); elsewhere a directory holding
+    /// `session/`, `artifacts/`, `persistent/`, presented at the canonical paths through a
+    /// private mount namespace (needs root), as the local host's Tier-1 does.
+    pub workspace_root: PathBuf,
+    /// The limit of a command whose request names none.
+    pub default_timeout: Duration,
+    /// The most a request's `timeoutMs` may ask for.
+    pub max_timeout: Duration,
+    pub max_output_bytes: usize,
+    /// Largest accepted workspace archive (413 beyond), and largest change archive packed.
+    pub max_archive_bytes: u64,
+    /// Largest accepted exec request body (413 beyond).
+    pub max_exec_body_bytes: usize,
+    /// Kill and reap every leftover child after each command (the agent as PID 1 / subreaper;
+    /// never in a process that has children of its own, such as a test).
+    pub reap_orphans: bool,
+}
+
+impl AgentConfig {
+    pub fn new(workspace_root: impl Into<PathBuf>) -> Self {
+        AgentConfig {
+            workspace_root: workspace_root.into(),
+            default_timeout: Duration::from_secs(60),
+            max_timeout: Duration::from_secs(3600),
+            max_output_bytes: 1 << 20,
+            max_archive_bytes: super::pod::DEFAULT_MAX_ARCHIVE_BYTES,
+            max_exec_body_bytes: 4 << 20,
+            reap_orphans: false,
+        }
+    }
+}
+
+enum BindState {
+    Unbound,
+    Bound(Arc<Snapshot>),
+    /// A bind failed after it had started placing files: never served.
+    Broken(String),
+}
+
+pub struct Agent {
+    config: AgentConfig,
+    spec: WorkspaceSpec,
+    view: View,
+    /// The spool for incoming archives and, for a namespace view, the command's script.
+    scratch: tempfile::TempDir,
+    bind: tokio::sync::Mutex<BindState>,
+    /// One command at a time, as in one persistent shell.
+    queue: tokio::sync::Mutex<()>,
+}
+
+fn conflict(code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::conflict(code, message)
+}
+
+impl Agent {
+    pub fn new(config: AgentConfig) -> Result<Self, String> {
+        let root = &config.workspace_root;
+        if !root.is_absolute() {
+            return Err(format!("workspace root {} is not absolute", root.display()));
+        }
+        let mut spec = WorkspaceSpec::canonical(root, RuntimeToggles::default(), Vec::new());
+        spec.mounts
+            .retain(|m| m.writable || m.backing_path.is_dir());
+        let scratch = scratch_dir()?;
+        let view = if root == Path::new("/") {
+            View::Direct
+        } else {
+            View::Namespace {
+                scratch: scratch.path().to_path_buf(),
+                mounts: spec.mounts.clone(),
+            }
+        };
+        Ok(Agent {
+            config,
+            spec,
+            view,
+            scratch,
+            bind: tokio::sync::Mutex::new(BindState::Unbound),
+            queue: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    /// `PUT /v1/workspace`: spools the archive (up to the limit), unpacks it with the archive
+    /// checks and places it. One use; a refused archive leaves the agent unbound.
+    pub async fn bind(&self, headers: &HeaderMap, body: Body) -> Result<BindReport, ApiError> {
+        let mut state = self
+            .bind
+            .try_lock()
+            .map_err(|_| conflict("bind_in_progress", "another workspace bind is in progress"))?;
+        match &*state {
+            BindState::Unbound => {}
+            BindState::Bound(_) => {
+                return Err(conflict(
+                    "already_bound",
+                    "a workspace is already bound to this agent (a bind is one use)",
+                ))
+            }
+            BindState::Broken(reason) => {
+                return Err(conflict(
+                    "broken",
+                    format!(
+                        "an earlier bind failed half-way ({reason}); this agent serves nothing"
+                    ),
+                ))
+            }
+        }
+        let spool = self.spool(headers, body).await?;
+        let spec = self.spec.clone();
+        let path = spool.path().to_path_buf();
+        let bound = match tokio::task::spawn_blocking(move || bind::bind(&path, &spec)).await {
+            Ok(bound) => bound,
+            // A panic half-way may have placed files: this agent serves nothing from now on
+            // (every later bind is 409 `broken`, /readyz 503), rather than answering later
+            // binds from a half-written workspace.
+            Err(e) => {
+                let reason = format!("the bind task failed ({e})");
+                *state = BindState::Broken(reason.clone());
+                return Err(ApiError::internal("bind_failed", reason));
+            }
+        };
+        drop(spool);
+        match bound {
+            Ok(bound) => {
+                tracing::info!(
+                    files = bound.report.files,
+                    bytes = bound.report.bytes,
+                    "workspace bound"
+                );
+                *state = BindState::Bound(Arc::new(bound.base));
+                Ok(bound.report)
+            }
+            Err(BindError::BadArchive(m)) => Err(ApiError::bad_request("bad_archive", m)),
+            Err(BindError::NotEmpty(m)) => Err(conflict("workspace_not_empty", m)),
+            Err(BindError::Io(m)) => Err(ApiError::internal("bind_failed", m)),
+            Err(BindError::HalfBound(m)) => {
+                *state = BindState::Broken(m.clone());
+                Err(ApiError::internal("bind_failed", m))
+            }
+        }
+    }
+
+    /// Streams a request body into a spool file, refusing it past `max_archive_bytes`: at once
+    /// when its Content-Length says so, else the moment the count passes the limit (the partial
+    /// spool is removed with the error).
+    async fn spool(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+    ) -> Result<tempfile::NamedTempFile, ApiError> {
+        let limit = self.config.max_archive_bytes;
+        let too_large = || {
+            ApiError::too_large(format!(
+                "the workspace archive is over the limit of {limit} bytes"
+            ))
+        };
+        let mut stream = body.into_data_stream();
+        if body::declared_length(headers).is_some_and(|len| len > limit) {
+            body::refuse(headers, &mut stream).await;
+            return Err(too_large());
+        }
+        let io = |e: std::io::Error| {
+            ApiError::internal("spool_failed", format!("spooling the archive: {e}"))
+        };
+        let mut file = tempfile::NamedTempFile::new_in(self.scratch.path()).map_err(io)?;
+        let mut total: u64 = 0;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                ApiError::bad_request("bad_body", format!("reading the request body: {e}"))
+            })?;
+            total = total.saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
+            if total > limit {
+                drop(file);
+                body::refuse(headers, &mut stream).await;
+                return Err(too_large());
+            }
+            file.write_all(&chunk).map_err(io)?;
+        }
+        file.flush().map_err(io)?;
+        Ok(file)
+    }
+
+    async fn base(&self) -> Result<Arc<Snapshot>, ApiError> {
+        match &*self.bind.lock().await {
+            BindState::Bound(base) => Ok(base.clone()),
+            BindState::Unbound => Err(conflict(
+                "not_bound",
+                "no workspace is bound yet: PUT /v1/workspace first",
+            )),
+            BindState::Broken(reason) => Err(conflict(
+                "broken",
+                format!("the bind failed half-way ({reason}); this agent serves nothing"),
+            )),
+        }
+    }
+
+    /// `POST /v1/exec`: validates, then runs the command in its own task (a client that goes
+    /// away does not cut it off half-way) after the commands queued before it.
+    pub async fn exec(self: &Arc<Self>, req: AgentExec) -> Result<AgentExecResult, ApiError> {
+        let timeout = self.validate(&req)?;
+        self.base().await?;
+        let agent = self.clone();
+        let task = tokio::spawn(async move {
+            let _turn = agent.queue.lock().await;
+            let mut env = shell::own_environment();
+            for (k, v) in &req.env {
+                if state::carried(k) {
+                    env.insert(k.clone(), v.clone());
+                }
+            }
+            let limits = ShellLimits {
+                timeout,
+                max_output_bytes: agent.config.max_output_bytes,
+                ..ShellLimits::default()
+            };
+            let cmd = ShellCommand {
+                script: &req.script,
+                cwd: Path::new(&req.cwd),
+                env: &env,
+            };
+            let result = shell::run(&cmd, &agent.view, &limits)
+                .await
+                .unwrap_or_else(|e| {
+                    kube_harness_runtime::ExecResult::fault(&format!("Tier-1 agent: {e}"))
+                });
+            if agent.config.reap_orphans {
+                let _ = tokio::task::spawn_blocking(reap::kill_all_children).await;
+            }
+            result
+        });
+        let result = task
+            .await
+            .map_err(|e| ApiError::internal("internal", format!("the exec task failed: {e}")))?;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        Ok(AgentExecResult {
+            stdout_b64: b64(&result.stdout),
+            stderr_b64: b64(&result.stderr),
+            state_b64: b64(&result.state),
+            exit_code: result.exit_code,
+            timed_out: result.timed_out,
+            truncated: result.truncated,
+            duration_ms: u64::try_from(result.duration.as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
+    fn validate(&self, req: &AgentExec) -> Result<Duration, ApiError> {
+        let bad = |m: String| ApiError::bad_request("bad_request", m);
+        if matches!(self.view, View::Direct) && req.script.len() > MAX_SCRIPT_BYTES {
+            return Err(ApiError::too_large(format!(
+                "script is {} bytes, over the limit of {MAX_SCRIPT_BYTES}",
+                req.script.len()
+            )));
+        }
+        if req.script.contains('\0') {
+            return Err(bad("script contains a NUL byte".into()));
+        }
+        if !req.cwd.starts_with('/') || req.cwd.contains('\0') {
+            return Err(bad(format!("cwd {:?} is not an absolute path", req.cwd)));
+        }
+        for (k, v) in &req.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                return Err(bad(format!("invalid environment variable {k:?}")));
+            }
+        }
+        match req.timeout_ms {
+            None => Ok(self.config.default_timeout),
+            Some(ms) if ms == 0 || Duration::from_millis(ms) > self.config.max_timeout => {
+                Err(bad(format!(
+                    "timeoutMs must be 1..={}",
+                    self.config.max_timeout.as_millis()
+                )))
+            }
+            Some(ms) => Ok(Duration::from_millis(ms)),
+        }
+    }
+
+    /// `GET /v1/changes`: a change archive of what differs from the bind (after the command
+    /// running now, if any), packed into an unnamed spool file (never into memory) of at most
+    /// `max_archive_bytes`. Returns the file, rewound, and its length.
+    pub async fn changes(&self) -> Result<(std::fs::File, u64), ApiError> {
+        let base = self.base().await?;
+        let _turn = self.queue.lock().await;
+        let spec = self.spec.clone();
+        let dir = self.scratch.path().to_path_buf();
+        let limit = self.config.max_archive_bytes;
+        tokio::task::spawn_blocking(move || {
+            let io = |e: std::io::Error| {
+                ApiError::internal("changes_failed", format!("spooling the changes: {e}"))
+            };
+            let file = tempfile::tempfile_in(&dir).map_err(io)?;
+            let mut out = Capped::new(
+                std::io::BufWriter::with_capacity(body::SPOOL_BUFFER, file),
+                limit,
+            );
+            let packed = workspace::changes_since(&spec, &base, &PackOptions::default(), &mut out);
+            if out.over {
+                return Err(ApiError::internal(
+                    "changes_too_large",
+                    format!("the change archive is over the limit of {limit} bytes"),
+                ));
+            }
+            packed.map_err(|e| {
+                ApiError::internal("changes_failed", format!("packing the changes: {e}"))
+            })?;
+            let length = out.written;
+            let mut file = out.inner.into_inner().map_err(|e| io(e.into_error()))?;
+            file.seek(SeekFrom::Start(0)).map_err(io)?;
+            Ok((file, length))
+        })
+        .await
+        .map_err(|e| ApiError::internal("internal", format!("changes task: {e}")))?
+    }
+
+    /// Why this agent serves nothing, once a bind failed half-way (`/readyz` answers 503).
+    pub fn broken(&self) -> Option<String> {
+        match self.bind.try_lock().as_deref() {
+            Ok(BindState::Broken(reason)) => Some(reason.clone()),
+            _ => None,
+        }
+    }
+
+    /// Whether a workspace is bound (reported by `/readyz`).
+    pub fn is_bound(&self) -> bool {
+        self.bind
+            .try_lock()
+            .map(|s| matches!(&*s, BindState::Bound(_)))
+            .unwrap_or(false)
+    }
+}
+
+/// A private directory for spools and scripts: under the temp dir, else under `HOME` (a pod
+/// with a read-only root filesystem still has a writable `HOME` volume).
+fn scratch_dir() -> Result<tempfile::TempDir, String> {
+    let mut tried = Vec::new();
+    let candidates = [
+        Some(std::env::temp_dir()),
+        std::env::var_os("HOME").map(PathBuf::from),
+    ];
+    for dir in candidates.into_iter().flatten() {
+        match tempfile::Builder::new()
+            .prefix("kube-harness-agent-")
+            .tempdir_in(&dir)
+        {
+            Ok(t) => return Ok(t),
+            Err(e) => tried.push(format!("{}: {e}", dir.display())),
+        }
+    }
+    Err(format!(
+        "no writable scratch directory ({})",
+        tried.join("; ")
+    ))
+}

@@ -1,0 +1,131 @@
+//! The agent's HTTP face (axum): the routes of docs/tier1.md behind the pod's bearer token,
+//! probes without one, and `{"error": {"code", "message"}}` for every refusal.
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects
+)]
+
+use super::agent::Agent;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use kube_harness_protocol::tier1::AgentExec;
+use kube_harness_service_kit::body;
+use kube_harness_service_kit::{require_bearer, ApiError, AuthConfig, ConnectionLimits};
+use serde_json::json;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+pub fn router(agent: Arc<Agent>, auth: AuthConfig) -> Router {
+    // Both bodies are read as they arrive with the agent's own limits (413 past them): the
+    // archive into a spool, the exec request into memory.
+    let api = Router::new()
+        .route("/v1/workspace", put(bind))
+        .route("/v1/exec", post(exec))
+        .route("/v1/changes", get(changes))
+        .route_layer(axum::middleware::from_fn_with_state(auth, require_bearer));
+    Router::new()
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/readyz", get(readyz))
+        .merge(api)
+        .fallback(|| async {
+            ApiError::not_found(
+                "not_found",
+                "no such route: the Tier-1 agent serves PUT /v1/workspace, POST /v1/exec, GET /v1/changes, GET /healthz, GET /readyz",
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this route",
+            )
+        })
+        .with_state(agent)
+}
+
+/// Ready once listening: a prepared pod must be ready before anything is bound to it. An agent
+/// whose bind failed half-way is not ready again (503 `broken` with the reason).
+async fn readyz(State(agent): State<Arc<Agent>>) -> Response {
+    if let Some(reason) = agent.broken() {
+        return ApiError::unavailable(
+            "broken",
+            format!("a workspace bind failed half-way ({reason}); this agent serves nothing"),
+        )
+        .into_response();
+    }
+    Json(json!({"status": "ready", "bound": agent.is_bound()})).into_response()
+}
+
+async fn bind(
+    State(agent): State<Arc<Agent>>,
+    headers: HeaderMap,
+    archive: Body,
+) -> Result<Response, ApiError> {
+    agent
+        .bind(&headers, archive)
+        .await
+        .map(|r| Json(r).into_response())
+}
+
+async fn exec(
+    State(agent): State<Arc<Agent>>,
+    headers: HeaderMap,
+    raw: Body,
+) -> Result<Response, ApiError> {
+    let limit = agent.config().max_exec_body_bytes;
+    let raw = body::read_request(&headers, raw, limit)
+        .await
+        .map_err(|e| match e {
+            body::BodyError::TooLarge { .. } => {
+                ApiError::too_large(format!("request body over the limit of {limit} bytes"))
+            }
+            other => {
+                ApiError::bad_request("bad_body", format!("cannot read the request body: {other}"))
+            }
+        })?;
+    let req: AgentExec = serde_json::from_slice(&raw)
+        .map_err(|e| ApiError::bad_request("bad_request", format!("invalid exec request: {e}")))?;
+    agent.exec(req).await.map(|r| Json(r).into_response())
+}
+
+/// The change archive, streamed from its spool with its length.
+async fn changes(State(agent): State<Arc<Agent>>) -> Result<Response, ApiError> {
+    let (archive, length) = agent.changes().await?;
+    let stream = body::file_chunks(archive);
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/x-tar".to_string()),
+            (header::CONTENT_LENGTH, length.to_string()),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+/// Serves until `shutdown` completes, then lets in-flight requests finish.
+pub async fn serve(
+    listener: TcpListener,
+    agent: Arc<Agent>,
+    auth: AuthConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_with(listener, agent, auth, ConnectionLimits::default(), shutdown).await
+}
+
+/// Like [`serve`], with the given connection bounds (header read and idle timeouts, a
+/// connection limit) instead of the defaults.
+pub async fn serve_with(
+    listener: TcpListener,
+    agent: Arc<Agent>,
+    auth: AuthConfig,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    kube_harness_service_kit::serve_with(listener, router(agent, auth), limits, shutdown).await
+}

@@ -1,0 +1,24 @@
+//! Tier-1: the real toolchain a turn escalates to (docs/tier1.md).
+//!
+//! - `shell`: running one command with real bash (shared with the local host's Tier-1).
+//! - `local_tier1`: the local host's Tier-1: this machine's toolchain in a private mount namespace.
+//! - `agent`, `agent_http`, `bind`, `reap`: the agent in a Tier-1 pod (`kube-harness worker
+//!   --tier 1`): workspace bind, commands, changes.
+//! - `pod`, `pod_shell`, `tier_api`: the worker's side: a sandbox from the operator, the handoff, the
+//!   commands and the merge.
+//! - The JSON both sides speak is `kube_harness_protocol::tier1`.
+
+pub mod agent;
+pub mod agent_http;
+pub mod bind;
+pub mod local_tier1;
+pub mod pod;
+pub mod pod_shell;
+pub mod reap;
+pub mod shell;
+pub mod tier_api;
+
+pub use agent::{Agent, AgentConfig};
+pub use local_tier1::LocalTier1;
+pub use pod::{PodTier1, PodTier1Config};
+pub use pod_shell::PodShell;

@@ -1,0 +1,308 @@
+//! Tier-1 pods as the worker's next tier: on a turn's first escalation, pack the workspace, ask
+//! the operator for a sandbox, wait for it, hand the archive to its agent and check what the
+//! agent unpacked; then run the turn's commands there, and at the end fetch the changes, merge
+//! them into the session's tracked mounts and always end the sandbox.
+//!
+//! Every failure is bounded and answered: provisioning by its deadline (126 with the operator's
+//! reason), a command by its time limit plus a margin (126 when the pod stops answering).
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects
+)]
+
+use super::pod_shell::PodShell;
+use super::tier_api::{TierApi, TierApiError};
+use async_trait::async_trait;
+use kube_harness_protocol::tier1::{phase, BindReport, Sandbox};
+use kube_harness_runtime::{CommandExecutor, NextTier};
+use kube_harness_service_kit::body::{self, Capped};
+use kube_harness_workspace::{self as workspace, PackOptions, WorkspaceSpec};
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Where the worker finds the operator, and its bounds.
+#[derive(Debug, Clone)]
+pub struct PodTier1Config {
+    /// The operator's tier API, e.g. `http://kube-harness-operator.kube-harness:8081`.
+    pub tier_api_url: String,
+    /// The session's namespace and name.
+    pub namespace: String,
+    pub session: String,
+    /// The session's worker token: the bearer to the operator.
+    pub token: String,
+    /// How long a sandbox may take to be Ready and bound.
+    pub provision_timeout: Duration,
+    pub poll_interval: Duration,
+    /// A command's limit when its request names none (the worker's `--command-timeout`).
+    pub command_timeout: Duration,
+    /// What a request to the agent may take beyond the command's own limit (transfer, the
+    /// agent's kill and drain) before the pod counts as gone.
+    pub request_margin: Duration,
+    /// Bound on fetching the change archive at the end of the turn.
+    pub changes_timeout: Duration,
+    /// Largest archive either way: the workspace packed for the handoff (refused before the
+    /// pod is asked for beyond it) and the change archive read back (the merge fails cleanly
+    /// beyond it: nothing applied). Both are streamed through `spool_dir`, never held in memory.
+    pub max_archive_bytes: u64,
+    /// Largest JSON answer read from the agent or the operator (an exec answer carries up to
+    /// 2 × 1 MiB of output and a state report, base64-encoded).
+    pub max_answer_bytes: usize,
+    /// Where archives are spooled (unnamed temporary files: nothing is left behind).
+    pub spool_dir: PathBuf,
+}
+
+/// Default of [`PodTier1Config::max_archive_bytes`] (and the agent's): 1 GiB.
+pub const DEFAULT_MAX_ARCHIVE_BYTES: u64 = 1 << 30;
+/// Default of [`PodTier1Config::max_answer_bytes`]: 16 MiB.
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 16 << 20;
+/// How much of an error answer is kept for the message.
+pub(super) const ERROR_TEXT_BYTES: usize = 64 << 10;
+
+impl PodTier1Config {
+    pub fn new(tier_api_url: &str, namespace: &str, session: &str, token: &str) -> Self {
+        PodTier1Config {
+            tier_api_url: tier_api_url.to_string(),
+            namespace: namespace.to_string(),
+            session: session.to_string(),
+            token: token.to_string(),
+            provision_timeout: Duration::from_secs(180),
+            poll_interval: Duration::from_millis(250),
+            command_timeout: Duration::from_secs(60),
+            request_margin: Duration::from_secs(15),
+            changes_timeout: Duration::from_secs(300),
+            max_archive_bytes: DEFAULT_MAX_ARCHIVE_BYTES,
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
+            spool_dir: std::env::temp_dir(),
+        }
+    }
+}
+
+/// Provisions a [`PodShell`] per escalating turn.
+pub struct PodTier1 {
+    config: PodTier1Config,
+    http: reqwest::Client,
+    api: TierApi,
+}
+
+impl PodTier1 {
+    pub fn new(config: PodTier1Config) -> Result<Self, String> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| format!("HTTP client: {e}"))?;
+        let api = TierApi::new(
+            http.clone(),
+            &config.tier_api_url,
+            &config.namespace,
+            &config.session,
+            &config.token,
+        )
+        .with_max_answer_bytes(config.max_answer_bytes);
+        Ok(PodTier1 { config, http, api })
+    }
+
+    /// Opens the turn's sandbox and polls it until Ready; on Failed, a definite refusal or the
+    /// deadline, ends it and says why.
+    async fn wait_ready(
+        &self,
+        turn: &str,
+        bytes: u64,
+        deadline: Instant,
+    ) -> Result<Sandbox, String> {
+        let mut opened = false;
+        let mut last;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let call = left.clamp(Duration::from_millis(100), Duration::from_secs(10));
+            let answer = if opened {
+                self.api.get(turn, call).await
+            } else {
+                self.api.open(turn, bytes, call).await
+            };
+            match answer {
+                Ok(sb) => {
+                    opened = true;
+                    match sb.phase.as_str() {
+                        phase::READY if sb.endpoint.is_some() && sb.token.is_some() => {
+                            return Ok(sb)
+                        }
+                        phase::FAILED => {
+                            let why = format!(
+                                "the Tier-1 sandbox failed ({}): {}",
+                                sb.reason.as_deref().unwrap_or("unknown reason"),
+                                sb.message.as_deref().unwrap_or("no message")
+                            );
+                            return Err(self.end_after(turn, why).await);
+                        }
+                        other => {
+                            last = format!(
+                                "last phase {other}{}",
+                                sb.pod.map(|p| format!(", pod {p}")).unwrap_or_default()
+                            )
+                        }
+                    }
+                }
+                Err(TierApiError::Retryable(e)) => last = e,
+                // The operator lost track of it (restarted before the pod was recorded): the
+                // open is idempotent per turn, so ask again.
+                Err(TierApiError::NotFound(e)) => {
+                    opened = false;
+                    last = e;
+                }
+                Err(TierApiError::Refused(e)) => return Err(self.end_after(turn, e).await),
+            }
+            if Instant::now() >= deadline {
+                let why = format!(
+                    "the Tier-1 sandbox was not ready within {}s ({last})",
+                    self.config.provision_timeout.as_secs()
+                );
+                return Err(self.end_after(turn, why).await);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep(self.config.poll_interval.min(left)).await;
+        }
+    }
+
+    /// Ends the turn's sandbox after a failure and returns the failure (with the delete's own
+    /// failure appended, when there is one).
+    async fn end_after(&self, turn: &str, why: String) -> String {
+        match self.api.delete(turn).await {
+            Ok(()) => why,
+            Err(e) => format!("{why}; ending the sandbox also failed: {e}"),
+        }
+    }
+
+    /// `PUT /v1/workspace`, retried while the agent's address refuses connections (a pod just
+    /// Ready, a network policy not yet in force), until the deadline.
+    async fn hand_over(
+        &self,
+        sb: &Sandbox,
+        archive: &std::fs::File,
+        length: u64,
+        deadline: Instant,
+    ) -> Result<BindReport, String> {
+        let endpoint = sb
+            .endpoint
+            .as_deref()
+            .unwrap_or_default()
+            .trim_end_matches('/');
+        let token = sb.token.as_deref().unwrap_or_default();
+        loop {
+            // Streamed from the spool, from its start again on each attempt.
+            let body = body::from_file(archive)
+                .map_err(|e| format!("reading the spooled workspace archive: {e}"))?;
+            let sent = self
+                .http
+                .put(format!("{endpoint}/v1/workspace"))
+                .bearer_auth(token)
+                .header(reqwest::header::CONTENT_TYPE, "application/x-tar")
+                .header(reqwest::header::CONTENT_LENGTH, length)
+                .body(body)
+                .timeout(
+                    deadline
+                        .saturating_duration_since(Instant::now())
+                        .max(Duration::from_secs(60)),
+                )
+                .send()
+                .await;
+            match sent {
+                Ok(r) if r.status().is_success() => {
+                    return body::json::<BindReport>(r, self.config.max_answer_bytes)
+                        .await
+                        .map_err(|e| format!("unreadable bind answer from the Tier-1 agent: {e}"))
+                }
+                Ok(r) => {
+                    let status = r.status();
+                    let text = body::text_prefix(r, ERROR_TEXT_BYTES).await;
+                    return Err(format!(
+                        "the Tier-1 agent refused the workspace ({status}): {text}"
+                    ));
+                }
+                Err(e) if e.is_connect() && Instant::now() < deadline => {
+                    tokio::time::sleep(self.config.poll_interval).await;
+                }
+                Err(e) => return Err(format!("handing the workspace to the Tier-1 agent: {e}")),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl NextTier for PodTier1 {
+    async fn provision(&self, spec: &WorkspaceSpec) -> Result<Arc<dyn CommandExecutor>, String> {
+        let started = Instant::now();
+        let deadline = started
+            .checked_add(self.config.provision_timeout)
+            .unwrap_or(started);
+        let packed_spec = spec.clone();
+        let dir = self.config.spool_dir.clone();
+        let limit = self.config.max_archive_bytes;
+        // Packed into a spool file, never into memory; refused before any pod is asked for
+        // when it is over the limit.
+        let (archive, handed_over, packed) = tokio::task::spawn_blocking(move || {
+            let file = tempfile::tempfile_in(&dir)
+                .map_err(|e| format!("spooling the workspace archive in {}: {e}", dir.display()))?;
+            let mut out = Capped::new(
+                std::io::BufWriter::with_capacity(body::SPOOL_BUFFER, file),
+                limit,
+            );
+            let packed = workspace::pack(&packed_spec, &PackOptions::default(), &mut out);
+            if out.over {
+                return Err(format!(
+                    "the workspace is over the handoff limit of {limit} bytes (--max-archive-bytes)"
+                ));
+            }
+            let packed = packed.map_err(|e| format!("packing the workspace: {e}"))?;
+            let written = out.written;
+            let file = out
+                .inner
+                .into_inner()
+                .map_err(|e| format!("spooling the workspace archive: {}", e.error()))?;
+            Ok::<_, String>((file, written, packed))
+        })
+        .await
+        .map_err(|e| format!("pack task: {e}"))??;
+        let turn = format!("t{}", uuid::Uuid::new_v4().simple());
+        let sb = self.wait_ready(&turn, handed_over, deadline).await?;
+        let pod = sb.pod.clone().unwrap_or_default();
+        let bound = match self.hand_over(&sb, &archive, handed_over, deadline).await {
+            Ok(b) => b,
+            Err(e) => return Err(self.end_after(&turn, e).await),
+        };
+        if bound.files != packed.entries || bound.bytes != packed.total_bytes {
+            let why = format!(
+                "the Tier-1 pod {pod} unpacked {} entries / {} bytes, but {} / {} were sent",
+                bound.files, bound.bytes, packed.entries, packed.total_bytes
+            );
+            return Err(self.end_after(&turn, why).await);
+        }
+        Ok(Arc::new(PodShell {
+            http: self.http.clone(),
+            api: self.api.clone(),
+            config: self.config.clone(),
+            endpoint: sb
+                .endpoint
+                .clone()
+                .unwrap_or_default()
+                .trim_end_matches('/')
+                .to_string(),
+            token: sb.token.clone().unwrap_or_default(),
+            opened: json!({"source": sb.source, "missReason": sb.miss_reason, "pod": sb.pod}),
+            pod,
+            turn,
+            worker_spec: spec.clone(),
+            worker_base: packed.snapshot,
+            started,
+            provisioned: started.elapsed(),
+            handed_over,
+            commands: AtomicU64::new(0),
+            busy_ms: AtomicU64::new(0),
+            gone: Mutex::new(None),
+            queue: tokio::sync::Mutex::new(()),
+        }))
+    }
+}
