@@ -507,6 +507,11 @@ fn what_a_killed_worker_leaves_is_swept_by_the_next_sandbox() {
 
 /// Pids of the `sleep 300N` processes the test above starts.
 fn sleepers() -> Vec<u32> {
+    sleeping(&["3001", "3002", "3003"])
+}
+
+/// Pids of the `sleep N` processes for these `N`.
+fn sleeping(seconds: &[&str]) -> Vec<u32> {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
@@ -514,9 +519,7 @@ fn sleepers() -> Vec<u32> {
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
                 let c = String::from_utf8_lossy(&c).replace('\0', " ");
-                ["3001", "3002", "3003"]
-                    .iter()
-                    .any(|n| c.trim() == format!("sleep {n}"))
+                seconds.iter().any(|n| c.trim() == format!("sleep {n}"))
             })
         })
         .collect()
@@ -533,6 +536,71 @@ fn runtime_dirs_of(pid: u32) -> Vec<std::path::PathBuf> {
                 .is_some_and(|n| n.starts_with(&format!("kube-harness-sandbox-{pid}-")))
         })
         .collect()
+}
+
+/// Third outside attack: Ctrl-C (or SIGTERM) to `local exec` during a local Tier-1 command left
+/// the command running as root with every capability, re-parented to PID 1 with no limits, and
+/// left the Tier-1 scratch copy of the workspace in TMPDIR for good. The command now runs in a
+/// PID namespace that dies with the host process, and the next provisioning removes the copy.
+#[test]
+fn a_signal_to_the_host_during_a_local_tier1_command_leaves_nothing_running() {
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let scratch = tmp.path().join("tmp");
+    std::fs::create_dir(&scratch).unwrap();
+    let ours = ["3011", "3012", "3013"];
+    let mut dead = Vec::new();
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let mut child = kh(tmp.path())
+            .env("TMPDIR", &scratch)
+            .args(["local", "exec", "--session", "t1", "--"])
+            .arg("git --version >/dev/null; setsid sleep 3011 & (nohup sleep 3012 >/dev/null &); sleep 3013")
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while sleeping(&ours).len() < 3 {
+            assert!(
+                Instant::now() < deadline,
+                "the Tier-1 command never started"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let _ = child.wait();
+        dead.push(child.id());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !sleeping(&ours).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let left = sleeping(&ours);
+        for p in &left {
+            unsafe { libc::kill(*p as i32, libc::SIGKILL) };
+        }
+        assert_eq!(
+            left,
+            Vec::<u32>::new(),
+            "outlived the host (signal {signal})"
+        );
+    }
+    // The next escalation removes the scratch copies the killed hosts left.
+    let o = kh(tmp.path())
+        .env("TMPDIR", &scratch)
+        .args(["local", "exec", "--session", "t1", "--", "git --version"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let left: Vec<String> = std::fs::read_dir(&scratch)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| {
+            dead.iter()
+                .any(|pid| n.starts_with(&format!("kube-harness-tier1-{pid}-")))
+        })
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "scratch copies of killed hosts");
 }
 
 /// A write under a name the file tracking cannot follow (not UTF-8) used to leave no event and

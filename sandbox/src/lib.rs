@@ -190,29 +190,9 @@ impl Tier0Sandbox {
 const RUNTIME_PREFIX: &str = "kube-harness-sandbox-";
 
 /// Removes runtime directories of this user whose process is gone (a worker killed with
-/// SIGKILL never runs its destructors). Best effort: errors are ignored.
+/// SIGKILL never runs its destructors).
 fn sweep_runtime_dirs() {
-    use std::os::unix::fs::MetadataExt;
-    // SAFETY: plain getter.
-    let uid = unsafe { libc::geteuid() };
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(RUNTIME_PREFIX)) else {
-            continue;
-        };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        let mine = entry
-            .metadata()
-            .is_ok_and(|m| m.is_dir() && !m.file_type().is_symlink() && m.uid() == uid);
-        if mine && !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
+    kube_harness_workspace::leftovers::sweep_dead(&std::env::temp_dir(), RUNTIME_PREFIX);
 }
 
 fn mkdir(path: &Path) -> Result<(), SandboxError> {

@@ -57,8 +57,9 @@ impl NextTier for LocalTier1 {
             ));
         }
         let started = Instant::now();
+        workspace::leftovers::sweep_dead(&self.scratch_parent, SCRATCH_PREFIX);
         let scratch = tempfile::Builder::new()
-            .prefix("kube-harness-tier1-")
+            .prefix(&workspace::leftovers::own_prefix(SCRATCH_PREFIX))
             .tempdir_in(&self.scratch_parent)
             .map_err(|e| format!("making the Tier-1 scratch dir: {e}"))?;
         let spec = spec.clone();
@@ -98,6 +99,10 @@ impl NextTier for LocalTier1 {
         }))
     }
 }
+
+/// Scratch directories are `<parent>/kube-harness-tier1-<pid>-<random>`: those of a host that
+/// was killed are removed by the next provisioning.
+const SCRATCH_PREFIX: &str = "kube-harness-tier1-";
 
 /// One turn's Tier-1: a copy of the workspace and the host's shell.
 pub struct HostShell {

@@ -1,7 +1,9 @@
 //! Running one command with real bash, as every Tier-1 does it (the local host's and a pod's
 //! agent): its own process group, stdout/stderr captured with caps, the runtime's state report
 //! read from file descriptor 3, a wall-clock limit, and nothing of the command's process group
-//! left running once it ends (the same rule as Tier-0, where the supervisor kills the tree).
+//! left running once it ends (the same rule as Tier-0, where the supervisor kills the tree). On
+//! the local host the command runs in a PID namespace of its own that dies with it, and with the
+//! host process.
 //!
 //! There is no sandbox here: Tier-1 is the real toolchain, isolated by the pod (or the host's
 //! mount namespace) around it.
@@ -77,7 +79,8 @@ for d in /*; do
   if [ -L "$d" ]; then ln -s "$(readlink "$d")" "$new/$name"
   elif [ -d "$d" ]; then mkdir "$new/$name"; mount --rbind "$d" "$new/$name"; fi
 done
-for d in proc sys dev; do mkdir "$new/$d"; mount --rbind "/$d" "$new/$d"; done
+for d in sys dev; do mkdir "$new/$d"; mount --rbind "/$d" "$new/$d"; done
+mkdir "$new/proc"; mount -t proc proc "$new/proc"
 while IFS='|' read -r harness backing mode; do
   [ -n "$harness" ] || continue
   mkdir -p "$new$harness"
@@ -113,11 +116,17 @@ pub async fn run(
             tokio::fs::write(scratch.join("mounts"), mount_table(mounts))
                 .await
                 .map_err(|e| format!("writing the mount table: {e}"))?;
+            // A PID namespace too: its first process is the command's shell, and when it ends
+            // (or `unshare` dies, `--kill-child`) the kernel kills everything left in it,
+            // `setsid` daemons included. `unshare` itself dies with this process (PDEATHSIG
+            // below), so a host killed by Ctrl-C leaves nothing of the command running.
             let mut c = tokio::process::Command::new("unshare");
             c.args([
                 "--mount",
                 "--propagation",
                 "private",
+                "--pid",
+                "--kill-child=SIGKILL",
                 "/bin/sh",
                 "-c",
                 NAMESPACE_SETUP,
@@ -137,11 +146,25 @@ pub async fn run(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    // SAFETY: dup2 is async-signal-safe; `state_fd` stays open until spawn returns.
+    let die_with_us = matches!(view, View::Namespace { .. });
+    let host_pid = std::process::id() as libc::pid_t;
+    // SAFETY: dup2 and prctl are async-signal-safe; `state_fd` stays open until spawn returns.
     unsafe {
         command.pre_exec(move || {
             if libc::dup2(state_fd, 3) != 3 {
                 return Err(std::io::Error::last_os_error());
+            }
+            // The local host's `unshare` is killed when the thread that started it exits (the
+            // host process's runtime threads live as long as it does): a host stopped by a
+            // signal takes the command's PID namespace with it.
+            if die_with_us {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The host may have died between fork and prctl: then nobody would kill us.
+                if libc::getppid() != host_pid {
+                    return Err(std::io::Error::other("the host process is gone"));
+                }
             }
             Ok(())
         });

@@ -1,4 +1,4 @@
-//! Every event the runtime emits, on both tiers, validates against worker/schema/lh.trace.v2.json,
+//! Every event the runtime emits, on both tiers, validates against protocol/schema/lh.trace.v2.json,
 //! and a turn covers every event type the schema names.
 
 mod runtime_support;

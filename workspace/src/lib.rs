@@ -16,6 +16,7 @@
 )]
 
 mod error;
+pub mod leftovers;
 mod manifest;
 mod merge;
 mod pack;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates src/parser.c, src/grammar.json and src/node-types.json from grammar.js with
 # tree-sitter-cli 0.25.10 (the version that generated upstream tree-sitter-bash 0.25.1, ABI 15).
-#   worker/grammar/bash/regenerate.sh          write the generated files into src/
-#   worker/grammar/bash/regenerate.sh --check  exit 1 if they differ from the committed ones
+#   classify/grammar/bash/regenerate.sh          write the generated files into src/
+#   classify/grammar/bash/regenerate.sh --check  exit 1 if they differ from the committed ones
 # Needs node (grammar.js is evaluated by it) and a `tree-sitter` 0.25.10 on PATH; without one it
 # builds it from crates.io into $KH_CACHE (default /var/cache/kube-harness), about 5 minutes on two
 # cores. The npm package tree-sitter-cli downloads its binary from GitHub at install time, so it is

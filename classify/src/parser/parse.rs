@@ -1,4 +1,4 @@
-//! One tree-sitter-bash parser per thread (the vendored grammar in worker/grammar/bash), with the
+//! One tree-sitter-bash parser per thread (the vendored grammar in classify/grammar/bash), with the
 //! bounds that keep classification from hanging: a size cap and, for larger inputs, a wall-clock
 //! budget enforced by tree-sitter's progress callback.
 
@@ -37,7 +37,7 @@ fn new_parser() -> Result<Parser, ParseError> {
 /// Upstream tree-sitter-bash 0.25.1's external scanner passed the lookahead code point to
 /// `isdigit()`, which is only defined for single bytes: past ASCII it read outside glibc's ctype
 /// table and could crash the process (`echo {` followed by a high code point; found by the
-/// arbitrary-bytes property test). The vendored scanner (worker/grammar/bash) tests digits by range
+/// arbitrary-bytes property test). The vendored scanner (classify/grammar/bash) tests digits by range
 /// now; this guard stays as defence in depth against the next such bug in C code that sees every
 /// script, at the cost of one `is_ascii` scan for ASCII scripts. The parser gets an ASCII stand-in
 /// of the same length: every non-ASCII byte becomes `x`, a word character as the original is to

@@ -205,3 +205,47 @@ async fn deleting_a_pod_removes_its_containers() {
     })
     .await;
 }
+
+/// The recipe "add a Tier-0 command" (docs/architecture.md) has three steps: the matrix, the
+/// worker image, this test. Every command the newest capability matrix calls Tier-0 (gated by a
+/// toggle or not) must be a program in the worker image: a command the matrix promises and the
+/// image lacks would fail on Tier-0 as "not found" instead of escalating.
+#[tokio::test]
+#[ignore = "needs a cluster: see docs/testing.md"]
+async fn the_worker_image_ships_every_tier0_command_of_the_matrix() {
+    let matrix = kube_harness_classify::matrix::get(None).expect("the newest matrix");
+    let t = &matrix.doc.tier0;
+    let names: Vec<&str> = [&t.always, &t.network, &t.python, &t.javascript]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    assert!(names.len() > 20, "{names:?}");
+    let script = format!(
+        "for c in {}; do command -v \"$c\" >/dev/null || echo \"missing $c\"; done; echo checked",
+        names.join(" ")
+    );
+    with_namespace("image", |client, ns| async move {
+        let pods: Api<Pod> = Api::namespaced(client, &ns);
+        let image = "localhost/kube-harness/worker:dev";
+        let mut pod = command_pod("tools", image, &["bash", "-c", &script], &[]);
+        if let Some(spec) = pod.spec.as_mut() {
+            for c in &mut spec.containers {
+                c.image_pull_policy = Some("Never".into());
+            }
+        }
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+        wait_succeeded(&pods, "tools", POD_START)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let logs = pods
+            .logs("tools", &LogParams::default())
+            .await
+            .expect("read logs via the API server");
+        assert_eq!(logs, "checked\n", "commands the matrix promises and the image lacks");
+    })
+    .await;
+}
+
