@@ -20,7 +20,8 @@ through it. Comments and string literals are ignored; inline modules
 
 Prints each strongly connected component of more than one file with the edges that form it
 (file:line of a reference each) and exits 1 if there is any; exits 0 and says so otherwise.
-No dependencies beyond python3.
+`--self-test` runs the script on small made-up crates with known answers. No dependencies
+beyond python3.
 """
 
 import os
@@ -412,17 +413,70 @@ def sccs(nodes, graph):
     return out
 
 
-def main(argv):
-    if len(argv) != 2 or not os.path.isdir(argv[1]):
-        print(__doc__.strip().splitlines()[0], file=sys.stderr)
-        return 2
-    crate = Crate(argv[1])
+def cycles_of(src):
+    """(the crate, {(from, to): line}, [components of more than one module path])."""
+    crate = Crate(src)
     found = crate.edges()
     graph = defaultdict(set)
     for a, b in found:
         graph[a].add(b)
+    return crate, found, graph, [c for c in sccs(crate.mods, graph) if len(c) > 1]
+
+
+SELF_TESTS = [
+    # (name, {file: text}, expected components as sets of module paths joined by "::")
+    ("use cycle", {"lib.rs": "mod a; mod b;", "a.rs": "use crate::b::B; pub struct A;",
+                   "b.rs": "pub struct B; fn f() { let _ = crate::a::A; }"}, [{"a", "b"}]),
+    ("one way", {"lib.rs": "mod a; mod b;", "a.rs": "use crate::b::B;", "b.rs": "pub struct B;"}, []),
+    ("through re-exports of the root",
+     {"lib.rs": "mod a; mod b; pub use a::A; pub use b::B;",
+      "a.rs": "pub struct A; fn f() -> crate::B { todo!() }",
+      "b.rs": "pub struct B; use crate::A;\nfn g(_: A) {}"}, [{"a", "b"}]),
+    ("re-export only: no edge from the root",
+     {"lib.rs": "mod a; pub use a::A; pub struct R;", "a.rs": "pub struct A; use crate::R;"}, []),
+    ("mod.rs code and a child",
+     {"lib.rs": "mod m;", "m/mod.rs": "mod c; pub fn top() { c::leaf() } pub struct T;",
+      "m/c.rs": "use super::T; pub fn leaf() {}"}, [{"m", "m::c"}]),
+    ("foo.rs + foo/ layout, inline tests",
+     {"lib.rs": "mod foo;", "foo.rs": "mod bar; pub fn f() {}\n#[cfg(test)] mod tests { use super::*; }",
+      "foo/bar.rs": "use super::f;\nmod tests { use super::*; }"}, []),
+    ("comments and strings are not references",
+     {"lib.rs": "mod a; mod b;", "a.rs": "// crate::b::B\npub struct A; const S: &str = \"crate::b::x\";",
+      "b.rs": "use crate::a::A; /* crate::a */ pub struct B; fn c() -> char { '\\'' }"}, []),
+    ("module alias then a path",
+     {"lib.rs": "mod a; mod b;", "a.rs": "use crate::b;\npub struct A; fn f() { b::g() }",
+      "b.rs": "pub fn g() { let _ = super::a::A; }"}, [{"a", "b"}]),
+]
+
+
+def self_test():
+    import tempfile
+    failures = 0
+    for name, files, want in SELF_TESTS:
+        with tempfile.TemporaryDirectory() as src:
+            for rel_path, text in files.items():
+                path = os.path.join(src, rel_path)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w", encoding="utf-8") as fh:
+                    fh.write(text + "\n")
+            _, _, _, got = cycles_of(src)
+            got = sorted(sorted("::".join(p) or "crate" for p in c) for c in got)
+            expected = sorted(sorted(c) for c in want)
+            if got != expected:
+                failures += 1
+                print(f"FAIL {name}: got {got}, want {expected}")
+    print(f"{len(SELF_TESTS) - failures}/{len(SELF_TESTS)} self-tests passed")
+    return 1 if failures else 0
+
+
+def main(argv):
+    if argv[1:] == ["--self-test"]:
+        return self_test()
+    if len(argv) != 2 or not os.path.isdir(argv[1]):
+        print("usage: module-cycles.py SRC_DIR | --self-test", file=sys.stderr)
+        return 2
+    crate, found, graph, cycles = cycles_of(argv[1])
     rel = lambda p: os.path.relpath(crate.mods[p].file, argv[1])
-    cycles = [c for c in sccs(crate.mods, graph) if len(c) > 1]
     for comp in cycles:
         members = set(comp)
         print("cycle: " + ", ".join(rel(p) for p in comp))
