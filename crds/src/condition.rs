@@ -7,10 +7,83 @@ use k8s_openapi::jiff::Timestamp;
 
 /// Condition types of a HarnessSession and a SandboxTier.
 pub mod types {
+    /// Session: the worker answers commands. Tier: the tier passed its checks and can be used.
     pub const READY: &str = "Ready";
+    /// Session: the worker pod was deleted for idleness and the workspace PVC kept.
     pub const HIBERNATED: &str = "Hibernated";
+    /// Session: what an escalating command meets (a serving Tier-1 pod, or why not).
     pub const ESCALATED: &str = "Escalated";
+    /// Session or tier: something needs a human (a failing worker, a missing tier, failing pool pods).
     pub const DEGRADED: &str = "Degraded";
+}
+
+/// Condition reasons, by the condition types they go with (docs/operator.md has the table). They
+/// are part of the API: users and tests match on them, so a value never changes.
+pub mod reasons {
+    // Shared by Degraded of sessions and tiers.
+
+    /// Degraded False: nothing is wrong.
+    pub const AS_EXPECTED: &str = "AsExpected";
+
+    // HarnessSession Ready and Degraded.
+
+    /// Ready True: the worker pod is running and answers on its API.
+    pub const WORKER_READY: &str = "WorkerReady";
+    /// Ready False: the worker pod is being created, scheduled or started, or replaced.
+    pub const WORKER_STARTING: &str = "WorkerStarting";
+    /// Ready False and Degraded True: the worker pod cannot start without help (image, crash loop).
+    pub const WORKER_FAILING: &str = "WorkerFailing";
+    /// Ready False and Degraded True: the session's workerTier names no SandboxTier.
+    pub const WORKER_TIER_NOT_FOUND: &str = "WorkerTierNotFound";
+    /// Ready False and Degraded True: the session's workerTier is not a level-0 tier.
+    pub const WORKER_TIER_NOT_LEVEL_ZERO: &str = "WorkerTierNotLevelZero";
+    /// Ready False: the session is hibernated; the next exec wakes it.
+    pub const HIBERNATED: &str = "Hibernated";
+
+    // HarnessSession Hibernated.
+
+    /// Hibernated True: no command for idleHibernateSeconds, so the worker pod was deleted.
+    pub const IDLE_TIMEOUT: &str = "IdleTimeout";
+    /// Hibernated False: the worker pod is kept.
+    pub const AWAKE: &str = "Awake";
+
+    // HarnessSession Escalated.
+
+    /// Escalated True: a Tier-1 pod serves a turn.
+    pub const TIER1_READY: &str = "Tier1Ready";
+    /// Escalated False: escalation works and no turn has escalated yet.
+    pub const TIER1_AVAILABLE: &str = "Tier1Available";
+    /// Escalated False: a turn's Tier-1 pod is starting.
+    pub const TIER1_PROVISIONING: &str = "Tier1Provisioning";
+    /// Escalated False: a turn's Tier-1 pod could not start or died (kept after it is deleted).
+    pub const TIER1_FAILED: &str = "Tier1Failed";
+    /// Escalated False: the turn's Tier-1 pod was deleted at the end of the turn.
+    pub const TURN_ENDED: &str = "TurnEnded";
+    /// Escalated False: the session names no escalation tier; escalating commands get exit 126.
+    pub const NO_ESCALATION_TIER: &str = "NoEscalationTier";
+    /// Escalated False: the escalation tier does not exist; escalating commands get exit 126.
+    pub const ESCALATION_TIER_NOT_FOUND: &str = "EscalationTierNotFound";
+    /// Escalated False: the escalation tier is level 0; escalating commands get exit 126.
+    pub const ESCALATION_TIER_IS_LEVEL_ZERO: &str = "EscalationTierIsLevelZero";
+    /// Escalated False: the operator has no tier API URL; escalating commands get exit 126.
+    pub const ESCALATION_NOT_CONFIGURED: &str = "EscalationNotConfigured";
+
+    // SandboxTier Ready and Degraded.
+
+    /// Ready True: the tier passed every check against the capability matrix.
+    pub const VALID: &str = "Valid";
+    /// Ready False: the operator was built without a capability matrix.
+    pub const MATRIX_UNAVAILABLE: &str = "MatrixUnavailable";
+    /// Ready False: a capability the capability matrix does not know.
+    pub const UNKNOWN_CAPABILITY: &str = "UnknownCapability";
+    /// Ready False: template.image is empty.
+    pub const IMAGE_MISSING: &str = "ImageMissing";
+    /// Ready False: an escalation tier that provides nothing beyond Tier-0.
+    pub const NO_ESCALATION_CAPABILITY: &str = "NoEscalationCapability";
+    /// Ready False: an escalation tier's name is too long to be a label value of its pods.
+    pub const NAME_TOO_LONG: &str = "NameTooLong";
+    /// Degraded True: a warm-pool pod is failing (the message has its reason).
+    pub const POOL_PODS_FAILING: &str = "PoolPodsFailing";
 }
 
 /// Sets `type_` in `conditions` (adding it if absent). `lastTransitionTime` moves only when the

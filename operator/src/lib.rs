@@ -6,6 +6,8 @@
 pub mod config;
 pub mod context;
 pub mod error;
+pub mod events;
+pub mod kube_util;
 pub mod labels;
 pub mod leader;
 pub mod metrics;

@@ -46,7 +46,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let signals = tokio::spawn({
         let stop_tx = stop_tx.clone();
         async move {
-            shutdown_signal().await;
+            kube_harness_service_kit::shutdown_signal().await;
             tracing::info!("shutdown requested");
             let _ = stop_tx.send(true);
         }
@@ -155,16 +155,4 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         anyhow::bail!("lost the Lease");
     }
     Ok(())
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
 }

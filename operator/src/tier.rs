@@ -5,15 +5,15 @@
 
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::kube_util::apply_owned;
 use crate::labels::MANAGER;
-use crate::session::reconcile::apply_owned;
 use crate::tier1;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use kube_harness_classify::{matrix, RealExecReason};
-use kube_harness_crds::condition::{self, types};
+use kube_harness_crds::condition::{self, reasons, types};
 use kube_harness_crds::{Capability, SandboxTier, SandboxTierSpec, SandboxTierStatus};
 use serde_json::json;
 use std::sync::Arc;
@@ -24,7 +24,7 @@ pub fn check(spec: &SandboxTierSpec) -> (bool, &'static str, String) {
     let Some(matrix) = matrix::get(None) else {
         return (
             false,
-            "MatrixUnavailable",
+            reasons::MATRIX_UNAVAILABLE,
             "no capability matrix is built in".into(),
         );
     };
@@ -40,7 +40,7 @@ pub fn check(spec: &SandboxTierSpec) -> (bool, &'static str, String) {
     {
         return (
             false,
-            "UnknownCapability",
+            reasons::UNKNOWN_CAPABILITY,
             format!(
                 "capability {} is not known to capability matrix {}",
                 c.as_str(),
@@ -49,7 +49,11 @@ pub fn check(spec: &SandboxTierSpec) -> (bool, &'static str, String) {
         );
     }
     if spec.template.image.trim().is_empty() {
-        return (false, "ImageMissing", "template.image is empty".into());
+        return (
+            false,
+            reasons::IMAGE_MISSING,
+            "template.image is empty".into(),
+        );
     }
     let escalates = spec.capabilities.iter().any(|c| {
         !matches!(
@@ -60,7 +64,7 @@ pub fn check(spec: &SandboxTierSpec) -> (bool, &'static str, String) {
     if spec.level > 0 && !escalates {
         return (
             false,
-            "NoEscalationCapability",
+            reasons::NO_ESCALATION_CAPABILITY,
             "an escalation tier must provide at least one of version-control, build-toolchain, package-manager, network-client or containers".into(),
         );
     }
@@ -79,7 +83,7 @@ pub fn check(spec: &SandboxTierSpec) -> (bool, &'static str, String) {
     };
     (
         true,
-        "Valid",
+        reasons::VALID,
         format!(
             "{what}; checked against capability matrix {}",
             matrix.version()
@@ -98,7 +102,7 @@ pub async fn reconcile(tier: Arc<SandboxTier>, ctx: Arc<Context>) -> Result<Acti
         // Its name is a label value of its pods and part of its NetworkPolicy's name.
         (ready, reason, message) = (
             false,
-            "NameTooLong",
+            reasons::NAME_TOO_LONG,
             format!("an escalation tier's name must be at most {MAX_ESCALATION_NAME} characters (it is a label value of its pods); {name} has {}", name.len()),
         );
     }
@@ -113,18 +117,22 @@ pub async fn reconcile(tier: Arc<SandboxTier>, ctx: Arc<Context>) -> Result<Acti
         generation,
     );
     let mut requeue = Duration::from_secs(600);
-    if tier.spec.level > 0 && reason != "NameTooLong" {
+    if tier.spec.level > 0 && reason != reasons::NAME_TOO_LONG {
         // Tier-1 pods of this tier: their NetworkPolicy, and the warm pool.
         apply_owned::<NetworkPolicy>(
-            &ctx,
+            &ctx.client,
             &ctx.config.namespace,
             &tier1::pod::network_policy(&tier, &ctx.config),
         )
         .await?;
         let pool = tier1::pool::reconcile(&tier, &ctx, ready).await?;
         let (degraded, why, note) = match &pool.failing {
-            Some((reason, message)) => (true, "PoolPodsFailing", format!("{reason}: {message}")),
-            None => (false, "AsExpected", "nothing is wrong".to_string()),
+            Some((reason, message)) => (
+                true,
+                reasons::POOL_PODS_FAILING,
+                format!("{reason}: {message}"),
+            ),
+            None => (false, reasons::AS_EXPECTED, "nothing is wrong".to_string()),
         };
         if condition::set(
             &mut status.conditions,
@@ -139,7 +147,7 @@ pub async fn reconcile(tier: Arc<SandboxTier>, ctx: Arc<Context>) -> Result<Acti
                 .as_ref()
                 .is_some_and(|s| condition::is_true(&s.conditions, types::DEGRADED)))
         {
-            crate::session::events::publish(&ctx, &*tier, degraded, why, &note, "Pool").await;
+            crate::events::publish(&ctx, &*tier, degraded, why, &note, "Pool").await;
         }
         status.warm_ready = Some(pool.ready);
         status.warm_updated = Some(pool.updated);
@@ -154,7 +162,7 @@ pub async fn reconcile(tier: Arc<SandboxTier>, ctx: Arc<Context>) -> Result<Acti
         write_status(&ctx, &tier.name_any(), &status).await?;
     }
     if condition_changed {
-        crate::session::events::publish(&ctx, &*tier, !ready, reason, &message, "Validate").await;
+        crate::events::publish(&ctx, &*tier, !ready, reason, &message, "Validate").await;
     }
     ctx.metrics
         .reconciled("sandboxtier", started.elapsed().as_secs_f64());

@@ -3,6 +3,7 @@
 
 mod support;
 
+use kube_harness_crds::condition::reasons;
 use kube_harness_crds::HarnessSession;
 use kube_harness_operator::{session, Context, OperatorConfig};
 use serde_json::{json, Value};
@@ -235,8 +236,11 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
     assert_eq!(st["phase"], "Provisioning");
     assert_eq!(st["observedGeneration"], 3);
     assert_eq!(condition(st, "Ready")["status"], "False");
-    assert_eq!(condition(st, "Ready")["reason"], "WorkerStarting");
-    assert_eq!(condition(st, "Escalated")["reason"], "NoEscalationTier");
+    assert_eq!(condition(st, "Ready")["reason"], reasons::WORKER_STARTING);
+    assert_eq!(
+        condition(st, "Escalated")["reason"],
+        reasons::NO_ESCALATION_TIER
+    );
     assert!(condition(st, "Escalated")["message"]
         .as_str()
         .unwrap()
@@ -246,13 +250,14 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
 
     // One Event per condition that changed: Escalated, Hibernated, Ready, Degraded.
     let events = drain_events(&mut server, NS, 4).await;
-    let reasons: Vec<&str> = events
+    let published: Vec<&str> = events
         .iter()
         .map(|e| e["reason"].as_str().unwrap())
         .collect();
     assert!(
-        reasons.contains(&"NoEscalationTier") && reasons.contains(&"WorkerStarting"),
-        "{reasons:?}"
+        published.contains(&reasons::NO_ESCALATION_TIER)
+            && published.contains(&reasons::WORKER_STARTING),
+        "{published:?}"
     );
     run.await.unwrap().expect("reconcile");
 }
@@ -276,7 +281,10 @@ async fn a_missing_worker_tier_is_reported_degraded_without_creating_anything() 
     let st = &status.body["status"];
     assert_eq!(st["phase"], "Pending");
     assert_eq!(condition(st, "Degraded")["status"], "True");
-    assert_eq!(condition(st, "Degraded")["reason"], "WorkerTierNotFound");
+    assert_eq!(
+        condition(st, "Degraded")["reason"],
+        reasons::WORKER_TIER_NOT_FOUND
+    );
     let events = drain_events(&mut server, NS, 2).await;
     assert!(events.iter().any(|e| e["type"] == "Warning"), "{events:?}");
     run.await.unwrap().expect("reconcile");
@@ -427,13 +435,13 @@ async fn a_serving_tier1_pod_makes_the_session_escalated_on_its_level() {
     }]});
     let (st, _, events) = escalating_reconcile(None, ready, 4).await;
     assert_eq!(condition(&st, "Escalated")["status"], "True");
-    assert_eq!(condition(&st, "Escalated")["reason"], "Tier1Ready");
+    assert_eq!(condition(&st, "Escalated")["reason"], reasons::TIER1_READY);
     assert_eq!(
         st["currentTier"], 2,
         "the tier's level while its pod serves"
     );
     assert!(
-        events.iter().any(|e| e["reason"] == "Tier1Ready"),
+        events.iter().any(|e| e["reason"] == reasons::TIER1_READY),
         "{events:?}"
     );
 }
@@ -441,21 +449,26 @@ async fn a_serving_tier1_pod_makes_the_session_escalated_on_its_level() {
 #[tokio::test]
 async fn a_failed_escalation_keeps_its_reason_after_the_pod_is_gone() {
     let none = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []});
-    let (st, _, _) = escalating_reconcile(Some(("False", "Tier1Failed")), none.clone(), 3).await;
-    assert_eq!(condition(&st, "Escalated")["reason"], "Tier1Failed");
+    let (st, _, _) =
+        escalating_reconcile(Some(("False", reasons::TIER1_FAILED)), none.clone(), 3).await;
+    assert_eq!(condition(&st, "Escalated")["reason"], reasons::TIER1_FAILED);
     assert_eq!(condition(&st, "Escalated")["message"], "earlier");
     // A pod that served and is gone: the turn ended.
-    let (st, _, _) = escalating_reconcile(Some(("True", "Tier1Ready")), none.clone(), 4).await;
+    let (st, _, _) =
+        escalating_reconcile(Some(("True", reasons::TIER1_READY)), none.clone(), 4).await;
     assert_eq!(
         (
             condition(&st, "Escalated")["status"].as_str(),
             condition(&st, "Escalated")["reason"].as_str()
         ),
-        (Some("False"), Some("TurnEnded"))
+        (Some("False"), Some(reasons::TURN_ENDED))
     );
     // Nothing escalated yet: available, not refused.
     let (st, _, _) = escalating_reconcile(None, none, 4).await;
-    assert_eq!(condition(&st, "Escalated")["reason"], "Tier1Available");
+    assert_eq!(
+        condition(&st, "Escalated")["reason"],
+        reasons::TIER1_AVAILABLE
+    );
     assert!(!condition(&st, "Escalated")["message"]
         .as_str()
         .unwrap()

@@ -1,6 +1,7 @@
 //! The objects a session owns, built from its spec; reading worker pod states; tier checks.
 
 use k8s_openapi::api::core::v1::Pod;
+use kube_harness_crds::condition::reasons;
 use kube_harness_crds::{HarnessSession, SandboxTierSpec};
 use kube_harness_operator::session::observe::{worker_state, WorkerState};
 use kube_harness_operator::session::resources;
@@ -157,10 +158,10 @@ fn tiers_are_checked_against_the_matrix() {
     ));
     assert_eq!(
         (no_escalation.0, no_escalation.1),
-        (false, "NoEscalationCapability")
+        (false, reasons::NO_ESCALATION_CAPABILITY)
     );
     let blank = tier::check(&tier_spec(json!({"level": 0, "template": {"image": " "}})));
-    assert_eq!(blank.1, "ImageMissing");
+    assert_eq!(blank.1, reasons::IMAGE_MISSING);
 }
 
 #[test]

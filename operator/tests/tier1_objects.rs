@@ -6,6 +6,7 @@ mod support;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Action;
+use kube_harness_crds::condition::reasons;
 use kube_harness_crds::{HarnessSession, SandboxTier};
 use kube_harness_operator::session::resources;
 use kube_harness_operator::tier1::pod::{self, Purpose, Serving};
@@ -624,7 +625,7 @@ async fn pool_pods_that_cannot_start_are_kept_and_reported_and_crashed_ones_repl
     let events = drain_events(&mut server, "default", 1).await;
     assert_eq!(
         (events[0]["type"].as_str(), events[0]["reason"].as_str()),
-        (Some("Warning"), Some("PoolPodsFailing"))
+        (Some("Warning"), Some(reasons::POOL_PODS_FAILING))
     );
     let status =
         patch_tier_status(&mut server, "rust", serde_json::to_value(rust(3)).unwrap()).await;
@@ -642,7 +643,7 @@ async fn pool_pods_that_cannot_start_are_kept_and_reported_and_crashed_ones_repl
         .unwrap();
     assert_eq!(
         (degraded["status"].as_str(), degraded["reason"].as_str()),
-        (Some("True"), Some("PoolPodsFailing"))
+        (Some("True"), Some(reasons::POOL_PODS_FAILING))
     );
     assert!(
         degraded["message"]
@@ -669,7 +670,7 @@ async fn an_escalation_tier_name_too_long_for_labels_is_not_ready_and_gets_no_po
     let ready = &status.body["status"]["conditions"][0];
     assert_eq!(
         (ready["status"].as_str(), ready["reason"].as_str()),
-        (Some("False"), Some("NameTooLong"))
+        (Some("False"), Some(reasons::NAME_TOO_LONG))
     );
     drain_events(&mut server, "default", 1).await;
     run.await.unwrap().expect("reconcile");

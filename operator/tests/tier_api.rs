@@ -4,6 +4,7 @@
 
 mod support;
 
+use kube_harness_crds::condition::reasons;
 use kube_harness_crds::SandboxTier;
 use kube_harness_operator::tier1::{api, pod};
 use kube_harness_operator::{Context, OperatorConfig};
@@ -456,11 +457,11 @@ async fn a_repeated_post_finds_the_turns_pod_and_reports_it_ready() {
             esc["status"].as_str(),
             esc["reason"].as_str()
         ),
-        (Some("Escalated"), Some("True"), Some("Tier1Ready"))
+        (Some("Escalated"), Some("True"), Some(reasons::TIER1_READY))
     );
     assert_eq!(status.body["status"]["currentTier"], 1);
     let events = drain_events(&mut server, NS, 1).await;
-    assert_eq!(events[0]["reason"], "Tier1Ready");
+    assert_eq!(events[0]["reason"], reasons::TIER1_READY);
     let (code, body) = reply.await.unwrap();
     assert_eq!(code, 200, "{body}");
     assert_eq!(
@@ -730,14 +731,14 @@ async fn get_failed(status: Value) -> Value {
     let esc = &patch.body["status"]["conditions"][0];
     assert_eq!(
         (esc["status"].as_str(), esc["reason"].as_str()),
-        (Some("False"), Some("Tier1Failed")),
+        (Some("False"), Some(reasons::TIER1_FAILED)),
         "{esc}"
     );
     assert_eq!(patch.body["status"]["currentTier"], 0);
     let events = drain_events(&mut server, NS, 1).await;
     assert_eq!(
         (events[0]["type"].as_str(), events[0]["reason"].as_str()),
-        (Some("Warning"), Some("Tier1Failed"))
+        (Some("Warning"), Some(reasons::TIER1_FAILED))
     );
     let (code, body) = reply.await.unwrap();
     assert_eq!(code, 200, "{body}");
@@ -819,16 +820,16 @@ async fn delete_removes_pod_and_secret_and_ends_the_escalation() {
         not_found("secrets", &name),
     )
     .await;
-    read_session(&mut server, session(Some(("True", "Tier1Ready")))).await;
+    read_session(&mut server, session(Some(("True", reasons::TIER1_READY)))).await;
     let patch = patch_session_status(&mut server).await;
     let esc = &patch.body["status"]["conditions"][0];
     assert_eq!(
         (esc["status"].as_str(), esc["reason"].as_str()),
-        (Some("False"), Some("TurnEnded")),
+        (Some("False"), Some(reasons::TURN_ENDED)),
         "{esc}"
     );
     let events = drain_events(&mut server, NS, 1).await;
-    assert_eq!(events[0]["reason"], "TurnEnded");
+    assert_eq!(events[0]["reason"], reasons::TURN_ENDED);
     let (code, _) = reply.await.unwrap();
     assert_eq!(code, 204);
 

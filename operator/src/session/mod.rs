@@ -1,9 +1,11 @@
-//! The HarnessSession controller.
+//! The HarnessSession controller. A reconcile ([`reconcile`]) ensures the child objects
+//! (`resources` builds them, `observe` and `usage` read the worker), computes the status from what
+//! it observed ([`status`], pure), and writes it once.
 
-pub mod events;
 pub mod observe;
 pub mod reconcile;
 pub mod resources;
+pub mod status;
 pub mod usage;
 
 pub use reconcile::{error_policy, reconcile};

@@ -1,7 +1,8 @@
 //! Reading a worker pod: is it ready, starting, or failing, and why. Pure, so tests can feed it
 //! pod statuses.
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use crate::kube_util::{is_failing_wait, pod_condition, ready_ip};
+use k8s_openapi::api::core::v1::Pod;
 
 /// What the worker pod says about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,18 +16,6 @@ pub enum WorkerState {
     /// Finished or being deleted: it must be replaced.
     Gone,
 }
-
-/// Container waiting reasons that do not fix themselves.
-const FAILING_WAIT: &[&str] = &[
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "ErrImageNeverPull",
-    "InvalidImageName",
-    "CrashLoopBackOff",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-    "RunContainerError",
-];
 
 pub fn worker_state(pod: &Pod) -> WorkerState {
     if pod.metadata.deletion_timestamp.is_some() {
@@ -44,7 +33,7 @@ pub fn worker_state(pod: &Pod) -> WorkerState {
     for cs in status.container_statuses.iter().flatten() {
         if let Some(waiting) = cs.state.as_ref().and_then(|s| s.waiting.as_ref()) {
             let reason = waiting.reason.clone().unwrap_or_default();
-            if FAILING_WAIT.contains(&reason.as_str()) {
+            if is_failing_wait(&reason) {
                 return WorkerState::Failing {
                     message: waiting.message.clone().unwrap_or_else(|| reason.clone()),
                     reason,
@@ -52,7 +41,7 @@ pub fn worker_state(pod: &Pod) -> WorkerState {
             }
         }
     }
-    if let Some(unschedulable) = condition(status, "PodScheduled", "False") {
+    if let Some(unschedulable) = pod_condition(status, "PodScheduled", "False") {
         return WorkerState::Starting {
             reason: unschedulable
                 .reason
@@ -66,22 +55,4 @@ pub fn worker_state(pod: &Pod) -> WorkerState {
             reason: "WorkerStarting".into(),
         },
     }
-}
-
-/// The pod's condition `type_` when its status is `value` ("True" or "False").
-pub(crate) fn condition<'a>(
-    status: &'a PodStatus,
-    type_: &str,
-    value: &str,
-) -> Option<&'a PodCondition> {
-    status
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == type_ && c.status == value)
-}
-
-/// The pod's IP once it is Ready: an address alone may belong to a pod still starting.
-pub(crate) fn ready_ip(status: &PodStatus) -> Option<&String> {
-    condition(status, "Ready", "True").and(status.pod_ip.as_ref())
 }

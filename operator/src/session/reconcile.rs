@@ -1,30 +1,28 @@
 //! Reconciling one HarnessSession: its token Secret, workspace PVC, NetworkPolicy and worker pod;
 //! idle hibernation and waking; TTL; status by server-side apply with an Event per change.
 
-use super::events;
 use super::observe::{worker_state, WorkerState};
-use super::resources;
-use super::usage;
+use super::status::{self, Escalation, Observed, Seen, Worker, WorkerTierProblem};
+use super::{resources, usage};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::events;
+use crate::kube_util::{apply_owned, create_if_absent, delete_if_present, new_token, token_of};
 use crate::labels::{self, FINALIZER, MANAGER};
+use crate::tier1::pod::serving_selector;
+use crate::tier1::state::phase as tier1_phase;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::{Api, ResourceExt};
-use kube_harness_crds::condition::{self, types};
+use kube_harness_crds::condition::types;
 use kube_harness_crds::{HarnessSession, HarnessSessionStatus, Phase, SandboxTier};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Requeue while the worker is Ready: how often usage counters and idleness are refreshed.
-const READY_REQUEUE: Duration = Duration::from_secs(15);
-/// Requeue while waiting for something that emits no watch event (a missing tier).
-const WAIT_REQUEUE: Duration = Duration::from_secs(10);
 
 pub async fn reconcile(session: Arc<HarnessSession>, ctx: Arc<Context>) -> Result<Action> {
     let started = std::time::Instant::now();
@@ -101,19 +99,13 @@ async fn cleanup(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> 
     Ok(Action::await_change())
 }
 
-/// Everything the apply path learned, turned into status at the end.
-struct Observed {
-    status: HarnessSessionStatus,
-    requeue: Option<Duration>,
-}
-
+/// The three steps, as agent-sandbox's sandbox controller takes them: [`ensure`] the child
+/// objects (observing as it goes), compute the status they call for ([`status::status`], pure),
+/// and write it once, with an Event per condition that changed.
 async fn apply(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> {
     let ns = session.namespace().unwrap_or_default();
     let name = session.name_any();
-    let generation = session.metadata.generation;
     let old = session.status.clone().unwrap_or_default();
-    let mut status = old.clone();
-    status.observed_generation = generation;
 
     if ttl_expired(&session) {
         let api: Api<HarnessSession> = Api::namespaced(ctx.client.clone(), &ns);
@@ -130,11 +122,9 @@ async fn apply(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> {
         return Ok(Action::await_change());
     }
 
-    let observed = match ensure(&session, ctx, status).await? {
-        Ok(o) => o,
-        Err(o) => o,
-    };
-    let status = observed.status;
+    let observed = ensure(&session, ctx, &old).await?;
+    let (status, requeue) = status::status(&old, session.metadata.generation, &observed);
+
     let phase = status.phase.unwrap_or(Phase::Pending);
     let usage = status.usage.clone().unwrap_or_default();
     ctx.metrics.session(
@@ -166,306 +156,153 @@ async fn apply(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> {
         }
     }
     ctx.succeeded(&key(&session));
-    Ok(observed
-        .requeue
+    Ok(requeue
         .map(Action::requeue)
         .unwrap_or_else(Action::await_change))
 }
 
-/// The apply steps in order. `Err(observed)` is an early stop with a status to report (a missing
-/// tier), not a failure of the reconcile.
+/// Step one: brings the child objects to what the session asks for (token Secret, workspace PVC,
+/// NetworkPolicy, worker pod: created, replaced when stale, deleted to hibernate) and reports
+/// what it found and did. Sets no status: that is [`status::status`]'s job.
 async fn ensure(
     session: &HarnessSession,
     ctx: &Context,
-    mut status: HarnessSessionStatus,
-) -> Result<Result<Observed, Observed>> {
+    old: &HarnessSessionStatus,
+) -> Result<Observed> {
     let ns = session.namespace().unwrap_or_default();
     let name = session.name_any();
-    let generation = session.metadata.generation;
     let tiers: Api<SandboxTier> = Api::all(ctx.client.clone());
 
     // The level-0 tier that defines the worker pod.
     let worker_tier = match tiers.get_opt(&session.spec.worker_tier).await? {
         Some(t) if t.spec.level == 0 => t,
-        found => {
-            let (reason, message) = match found {
-                Some(t) => (
-                    "WorkerTierNotLevelZero",
-                    format!(
-                        "SandboxTier {} has level {}; workerTier must name a level-0 tier",
-                        t.name_any(),
-                        t.spec.level
-                    ),
-                ),
-                None => (
-                    "WorkerTierNotFound",
-                    format!("SandboxTier {} does not exist", session.spec.worker_tier),
-                ),
-            };
-            condition::set(
-                &mut status.conditions,
-                types::DEGRADED,
-                true,
-                reason,
-                message.clone(),
-                generation,
-            );
-            condition::set(
-                &mut status.conditions,
-                types::READY,
-                false,
-                reason,
-                message,
-                generation,
-            );
-            status.phase = Some(Phase::Pending);
-            return Ok(Err(Observed {
-                status,
-                requeue: Some(WAIT_REQUEUE),
-            }));
+        Some(t) => {
+            return Ok(Observed::NoWorkerTier(WorkerTierProblem::NotLevelZero {
+                tier: t.name_any(),
+                level: t.spec.level,
+            }))
+        }
+        None => {
+            return Ok(Observed::NoWorkerTier(WorkerTierProblem::NotFound {
+                tier: session.spec.worker_tier.clone(),
+            }))
         }
     };
-    let serving_level = escalation_condition(session, ctx, &tiers, &mut status).await?;
+    let escalation = observe_escalation(session, ctx, &tiers).await?;
 
     let token = ensure_secret(session, ctx).await?;
-    apply_owned::<PersistentVolumeClaim>(ctx, &ns, &resources::workspace_pvc(session)).await?;
-    apply_owned::<NetworkPolicy>(ctx, &ns, &resources::network_policy(session, &ctx.config))
+    apply_owned::<PersistentVolumeClaim>(&ctx.client, &ns, &resources::workspace_pvc(session))
         .await?;
-    status.token_secret = Some(labels::token_secret(&name));
+    apply_owned::<NetworkPolicy>(
+        &ctx.client,
+        &ns,
+        &resources::network_policy(session, &ctx.config),
+    )
+    .await?;
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pod_name = labels::worker_pod(&name);
     let existing = pods.get_opt(&pod_name).await?;
-
-    // Hibernation: an idle worker is deleted, the PVC stays; a wake request brings it back.
-    if hibernating(session, &status) {
+    let worker = if hibernating(session, old) {
+        // Hibernation: an idle worker is deleted, the PVC stays; a wake request brings it back.
         if let Some(pod) = &existing {
             if pod.metadata.deletion_timestamp.is_none() {
                 pods.delete(&pod_name, &DeleteParams::default()).await?;
             }
         }
-        status.phase = Some(Phase::Hibernated);
-        status.worker_endpoint = None;
-        status.worker_pod = None;
-        return Ok(Ok(Observed {
-            status,
-            requeue: None,
-        }));
-    }
-    if status.phase == Some(Phase::Hibernated) {
-        condition::set(
-            &mut status.conditions,
-            types::HIBERNATED,
-            false,
-            "WakeRequested",
-            "a command asked for the session; starting its worker",
-            generation,
-        );
-    }
-
-    let config_maps = skills_config_maps(session, ctx).await?;
-    let desired = resources::worker_pod(session, &worker_tier.spec, &ctx.config, &config_maps);
-    let pod = match existing {
-        Some(pod) if stale(&pod, &desired) => {
-            if pod.metadata.deletion_timestamp.is_none() {
-                pods.delete(&pod_name, &DeleteParams::default()).await?;
+        Worker::Hibernating
+    } else {
+        let config_maps = skills_config_maps(session, ctx).await?;
+        let desired = resources::worker_pod(session, &worker_tier.spec, &ctx.config, &config_maps);
+        let pod = match existing {
+            Some(pod) if stale(&pod, &desired) => {
+                if pod.metadata.deletion_timestamp.is_none() {
+                    pods.delete(&pod_name, &DeleteParams::default()).await?;
+                }
+                None
             }
-            None
-        }
-        Some(pod) => Some(pod),
-        None => create_if_absent(&pods, &desired).await?,
-    };
-
-    let state = pod
-        .as_ref()
-        .map(worker_state)
-        .unwrap_or(WorkerState::Starting {
-            reason: "WorkerStarting".into(),
-        });
-    status.worker_pod = Some(pod_name);
-    condition::set(
-        &mut status.conditions,
-        types::HIBERNATED,
-        false,
-        "Awake",
-        "the worker pod is kept",
-        generation,
-    );
-    let requeue = match state {
-        WorkerState::Ready { ip } => {
-            status.worker_endpoint = Some(format!("{ip}:{}", ctx.config.worker_port));
-            if let Some(report) = usage::poll(&ip, ctx.config.worker_port, &token).await {
-                status.current_tier = Some(report.tier);
-                status.usage = Some(report.usage);
-                status.last_activity_time = Some(report.last_activity);
-                if !report.busy && idle_expired(session, &status) {
-                    return hibernate(session, ctx, status).await.map(Ok);
+            Some(pod) => Some(pod),
+            None => create_if_absent(&pods, &desired).await?,
+        };
+        let state = pod
+            .as_ref()
+            .map(worker_state)
+            .unwrap_or(WorkerState::Starting {
+                reason: "WorkerStarting".into(),
+            });
+        match state {
+            WorkerState::Ready { ip } => {
+                match usage::poll(&ip, ctx.config.worker_port, &token).await {
+                    Some(report)
+                        if !report.busy && idle_expired(session, &report.last_activity) =>
+                    {
+                        delete_worker(&pods, session).await?;
+                        Worker::IdledOut { report }
+                    }
+                    report => Worker::Running {
+                        state: WorkerState::Ready { ip },
+                        report,
+                    },
                 }
             }
-            status.current_tier.get_or_insert(0);
-            status.phase = Some(Phase::Ready);
-            condition::set(
-                &mut status.conditions,
-                types::READY,
-                true,
-                "WorkerReady",
-                "the worker pod is running and answers on its API",
-                generation,
-            );
-            condition::set(
-                &mut status.conditions,
-                types::DEGRADED,
-                false,
-                "AsExpected",
-                "nothing is wrong",
-                generation,
-            );
-            Some(READY_REQUEUE)
-        }
-        WorkerState::Starting { reason } => {
-            status.worker_endpoint = None;
-            status.phase = Some(Phase::Provisioning);
-            condition::set(
-                &mut status.conditions,
-                types::READY,
-                false,
-                "WorkerStarting",
-                format!("waiting for the worker pod ({reason})"),
-                generation,
-            );
-            condition::set(
-                &mut status.conditions,
-                types::DEGRADED,
-                false,
-                "AsExpected",
-                "nothing is wrong",
-                generation,
-            );
-            Some(WAIT_REQUEUE)
-        }
-        WorkerState::Failing { reason, message } => {
-            status.worker_endpoint = None;
-            status.phase = Some(Phase::Failed);
-            condition::set(
-                &mut status.conditions,
-                types::READY,
-                false,
-                "WorkerFailing",
-                format!("{reason}: {message}"),
-                generation,
-            );
-            condition::set(
-                &mut status.conditions,
-                types::DEGRADED,
-                true,
-                "WorkerFailing",
-                format!("the worker pod cannot start: {reason}: {message}"),
-                generation,
-            );
-            Some(WAIT_REQUEUE)
-        }
-        WorkerState::Gone => {
-            delete_worker(&pods, session).await?;
-            status.worker_endpoint = None;
-            status.phase = Some(Phase::Provisioning);
-            condition::set(
-                &mut status.conditions,
-                types::READY,
-                false,
-                "WorkerStarting",
-                "the worker pod ended; replacing it",
-                generation,
-            );
-            Some(Duration::from_secs(1))
+            WorkerState::Gone => {
+                delete_worker(&pods, session).await?;
+                Worker::Running {
+                    state: WorkerState::Gone,
+                    report: None,
+                }
+            }
+            state => Worker::Running {
+                state,
+                report: None,
+            },
         }
     };
-    // While a Tier-1 pod serves, that is where commands run (whatever the worker said last).
-    if let Some(level) = serving_level {
-        status.current_tier = Some(level);
-    }
-    Ok(Ok(Observed { status, requeue }))
+    Ok(Observed::Session(Box::new(Seen {
+        token_secret: labels::token_secret(&name),
+        worker_pod: pod_name,
+        worker_port: ctx.config.worker_port,
+        escalation,
+        worker,
+    })))
 }
 
-/// Escalated says what an escalating command meets: refused (no usable tier, with why), a Tier-1
-/// pod (True while one serves), or how the last one went. The tier API sets it as it happens; this
-/// derives the same from the Tier-1 pods, so a lost write converges. Returns the tier level while
-/// a Tier-1 pod serves.
-async fn escalation_condition(
+/// The session's escalation tier and the Tier-1 pods serving the session (they live in the
+/// operator's namespace), for the Escalated condition.
+async fn observe_escalation(
     session: &HarnessSession,
     ctx: &Context,
     tiers: &Api<SandboxTier>,
-    status: &mut HarnessSessionStatus,
-) -> Result<Option<u8>> {
-    use crate::tier1::report::reasons;
-    use crate::tier1::state::{self, Phase as T1};
-    let generation = session.metadata.generation;
-    let refused = |reason: &str, message: String| (false, reason.to_string(), message);
-    let wanted = resources::escalation_tier(session).map(str::to_string);
-    let mut serving = None;
-    let (escalated, reason, message) = match wanted {
-        None => refused("NoEscalationTier", "no escalation tier is configured: commands that need more than Tier-0 are refused with exit 126".to_string()),
-        Some(t) => match tiers.get_opt(&t).await? {
-            None => refused("EscalationTierNotFound", format!("SandboxTier {t} does not exist: escalating commands are refused with exit 126")),
-            Some(tier) if tier.spec.level == 0 => refused("EscalationTierIsLevelZero", format!("SandboxTier {t} is a level-0 tier: escalating commands are refused with exit 126")),
-            Some(_) if ctx.config.tier_api_url.is_none() => refused("EscalationNotConfigured", format!("escalation to SandboxTier {t} needs the operator's tier API URL (--tier-api-url): escalating commands are refused with exit 126")),
-            Some(tier) => {
-                let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-                let selector = crate::tier1::pod::serving_selector(
-                    &session.namespace().unwrap_or_default(),
-                    &session.name_any(),
-                    None,
-                );
-                let phases: Vec<(String, T1)> = pods
-                    .list(&kube::api::ListParams::default().labels(&selector))
-                    .await?
-                    .items
-                    .iter()
-                    .filter(|p| p.metadata.deletion_timestamp.is_none())
-                    .map(|p| (p.name_any(), state::phase(p)))
-                    .collect();
-                let now = status
-                    .conditions
-                    .iter()
-                    .find(|c| c.type_ == types::ESCALATED)
-                    .map(|c| c.reason.clone())
-                    .unwrap_or_default();
-                let ready = phases.iter().find(|(_, p)| matches!(p, T1::Ready { .. }));
-                let failed = phases.iter().find_map(|(n, p)| match p {
-                    T1::Failed { reason, message } => Some((n, reason, message)),
-                    _ => None,
-                });
-                if let Some((pod, _)) = ready {
-                    serving = Some(tier.spec.level);
-                    (true, reasons::READY.to_string(), format!("Tier-1 pod {pod} of SandboxTier {t} serves a turn"))
-                } else if let Some((pod, why, message)) = failed {
-                    (false, reasons::FAILED.to_string(), format!("Tier-1 pod {pod} of SandboxTier {t} failed: {why}: {message}"))
-                } else if let Some((pod, _)) = phases.first() {
-                    (false, reasons::PROVISIONING.to_string(), format!("Tier-1 pod {pod} of SandboxTier {t} is starting"))
-                } else if now == reasons::READY || now == reasons::PROVISIONING {
-                    (false, reasons::ENDED.to_string(), format!("the turn's Tier-1 pod of SandboxTier {t} is gone"))
-                } else if now == reasons::ENDED || now == reasons::FAILED {
-                    return Ok(None);
-                } else {
-                    (false, "Tier1Available".to_string(), format!("escalating commands run on a Tier-1 pod of SandboxTier {t} (level {})", tier.spec.level))
-                }
-            }
-        },
+) -> Result<Escalation> {
+    let Some(t) = resources::escalation_tier(session).map(str::to_string) else {
+        return Ok(Escalation::NoTier);
     };
-    // The tier API's message names the turn; keep it while status and reason agree.
-    let same = status.conditions.iter().any(|c| {
-        c.type_ == types::ESCALATED && c.reason == reason && (c.status == "True") == escalated
-    });
-    if !same || !reason.starts_with("Tier1") {
-        condition::set(
-            &mut status.conditions,
-            types::ESCALATED,
-            escalated,
-            &reason,
-            message,
-            generation,
-        );
-    }
-    Ok(serving)
+    Ok(match tiers.get_opt(&t).await? {
+        None => Escalation::TierNotFound { tier: t },
+        Some(tier) if tier.spec.level == 0 => Escalation::TierIsLevelZero { tier: t },
+        Some(_) if ctx.config.tier_api_url.is_none() => Escalation::NotConfigured { tier: t },
+        Some(tier) => {
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+            let selector = serving_selector(
+                &session.namespace().unwrap_or_default(),
+                &session.name_any(),
+                None,
+            );
+            let pods = pods
+                .list(&ListParams::default().labels(&selector))
+                .await?
+                .items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .map(|p| (p.name_any(), tier1_phase(p)))
+                .collect();
+            Escalation::Usable {
+                tier: t,
+                level: tier.spec.level,
+                pods,
+            }
+        }
+    })
 }
 
 /// The session's token Secret: created once with a random token, never rotated by a reconcile
@@ -475,13 +312,7 @@ async fn ensure_secret(session: &HarnessSession, ctx: &Context) -> Result<String
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     let name = labels::token_secret(&session.name_any());
     if let Some(existing) = secrets.get_opt(&name).await? {
-        let token = existing
-            .data
-            .as_ref()
-            .and_then(|d| d.get("token"))
-            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-            .ok_or(Error::MissingField("token Secret key `token`"))?;
-        return Ok(token);
+        return token_of(&existing).ok_or(Error::MissingField("token Secret key `token`"));
     }
     // Never the session log's own token: one scoped to this session's runs, which is all a user
     // who can read this Secret, or the worker pod, can then reach.
@@ -495,7 +326,7 @@ async fn ensure_secret(session: &HarnessSession, ctx: &Context) -> Result<String
         }
         None => None,
     };
-    let token = resources::new_token();
+    let token = new_token();
     let secret = resources::token_secret(session, &token, log_token.as_deref());
     match create_if_absent(&secrets, &secret).await? {
         Some(_) => Ok(token),
@@ -504,36 +335,9 @@ async fn ensure_secret(session: &HarnessSession, ctx: &Context) -> Result<String
     }
 }
 
-/// Creates `obj`; `None` when an object of that name already exists (409), which a later
-/// reconcile reads instead.
-pub(crate) async fn create_if_absent<K>(api: &Api<K>, obj: &K) -> Result<Option<K>>
-where
-    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let params = PostParams {
-        field_manager: Some(MANAGER.into()),
-        ..PostParams::default()
-    };
-    match api.create(&params, obj).await {
-        Ok(created) => Ok(Some(created)),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// Deletes the session's worker pod; already gone is fine.
 async fn delete_worker(pods: &Api<Pod>, session: &HarnessSession) -> Result<()> {
-    match pods
-        .delete(
-            &labels::worker_pod(&session.name_any()),
-            &DeleteParams::default(),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    Ok(delete_if_present(pods, &labels::worker_pod(&session.name_any())).await?)
 }
 
 /// The session log token from the operator's Secret, if a session log is configured.
@@ -543,11 +347,7 @@ async fn session_log_token(ctx: &Context) -> Result<Option<String>> {
     };
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let secret = secrets.get(name).await?;
-    Ok(secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get("token"))
-        .map(|b| String::from_utf8_lossy(&b.0).trim().to_string()))
+    Ok(token_of(&secret).map(|t| t.trim().to_string()))
 }
 
 async fn skills_config_maps(session: &HarnessSession, ctx: &Context) -> Result<Vec<ConfigMap>> {
@@ -560,33 +360,6 @@ async fn skills_config_maps(session: &HarnessSession, ctx: &Context) -> Result<V
         }
     }
     Ok(out)
-}
-
-/// Server-side apply of an object the operator owns (a session's, or a tier's NetworkPolicy).
-pub(crate) async fn apply_owned<K>(ctx: &Context, ns: &str, obj: &K) -> Result<()>
-where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
-    let name = obj
-        .meta()
-        .name
-        .clone()
-        .ok_or(Error::MissingField("metadata.name"))?;
-    let mut value = serde_json::to_value(obj)?;
-    value["apiVersion"] = json!(K::api_version(&()));
-    value["kind"] = json!(K::kind(&()));
-    api.patch(
-        &name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(value),
-    )
-    .await?;
-    Ok(())
 }
 
 /// Server-side apply of the whole status, conditioned on the resourceVersion the reconcile read:
@@ -654,16 +427,14 @@ fn wake_requested(session: &HarnessSession) -> Option<Timestamp> {
     session.annotations().get(labels::WAKE)?.parse().ok()
 }
 
-fn idle_expired(session: &HarnessSession, status: &HarnessSessionStatus) -> bool {
+/// Idle past idleHibernateSeconds, by the worker's `last_activity` and the latest wake request.
+fn idle_expired(session: &HarnessSession, last_activity: &str) -> bool {
     let idle = session
         .spec
         .lifetime
         .as_ref()
         .and_then(|l| l.idle_hibernate_seconds);
-    let last = status
-        .last_activity_time
-        .as_deref()
-        .and_then(|t| t.parse::<Timestamp>().ok());
+    let last = last_activity.parse::<Timestamp>().ok();
     // A wake request counts as activity: a session woken a moment ago is not idle.
     let last = match (last, wake_requested(session)) {
         (Some(a), Some(b)) => Some(a.max(b)),
@@ -675,33 +446,6 @@ fn idle_expired(session: &HarnessSession, status: &HarnessSessionStatus) -> bool
         }
         _ => false,
     }
-}
-
-async fn hibernate(
-    session: &HarnessSession,
-    ctx: &Context,
-    mut status: HarnessSessionStatus,
-) -> Result<Observed> {
-    let ns = session.namespace().unwrap_or_default();
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    delete_worker(&pods, session).await?;
-    let generation = session.metadata.generation;
-    status.phase = Some(Phase::Hibernated);
-    status.worker_endpoint = None;
-    status.worker_pod = None;
-    condition::set(&mut status.conditions, types::HIBERNATED, true, "IdleTimeout", "no command for idleHibernateSeconds: the worker pod was deleted and the workspace PVC kept; the next exec wakes the session", generation);
-    condition::set(
-        &mut status.conditions,
-        types::READY,
-        false,
-        "Hibernated",
-        "the session is hibernated; the next exec wakes it",
-        generation,
-    );
-    Ok(Observed {
-        status,
-        requeue: None,
-    })
 }
 
 /// Seconds from the session's creation, or from its latest wake request, to now.

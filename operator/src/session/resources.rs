@@ -2,13 +2,14 @@
 //! exact pod the operator would create (restricted Pod Security, no token, canonical mounts).
 
 use crate::config::OperatorConfig;
+use crate::kube_util::{restricted_container, restricted_pod};
 use crate::labels;
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapProjection, Container, ContainerPort, EmptyDirVolumeSource,
-    EnvVar, HTTPGetAction, KeyToPath, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, Probe,
-    ProjectedVolumeSource, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, Volume,
-    VolumeMount, VolumeProjection, VolumeResourceRequirements,
+    ConfigMap, ConfigMapProjection, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    HTTPGetAction, KeyToPath, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, Probe, ProjectedVolumeSource, Secret,
+    SecretVolumeSource, SecurityContext, Volume, VolumeMount, VolumeProjection,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
@@ -97,14 +98,6 @@ pub fn token_secret(
         data: Some(data),
         ..Secret::default()
     }
-}
-
-/// A fresh random worker token (256 bits, hex).
-pub fn new_token() -> String {
-    use rand::RngCore;
-    let mut bytes = [0u8; 32];
-    rand::thread_rng().fill_bytes(&mut bytes);
-    hex::encode(bytes)
 }
 
 /// The workspace PVC behind /session, /artifacts and /persistent.
@@ -490,40 +483,4 @@ pub fn worker_pod(
 fn spec_hash(spec: &PodSpec) -> String {
     let bytes = serde_json::to_vec(spec).unwrap_or_default();
     hex::encode(&Sha256::digest(bytes)[..8])
-}
-
-/// The pod-level half of the restricted Pod Security profile, for every pod the operator runs
-/// (worker and Tier-1 alike) as `uid`; the volumes are group-owned by it.
-pub(crate) fn restricted_pod(uid: i64) -> PodSecurityContext {
-    PodSecurityContext {
-        run_as_non_root: Some(true),
-        run_as_user: Some(uid),
-        run_as_group: Some(uid),
-        fs_group: Some(uid),
-        seccomp_profile: Some(runtime_default()),
-        ..PodSecurityContext::default()
-    }
-}
-
-/// The container-level half of the restricted profile as `uid`: no escalation, no capabilities.
-pub(crate) fn restricted_container(uid: i64) -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        run_as_non_root: Some(true),
-        run_as_user: Some(uid),
-        run_as_group: Some(uid),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".into()]),
-            add: None,
-        }),
-        seccomp_profile: Some(runtime_default()),
-        ..SecurityContext::default()
-    }
-}
-
-fn runtime_default() -> SeccompProfile {
-    SeccompProfile {
-        type_: "RuntimeDefault".into(),
-        localhost_profile: None,
-    }
 }

@@ -5,11 +5,11 @@
 
 use super::open::{self, Claim, OpenError};
 use super::pod::Serving;
-use super::report::{self, reasons, Update};
+use super::report::{self, Update};
 use super::state::{self, Sandbox};
 use crate::context::Context;
+use crate::events;
 use crate::labels;
-use crate::session::events;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -18,6 +18,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::{Api, ResourceExt};
+use kube_harness_crds::condition::reasons;
 use kube_harness_crds::{HarnessSession, SandboxTier};
 use serde::Deserialize;
 use serde_json::json;
@@ -267,7 +268,7 @@ async fn end(
     if let Some(pod) = pods.first() {
         let update = Update {
             escalated: false,
-            reason: reasons::ENDED,
+            reason: reasons::TURN_ENDED,
             message: format!(
                 "turn {turn} ended; Tier-1 pod {} was deleted",
                 pod.name_any()
@@ -275,7 +276,7 @@ async fn end(
             current_tier: 0,
             failure: None,
         };
-        report::set(&ctx, &ns, &session, &update, Some(&[reasons::READY])).await;
+        report::set(&ctx, &ns, &session, &update, Some(&[reasons::TIER1_READY])).await;
     }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -5,9 +5,8 @@
 
 use super::pod::{self, MissReason, Purpose, Serving};
 use crate::context::Context;
+use crate::kube_util::{create_if_absent, delete_if_present, new_token, secret_token};
 use crate::labels;
-use crate::session::reconcile::create_if_absent;
-use crate::session::resources::new_token;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
@@ -170,34 +169,12 @@ pub async fn adopt_secret(ctx: &Context, pod: &Pod) -> Result<(), kube::Error> {
 /// The token of a Tier-1 pod (its Secret of the same name).
 pub async fn token(ctx: &Context, pod: &str) -> Result<Option<String>, kube::Error> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    Ok(secrets.get_opt(pod).await?.and_then(|s| {
-        s.data.and_then(|d| {
-            d.get("token")
-                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        })
-    }))
+    secret_token(&secrets, pod).await
 }
 
 /// Deletes a Tier-1 pod and its token Secret; already gone is fine.
 pub async fn delete(ctx: &Context, name: &str) -> Result<(), kube::Error> {
-    use kube::api::DeleteParams;
     let ns = &ctx.config.namespace;
-    let gone = |r: Result<(), kube::Error>| match r {
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        other => other,
-    };
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    gone(
-        pods.delete(name, &DeleteParams::default())
-            .await
-            .map(|_| ()),
-    )?;
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    gone(
-        secrets
-            .delete(name, &DeleteParams::default())
-            .await
-            .map(|_| ()),
-    )?;
-    Ok(())
+    delete_if_present(&Api::<Pod>::namespaced(ctx.client.clone(), ns), name).await?;
+    delete_if_present(&Api::<Secret>::namespaced(ctx.client.clone(), ns), name).await
 }

@@ -3,8 +3,8 @@
 //! Security, no ServiceAccount token, nothing of the worker's environment).
 
 use crate::config::OperatorConfig;
+use crate::kube_util::{restricted_container as restricted, restricted_pod};
 use crate::labels;
-use crate::session::resources;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction, Pod, PodSpec, Probe,
     ResourceRequirements, Secret, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
@@ -239,7 +239,7 @@ pub fn token_secret(
 fn restricted_container() -> SecurityContext {
     SecurityContext {
         privileged: Some(false),
-        ..resources::restricted_container(UID)
+        ..restricted(UID)
     }
 }
 
@@ -384,7 +384,7 @@ pub fn pod(name: &str, tier: &SandboxTier, purpose: &Purpose, config: &OperatorC
             node_selector: (!template.node_selector.is_empty())
                 .then(|| template.node_selector.clone()),
             tolerations: (!template.tolerations.is_empty()).then(|| template.tolerations.clone()),
-            security_context: Some(resources::restricted_pod(UID)),
+            security_context: Some(restricted_pod(UID)),
             ..PodSpec::default()
         }),
         status: None,

@@ -5,23 +5,15 @@
 
 use super::state::Sandbox;
 use crate::context::Context;
-use crate::session::events;
+use crate::events;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
-use kube_harness_crds::condition::{self, types};
+use kube_harness_crds::condition::{self, reasons, types};
 use kube_harness_crds::HarnessSession;
 use serde_json::json;
 
 /// Field manager of the tier API's status patches.
 pub const MANAGER: &str = "kube-harness-tier-api";
-
-/// Condition reasons the tier API sets (the session reconcile keeps them).
-pub mod reasons {
-    pub const READY: &str = "Tier1Ready";
-    pub const FAILED: &str = "Tier1Failed";
-    pub const PROVISIONING: &str = "Tier1Provisioning";
-    pub const ENDED: &str = "TurnEnded";
-}
 
 /// What the session says about escalation: the Escalated condition and status.currentTier.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,7 +31,7 @@ pub fn for_sandbox(sandbox: &Sandbox, tier: &str, level: u8) -> Option<Update> {
     match sandbox.phase {
         "Ready" => Some(Update {
             escalated: true,
-            reason: reasons::READY,
+            reason: reasons::TIER1_READY,
             message: format!(
                 "turn {} runs on Tier-1 pod {} of SandboxTier {tier} (source {}{})",
                 sandbox.turn,
@@ -56,7 +48,7 @@ pub fn for_sandbox(sandbox: &Sandbox, tier: &str, level: u8) -> Option<Update> {
         }),
         "Failed" => Some(Update {
             escalated: false,
-            reason: reasons::FAILED,
+            reason: reasons::TIER1_FAILED,
             message: format!(
                 "Tier-1 pod {} of SandboxTier {tier} failed: {}: {}",
                 sandbox.pod,
@@ -133,7 +125,7 @@ pub async fn set(
         return;
     }
     if changed {
-        let warning = reason == reasons::FAILED;
+        let warning = reason == reasons::TIER1_FAILED;
         if let Some(why) = &update.failure {
             ctx.metrics.tier1_failed(why);
         }

@@ -3,8 +3,8 @@
 //! instead of waiting out its provisioning timeout. Pure, so tests feed it pod statuses.
 
 use super::pod::AGENT_PORT;
+use crate::kube_util::{pod_condition, ready_ip, CONTAINER_FAILURES, IMAGE_FAILURES};
 use crate::labels;
-use crate::session::observe::{condition, ready_ip};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde::Serialize;
@@ -16,19 +16,6 @@ pub enum Phase {
     Ready { ip: String },
     Failed { reason: String, message: String },
 }
-
-const IMAGE_FAILURES: &[&str] = &[
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "ErrImageNeverPull",
-    "InvalidImageName",
-];
-const CONTAINER_FAILURES: &[&str] = &[
-    "CreateContainerConfigError",
-    "CreateContainerError",
-    "RunContainerError",
-    "CrashLoopBackOff",
-];
 
 pub fn phase(pod: &Pod) -> Phase {
     let failed = |reason: &str, message: String| Phase::Failed {
@@ -55,7 +42,7 @@ pub fn phase(pod: &Pod) -> Phase {
             format!("Tier-1 pod {} ended: {why}", pod.name_any()),
         );
     }
-    if let Some(c) = condition(status, "PodScheduled", "False")
+    if let Some(c) = pod_condition(status, "PodScheduled", "False")
         .filter(|c| c.reason.as_deref() == Some("Unschedulable"))
     {
         return failed(

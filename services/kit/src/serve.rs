@@ -632,21 +632,33 @@ impl http_body::Body for TrackedBody {
     }
 }
 
-/// Completes on the first SIGTERM or SIGINT.
+/// Completes on the first SIGTERM or SIGINT. Used by every server and the operator.
+///
+/// A handler that cannot be installed is logged as an error and that signal is not waited for;
+/// the other still stops the process. If neither can be installed this never completes (the pod
+/// is then stopped by SIGKILL after its grace period), rather than completing at once and
+/// shutting a healthy process down.
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(
-                "cannot install SIGTERM handler: {e}; only SIGINT will stop the server"
-            );
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+    let term = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(e) => {
+                tracing::error!("cannot install the SIGTERM handler: {e}; only SIGINT will stop");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    let int = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!("cannot install the SIGINT handler: {e}; only SIGTERM will stop");
+            std::future::pending::<()>().await;
         }
     };
     tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+        _ = term => tracing::info!("SIGTERM received, shutting down"),
+        _ = int => tracing::info!("SIGINT received, shutting down"),
     }
 }

@@ -1,8 +1,10 @@
-//! Events for state changes: one per condition that changed status or reason.
+//! Events for state changes, for both controllers and the tier API: one per condition that
+//! changed status or reason.
 
 use crate::context::Context;
 use kube::runtime::events::{Event, EventType};
 use kube::Resource;
+use kube_harness_crds::condition::{reasons, types};
 use kube_harness_crds::Condition;
 
 /// Publishes one Event; a failure to publish is logged, never fails the reconcile.
@@ -44,11 +46,9 @@ pub fn changed<'a>(old: &[Condition], new: &'a [Condition]) -> Vec<&'a Condition
 
 /// Whether a condition change is bad news (a Warning Event).
 pub fn is_warning(c: &Condition) -> bool {
-    (c.type_ == "Degraded" && c.status == "True")
-        || (c.type_ == "Ready"
+    (c.type_ == types::DEGRADED && c.status == "True")
+        || (c.type_ == types::READY
             && c.status == "False"
-            && !matches!(
-                c.reason.as_str(),
-                "WorkerStarting" | "Hibernated" | "Provisioning"
-            ))
+            && c.reason != reasons::WORKER_STARTING
+            && c.reason != reasons::HIBERNATED)
 }

@@ -1,0 +1,327 @@
+//! The second of the reconcile's three steps: what the session's status should say, as a pure
+//! function of what the first step observed (and did) and of the status it read. No API server,
+//! no clock beyond the transition times `condition::set` stamps, so tests feed it observations.
+
+use super::observe::WorkerState;
+use super::usage::WorkerReport;
+use crate::tier1::state::Phase as Tier1Phase;
+use kube_harness_crds::condition::{self, reasons, types};
+use kube_harness_crds::{HarnessSessionStatus, Phase};
+use std::time::Duration;
+
+/// Requeue while the worker is Ready: how often usage counters and idleness are refreshed.
+pub const READY_REQUEUE: Duration = Duration::from_secs(15);
+/// Requeue while waiting for something that emits no watch event (a missing tier).
+pub const WAIT_REQUEUE: Duration = Duration::from_secs(10);
+/// Requeue after a finished worker pod was deleted, to create its replacement.
+pub const REPLACE_REQUEUE: Duration = Duration::from_secs(1);
+
+/// What the reconcile's first step found, and what it did about the worker pod.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Observed {
+    /// The session's workerTier is not a usable level-0 tier: nothing else was looked at.
+    NoWorkerTier(WorkerTierProblem),
+    /// The child objects are in place.
+    Session(Box<Seen>),
+}
+
+/// Why the workerTier cannot define the worker pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkerTierProblem {
+    NotFound { tier: String },
+    NotLevelZero { tier: String, level: u8 },
+}
+
+/// The session with its Secret, PVC and NetworkPolicy in place.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Seen {
+    /// Name of the token Secret.
+    pub token_secret: String,
+    /// Name of the worker pod (whether or not it exists).
+    pub worker_pod: String,
+    /// Port of the worker API, for the endpoint.
+    pub worker_port: u16,
+    pub escalation: Escalation,
+    pub worker: Worker,
+}
+
+/// The session's escalation tier and, when it is usable, its Tier-1 pods serving the session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Escalation {
+    NoTier,
+    TierNotFound {
+        tier: String,
+    },
+    TierIsLevelZero {
+        tier: String,
+    },
+    /// The operator has no tier API URL to give the worker.
+    NotConfigured {
+        tier: String,
+    },
+    Usable {
+        tier: String,
+        level: u8,
+        /// (pod name, phase) of the Tier-1 pods serving the session, not being deleted.
+        pods: Vec<(String, Tier1Phase)>,
+    },
+}
+
+/// The worker pod, and what the first step did to it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Worker {
+    /// Hibernated with no wake request since: its pod (if any) was deleted.
+    Hibernating,
+    /// Ready, not busy, and idle past idleHibernateSeconds: its pod was deleted just now.
+    IdledOut { report: WorkerReport },
+    /// The pod kept (or created, or replaced); `report` when it is Ready and answered the poll.
+    Running {
+        state: WorkerState,
+        report: Option<WorkerReport>,
+    },
+}
+
+/// The status `observed` calls for, starting from `old`, and when to reconcile again (`None`:
+/// on the next watch event only).
+pub fn status(
+    old: &HarnessSessionStatus,
+    generation: Option<i64>,
+    observed: &Observed,
+) -> (HarnessSessionStatus, Option<Duration>) {
+    let mut status = old.clone();
+    status.observed_generation = generation;
+    let set = |status: &mut HarnessSessionStatus,
+               type_: &str,
+               value: bool,
+               reason: &str,
+               message: String| {
+        condition::set(
+            &mut status.conditions,
+            type_,
+            value,
+            reason,
+            message,
+            generation,
+        );
+    };
+    let seen = match observed {
+        Observed::Session(seen) => seen,
+        Observed::NoWorkerTier(problem) => {
+            let (reason, message) = match problem {
+                WorkerTierProblem::NotLevelZero { tier, level } => (
+                    reasons::WORKER_TIER_NOT_LEVEL_ZERO,
+                    format!(
+                        "SandboxTier {tier} has level {level}; workerTier must name a level-0 tier"
+                    ),
+                ),
+                WorkerTierProblem::NotFound { tier } => (
+                    reasons::WORKER_TIER_NOT_FOUND,
+                    format!("SandboxTier {tier} does not exist"),
+                ),
+            };
+            set(&mut status, types::DEGRADED, true, reason, message.clone());
+            set(&mut status, types::READY, false, reason, message);
+            status.phase = Some(Phase::Pending);
+            return (status, Some(WAIT_REQUEUE));
+        }
+    };
+    let serving_level = escalation(&mut status, generation, &seen.escalation);
+    status.token_secret = Some(seen.token_secret.clone());
+    let (state, report) = match &seen.worker {
+        Worker::Hibernating => {
+            status.phase = Some(Phase::Hibernated);
+            status.worker_endpoint = None;
+            status.worker_pod = None;
+            return (status, None);
+        }
+        Worker::IdledOut { report } => {
+            // As the worker answered: Awake until this pass deleted it.
+            set(
+                &mut status,
+                types::HIBERNATED,
+                false,
+                reasons::AWAKE,
+                "the worker pod is kept".into(),
+            );
+            apply_report(&mut status, report);
+            status.phase = Some(Phase::Hibernated);
+            status.worker_endpoint = None;
+            status.worker_pod = None;
+            set(&mut status, types::HIBERNATED, true, reasons::IDLE_TIMEOUT, "no command for idleHibernateSeconds: the worker pod was deleted and the workspace PVC kept; the next exec wakes the session".into());
+            set(
+                &mut status,
+                types::READY,
+                false,
+                reasons::HIBERNATED,
+                "the session is hibernated; the next exec wakes it".into(),
+            );
+            return (status, None);
+        }
+        Worker::Running { state, report } => (state, report),
+    };
+    status.worker_pod = Some(seen.worker_pod.clone());
+    set(
+        &mut status,
+        types::HIBERNATED,
+        false,
+        reasons::AWAKE,
+        "the worker pod is kept".into(),
+    );
+    let nothing_wrong = |status: &mut HarnessSessionStatus| {
+        condition::set(
+            &mut status.conditions,
+            types::DEGRADED,
+            false,
+            reasons::AS_EXPECTED,
+            "nothing is wrong",
+            generation,
+        );
+    };
+    let requeue = match state {
+        WorkerState::Ready { ip } => {
+            status.worker_endpoint = Some(format!("{ip}:{}", seen.worker_port));
+            if let Some(report) = report {
+                apply_report(&mut status, report);
+            }
+            status.current_tier.get_or_insert(0);
+            status.phase = Some(Phase::Ready);
+            set(
+                &mut status,
+                types::READY,
+                true,
+                reasons::WORKER_READY,
+                "the worker pod is running and answers on its API".into(),
+            );
+            nothing_wrong(&mut status);
+            READY_REQUEUE
+        }
+        WorkerState::Starting { reason } => {
+            status.worker_endpoint = None;
+            status.phase = Some(Phase::Provisioning);
+            set(
+                &mut status,
+                types::READY,
+                false,
+                reasons::WORKER_STARTING,
+                format!("waiting for the worker pod ({reason})"),
+            );
+            nothing_wrong(&mut status);
+            WAIT_REQUEUE
+        }
+        WorkerState::Failing { reason, message } => {
+            status.worker_endpoint = None;
+            status.phase = Some(Phase::Failed);
+            set(
+                &mut status,
+                types::READY,
+                false,
+                reasons::WORKER_FAILING,
+                format!("{reason}: {message}"),
+            );
+            set(
+                &mut status,
+                types::DEGRADED,
+                true,
+                reasons::WORKER_FAILING,
+                format!("the worker pod cannot start: {reason}: {message}"),
+            );
+            WAIT_REQUEUE
+        }
+        WorkerState::Gone => {
+            status.worker_endpoint = None;
+            status.phase = Some(Phase::Provisioning);
+            set(
+                &mut status,
+                types::READY,
+                false,
+                reasons::WORKER_STARTING,
+                "the worker pod ended; replacing it".into(),
+            );
+            REPLACE_REQUEUE
+        }
+    };
+    // While a Tier-1 pod serves, that is where commands run (whatever the worker said last).
+    if let Some(level) = serving_level {
+        status.current_tier = Some(level);
+    }
+    (status, Some(requeue))
+}
+
+/// The worker's own figures: usage, the tier it runs at, its last activity.
+fn apply_report(status: &mut HarnessSessionStatus, report: &WorkerReport) {
+    status.current_tier = Some(report.tier);
+    status.usage = Some(report.usage.clone());
+    status.last_activity_time = Some(report.last_activity.clone());
+}
+
+/// Escalated says what an escalating command meets: refused (no usable tier, with why), a Tier-1
+/// pod (True while one serves), or how the last one went. The tier API sets it as it happens; this
+/// derives the same from the Tier-1 pods, so a lost write converges. Returns the tier level while
+/// a Tier-1 pod serves.
+fn escalation(
+    status: &mut HarnessSessionStatus,
+    generation: Option<i64>,
+    seen: &Escalation,
+) -> Option<u8> {
+    let refused = |reason: &'static str, message: String| (false, reason, message);
+    let mut serving = None;
+    let (escalated, reason, message) = match seen {
+        Escalation::NoTier => refused(reasons::NO_ESCALATION_TIER, "no escalation tier is configured: commands that need more than Tier-0 are refused with exit 126".to_string()),
+        Escalation::TierNotFound { tier: t } => refused(reasons::ESCALATION_TIER_NOT_FOUND, format!("SandboxTier {t} does not exist: escalating commands are refused with exit 126")),
+        Escalation::TierIsLevelZero { tier: t } => refused(reasons::ESCALATION_TIER_IS_LEVEL_ZERO, format!("SandboxTier {t} is a level-0 tier: escalating commands are refused with exit 126")),
+        Escalation::NotConfigured { tier: t } => refused(reasons::ESCALATION_NOT_CONFIGURED, format!("escalation to SandboxTier {t} needs the operator's tier API URL (--tier-api-url): escalating commands are refused with exit 126")),
+        Escalation::Usable { tier: t, level, pods } => {
+            let now = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == types::ESCALATED)
+                .map(|c| c.reason.clone())
+                .unwrap_or_default();
+            let ready = pods.iter().find(|(_, p)| matches!(p, Tier1Phase::Ready { .. }));
+            let failed = pods.iter().find_map(|(n, p)| match p {
+                Tier1Phase::Failed { reason, message } => Some((n, reason, message)),
+                _ => None,
+            });
+            if let Some((pod, _)) = ready {
+                serving = Some(*level);
+                (true, reasons::TIER1_READY, format!("Tier-1 pod {pod} of SandboxTier {t} serves a turn"))
+            } else if let Some((pod, why, message)) = failed {
+                (false, reasons::TIER1_FAILED, format!("Tier-1 pod {pod} of SandboxTier {t} failed: {why}: {message}"))
+            } else if let Some((pod, _)) = pods.first() {
+                (false, reasons::TIER1_PROVISIONING, format!("Tier-1 pod {pod} of SandboxTier {t} is starting"))
+            } else if now == reasons::TIER1_READY || now == reasons::TIER1_PROVISIONING {
+                (false, reasons::TURN_ENDED, format!("the turn's Tier-1 pod of SandboxTier {t} is gone"))
+            } else if now == reasons::TURN_ENDED || now == reasons::TIER1_FAILED {
+                // How the last turn went stays until the next one escalates.
+                return None;
+            } else {
+                (false, reasons::TIER1_AVAILABLE, format!("escalating commands run on a Tier-1 pod of SandboxTier {t} (level {level})"))
+            }
+        }
+    };
+    // The tier API's message names the turn; keep it while status and reason agree.
+    let same = status.conditions.iter().any(|c| {
+        c.type_ == types::ESCALATED && c.reason == reason && (c.status == "True") == escalated
+    });
+    let keeps_message = matches!(
+        reason,
+        reasons::TIER1_READY
+            | reasons::TIER1_FAILED
+            | reasons::TIER1_PROVISIONING
+            | reasons::TIER1_AVAILABLE
+    );
+    if !same || !keeps_message {
+        condition::set(
+            &mut status.conditions,
+            types::ESCALATED,
+            escalated,
+            reason,
+            message,
+            generation,
+        );
+    }
+    serving
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,527 @@
+//! The status a reconcile computes, case by case: observations in, phase, conditions, fields and
+//! requeue out. No API server.
+
+use super::*;
+use kube_harness_crds::session::Usage;
+use kube_harness_crds::Condition;
+
+const PORT: u16 = 8080;
+
+fn report(tier: u8, busy: bool) -> WorkerReport {
+    WorkerReport {
+        usage: Usage {
+            turns: 2,
+            commands_tier0: 9,
+            commands_tier1: 1,
+            refusals: 0,
+            tier0_share: Some("90.0%".into()),
+        },
+        tier,
+        busy,
+        last_activity: "2025-01-01T00:00:00Z".into(),
+    }
+}
+
+fn running(state: WorkerState, report: Option<WorkerReport>) -> Worker {
+    Worker::Running { state, report }
+}
+
+fn ready() -> WorkerState {
+    WorkerState::Ready {
+        ip: "10.0.0.7".into(),
+    }
+}
+
+fn seen(escalation: Escalation, worker: Worker) -> Observed {
+    Observed::Session(Box::new(Seen {
+        token_secret: "s-token".into(),
+        worker_pod: "s-worker".into(),
+        worker_port: PORT,
+        escalation,
+        worker,
+    }))
+}
+
+fn usable(pods: Vec<(&str, Tier1Phase)>) -> Escalation {
+    Escalation::Usable {
+        tier: "t1".into(),
+        level: 1,
+        pods: pods.into_iter().map(|(n, p)| (n.to_string(), p)).collect(),
+    }
+}
+
+/// A status holding these conditions, as an earlier reconcile or the tier API left it.
+fn with(conditions: &[(&str, bool, &str, &str)]) -> HarnessSessionStatus {
+    let mut status = HarnessSessionStatus::default();
+    for (type_, value, reason, message) in conditions {
+        condition::set(
+            &mut status.conditions,
+            type_,
+            *value,
+            reason,
+            *message,
+            Some(1),
+        );
+    }
+    status
+}
+
+fn get<'a>(status: &'a HarnessSessionStatus, type_: &str) -> Option<&'a Condition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// (status, reason) of a condition, `None` when it is absent.
+fn cond(status: &HarnessSessionStatus, type_: &str) -> Option<(String, String)> {
+    get(status, type_).map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+fn t(reason: &str) -> Option<(String, String)> {
+    Some(("True".into(), reason.into()))
+}
+
+fn f(reason: &str) -> Option<(String, String)> {
+    Some(("False".into(), reason.into()))
+}
+
+struct Want {
+    phase: Option<Phase>,
+    ready: Option<(String, String)>,
+    degraded: Option<(String, String)>,
+    hibernated: Option<(String, String)>,
+    escalated: Option<(String, String)>,
+    endpoint: Option<&'static str>,
+    worker_pod: Option<&'static str>,
+    current_tier: Option<u8>,
+    requeue: Option<Duration>,
+}
+
+#[test]
+fn status_follows_the_observations() {
+    let hibernated_before = with(&[(types::HIBERNATED, true, reasons::IDLE_TIMEOUT, "idle")]);
+    let cases: Vec<(&str, HarnessSessionStatus, Observed, Want)> = vec![
+        (
+            "worker tier missing: Pending, not Ready, Degraded; nothing else touched",
+            HarnessSessionStatus::default(),
+            Observed::NoWorkerTier(WorkerTierProblem::NotFound { tier: "w".into() }),
+            Want {
+                phase: Some(Phase::Pending),
+                ready: f(reasons::WORKER_TIER_NOT_FOUND),
+                degraded: t(reasons::WORKER_TIER_NOT_FOUND),
+                hibernated: None,
+                escalated: None,
+                endpoint: None,
+                worker_pod: None,
+                current_tier: None,
+                requeue: Some(WAIT_REQUEUE),
+            },
+        ),
+        (
+            "worker tier of level 1",
+            HarnessSessionStatus::default(),
+            Observed::NoWorkerTier(WorkerTierProblem::NotLevelZero {
+                tier: "w".into(),
+                level: 1,
+            }),
+            Want {
+                phase: Some(Phase::Pending),
+                ready: f(reasons::WORKER_TIER_NOT_LEVEL_ZERO),
+                degraded: t(reasons::WORKER_TIER_NOT_LEVEL_ZERO),
+                hibernated: None,
+                escalated: None,
+                endpoint: None,
+                worker_pod: None,
+                current_tier: None,
+                requeue: Some(WAIT_REQUEUE),
+            },
+        ),
+        (
+            "ready worker that answered: Ready, its tier and endpoint",
+            HarnessSessionStatus::default(),
+            seen(Escalation::NoTier, running(ready(), Some(report(0, false)))),
+            Want {
+                phase: Some(Phase::Ready),
+                ready: t(reasons::WORKER_READY),
+                degraded: f(reasons::AS_EXPECTED),
+                hibernated: f(reasons::AWAKE),
+                escalated: f(reasons::NO_ESCALATION_TIER),
+                endpoint: Some("10.0.0.7:8080"),
+                worker_pod: Some("s-worker"),
+                current_tier: Some(0),
+                requeue: Some(READY_REQUEUE),
+            },
+        ),
+        (
+            "ready worker that did not answer: still Ready, tier 0",
+            HarnessSessionStatus::default(),
+            seen(Escalation::NoTier, running(ready(), None)),
+            Want {
+                phase: Some(Phase::Ready),
+                ready: t(reasons::WORKER_READY),
+                degraded: f(reasons::AS_EXPECTED),
+                hibernated: f(reasons::AWAKE),
+                escalated: f(reasons::NO_ESCALATION_TIER),
+                endpoint: Some("10.0.0.7:8080"),
+                worker_pod: Some("s-worker"),
+                current_tier: Some(0),
+                requeue: Some(READY_REQUEUE),
+            },
+        ),
+        (
+            "starting worker: Provisioning, no endpoint",
+            HarnessSessionStatus::default(),
+            seen(
+                Escalation::NoTier,
+                running(
+                    WorkerState::Starting {
+                        reason: "PodPending".into(),
+                    },
+                    None,
+                ),
+            ),
+            Want {
+                phase: Some(Phase::Provisioning),
+                ready: f(reasons::WORKER_STARTING),
+                degraded: f(reasons::AS_EXPECTED),
+                hibernated: f(reasons::AWAKE),
+                escalated: f(reasons::NO_ESCALATION_TIER),
+                endpoint: None,
+                worker_pod: Some("s-worker"),
+                current_tier: None,
+                requeue: Some(WAIT_REQUEUE),
+            },
+        ),
+        (
+            "failing worker: Failed and Degraded",
+            HarnessSessionStatus::default(),
+            seen(
+                Escalation::NoTier,
+                running(
+                    WorkerState::Failing {
+                        reason: "ImagePullBackOff".into(),
+                        message: "no such image".into(),
+                    },
+                    None,
+                ),
+            ),
+            Want {
+                phase: Some(Phase::Failed),
+                ready: f(reasons::WORKER_FAILING),
+                degraded: t(reasons::WORKER_FAILING),
+                hibernated: f(reasons::AWAKE),
+                escalated: f(reasons::NO_ESCALATION_TIER),
+                endpoint: None,
+                worker_pod: Some("s-worker"),
+                current_tier: None,
+                requeue: Some(WAIT_REQUEUE),
+            },
+        ),
+        (
+            "worker gone: replaced soon, Degraded left as it was",
+            HarnessSessionStatus::default(),
+            seen(Escalation::NoTier, running(WorkerState::Gone, None)),
+            Want {
+                phase: Some(Phase::Provisioning),
+                ready: f(reasons::WORKER_STARTING),
+                degraded: None,
+                hibernated: f(reasons::AWAKE),
+                escalated: f(reasons::NO_ESCALATION_TIER),
+                endpoint: None,
+                worker_pod: Some("s-worker"),
+                current_tier: None,
+                requeue: Some(REPLACE_REQUEUE),
+            },
+        ),
+        (
+            "hibernating: no pod, no endpoint, no requeue, Hibernated kept",
+            hibernated_before.clone(),
+            seen(Escalation::NoTier, Worker::Hibernating),
+            Want {
+                phase: Some(Phase::Hibernated),
+                ready: None,
+                degraded: None,
+                hibernated: t(reasons::IDLE_TIMEOUT),
+                escalated: f(reasons::NO_ESCALATION_TIER),
+                endpoint: None,
+                worker_pod: None,
+                current_tier: None,
+                requeue: None,
+            },
+        ),
+        (
+            "woken: Awake again",
+            hibernated_before,
+            seen(Escalation::NoTier, running(ready(), None)),
+            Want {
+                phase: Some(Phase::Ready),
+                ready: t(reasons::WORKER_READY),
+                degraded: f(reasons::AS_EXPECTED),
+                hibernated: f(reasons::AWAKE),
+                escalated: f(reasons::NO_ESCALATION_TIER),
+                endpoint: Some("10.0.0.7:8080"),
+                worker_pod: Some("s-worker"),
+                current_tier: Some(0),
+                requeue: Some(READY_REQUEUE),
+            },
+        ),
+        (
+            "idled out: Hibernated, not Ready, the last figures kept",
+            HarnessSessionStatus::default(),
+            seen(
+                Escalation::NoTier,
+                Worker::IdledOut {
+                    report: report(0, false),
+                },
+            ),
+            Want {
+                phase: Some(Phase::Hibernated),
+                ready: f(reasons::HIBERNATED),
+                degraded: None,
+                hibernated: t(reasons::IDLE_TIMEOUT),
+                escalated: f(reasons::NO_ESCALATION_TIER),
+                endpoint: None,
+                worker_pod: None,
+                current_tier: Some(0),
+                requeue: None,
+            },
+        ),
+        (
+            "a serving Tier-1 pod: Escalated, currentTier is its level",
+            HarnessSessionStatus::default(),
+            seen(
+                usable(vec![(
+                    "p1",
+                    Tier1Phase::Ready {
+                        ip: "10.0.0.9".into(),
+                    },
+                )]),
+                running(ready(), Some(report(0, true))),
+            ),
+            Want {
+                phase: Some(Phase::Ready),
+                ready: t(reasons::WORKER_READY),
+                degraded: f(reasons::AS_EXPECTED),
+                hibernated: f(reasons::AWAKE),
+                escalated: t(reasons::TIER1_READY),
+                endpoint: Some("10.0.0.7:8080"),
+                worker_pod: Some("s-worker"),
+                current_tier: Some(1),
+                requeue: Some(READY_REQUEUE),
+            },
+        ),
+    ];
+    for (name, old, observed, want) in cases {
+        let (got, requeue) = status(&old, Some(3), &observed);
+        assert_eq!(got.phase, want.phase, "{name}: phase");
+        assert_eq!(cond(&got, types::READY), want.ready, "{name}: Ready");
+        assert_eq!(
+            cond(&got, types::DEGRADED),
+            want.degraded,
+            "{name}: Degraded"
+        );
+        assert_eq!(
+            cond(&got, types::HIBERNATED),
+            want.hibernated,
+            "{name}: Hibernated"
+        );
+        assert_eq!(
+            cond(&got, types::ESCALATED),
+            want.escalated,
+            "{name}: Escalated"
+        );
+        assert_eq!(
+            got.worker_endpoint.as_deref(),
+            want.endpoint,
+            "{name}: endpoint"
+        );
+        assert_eq!(got.worker_pod.as_deref(), want.worker_pod, "{name}: pod");
+        assert_eq!(got.current_tier, want.current_tier, "{name}: currentTier");
+        assert_eq!(requeue, want.requeue, "{name}: requeue");
+        assert_eq!(got.observed_generation, Some(3), "{name}: generation");
+        let secret = matches!(observed, Observed::Session(_)).then_some("s-token");
+        assert_eq!(got.token_secret.as_deref(), secret, "{name}: tokenSecret");
+        // Conditions set by this pass carry its generation.
+        for c in &got.conditions {
+            let untouched = old.conditions.contains(c);
+            assert!(
+                untouched || c.observed_generation == Some(3),
+                "{name}: {} generation",
+                c.type_
+            );
+        }
+    }
+}
+
+/// (name, status before, observed escalation, Escalated (status, reason) after).
+type EscalationCase = (
+    &'static str,
+    HarnessSessionStatus,
+    Escalation,
+    Option<(String, String)>,
+);
+
+#[test]
+fn escalated_follows_the_tier_and_its_pods() {
+    let pending = || vec![("p1", Tier1Phase::Pending)];
+    let failed = || {
+        vec![(
+            "p1",
+            Tier1Phase::Failed {
+                reason: "ImagePullFailed".into(),
+                message: "no image".into(),
+            },
+        )]
+    };
+    let was = |reason: &str, value: bool| with(&[(types::ESCALATED, value, reason, "earlier")]);
+    let none = HarnessSessionStatus::default;
+    let cases: Vec<EscalationCase> = vec![
+        (
+            "no tier",
+            none(),
+            Escalation::NoTier,
+            f(reasons::NO_ESCALATION_TIER),
+        ),
+        (
+            "tier missing",
+            none(),
+            Escalation::TierNotFound { tier: "x".into() },
+            f(reasons::ESCALATION_TIER_NOT_FOUND),
+        ),
+        (
+            "tier of level 0",
+            none(),
+            Escalation::TierIsLevelZero { tier: "x".into() },
+            f(reasons::ESCALATION_TIER_IS_LEVEL_ZERO),
+        ),
+        (
+            "no tier API URL",
+            none(),
+            Escalation::NotConfigured { tier: "x".into() },
+            f(reasons::ESCALATION_NOT_CONFIGURED),
+        ),
+        (
+            "usable, never escalated",
+            none(),
+            usable(vec![]),
+            f(reasons::TIER1_AVAILABLE),
+        ),
+        (
+            "pod starting",
+            none(),
+            usable(pending()),
+            f(reasons::TIER1_PROVISIONING),
+        ),
+        (
+            "pod failed",
+            none(),
+            usable(failed()),
+            f(reasons::TIER1_FAILED),
+        ),
+        (
+            "serving pod gone",
+            was(reasons::TIER1_READY, true),
+            usable(vec![]),
+            f(reasons::TURN_ENDED),
+        ),
+        (
+            "starting pod gone",
+            was(reasons::TIER1_PROVISIONING, false),
+            usable(vec![]),
+            f(reasons::TURN_ENDED),
+        ),
+        (
+            "ended turn stays ended",
+            was(reasons::TURN_ENDED, false),
+            usable(vec![]),
+            f(reasons::TURN_ENDED),
+        ),
+        (
+            "failure stays after its pod is deleted",
+            was(reasons::TIER1_FAILED, false),
+            usable(vec![]),
+            f(reasons::TIER1_FAILED),
+        ),
+    ];
+    for (name, old, escalation, want) in cases {
+        let observed = seen(escalation, running(ready(), None));
+        let (got, _) = status(&old, Some(1), &observed);
+        assert_eq!(cond(&got, types::ESCALATED), want, "{name}");
+    }
+}
+
+#[test]
+fn the_tier_api_message_is_kept_while_status_and_reason_agree() {
+    let old = with(&[(
+        types::ESCALATED,
+        true,
+        reasons::TIER1_READY,
+        "turn t-1 runs on Tier-1 pod p1",
+    )]);
+    let serving = usable(vec![(
+        "p1",
+        Tier1Phase::Ready {
+            ip: "10.0.0.9".into(),
+        },
+    )]);
+    let (got, _) = status(&old, Some(1), &seen(serving, running(ready(), None)));
+    let escalated = get(&got, types::ESCALATED).unwrap();
+    assert_eq!(escalated.message, "turn t-1 runs on Tier-1 pod p1");
+
+    // A refusal is the reconcile's own: its message follows the reconcile.
+    let old = with(&[(
+        types::ESCALATED,
+        false,
+        reasons::NO_ESCALATION_TIER,
+        "older",
+    )]);
+    let (got, _) = status(
+        &old,
+        Some(1),
+        &seen(Escalation::NoTier, running(ready(), None)),
+    );
+    let escalated = get(&got, types::ESCALATED).unwrap();
+    assert!(escalated.message.contains("exit 126"), "{escalated:?}");
+}
+
+#[test]
+fn idled_out_reports_the_workers_last_figures() {
+    let (got, _) = status(
+        &HarnessSessionStatus::default(),
+        Some(1),
+        &seen(
+            Escalation::NoTier,
+            Worker::IdledOut {
+                report: report(0, false),
+            },
+        ),
+    );
+    assert_eq!(got.usage, Some(report(0, false).usage));
+    assert_eq!(
+        got.last_activity_time.as_deref(),
+        Some("2025-01-01T00:00:00Z")
+    );
+}
+
+/// A second pass over the same observations changes nothing, so no status write and no Event
+/// follow; transition times stay.
+#[test]
+fn the_same_observations_give_the_same_status() {
+    let observations = [
+        seen(Escalation::NoTier, running(ready(), Some(report(0, false)))),
+        seen(
+            usable(vec![("p1", Tier1Phase::Pending)]),
+            running(
+                WorkerState::Starting {
+                    reason: "PodPending".into(),
+                },
+                None,
+            ),
+        ),
+        seen(Escalation::NoTier, Worker::Hibernating),
+        Observed::NoWorkerTier(WorkerTierProblem::NotFound { tier: "w".into() }),
+    ];
+    for observed in observations {
+        let (first, _) = status(&HarnessSessionStatus::default(), Some(2), &observed);
+        let (second, _) = status(&first, Some(2), &observed);
+        assert_eq!(first, second, "{observed:?}");
+    }
+}
