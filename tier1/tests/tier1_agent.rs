@@ -11,7 +11,8 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tier1_support::{
-    apply_changes, b64_field, process_gone, spawn_agent, spec_of, workspace_root, AGENT_TOKEN,
+    apply_changes, b64_field, process_gone, sleeping_after_grace, spawn_agent, spec_of,
+    workspace_root, AGENT_TOKEN,
 };
 
 #[test]
@@ -289,7 +290,7 @@ async fn the_time_limit_and_the_end_of_a_command_kill_everything_it_started() {
     let (status, v) = exec_raw(
         &agent.url,
         json!({
-            "script": "sleep 300 & echo $! > /session/bg.pid; setsid sleep 300 & echo $! > /session/sid.pid; sleep 300",
+            "script": "sleep 3101 & setsid sleep 3102 & sleep 3103",
             "cwd": "/session",
             "timeoutMs": 1000,
         }),
@@ -305,33 +306,25 @@ async fn the_time_limit_and_the_end_of_a_command_kill_everything_it_started() {
         "{:?}",
         started.elapsed()
     );
-    for file in ["/session/bg.pid", "/session/sid.pid"] {
-        let pid: i32 = std::fs::read_to_string(agent.host(file))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        assert!(
-            process_gone(pid),
-            "{file}: process {pid} survived the time limit"
+    for marker in ["3101", "3102", "3103"] {
+        assert_eq!(
+            sleeping_after_grace(marker),
+            Vec::<i32>::new(),
+            "sleep {marker} survived the time limit"
         );
     }
 
     // A command that ends normally leaves nothing behind either, even what escaped its group.
     let (status, v) = exec_raw(
         &agent.url,
-        json!({"script": "setsid sleep 300 > /dev/null 2>&1 & echo $! > /session/daemon.pid", "cwd": "/session"}),
+        json!({"script": "setsid sleep 3104 > /dev/null 2>&1 &", "cwd": "/session"}),
     )
     .await;
     assert_eq!((status, v["exitCode"].as_i64()), (200, Some(0)), "{v}");
-    let pid: i32 = std::fs::read_to_string(agent.host("/session/daemon.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(
-        process_gone(pid),
-        "escaped process {pid} survived its command"
+    assert_eq!(
+        sleeping_after_grace("3104"),
+        Vec::<i32>::new(),
+        "an escaped process survived its command"
     );
 }
 

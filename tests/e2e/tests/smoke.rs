@@ -244,8 +244,10 @@ async fn the_worker_image_ships_every_tier0_command_of_the_matrix() {
             .logs("tools", &LogParams::default())
             .await
             .expect("read logs via the API server");
-        assert_eq!(logs, "checked\n", "commands the matrix promises and the image lacks");
+        assert_eq!(
+            logs, "checked\n",
+            "commands the matrix promises and the image lacks"
+        );
     })
     .await;
 }
-

@@ -196,6 +196,36 @@ pub fn turn_with(next: Arc<dyn NextTier>) -> TurnFixture {
 }
 
 /// Whether a process is gone (or only a zombie nobody reaped yet).
+/// Host pids of live `sleep N` processes (a command's own pids are those of its PID namespace on
+/// the local host, so tests find what it started by a command line of their own instead).
+pub fn sleeping(seconds: &str) -> Vec<i32> {
+    let want = format!("sleep {seconds}");
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                .filter(|pid| {
+                    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                        String::from_utf8_lossy(&c).replace('\0', " ").trim() == want
+                    }) && !process_gone(*pid)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// [`sleeping`] after up to two seconds for the kernel to finish killing them.
+pub fn sleeping_after_grace(seconds: &str) -> Vec<i32> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let left = sleeping(seconds);
+        if left.is_empty() || std::time::Instant::now() > deadline {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 pub fn process_gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
