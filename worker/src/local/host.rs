@@ -52,16 +52,11 @@ pub async fn run_turn(
     turn: &LocalTurn,
     script: &str,
 ) -> Result<TurnResult, LocalError> {
+    // Path rules first: a bad Persistent Dir writes nothing, not even the session's folder.
+    for d in &turn.persistent_dirs {
+        d.resolve(data.root(), &turn.project_root)?;
+    }
     let session = data.session(&turn.session)?;
-    // Path rules first: a bad Persistent Dir writes nothing.
-    let sources: Vec<(PersistentDir, PathBuf)> = turn
-        .persistent_dirs
-        .iter()
-        .map(|d| {
-            d.resolve(data.root(), &turn.project_root)
-                .map(|src| (d.clone(), src))
-        })
-        .collect::<Result<_, _>>()?;
     let _guard = TurnGuard::acquire(
         data.root(),
         &session,
@@ -69,8 +64,17 @@ pub async fn run_turn(
         turn.max_concurrent_sessions,
     )?;
     let mut read_only = Vec::new();
+    // Resolved again under the lock: another session's commit may have changed a source's path.
+    let sources: Vec<(PersistentDir, Place)> = turn
+        .persistent_dirs
+        .iter()
+        .map(|d| {
+            d.resolve(data.root(), &turn.project_root)
+                .map(|src| (d.clone(), src))
+        })
+        .collect::<Result<_, _>>()?;
     for (dir, source) in &sources {
-        mirror(&Place::trusted(source), &dir.checkout_place(&session))?;
+        mirror(source, &dir.checkout_place(&session))?;
         if dir.commit == CommitPolicy::ReadOnly {
             read_only.push(dir.harness_dir.clone());
         }
@@ -122,11 +126,14 @@ pub async fn run_turn(
     let outcome = runtime.exec(script).await;
     let (cwd, env) = runtime.shell_state().await;
     runtime.end().await;
-    for (dir, source) in &sources {
+    for dir in &turn.persistent_dirs {
         match dir.commit {
             CommitPolicy::ReadOnly => {}
             CommitPolicy::AfterTurn => {
-                mirror(&dir.checkout_place(&session), &Place::trusted(source))?
+                // Under the same rules as the load, resolved again: this turn's earlier commits
+                // (or another session's) may have put a symlink on the source's path.
+                let source = dir.resolve(data.root(), &turn.project_root)?;
+                mirror(&dir.checkout_place(&session), &source)?
             }
             CommitPolicy::Manual => mirror(
                 &dir.checkout_place(&session),
@@ -177,7 +184,7 @@ pub fn commit_manual(
             dir.harness_dir.display()
         )));
     }
-    mirror(&pending, &Place::trusted(source))
+    mirror(&pending, &source)
 }
 
 /// Sortable and unique enough for one machine: time in microseconds and the process id.

@@ -1,10 +1,13 @@
 //! Persistent Dirs on the local host (`localDir` / `projectDir` of the seed): a backing folder
 //! loaded into the session's `persistent/` checkout before a turn and committed back by policy.
 //!
-//! Path rules: a data-dir source is a relative path inside the data directory (absolute paths, `..`,
-//! the data directory itself, its `sessions/` folder, or anything resolving outside it, through
-//! symlinks too, are path errors); a project source must resolve inside the project root. On a
-//! path error nothing is written.
+//! Path rules (`PersistentDir::resolve`, one resolution for both kinds of source): a data-dir source
+//! is a relative path of plain names inside the data directory (absolute paths, `..`, the data
+//! directory itself are path errors); a `project:` source must resolve inside the project root
+//! (`..` by name). Then, for both: the source may not lie in the data directory's `sessions/`
+//! folder, may not contain the data directory, and is opened below its root one component at a
+//! time without following a symlink, at load and again at every commit. On a path error nothing
+//! is written.
 //!
 //! Host-side access: the checkout lives in the session's `/persistent` mount, which commands
 //! write. Its path below the mount root is walked without following symlinks, and every copy
@@ -19,9 +22,11 @@
 
 use super::data_dir::{io, LocalError, SessionDir};
 use kube_harness_workspace::safe_fs::{self, WalkError};
+use kube_harness_workspace::EntryKind;
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 /// When a Persistent Dir's session writes reach its source.
@@ -94,14 +99,22 @@ impl PersistentDir {
         })
     }
 
-    /// The backing folder, checked against the path rules. Creates nothing.
-    pub fn resolve(&self, data_dir: &Path, project_root: &Path) -> Result<PathBuf, LocalError> {
-        match &self.source {
+    /// The backing folder, checked against the path rules: a trusted root (the data directory or
+    /// the project root, canonical, so either may be reached through symlinks) and plain
+    /// components below it, which are walked without following a symlink now and again by every
+    /// copy to or from the source. Both kinds of source go through the same rules: not in the
+    /// data directory's `sessions/` folder, not through a symlink below the root, not containing
+    /// the data directory (whose session folders a load copies into). Creates nothing.
+    pub fn resolve(&self, data_dir: &Path, project_root: &Path) -> Result<Place, LocalError> {
+        let data_dir = data_dir.canonicalize().map_err(io(format!(
+            "resolving the data directory {}",
+            data_dir.display()
+        )))?;
+        let (root, rel, shown) = match &self.source {
             Source::DataDir(rel) => {
-                let plain = !rel.as_os_str().is_empty()
-                    && rel
-                        .components()
-                        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+                let plain = rel
+                    .components()
+                    .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
                     && rel.components().any(|c| matches!(c, Component::Normal(_)));
                 if !plain {
                     return Err(path_error(format!(
@@ -109,52 +122,58 @@ impl PersistentDir {
                         rel.display()
                     )));
                 }
-                let path = data_dir.join(rel);
-                let first = rel.components().find(|c| matches!(c, Component::Normal(_)));
-                if first == Some(Component::Normal(OsStr::new("sessions"))) {
-                    return Err(path_error(format!(
-                        "source {} is inside the data directory's sessions/ folder, which commands write",
-                        rel.display()
-                    )));
-                }
-                check_inside(&path, data_dir, "the data directory")?;
-                // Below the data directory, sources hold what sessions committed, symlinks
-                // included: a source reached through one (`pd/mem/inner -> ../../sessions/x`)
-                // would read or write wherever a command pointed it.
-                let mut at = data_dir.to_path_buf();
-                for c in rel.components() {
-                    at.push(c);
-                    match std::fs::symlink_metadata(&at) {
-                        Ok(m) if m.file_type().is_symlink() => {
-                            return Err(path_error(format!(
-                                "source {} passes through the symlink {}",
-                                rel.display(),
-                                at.display()
-                            )))
-                        }
-                        Ok(_) => {}
-                        Err(_) => break, // not made yet: created as plain directories
-                    }
-                }
-                Ok(path)
+                let below: PathBuf = rel
+                    .components()
+                    .filter(|c| matches!(c, Component::Normal(_)))
+                    .collect();
+                (data_dir.clone(), below, rel.display().to_string())
             }
             Source::Project(rel) => {
                 let root = project_root.canonicalize().map_err(io(format!(
                     "resolving project root {}",
                     project_root.display()
                 )))?;
-                let path = normalize(&root.join(rel));
-                if !path.starts_with(&root) {
-                    return Err(path_error(format!(
-                        "projectDir {} resolves outside the project root {}",
-                        rel.display(),
-                        root.display()
-                    )));
+                // `..` is resolved by name (the path may not exist yet); every component left
+                // is then opened below the root without following a symlink.
+                let mut below = PathBuf::new();
+                for c in rel.components() {
+                    let inside = match c {
+                        Component::Normal(name) => {
+                            below.push(name);
+                            true
+                        }
+                        Component::CurDir => true,
+                        Component::ParentDir => below.pop(),
+                        Component::RootDir | Component::Prefix(_) => false,
+                    };
+                    if !inside {
+                        return Err(path_error(format!(
+                            "projectDir {} resolves outside the project root {}",
+                            rel.display(),
+                            root.display()
+                        )));
+                    }
                 }
-                check_inside(&path, &root, "the project root")?;
-                Ok(path)
+                (root, below, format!("project:{}", rel.display()))
             }
+        };
+        // No symlink below the root, so this is where the source really is (or will be made).
+        let path = root.join(&rel);
+        let sessions = data_dir.join("sessions");
+        if path.starts_with(&sessions) {
+            return Err(path_error(format!(
+                "source {shown} is inside the data directory's sessions/ folder, which commands write"
+            )));
         }
+        if data_dir.starts_with(&path) {
+            return Err(path_error(format!(
+                "source {shown} is {}, which contains the data directory {} (and the session folders a load copies into)",
+                path.display(),
+                data_dir.display()
+            )));
+        }
+        walk_source(&root, &rel, &shown, &data_dir, &sessions)?;
+        Ok(Place::source(root, rel))
     }
 
     /// The session's checkout of this dir (what the agent sees at `harness_dir`), as a host path.
@@ -184,13 +203,102 @@ impl PersistentDir {
     }
 }
 
-/// A directory as a trusted root (made by the host, may be reached through symlinks) and a path
-/// below it that a command may have changed (walked one component at a time, never through a
-/// symlink).
+/// Walks `rel` below `root` one component at a time without following a symlink: a symlink or a
+/// file on the way is a path error; the walk stops at the first missing component (the rest is
+/// made as plain directories by a commit). Each directory met is also compared by identity
+/// (device and inode) with the data directory's `sessions/` folder, and the source itself with
+/// the data directory and its ancestors, so another name for them (a bind mount) is refused too.
+fn walk_source(
+    root: &Path,
+    rel: &Path,
+    shown: &str,
+    data_dir: &Path,
+    sessions: &Path,
+) -> Result<(), LocalError> {
+    // `DataDir::open` makes it; a data directory without one has no sessions to reach.
+    let sessions_id = identity_of_path(sessions).ok();
+    let mut cur = safe_fs::open_root(root).map_err(io(format!("opening {}", root.display())))?;
+    let mut at = root.to_path_buf();
+    let mut complete = true;
+    let inside_sessions = |at: &Path| {
+        path_error(format!(
+            "source {shown} reaches {}, which is the data directory's sessions/ folder, which commands write",
+            at.display()
+        ))
+    };
+    let (id, fd) = identity_of_fd(cur, &at)?;
+    cur = fd;
+    if Some(id) == sessions_id {
+        return Err(inside_sessions(&at));
+    }
+    let mut last = id;
+    for c in rel.components() {
+        at.push(c);
+        let next = match safe_fs::open_dir_at(&cur, c.as_os_str()) {
+            Ok(fd) => fd,
+            Err(WalkError::Missing) => {
+                complete = false;
+                break;
+            }
+            Err(WalkError::Blocked) => {
+                return Err(path_error(format!(
+                    "source {shown} passes through the symlink {} (a source is never reached through one)",
+                    at.display()
+                )))
+            }
+            Err(WalkError::NotDir) => {
+                return Err(path_error(format!(
+                    "source {shown}: {} is not a directory",
+                    at.display()
+                )))
+            }
+            Err(e @ WalkError::Io(_)) => return Err(walk_error(&at, e)),
+        };
+        let (id, fd) = identity_of_fd(next, &at)?;
+        if Some(id) == sessions_id {
+            return Err(inside_sessions(&at));
+        }
+        cur = fd;
+        last = id;
+    }
+    if complete {
+        for ancestor in data_dir.ancestors() {
+            if identity_of_path(ancestor)? == last {
+                return Err(path_error(format!(
+                    "source {shown} is {}, which contains the data directory {} (and the session folders a load copies into)",
+                    at.display(),
+                    data_dir.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn identity_of_path(path: &Path) -> Result<(u64, u64), LocalError> {
+    let m = fs::metadata(path).map_err(io(format!("reading {}", path.display())))?;
+    Ok((m.dev(), m.ino()))
+}
+
+fn identity_of_fd(fd: OwnedFd, path: &Path) -> Result<((u64, u64), OwnedFd), LocalError> {
+    let file = fs::File::from(fd);
+    let m = file
+        .metadata()
+        .map_err(io(format!("reading {}", path.display())))?;
+    Ok(((m.dev(), m.ino()), OwnedFd::from(file)))
+}
+
+/// A directory as a trusted root (made by the host or named by the user, may be reached through
+/// symlinks) and a path below it that a command may have changed (walked one component at a
+/// time, never through a symlink).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Place {
     pub root: PathBuf,
     pub rel: PathBuf,
+    /// Whether the host owns `rel`'s directories: a symlink or file a command put in their way is
+    /// replaced by a directory when copying to the place (a checkout). Otherwise (a source) it
+    /// is a path error, and so is a symlink or file where the place itself should be.
+    pub host_owned: bool,
 }
 
 impl Place {
@@ -199,14 +307,26 @@ impl Place {
         Place {
             root: path.into(),
             rel: PathBuf::new(),
+            host_owned: true,
         }
     }
 
-    /// `rel` (plain components) below the trusted `root`.
+    /// `rel` (plain components) below the trusted `root`, in a tree the host owns the layout of.
     pub fn below(root: impl Into<PathBuf>, rel: impl Into<PathBuf>) -> Place {
         Place {
             root: root.into(),
             rel: rel.into(),
+            host_owned: true,
+        }
+    }
+
+    /// A Persistent Dir source: `rel` (plain components) below the trusted `root`, whose
+    /// directories are the user's (or what sessions committed): never replaced, never followed.
+    pub fn source(root: impl Into<PathBuf>, rel: impl Into<PathBuf>) -> Place {
+        Place {
+            root: root.into(),
+            rel: rel.into(),
+            host_owned: false,
         }
     }
 
@@ -232,48 +352,15 @@ impl Place {
     }
 }
 
-/// Lexical `..` resolution (the path may not exist yet).
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
-}
-
-/// The deepest existing ancestor must canonicalize inside `root`: a symlink cannot lead out.
-fn check_inside(path: &Path, root: &Path, what: &str) -> Result<(), LocalError> {
-    let mut existing = path.to_path_buf();
-    while !existing.exists() {
-        if !existing.pop() {
-            break;
-        }
-    }
-    let real = existing
-        .canonicalize()
-        .map_err(io(format!("resolving {}", existing.display())))?;
-    if !real.starts_with(root) || (real == root && existing == path) {
-        return Err(path_error(format!(
-            "{} resolves to {}, outside {what} {} (or to it itself)",
-            path.display(),
-            real.display(),
-            root.display()
-        )));
-    }
-    Ok(())
-}
-
 /// Replaces `to` with a copy of `from` (regular files, directories and symlinks, the latter as
 /// symlinks; a missing `from` gives an empty `to`). The new tree is built beside `to` and renamed
 /// into place. Nothing is read or written through a symlink below either place's trusted root: a
 /// `from` that is a symlink (or not a directory) is a path error and `to` is left as it was; a
-/// symlink or file where `to`'s parent directories should be is replaced by a directory.
+/// symlink or file where `to`'s parent directories should be is replaced by a directory when the
+/// host owns them (a checkout), and is a path error otherwise (a source), as is a symlink or
+/// file where a source itself should be. Every check comes before anything is written, and a
+/// copy that fails (a tree deeper than the walk limit, a full disk) removes what it built: no
+/// staging directory is left behind.
 pub fn mirror(from: &Place, to: &Place) -> Result<(), LocalError> {
     let shown_to = to.path();
     let (to_root, to_parent, name) = to
@@ -283,14 +370,27 @@ pub fn mirror(from: &Place, to: &Place) -> Result<(), LocalError> {
     fs::create_dir_all(&to_root).map_err(io(format!("creating {}", to_root.display())))?;
     let root_fd =
         safe_fs::open_root(&to_root).map_err(io(format!("opening {}", to_root.display())))?;
-    let parent = safe_fs::ensure_dir_beneath(&root_fd, to_parent, 0o755, true)
+    let parent = safe_fs::ensure_dir_beneath(&root_fd, to_parent, 0o755, to.host_owned)
         .map_err(|e| walk_error(&to_root.join(to_parent), e))?;
+    if !to.host_owned {
+        match safe_fs::stat_at(&parent, name)
+            .map_err(io(format!("reading {}", shown_to.display())))?
+        {
+            Some(st) if safe_fs::kind_of(&st) != Some(EntryKind::Dir) => {
+                return Err(path_error(format!(
+                    "{}: a symlink or file is where the directory should be (it is not followed or replaced); nothing was copied",
+                    shown_to.display()
+                )))
+            }
+            _ => {}
+        }
+    }
     let pid = std::process::id();
     let tag = name.to_string_lossy();
     let staging = OsString::from(format!(".{tag}.staging-{pid}"));
     let old = OsString::from(format!(".{tag}.old-{pid}"));
     let at_parent = |what: &str| io(format!("{what} in {}", to_root.join(to_parent).display()));
-    safe_fs::remove_tree_at(&parent, &staging).map_err(at_parent("clearing a staging dir"))?;
+    discard(&parent, &staging).map_err(at_parent("clearing a staging dir"))?;
     safe_fs::mkdir_at(&parent, &staging, 0o755).map_err(at_parent("creating a staging dir"))?;
     let filled = (|| {
         let dst = safe_fs::open_dir_at(&parent, &staging).map_err(WalkError::into_io)?;
@@ -300,7 +400,7 @@ pub fn mirror(from: &Place, to: &Place) -> Result<(), LocalError> {
         Ok(())
     })();
     if let Err(e) = filled {
-        let _ = safe_fs::remove_tree_at(&parent, &staging);
+        let _ = discard(&parent, &staging);
         return Err(LocalError::Io {
             context: format!(
                 "copying {} to {}",
@@ -311,21 +411,63 @@ pub fn mirror(from: &Place, to: &Place) -> Result<(), LocalError> {
         });
     }
     let swapped = (|| {
-        safe_fs::remove_tree_at(&parent, &old)?;
+        discard(&parent, &old)?;
         if safe_fs::stat_at(&parent, name)?.is_some() {
             safe_fs::rename_at(&parent, name, &old)?;
         }
         safe_fs::rename_at(&parent, &staging, name)
     })();
     if let Err(e) = swapped {
-        let _ = safe_fs::remove_tree_at(&parent, &staging);
+        let _ = discard(&parent, &staging);
         return Err(LocalError::Io {
             context: format!("renaming into {}", shown_to.display()),
             source: e,
         });
     }
-    let _ = safe_fs::remove_tree_at(&parent, &old);
+    let _ = discard(&parent, &old);
     Ok(())
+}
+
+/// Removes `name` in `dir` and everything below it, however deep (`safe_fs::remove_tree_at`
+/// stops at its depth limit, which a copy that failed at the same limit reaches): while the
+/// whole tree cannot go at once, the first directory found with no directory below it is
+/// removed, so each round takes at least one directory away. Never follows a symlink.
+fn discard(dir: &OwnedFd, name: &OsStr) -> std::io::Result<()> {
+    loop {
+        let whole = safe_fs::remove_tree_at(dir, name);
+        if whole.is_ok() {
+            return whole;
+        }
+        let mut parent = match safe_fs::open_dir_at(dir, name) {
+            Ok(fd) => fd,
+            Err(WalkError::Missing) => return Ok(()),
+            Err(_) => return whole,
+        };
+        // `name` itself has no directory below it, yet could not be removed: that is the error.
+        let Some(mut child) = first_subdir(&parent)? else {
+            return whole;
+        };
+        // Down to a directory with none below it, holding only it and its parent open.
+        loop {
+            let cur = safe_fs::open_dir_at(&parent, &child).map_err(WalkError::into_io)?;
+            match first_subdir(&cur)? {
+                Some(next) => (parent, child) = (cur, next),
+                None => break,
+            }
+        }
+        safe_fs::remove_tree_at(&parent, &child)?;
+    }
+}
+
+fn first_subdir(dir: &OwnedFd) -> std::io::Result<Option<OsString>> {
+    for name in safe_fs::list_dir(dir)? {
+        if let Some(st) = safe_fs::stat_at(dir, &name)? {
+            if safe_fs::kind_of(&st) == Some(EntryKind::Dir) {
+                return Ok(Some(name));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// The directory to copy from: `None` when it does not exist (an empty copy).
@@ -414,7 +556,7 @@ mod tests {
         let ok = PersistentDir::parse("/persistent/user=persistent/users/u1").unwrap();
         assert_eq!(
             ok.resolve(&data, &project).unwrap(),
-            data.join("persistent/users/u1")
+            Place::source(&data, "persistent/users/u1")
         );
         std::os::unix::fs::symlink(tmp.path(), data.join("escape")).unwrap();
         for bad in [
@@ -425,6 +567,9 @@ mod tests {
             "/persistent/x=escape/inner",
             "/persistent/x=project:../outside",
             "/persistent/x=project:docs/../../outside",
+            "/persistent/x=project:/etc",
+            "/persistent/x=sessions/s1",
+            "/persistent/x=./sessions",
         ] {
             let dir = PersistentDir::parse(bad).unwrap();
             let err = dir.resolve(&data, &project).unwrap_err();
@@ -432,7 +577,101 @@ mod tests {
         }
         assert!(!tmp.path().join("company").exists() && !tmp.path().join("outside").exists());
         let docs = PersistentDir::parse("/persistent/docs=project:./docs:read-only").unwrap();
-        assert_eq!(docs.resolve(&data, &project).unwrap(), project.join("docs"));
+        assert_eq!(
+            docs.resolve(&data, &project).unwrap(),
+            Place::source(&project, "docs")
+        );
+    }
+
+    /// Both kinds of source under one set of rules: a project whose data directory lies inside
+    /// it cannot name the sessions, a source through a symlink, or a source containing the data
+    /// directory.
+    #[test]
+    fn project_sources_keep_the_data_dir_rules() {
+        let tmp = tempfile::tempdir().unwrap();
+        let project = tmp.path().canonicalize().unwrap().join("proj");
+        let data = project.join(".lh");
+        fs::create_dir_all(data.join("sessions/victim/session")).unwrap();
+        fs::create_dir_all(project.join("mem")).unwrap();
+        std::os::unix::fs::symlink("../.lh/sessions/victim", project.join("mem/inner")).unwrap();
+        std::os::unix::fs::symlink(".lh/sessions", project.join("link")).unwrap();
+        for (bad, why) in [
+            ("project:.lh/sessions/victim/session", "sessions/ folder"),
+            ("project:.lh/sessions", "sessions/ folder"),
+            ("project:mem/inner", "passes through the symlink"),
+            ("project:mem/inner/session", "passes through the symlink"),
+            ("project:link/victim", "passes through the symlink"),
+            ("project:.", "contains the data directory"),
+            ("project:mem/..", "contains the data directory"),
+            ("project:.lh", "contains the data directory"),
+        ] {
+            let dir = PersistentDir::parse(&format!("/persistent/x={bad}")).unwrap();
+            let err = dir.resolve(&data, &project).unwrap_err();
+            assert!(
+                matches!(&err, LocalError::Path(m) if m.contains(why)),
+                "{bad}: {err}"
+            );
+        }
+        for ok in [
+            "project:mem",
+            "project:mem/new/deeper",
+            "project:.lh/shared",
+        ] {
+            let dir = PersistentDir::parse(&format!("/persistent/x={ok}")).unwrap();
+            dir.resolve(&data, &project).unwrap();
+        }
+        // A project root inside the sessions folder is refused whatever the source.
+        let dir = PersistentDir::parse("/persistent/x=project:session").unwrap();
+        let err = dir
+            .resolve(&data, &data.join("sessions/victim"))
+            .unwrap_err();
+        assert!(matches!(err, LocalError::Path(_)), "{err}");
+    }
+
+    /// A copy that fails (a source deeper than the walk limit) leaves no staging directory, and
+    /// the target as it was.
+    #[test]
+    fn a_failed_copy_leaves_no_staging_directory() {
+        let (tmp, _, _) = dirs();
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        let mut deep = a.clone();
+        for _ in 0..300 {
+            deep.push("d");
+        }
+        fs::create_dir_all(&deep).unwrap();
+        fs::create_dir_all(b.join("t")).unwrap();
+        fs::write(b.join("t/keep.txt"), "kept").unwrap();
+        let err = mirror(&Place::trusted(&a), &Place::below(&b, "t")).unwrap_err();
+        assert!(err.to_string().contains("deeper than"), "{err}");
+        let names: Vec<_> = fs::read_dir(&b)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["t"]);
+        assert_eq!(fs::read_to_string(b.join("t/keep.txt")).unwrap(), "kept");
+    }
+
+    /// A commit never replaces or follows a symlink on a source's path.
+    #[test]
+    fn a_commit_to_a_source_refuses_a_symlink_in_its_way() {
+        let (tmp, _, _) = dirs();
+        let (from, root) = (tmp.path().join("from"), tmp.path().join("root"));
+        let victim = tmp.path().join("victim");
+        fs::create_dir_all(&from).unwrap();
+        fs::write(from.join("f"), "x").unwrap();
+        fs::create_dir_all(&root).unwrap();
+        fs::create_dir_all(&victim).unwrap();
+        std::os::unix::fs::symlink(&victim, root.join("mem")).unwrap();
+        for rel in ["mem", "mem/notes"] {
+            let err = mirror(&Place::trusted(&from), &Place::source(&root, rel)).unwrap_err();
+            assert!(matches!(err, LocalError::Path(_)), "{rel}: {err}");
+        }
+        assert_eq!(fs::read_dir(&victim).unwrap().count(), 0);
+        assert!(fs::symlink_metadata(root.join("mem"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(fs::read_dir(&root).unwrap().count(), 1);
     }
 
     #[test]
