@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tier1_support::{
-    apply_changes, b64_field, process_gone, sleeping_after_grace, spawn_agent, spec_of,
-    workspace_root, AGENT_TOKEN,
+    apply_changes, b64_field, sleeping_after_grace, spawn_agent, spec_of, workspace_root,
+    AGENT_TOKEN,
 };
 
 #[test]
