@@ -146,6 +146,16 @@ pub struct WorkerArgs {
         value_name = "N"
     )]
     max_file_events: usize,
+    /// At most this many bytes of paths (as JSON strings) in one command's (or one merge-back's)
+    /// file events, the rest counted in the `harness.file.truncated` event; also the most bytes
+    /// of paths the end-turn answer lists.
+    #[arg(
+        long,
+        env = "KH_WORKER_MAX_FILE_EVENT_BYTES",
+        default_value_t = kube_harness_worker::runtime::event::DEFAULT_MAX_FILE_EVENT_BYTES,
+        value_name = "BYTES"
+    )]
+    max_file_event_bytes: usize,
     /// Seconds a client has to send a request's head (from connecting, or from the first byte
     /// of a request on a kept-alive connection); then the connection is closed.
     #[arg(
@@ -246,6 +256,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     config.shutdown_grace = Duration::from_secs(args.shutdown_grace);
     config.connections = connections;
     config.max_file_events = args.max_file_events;
+    config.max_file_event_bytes = args.max_file_event_bytes;
     if let Some(max) = args.max_body_bytes {
         config.max_body_bytes = max;
     }

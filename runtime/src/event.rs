@@ -40,20 +40,42 @@ impl EventSink for Collector {
 /// command and per merge-back.
 pub const DEFAULT_MAX_FILE_EVENTS: usize = 10_000;
 
+/// Default [`Emitter::with_file_event_bytes`]: at most this many bytes of paths (as JSON strings,
+/// [`json_string_bytes`]) in the `harness.file.*` events of one command and of one merge-back.
+/// A path may be about 64 KB (256 levels of 250-character names), so the count alone let 5,000
+/// files make an 81 MB exec answer (issue 12).
+pub const DEFAULT_MAX_FILE_EVENT_BYTES: usize = 4 * 1024 * 1024;
+
+/// The bytes `s` takes inside a JSON string, as serde_json writes it: `"` and `\` and the usual
+/// control characters escaped in two bytes, the other control characters in six
+/// (`\u0001`), everything else as its UTF-8.
+pub fn json_string_bytes(s: &str) -> usize {
+    s.chars().fold(0usize, |n, c| {
+        n.saturating_add(match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        })
+    })
+}
+
 /// Stamps events with the session, turn and sequence, and fans them out to sinks.
 ///
 /// File events are bounded: of one run of consecutive `harness.file.created/modified/deleted`
 /// events (the changes of one command, or of one merge-back: the runtime emits them together,
 /// between the command's started and completed events, or before the turn's usage event), at
-/// most `file_event_limit` go out. The rest are counted, and one `harness.file.truncated` event
-/// with the counts goes out just before the next event of another type, so what a command that
-/// creates 200,000 files costs (events in memory, in the exec answer, in the session log) stays
-/// bounded.
+/// most `file_event_limit` go out, and only while their paths together take at most
+/// `file_event_bytes` ([`json_string_bytes`]): the first event that would pass it and every
+/// later one of the run are left out. The rest are counted, and one `harness.file.truncated`
+/// event with the counts goes out just before the next event of another type, so what a command
+/// that creates 200,000 files, or 5,000 files with 50 KB paths, costs (events in memory, in the
+/// exec answer, in the session log, in the trace file) stays bounded.
 pub struct Emitter {
     session_id: String,
     turn_id: String,
     state: Mutex<EmitState>,
     file_event_limit: usize,
+    file_event_bytes: usize,
     sinks: Vec<std::sync::Arc<dyn EventSink>>,
 }
 
@@ -67,6 +89,10 @@ struct EmitState {
 #[derive(Default)]
 struct FileRun {
     listed: u64,
+    /// Bytes of the listed events' paths ([`json_string_bytes`]).
+    listed_bytes: u64,
+    /// The byte budget, not the count, stopped the listing.
+    out_of_bytes: bool,
     created: u64,
     modified: u64,
     deleted: u64,
@@ -83,10 +109,10 @@ impl FileRun {
     }
 
     /// The `harness.file.truncated` payload, if events of this run were left out.
-    fn summary(&self, limit: usize) -> Option<Value> {
+    fn summary(&self, limit: usize, byte_limit: usize) -> Option<Value> {
         let omitted = self.omitted();
         (omitted > 0).then(|| {
-            serde_json::json!({
+            let mut summary = serde_json::json!({
                 "source": self.source.clone().unwrap_or(Value::Null),
                 "tier": self.tier.clone().unwrap_or(Value::Null),
                 "limit": limit,
@@ -97,7 +123,13 @@ impl FileRun {
                     "deleted": self.deleted,
                     "total": omitted,
                 },
-            })
+            });
+            // Only when the byte budget stopped the listing (the count's summary keeps its shape).
+            if self.out_of_bytes {
+                summary["byteLimit"] = serde_json::json!(byte_limit);
+                summary["listedBytes"] = serde_json::json!(self.listed_bytes);
+            }
+            summary
         })
     }
 }
@@ -109,6 +141,7 @@ impl Emitter {
             turn_id: turn_id.to_string(),
             state: Mutex::new(EmitState::default()),
             file_event_limit: DEFAULT_MAX_FILE_EVENTS,
+            file_event_bytes: DEFAULT_MAX_FILE_EVENT_BYTES,
             sinks,
         }
     }
@@ -116,6 +149,13 @@ impl Emitter {
     /// At most `limit` `harness.file.*` events per command and per merge-back (see [`Emitter`]).
     pub fn with_file_event_limit(mut self, limit: usize) -> Self {
         self.file_event_limit = limit;
+        self
+    }
+
+    /// At most `bytes` of paths ([`json_string_bytes`]) in the `harness.file.*` events of one
+    /// command and of one merge-back (see [`Emitter`]).
+    pub fn with_file_event_bytes(mut self, bytes: usize) -> Self {
+        self.file_event_bytes = bytes;
         self
     }
 
@@ -134,7 +174,17 @@ impl Emitter {
             };
             if let Some(change) = change {
                 let run = &mut st.files;
-                if run.listed >= self.file_event_limit as u64 {
+                let bytes = data
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .map_or(0, json_string_bytes) as u64;
+                if !run.out_of_bytes
+                    && run.listed < self.file_event_limit as u64
+                    && run.listed_bytes.saturating_add(bytes) > self.file_event_bytes as u64
+                {
+                    run.out_of_bytes = true;
+                }
+                if run.out_of_bytes || run.listed >= self.file_event_limit as u64 {
                     let counter = match change {
                         0 => &mut run.created,
                         1 => &mut run.modified,
@@ -148,9 +198,10 @@ impl Emitter {
                     return;
                 }
                 run.listed = run.listed.saturating_add(1);
+                run.listed_bytes = run.listed_bytes.saturating_add(bytes);
             } else {
                 let run = std::mem::take(&mut st.files);
-                if let Some(summary) = run.summary(self.file_event_limit) {
+                if let Some(summary) = run.summary(self.file_event_limit, self.file_event_bytes) {
                     st.seq = st.seq.saturating_add(1);
                     out.push((st.seq, kind::FILE_TRUNCATED, summary));
                 }
@@ -228,5 +279,63 @@ mod tests {
         );
         let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, (1..=7).collect::<Vec<_>>());
+    }
+
+    /// Issue 12: a count of events did not bound their bytes (5,000 files with 50 KB paths made
+    /// an 81 MB exec answer). The paths of one run stop at the byte budget; the summary says so.
+    #[test]
+    #[allow(clippy::unwrap_used, clippy::arithmetic_side_effects)]
+    fn each_run_of_file_events_is_bounded_in_bytes_too() {
+        let sink = Arc::new(Collector::default());
+        let emitter = Emitter::new("s", "t", vec![sink.clone()])
+            .with_file_event_limit(100)
+            .with_file_event_bytes(250);
+        let long = format!("/session/{}", "d".repeat(91)); // 100 bytes
+        for kind in [
+            kind::FILE_CREATED,
+            kind::FILE_CREATED,
+            kind::FILE_MODIFIED, // would pass 250: left out, and so is every later one
+            kind::FILE_DELETED,
+        ] {
+            emitter.emit(kind, json!({"path": long, "source": "merge", "tier": 1}));
+        }
+        // Short as it is, it comes after the budget ran out.
+        emitter.emit(
+            kind::FILE_CREATED,
+            json!({"path": "/session/a", "source": "merge", "tier": 1}),
+        );
+        emitter.emit(kind::TURN_USAGE, json!({}));
+        let events = sink.events();
+        let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                kind::FILE_CREATED,
+                kind::FILE_CREATED,
+                kind::FILE_TRUNCATED,
+                kind::TURN_USAGE
+            ]
+        );
+        assert_eq!(
+            events[2].data,
+            json!({"source": "merge", "tier": 1, "limit": 100, "listed": 2,
+                   "byteLimit": 250, "listedBytes": 200,
+                   "omitted": {"created": 1, "modified": 1, "deleted": 1, "total": 3}})
+        );
+        // The summary with its byte fields is what the trace schema allows.
+        let schema: Value =
+            serde_json::from_str(include_str!("../../protocol/schema/lh.trace.v2.json")).unwrap();
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let line = serde_json::to_value(&events[2]).unwrap();
+        assert!(validator.is_valid(&line), "{line}");
+        let mut bogus = line.clone();
+        bogus["data"]["bogus"] = json!(1);
+        assert!(!validator.is_valid(&bogus));
+        // Escapes count as serde_json writes them.
+        let odd = "/session/\"q\\\n\u{1}é";
+        assert_eq!(
+            json_string_bytes(odd),
+            serde_json::to_string(odd).unwrap().len() - 2
+        );
     }
 }

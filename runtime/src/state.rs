@@ -99,6 +99,120 @@ pub fn carried(name: &str) -> bool {
         && !START_UP_CODE_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
+/// The most one carried variable may take in the next command's environment: the string
+/// `NAME=value` and its NUL ([`env_bytes`]). The kernel refuses an `execve` with any environment string
+/// longer than `MAX_ARG_STRLEN` (128 KiB, NUL included) with E2BIG, so one variable over it
+/// carried to the next command made every later command of the session fail before bash
+/// started (issue 12); this leaves a margin below it.
+pub const MAX_CARRIED_VARIABLE: usize = 120 * 1024;
+
+/// The most all carried variables together may take (`NAME=value` strings and their NULs). Far
+/// under `ARG_MAX` (the whole of argv and the environment: 2 MiB with the usual 8 MiB stack), and
+/// under the cap every tier puts on a command's state report (256 KiB), so that a carried state
+/// of plain values is reported again by the next command rather than cut there.
+pub const MAX_CARRIED_TOTAL: usize = 192 * 1024;
+
+/// The bytes `NAME=value` takes in an environment, with its NUL.
+pub fn env_bytes(name: &str, value: &str) -> usize {
+    name.len().saturating_add(value.len()).saturating_add(2)
+}
+
+/// A variable [`bound`] left out, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotCarried {
+    pub name: String,
+    /// `NAME=value` and its NUL ([`env_bytes`]).
+    pub bytes: usize,
+    /// Over [`MAX_CARRIED_VARIABLE`] on its own (else: past [`MAX_CARRIED_TOTAL`] with the rest).
+    pub alone: bool,
+}
+
+impl NotCarried {
+    /// The line the command's stderr gets, e.g. `kube-harness: not carried to the next command:
+    /// X (140,003 bytes; one variable may take at most 122,880 bytes)`. `to` names where it was
+    /// not carried: "the next command", or "this command" for a variable a saved state held.
+    pub fn note(&self, to: &str) -> String {
+        let why = if self.alone {
+            format!(
+                "one variable may take at most {} bytes",
+                thousands(MAX_CARRIED_VARIABLE)
+            )
+        } else {
+            format!(
+                "all carried variables together may take at most {} bytes; the largest are left out first",
+                thousands(MAX_CARRIED_TOTAL)
+            )
+        };
+        format!(
+            "kube-harness: not carried to {to}: {} ({} bytes; {why})\n",
+            self.name,
+            thousands(self.bytes)
+        )
+    }
+}
+
+/// Bounds the variables carried to the next command: drops every one over
+/// [`MAX_CARRIED_VARIABLE`], then, while the rest together exceed [`MAX_CARRIED_TOTAL`], the
+/// largest (by name on a tie). Whatever the variables were (a command's report, a state saved by
+/// an older version), the next command's environment can then always be built. Returns what was
+/// dropped, in name order.
+pub fn bound(env: &mut BTreeMap<String, String>) -> Vec<NotCarried> {
+    let mut dropped: Vec<NotCarried> = Vec::new();
+    env.retain(|name, value| {
+        let bytes = env_bytes(name, value);
+        let keep = bytes <= MAX_CARRIED_VARIABLE;
+        if !keep {
+            dropped.push(NotCarried {
+                name: name.clone(),
+                bytes,
+                alone: true,
+            });
+        }
+        keep
+    });
+    let mut total = env
+        .iter()
+        .fold(0usize, |t, (k, v)| t.saturating_add(env_bytes(k, v)));
+    if total > MAX_CARRIED_TOTAL {
+        let mut by_size: Vec<(usize, String)> = env
+            .iter()
+            .map(|(k, v)| (env_bytes(k, v), k.clone()))
+            .collect();
+        by_size.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        for (bytes, name) in by_size {
+            if total <= MAX_CARRIED_TOTAL {
+                break;
+            }
+            env.remove(&name);
+            total = total.saturating_sub(bytes);
+            dropped.push(NotCarried {
+                name,
+                bytes,
+                alone: false,
+            });
+        }
+    }
+    dropped.sort_by(|a, b| a.name.cmp(&b.name));
+    dropped
+}
+
+/// The line the command's stderr gets when its state report could not be read: cut at the tier's
+/// cap on it (256 KiB: exports of more than that together), or garbage the script wrote on fd 3.
+pub const REPORT_LOST_NOTE: &str = "kube-harness: not carried to the next command: this command's working directory and exported variables (its state report was over the size cap or unreadable); the next command starts with the state this one started with\n";
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len().saturating_add(digits.len() / 3));
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len().saturating_sub(i)) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Wraps an agent's script so that it reports its final state on fd 3, whatever way it exits
 /// (end of script, `exit N`, a failing `set -e` command). `exec` replaces the shell and skips the
 /// report: the previous state is kept. `builtin` keeps a function named `export` or `printf`
@@ -110,8 +224,8 @@ pub fn wrap(script: &str) -> String {
 }
 
 /// The state a wrapped command reported: cwd and exported variables (tier-owned and start-up code
-/// ones dropped: [`carried`]). The report is written by the script's own shell, so it is as
-/// untrusted as the script.
+/// ones dropped: [`carried`]; the caller bounds the rest with [`bound`]). The report is written by
+/// the script's own shell, so it is as untrusted as the script.
 /// `None` when nothing (or garbage) was reported.
 pub fn parse(report: &[u8]) -> Option<(PathBuf, BTreeMap<String, String>)> {
     let nul = report.iter().position(|b| *b == 0)?;
@@ -298,6 +412,61 @@ mod tests {
         assert!(parse(b"relative\0declare -x A=\"b\"").is_none());
         assert!(parse(b"/ok\0declare -x A=\"unterminated").is_none());
         assert!(parse(b"/ok\0rubbish\n").is_none());
+    }
+
+    /// Issue 12: one exported variable over MAX_ARG_STRLEN, or many under it together over
+    /// ARG_MAX, made every later command fail with E2BIG. What `bound` keeps always fits.
+    #[test]
+    fn carried_variables_are_bounded_one_by_one_and_together() {
+        let mut env = BTreeMap::new();
+        env.insert("SMALL".to_string(), "s".to_string());
+        env.insert("X".to_string(), "a".repeat(140_000));
+        // Exactly at the bound, and one byte over it.
+        env.insert("EDGE".to_string(), "e".repeat(MAX_CARRIED_VARIABLE - 6));
+        env.insert("OVER".to_string(), "o".repeat(MAX_CARRIED_VARIABLE - 5));
+        let dropped = bound(&mut env);
+        assert_eq!(
+            dropped,
+            [
+                NotCarried {
+                    name: "OVER".into(),
+                    bytes: MAX_CARRIED_VARIABLE + 1,
+                    alone: true
+                },
+                NotCarried {
+                    name: "X".into(),
+                    bytes: 140_003,
+                    alone: true
+                },
+            ]
+        );
+        assert_eq!(env.keys().collect::<Vec<_>>(), ["EDGE", "SMALL"]);
+        assert_eq!(
+            dropped[1].note("the next command"),
+            "kube-harness: not carried to the next command: X (140,003 bytes; one variable may take at most 122,880 bytes)\n"
+        );
+
+        // Twelve variables of 20,000 bytes: 240 KB together. The largest go first (by name on a
+        // tie) until the rest fit; small ones stay.
+        let mut env: BTreeMap<String, String> = (0..12)
+            .map(|i| (format!("V{i:02}"), "v".repeat(20_000 - 5 - (i % 2))))
+            .collect();
+        env.insert("KEEP".to_string(), "k".repeat(1000));
+        let dropped = bound(&mut env);
+        let names: Vec<&str> = dropped.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["V00", "V02", "V04"]);
+        assert!(dropped.iter().all(|d| !d.alone && d.bytes == 20_000));
+        let total: usize = env.iter().map(|(k, v)| env_bytes(k, v)).sum();
+        assert!(total <= MAX_CARRIED_TOTAL, "{total}");
+        assert!(env.contains_key("KEEP") && env.len() == 10);
+        assert!(dropped[0]
+            .note("this command")
+            .starts_with("kube-harness: not carried to this command: V00 (20,000 bytes; all carried variables together may take at most 196,608 bytes"));
+        // Within both bounds: nothing dropped.
+        assert!(bound(&mut env).is_empty());
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
     }
 
     /// Values with every awkward byte, set in a real bash and read back through the wrapper:

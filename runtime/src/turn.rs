@@ -366,6 +366,9 @@ impl Turn {
                 };
             }
         }
+        // A state handed in (a turn's start, a state.json an older version saved) may hold what
+        // no command can start with: dropped here, and said on this command's stderr.
+        let not_carried_in = state::bound(&mut st.env);
         // Higher tiers work on a copy; their changes come back at dispose.
         let tracker = self.tracker.as_ref().filter(|_| tier == 0);
         let before = tracker.map(|t| t.baseline());
@@ -383,9 +386,21 @@ impl Turn {
             })
             .await;
         let duration_ms = started.elapsed().as_millis() as u64;
-        if let Some((cwd, env)) = state::parse(&result.state) {
-            st.cwd = cwd;
-            st.env = env;
+        let mut not_carried_out = Vec::new();
+        let mut report_lost = false;
+        match state::parse(&result.state) {
+            Some((cwd, mut env)) => {
+                // Carried only within bounds every later command can start with (issue 12: one
+                // 140 KB export made every later command fail with E2BIG).
+                not_carried_out = state::bound(&mut env);
+                st.cwd = cwd;
+                st.env = env;
+            }
+            // Nothing reported (the script ended in `exec`): the previous state, as documented.
+            None if result.state.is_empty() => {}
+            // A report cut at the tier's cap (exports of more than 256 KiB) or garbage the script
+            // wrote to fd 3: the previous state is kept, and that is said.
+            None => report_lost = true,
         }
         let mut untracked = Vec::new();
         if let (Some(tracker), Some(before)) = (tracker, before) {
@@ -409,7 +424,17 @@ impl Turn {
         figures.commands = figures.commands.saturating_add(1);
         figures.duration_ms = figures.duration_ms.saturating_add(duration_ms);
         let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
+        let mut stderr = String::new();
+        for dropped in &not_carried_in {
+            stderr.push_str(&dropped.note("this command"));
+        }
+        stderr.push_str(&String::from_utf8_lossy(&result.stderr));
+        for dropped in &not_carried_out {
+            stderr.push_str(&dropped.note("the next command"));
+        }
+        if report_lost {
+            stderr.push_str(state::REPORT_LOST_NOTE);
+        }
         let mut data = json!({
             "command": script,
             "tier": tier,

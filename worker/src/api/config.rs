@@ -63,6 +63,9 @@ pub struct WorkerConfig {
     /// `harness.file.truncated` with the counts), and at most this many paths in the end-turn
     /// answer's file list.
     pub max_file_events: usize,
+    /// At most this many bytes of paths in one command's (or one merge-back's) file events, and
+    /// in the end-turn answer's file list (`Emitter::with_file_event_bytes`).
+    pub max_file_event_bytes: usize,
     /// How long a SIGTERM waits for a running command before ending the turn anyway.
     pub shutdown_grace: Duration,
     /// How long a client may take to send a request head, how long an idle connection stays
@@ -85,6 +88,7 @@ impl WorkerConfig {
             max_body_bytes: 256 * 1024,
             inline_output_limit: 16 * 1024,
             max_file_events: kube_harness_runtime::event::DEFAULT_MAX_FILE_EVENTS,
+            max_file_event_bytes: kube_harness_runtime::event::DEFAULT_MAX_FILE_EVENT_BYTES,
             shutdown_grace: Duration::from_secs(20),
             connections: ConnectionLimits::default(),
         }

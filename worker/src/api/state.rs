@@ -556,7 +556,8 @@ impl Worker {
         let capture = Arc::new(Capture::default());
         let ctx = Arc::new(Mutex::new(ExecContext::default()));
         let emitter = Emitter::new(&self.config.session, &turn_id, vec![capture.clone()])
-            .with_file_event_limit(self.config.max_file_events);
+            .with_file_event_limit(self.config.max_file_events)
+            .with_file_event_bytes(self.config.max_file_event_bytes);
         let mut turn = Turn::new(
             TurnConfig {
                 workspace: self.spec.clone(),
@@ -586,7 +587,10 @@ impl Worker {
             capture,
             ctx,
             commands: 0,
-            files: TurnFiles::new(self.config.max_file_events),
+            files: TurnFiles::new(
+                self.config.max_file_events,
+                self.config.max_file_event_bytes,
+            ),
         }
     }
 
@@ -623,20 +627,25 @@ impl Worker {
 }
 
 /// The turn's file list for the end-turn answer: the last change per harness path, at most
-/// `limit` paths (a turn of many commands that each create thousands of files must not grow it
-/// without bound). What is left out is counted: changes to paths past the limit, and the file
-/// events the emitter already left out (`harness.file.truncated`).
+/// `limit` paths and `byte_limit` bytes of them (a turn of many commands that each create
+/// thousands of files, or files with 50 KB paths, must not grow it without bound). What is left
+/// out is counted: changes to paths past either limit, and the file events the emitter already
+/// left out (`harness.file.truncated`).
 struct TurnFiles {
     paths: BTreeMap<String, String>,
     limit: usize,
+    bytes: usize,
+    byte_limit: usize,
     omitted: u64,
 }
 
 impl TurnFiles {
-    fn new(limit: usize) -> Self {
+    fn new(limit: usize, byte_limit: usize) -> Self {
         TurnFiles {
             paths: BTreeMap::new(),
             limit,
+            bytes: 0,
+            byte_limit,
             omitted: 0,
         }
     }
@@ -657,9 +666,13 @@ impl TurnFiles {
             let Some(path) = e.data["path"].as_str() else {
                 continue;
             };
+            let bytes = kube_harness_runtime::event::json_string_bytes(path);
             if let Some(last) = self.paths.get_mut(path) {
                 *last = change.to_string();
-            } else if self.paths.len() < self.limit {
+            } else if self.paths.len() < self.limit
+                && self.bytes.saturating_add(bytes) <= self.byte_limit
+            {
+                self.bytes = self.bytes.saturating_add(bytes);
                 self.paths.insert(path.to_string(), change.to_string());
             } else {
                 self.omitted = self.omitted.saturating_add(1);
