@@ -153,8 +153,12 @@ struct Bound(std::path::PathBuf);
 
 impl Bound {
     fn new(max: u32) -> Bound {
-        let dir =
-            Path::new("/sys/fs/cgroup/pids").join(format!("kh-attack-cli-{}", std::process::id()));
+        Bound::named("bomb", max)
+    }
+    /// A bound of its own for each test that needs one (tests of one binary run at once).
+    fn named(name: &str, max: u32) -> Bound {
+        let dir = Path::new("/sys/fs/cgroup/pids")
+            .join(format!("kh-attack-cli-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("as root this test needs a cgroup v1 pids hierarchy");
         std::fs::write(dir.join("pids.max"), max.to_string()).unwrap();
         Bound(dir)
@@ -456,11 +460,20 @@ fn what_a_killed_worker_leaves_is_swept_by_the_next_sandbox() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let bin = env!("CARGO_BIN_EXE_kube-harness");
-    let mut child = kh(tmp.path())
+    // Its own pids cgroup and TMPDIR: a sandbox started by another test of this binary sweeps
+    // dead workers' command cgroups and runtime directories next to its own, and would sweep
+    // this one's before the test looks.
+    let bound = Bound::named("sweep", 200);
+    let scratch = tmp.path().join("tmp");
+    std::fs::create_dir(&scratch).unwrap();
+    let mut cmd = kh(tmp.path());
+    cmd.env("TMPDIR", &scratch)
         .args(["local", "exec", "--session", "k", "--tier1", "none", "--"])
-        .arg("echo left > $TMPDIR/marker; sleep 3001 & (nohup sleep 3002 >/dev/null &); sleep 3003")
-        .spawn()
-        .unwrap();
+        .arg(
+            "echo left > $TMPDIR/marker; sleep 3001 & (nohup sleep 3002 >/dev/null &); sleep 3003",
+        );
+    bound.hold(&mut cmd, None);
+    let mut child = cmd.spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while sleepers().len() < 3 {
         assert!(Instant::now() < deadline, "the command never started");
@@ -492,10 +505,22 @@ fn what_a_killed_worker_leaves_is_swept_by_the_next_sandbox() {
         3,
         "the tree outlives its worker until swept"
     );
-    let dead_dirs = || runtime_dirs_of(pid);
+    let dead_dirs = || runtime_dirs_of(&scratch, pid);
     assert!(!dead_dirs().is_empty());
 
-    let o = exec(tmp.path(), &["--tier1", "none"], "true");
+    let mut next = kh(tmp.path());
+    next.env("TMPDIR", &scratch).args([
+        "local",
+        "exec",
+        "--session",
+        "s1",
+        "--tier1",
+        "none",
+        "--",
+        "true",
+    ]);
+    bound.hold(&mut next, None);
+    let o = next.output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     let deadline = Instant::now() + Duration::from_secs(5);
     while !sleepers().is_empty() && Instant::now() < deadline {
@@ -525,8 +550,8 @@ fn sleeping(seconds: &[&str]) -> Vec<u32> {
         .collect()
 }
 
-fn runtime_dirs_of(pid: u32) -> Vec<std::path::PathBuf> {
-    std::fs::read_dir(std::env::temp_dir())
+fn runtime_dirs_of(tmp: &Path, pid: u32) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(tmp)
         .unwrap()
         .flatten()
         .map(|e| e.path())
