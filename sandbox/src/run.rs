@@ -11,7 +11,7 @@ use super::config::MAX_SCRIPT_ARG;
 use super::fd::pipe_high;
 use super::{Invocation, Limits, Outcome};
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::Arc;

@@ -21,7 +21,6 @@ use kube_harness_runtime::{CommandExecutor, NextTier};
 use kube_harness_service_kit::body::{self, Capped};
 use kube_harness_workspace::{self as workspace, PackOptions, WorkspaceSpec};
 use serde_json::json;
-use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -12,7 +12,7 @@ use kube_harness_runtime::ExecResult;
 use kube_harness_sandbox::fd::pipe_high;
 use kube_harness_workspace::Mount;
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};

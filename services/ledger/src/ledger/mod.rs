@@ -20,10 +20,9 @@ pub use space::MAX_DURATION_MS;
 pub use tasks::{NewTask, TaskLedger, TaskRecord, TaskState, CLAIM_WINDOW, DEFAULT_MAX_ATTEMPTS};
 pub use wakeups::{NewWakeup, Wakeup, WakeupLedger, WakeupState};
 
-use crate::clock::{Clock, Millis, SystemClock};
+use crate::clock::{Clock, SystemClock};
 use crate::key::Key;
 use crate::store::DurableJsonStore;
-use serde::{Deserialize, Serialize};
 use space::Space;
 use std::sync::Arc;
 

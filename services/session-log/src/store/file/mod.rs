@@ -17,7 +17,6 @@ mod recovery;
 mod shared;
 mod writer;
 
-use super::index::Index;
 use super::types::{new_batch_histogram, AppendOutcome, StoreError};
 use crate::model::{PreparedEvent, RunId, StoredEvent};
 use anyhow::{bail, Context};
