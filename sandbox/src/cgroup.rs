@@ -366,7 +366,7 @@ fn enable_pids(dir: &Path) -> std::io::Result<()> {
 
 /// The supervisor keeps a few descriptors and closes the rest by range: keep these above 10.
 fn raise(fd: OwnedFd) -> Result<OwnedFd, SandboxError> {
-    super::run::raise(fd).map_err(|e| SandboxError::io("duplicating a cgroup descriptor", e))
+    super::fd::raise(fd).map_err(|e| SandboxError::io("duplicating a cgroup descriptor", e))
 }
 
 #[cfg(test)]

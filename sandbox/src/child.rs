@@ -13,7 +13,7 @@
 //! started like `posix_spawn` does it (see [`spawn_command`]): it shares the supervisor's memory
 //! until it execs bash, so no second copy of the worker's page tables is made and torn down.
 
-use super::namespace::{Namespace, NamespacePlan};
+use super::ns_plan::{Namespace, NamespacePlan};
 use super::seccomp::BpfProgram;
 use super::Limits;
 use std::collections::BTreeMap;

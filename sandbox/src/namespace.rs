@@ -6,7 +6,8 @@
 //! and none can change it (mount syscalls are refused by seccomp, capabilities are gone); IPC and
 //! UTS (and, where planned, network) namespaces stay per command.
 
-use super::run::pipe_high;
+use super::fd::pipe_high;
+use super::ns_plan::{Bind, Namespace, NamespacePlan};
 use super::SandboxError;
 use kube_harness_workspace::WorkspaceSpec;
 use std::ffi::CString;
@@ -26,16 +27,6 @@ const SYSTEM: &[&str] = &[
 ];
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
 
-/// One bind mount: `src` (host path) onto `dst` (path under the prepared root, host view).
-pub struct Bind {
-    pub src: CString,
-    pub dst: CString,
-    /// Mount flags the bind is remounted with (`MS_RDONLY`, `MS_NOSUID`, `MS_NODEV`,
-    /// `MS_NOEXEC`); 0: none, no remount.
-    pub flags: libc::c_ulong,
-    pub recursive: bool,
-}
-
 /// System directories: read-only, and no code may be mapped from them except in the code
 /// directories rebound below ([`CODE`]), so that the dynamic loader cannot be used to run a
 /// binary that is not a tool (`ld.so /usr/lib/git-core/git`).
@@ -45,19 +36,6 @@ const SYSTEM_FLAGS: libc::c_ulong =
 const CODE: libc::c_ulong = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
 /// Workspace data, /proc, /tmp: nothing there executes or is set-uid or a device.
 const DATA: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-
-pub struct NamespacePlan {
-    /// The prepared root, as the parent sees it.
-    pub root_host: PathBuf,
-    pub root: CString,
-    /// What the helper unshares: the mount namespace (and, without root, a user namespace).
-    pub unshare_flags: libc::c_int,
-    /// What each command unshares after joining.
-    pub command_flags: libc::c_int,
-    /// For a non-root caller: (uid_map, gid_map) contents mapping the caller onto itself.
-    pub id_maps: Option<(CString, CString)>,
-    pub binds: Vec<Bind>,
-}
 
 /// Prepares `runtime/root` and the bind list.
 pub fn prepare(
@@ -207,16 +185,6 @@ pub fn prepare(
         id_maps,
         binds,
     })
-}
-
-/// A built mount namespace, held open by file descriptors (no process keeps it alive).
-pub struct Namespace {
-    pub mnt: OwnedFd,
-    /// The user namespace owning `mnt`, when the caller is not root.
-    pub user: Option<OwnedFd>,
-    /// The sandbox root inside `mnt` (O_PATH).
-    pub root: OwnedFd,
-    pub unshare_flags: libc::c_int,
 }
 
 /// Forks a helper that builds the namespace ([`super::child::namespace_helper`]), opens its

@@ -8,9 +8,10 @@
 
 use super::child::{self, ChildPlan, RunFds, KIND_TIMED_OUT};
 use super::config::MAX_SCRIPT_ARG;
+use super::fd::pipe_high;
 use super::{Invocation, Limits, Outcome};
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -313,30 +314,4 @@ async fn read_capped(mut r: pipe::Receiver, cap: usize) -> (Vec<u8>, bool) {
 fn receiver(fd: Option<OwnedFd>) -> Result<pipe::Receiver, String> {
     let fd = fd.ok_or_else(|| "a child pipe is missing".to_string())?;
     pipe::Receiver::from_owned_fd(fd).map_err(|e| format!("watching a child pipe: {e}"))
-}
-
-/// A close-on-exec pipe whose ends sit at fd 10 or above, so the child can dup2 one of them to
-/// fd 3 without clobbering the other.
-pub(super) fn pipe_high() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two fds we then own.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fresh fds.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    Ok((raise(r)?, raise(w)?))
-}
-
-pub(super) fn raise(fd: OwnedFd) -> std::io::Result<OwnedFd> {
-    if fd.as_raw_fd() >= 10 {
-        return Ok(fd);
-    }
-    // SAFETY: duplicating a valid fd; the original is closed when `fd` drops.
-    let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
-    if high < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fresh fd.
-    Ok(unsafe { OwnedFd::from_raw_fd(high) })
 }

@@ -56,7 +56,7 @@ impl AgentConfig {
             default_timeout: Duration::from_secs(60),
             max_timeout: Duration::from_secs(3600),
             max_output_bytes: 1 << 20,
-            max_archive_bytes: super::pod::DEFAULT_MAX_ARCHIVE_BYTES,
+            max_archive_bytes: super::pod_config::DEFAULT_MAX_ARCHIVE_BYTES,
             max_exec_body_bytes: 4 << 20,
             reap_orphans: false,
         }

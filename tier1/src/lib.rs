@@ -4,8 +4,8 @@
 //! - `local_tier1`: the local host's Tier-1: this machine's toolchain in a private mount namespace.
 //! - `agent`, `agent_http`, `bind`, `reap`: the agent in a Tier-1 pod (`kube-harness worker
 //!   --tier 1`): workspace bind, commands, changes.
-//! - `pod`, `pod_shell`, `tier_api`: the worker's side: a sandbox from the operator, the handoff, the
-//!   commands and the merge.
+//! - `pod`, `pod_shell`, `tier_api` (settings in `pod_config`): the worker's side: a sandbox from
+//!   the operator, the handoff, the commands and the merge.
 //! - The JSON both sides speak is `kube_harness_protocol::tier1`.
 
 pub mod agent;
@@ -13,6 +13,7 @@ pub mod agent_http;
 pub mod bind;
 pub mod local_tier1;
 pub mod pod;
+mod pod_config;
 pub mod pod_shell;
 pub mod reap;
 pub mod shell;

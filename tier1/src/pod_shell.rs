@@ -7,7 +7,7 @@
     clippy::arithmetic_side_effects
 )]
 
-use super::pod::{PodTier1Config, ERROR_TEXT_BYTES};
+use super::pod_config::{PodTier1Config, ERROR_TEXT_BYTES};
 use super::tier_api::TierApi;
 use async_trait::async_trait;
 use base64::Engine;

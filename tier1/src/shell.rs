@@ -9,9 +9,10 @@
 //! mount namespace) around it.
 
 use kube_harness_runtime::ExecResult;
+use kube_harness_sandbox::fd::pipe_high;
 use kube_harness_workspace::Mount;
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -314,32 +315,6 @@ impl Capture {
         }
         std::mem::take(&mut *self.kept.lock().expect("capture lock"))
     }
-}
-
-/// A close-on-exec pipe whose ends sit at fd 10 or above, so the child's dup2 to fd 3 never
-/// clobbers one of them.
-fn pipe_high() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two fds we then own.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fresh fds.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    Ok((raise(r)?, raise(w)?))
-}
-
-fn raise(fd: OwnedFd) -> std::io::Result<OwnedFd> {
-    if fd.as_raw_fd() >= 10 {
-        return Ok(fd);
-    }
-    // SAFETY: duplicating a valid fd; the original closes when `fd` drops.
-    let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
-    if high < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fcntl returned a fresh fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(high) })
 }
 
 #[cfg(test)]

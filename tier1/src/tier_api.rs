@@ -62,7 +62,7 @@ impl TierApi {
                 base_url.trim_end_matches('/')
             ),
             token: token.to_string(),
-            max_answer: super::pod::DEFAULT_MAX_ANSWER_BYTES,
+            max_answer: super::pod_config::DEFAULT_MAX_ANSWER_BYTES,
         }
     }
 
@@ -164,7 +164,7 @@ impl TierApi {
 /// The `error.message` of a JSON error body, else the body as text (shortened; no more than
 /// 64 KiB of it is read).
 async fn error_text(r: reqwest::Response) -> String {
-    let body = body::text_prefix(r, super::pod::ERROR_TEXT_BYTES).await;
+    let body = body::text_prefix(r, super::pod_config::ERROR_TEXT_BYTES).await;
     let parsed: Option<serde_json::Value> = serde_json::from_str(&body).ok();
     let message = parsed.as_ref().and_then(|v| {
         v["error"]["message"]

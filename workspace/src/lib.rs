@@ -15,6 +15,7 @@
     clippy::arithmetic_side_effects
 )]
 
+mod entry;
 mod error;
 pub mod leftovers;
 mod manifest;
@@ -28,14 +29,15 @@ pub mod spec;
 mod unpack;
 mod walk;
 
+pub use entry::{Entry, EntryKind};
 pub use error::{EntryRejection, WorkspaceError};
 pub use manifest::{ArchiveKind, Deleted, Limits, Manifest, FORMAT, MANIFEST_NAME};
 pub use merge::{apply, ApplyOptions, ApplyReport, RejectReason, Rejected};
 pub use pack::{changes_since, pack, pack_with_cache, ChangesReport, PackOptions, PackReport};
 pub use paths::Exclude;
 pub use snapshot::{
-    diff, snapshot, snapshot_since, snapshot_with, ChangeKind, Entry, EntryKind, FileChange,
-    HashBudget, Snapshot, RACY_MARGIN_NS,
+    diff, snapshot, snapshot_since, snapshot_with, ChangeKind, FileChange, HashBudget, Snapshot,
+    RACY_MARGIN_NS,
 };
 pub use spec::{Mount, WorkspaceSpec};
 pub use unpack::{rehome, unpack, UnpackOptions, UnpackReport, STAGING_NAME};

@@ -1,7 +1,7 @@
 //! The first entry of every archive: what it claims to contain, so the receiver can verify it
 //! completely before reporting success. Wire format in docs/workspace-handoff.md.
 
-use super::snapshot::EntryKind;
+use super::entry::EntryKind;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 

@@ -16,12 +16,13 @@
 //! the worker's copy. A path whose current state already equals the incoming one (the archive
 //! was applied before) is neither applied nor a conflict.
 
+use super::entry::{Entry, EntryKind};
 use super::error::WorkspaceError;
 use super::manifest::{ArchiveKind, Limits};
 use super::paths::Exclude;
 use super::reader::{read_archive, Sink};
 use super::safe_fs::{self, WalkError};
-use super::snapshot::{hash_reader, ChangeKind, Entry, EntryKind, FileChange, Snapshot};
+use super::snapshot::{hash_reader, ChangeKind, FileChange, Snapshot};
 use super::spec::{Mount, WorkspaceSpec};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;

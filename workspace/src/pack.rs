@@ -6,15 +6,14 @@
 //! the content, re-hashed while streaming. A file that changed between the passes fails the pack
 //! with `ChangedDuringPack` instead of producing an archive that disagrees with its manifest.
 
+use super::entry::{Entry, EntryKind};
 use super::error::WorkspaceError;
 use super::manifest::{
     ArchiveKind, Deleted, DigestBuilder, Limits, Manifest, FORMAT, MANIFEST_NAME,
 };
 use super::paths::{archive_name, check_symlink_target, Exclude};
 use super::safe_fs;
-use super::snapshot::{
-    diff, snapshot_with, ChangeKind, Entry, EntryKind, FileChange, HashBudget, Snapshot,
-};
+use super::snapshot::{diff, snapshot_with, ChangeKind, FileChange, HashBudget, Snapshot};
 use super::spec::WorkspaceSpec;
 use super::walk::ParentCache;
 use sha2::{Digest, Sha256};

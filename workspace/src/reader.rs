@@ -3,11 +3,11 @@
 //! checks count, bytes and digest at the end. Sinks only ever see paths that are relative,
 //! canonical, inside a declared mount, unique, and of an accepted kind.
 
+use super::entry::EntryKind;
 use super::error::{EntryRejection, WorkspaceError};
 use super::manifest::{ArchiveKind, DigestBuilder, Limits, Manifest, FORMAT, MANIFEST_NAME};
 use super::paths::{check_symlink_target, mount_of, parse_archive_path};
 use super::safe_fs;
-use super::snapshot::EntryKind;
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::io::{self, Read};

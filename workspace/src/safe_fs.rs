@@ -15,8 +15,9 @@
 //! are clamped to `0..=MAX_MTIME_SECS` before they reach the filesystem
 //! (docs/workspace-handoff.md).
 
+pub use super::entry::{kind_of, time_ns};
+use super::entry::{Entry, EntryKind};
 use super::error::EntryRejection;
-use super::snapshot::{Entry, EntryKind};
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 use std::ffi::{OsStr, OsString};
@@ -25,9 +26,6 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
-
-/// Nanoseconds per second.
-const NS: i64 = 1_000_000_000;
 
 /// The latest modification time (seconds since the epoch) a file written from an archive gets:
 /// the last whole second that i64 nanoseconds can hold, 2262-04-11T23:47:16Z. Later archive
@@ -38,11 +36,6 @@ pub const MAX_MTIME_SECS: u64 = 9_223_372_036;
 /// directory (two when copying); a deeper tree is reported (walk) or refused (copy), never a
 /// stack overflow or a run out of file descriptors.
 pub const MAX_DEPTH: usize = 256;
-
-/// `secs`/`nsec` of a stat time as nanoseconds since the epoch, saturating at the i64 bounds.
-pub fn time_ns(secs: i64, nsec: i64) -> i64 {
-    secs.saturating_mul(NS).saturating_add(nsec)
-}
 
 /// An archive entry's mtime as what is written to disk: clamped to `0..=MAX_MTIME_SECS`.
 pub fn clamp_mtime(secs: u64) -> u64 {
@@ -282,16 +275,6 @@ pub fn stat_at(dir: &impl AsFd, name: &OsStr) -> io::Result<Option<rfs::Stat>> {
         Ok(st) => Ok(Some(st)),
         Err(Errno::NOENT) => Ok(None),
         Err(e) => Err(e.into()),
-    }
-}
-
-/// The kind of a stat result: file, directory, symlink, or `None` for anything else.
-pub fn kind_of(st: &rfs::Stat) -> Option<EntryKind> {
-    match rfs::FileType::from_raw_mode(st.st_mode) {
-        rfs::FileType::RegularFile => Some(EntryKind::File),
-        rfs::FileType::Directory => Some(EntryKind::Dir),
-        rfs::FileType::Symlink => Some(EntryKind::Symlink),
-        _ => None,
     }
 }
 

@@ -7,12 +7,13 @@
 //! are the mount directories renamed into `<root>`. A rejected archive leaves `<root>` exactly as
 //! it was (empty, or absent if we created it); nothing is ever written outside `<root>`.
 
+use super::entry::{Entry, EntryKind};
 use super::error::{EntryRejection, WorkspaceError};
 use super::manifest::{ArchiveKind, Limits};
 use super::paths::harness_path;
 use super::reader::{read_archive, Sink};
 use super::safe_fs::{self, WalkError};
-use super::snapshot::{now_ns, Entry, EntryKind, Snapshot};
+use super::snapshot::{now_ns, Snapshot};
 use super::spec::WorkspaceSpec;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;

@@ -8,10 +8,10 @@
 //! left to it, and directories deeper than `safe_fs::MAX_DEPTH` below a mount are skipped with a
 //! warning.
 
+use super::entry::EntryKind;
 use super::error::WorkspaceError;
 use super::paths::Exclude;
 use super::safe_fs::{self, WalkError, MAX_DEPTH};
-use super::snapshot::EntryKind;
 use super::spec::{Mount, WorkspaceSpec};
 use rustix::fs::Stat;
 use std::ffi::OsStr;

@@ -10,8 +10,9 @@
 //! `|` and `|&`. A command is literal only when that expression is made of string constants;
 //! anything else is [`Hidden::Dynamic`], and so is a program the scan cannot tokenise.
 
+use super::args::c_string;
+use super::found::{too_many, Hidden};
 use super::getopt::{getopt, Arg, Ev, Has, Spec};
-use super::{c_string, too_many, Hidden};
 
 pub fn is_awk(name: &str) -> bool {
     matches!(name, "awk" | "gawk" | "mawk" | "nawk" | "original-awk")
@@ -522,7 +523,7 @@ fn regex_end(src: &[u8], mut i: usize) -> Result<usize, ()> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_args as args;
+    use super::super::args::test_args as args;
     use super::*;
 
     fn found(program: &str) -> Vec<Hidden> {

@@ -2,7 +2,7 @@
 //! run a command: it reports each option with its value the way the tool itself would read them,
 //! so a value is never mistaken for an option or an operand for the program text.
 
-use super::split_run_time;
+use super::args::split_run_time;
 
 /// An argument as the classifier knows it: literal text, or only known at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,80 +8,17 @@
 // it is bounded by the script, which is at most MAX_SCRIPT_BYTES (512 KiB) long.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+mod args;
 mod awk;
+mod found;
 mod getopt;
 mod sed;
 mod sqlite;
 mod tools;
 
-/// Ends the literal beginning of a run-time argument in the arguments the tools get:
-/// `--to-command="$C"` arrives as `--to-command=` followed by this, so the option is known and
-/// its value is not. Arguments cannot hold NUL (bash drops it from scripts), so at worst a
-/// script with a NUL byte in a literal argument has that argument read as run-time, which escalates.
-pub const RUN_TIME: char = '\0';
-
-/// A tool argument's literal text and whether a run-time value follows it.
-pub fn split_run_time(text: &str) -> (&str, bool) {
-    match text.split_once(RUN_TIME) {
-        Some((literal, _)) => (literal, true),
-        None => (text, false),
-    }
-}
-
-/// The arguments with every run-time value as `None`, for tools that only need whole words.
-fn whole_words(args: &[Option<String>]) -> Vec<Option<String>> {
-    args.iter()
-        .map(|a| a.clone().filter(|t| !t.contains(RUN_TIME)))
-        .collect()
-}
-
-/// A command a tool would run, as far as the classifier can see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Hidden {
-    /// Text the tool runs with `/bin/sh -c` (a new shell: the script's functions are not visible).
-    Shell(String),
-    /// Code the current shell evaluates (a `trap` action, an alias, an array subscript): the
-    /// script's functions are visible to it.
-    SameShell(String),
-    /// A program the tool starts directly by name or path, without a shell.
-    Program(String),
-    /// A command only known at run time. `fragments` are the literal pieces of it that are visible
-    /// (`"git add " $1`): a denied command named in them refuses, since escalating would run it.
-    Dynamic {
-        detail: String,
-        fragments: Vec<String>,
-    },
-    /// Program text read from a file, or native code loaded (`awk -f x.awk`, `.read x.sql`,
-    /// `gawk --load`, `enable -f`): described for the `opaque-script` reason.
-    Opaque(String),
-}
-
-impl Hidden {
-    fn dynamic(detail: impl Into<String>) -> Hidden {
-        Hidden::Dynamic {
-            detail: detail.into(),
-            fragments: Vec::new(),
-        }
-    }
-}
-
-/// Commands followed in one tool's program; past this, the rest of it is one run-time command.
-/// Bounds the work on programs made of thousands of `system(` calls.
-const MAX_FOUND: usize = 64;
-
-fn too_many(out: &mut Vec<Hidden>) -> bool {
-    if out.len() < MAX_FOUND {
-        return false;
-    }
-    out.push(Hidden::dynamic(format!(
-        "more than {MAX_FOUND} commands in one program"
-    )));
-    true
-}
-
-/// What a command reads on stdin, when the walk can tell: `Some(Some(text))` for a literal
-/// heredoc or here-string, `Some(None)` for one that expands at run time, `None` otherwise.
-pub type Stdin<'s> = &'s dyn Fn() -> Option<Option<String>>;
+use args::whole_words;
+pub use args::{Stdin, RUN_TIME};
+pub use found::Hidden;
 
 /// True for the commands (by basename) that can run a command named in their arguments; the walk
 /// collects their arguments and calls [`find`].
@@ -180,19 +117,4 @@ pub fn find(tool: &str, args: &[Option<String>], stdin: Stdin) -> Vec<Hidden> {
 pub fn words(text: &str) -> impl Iterator<Item = &str> {
     text.split(|c: char| c.is_whitespace() || "|&;()<>{}`$\"'=\\".contains(c))
         .filter(|w| !w.is_empty())
-}
-
-/// Bytes a tool decoded from escapes, as text: C strings end at the first NUL.
-fn c_string(bytes: &[u8]) -> String {
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
-}
-
-/// Test arguments: each word literal, except `$`, which stands for one that is not.
-#[cfg(test)]
-pub(super) fn test_args(words: &[&str]) -> Vec<Option<String>> {
-    words
-        .iter()
-        .map(|w| (*w != "$").then(|| w.to_string()))
-        .collect()
 }

@@ -5,8 +5,8 @@
 //! line, custom delimiters, bracket expressions), because an `e` inside text, a file name or a
 //! regular expression runs nothing.
 
+use super::found::{too_many, Hidden, MAX_FOUND};
 use super::getopt::{getopt, Arg, Ev, Has, Spec};
-use super::{too_many, Hidden, MAX_FOUND};
 
 const SPEC: Spec = Spec {
     short_req: "efl",
@@ -368,7 +368,7 @@ fn substituted_command(regex: &[u8], replacement: &[u8]) -> Hidden {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_args as args;
+    use super::super::args::test_args as args;
     use super::*;
 
     fn found(script: &str) -> Vec<Hidden> {

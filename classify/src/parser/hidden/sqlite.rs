@@ -9,8 +9,9 @@
 //! Without SQL arguments sqlite3 reads its commands from stdin, which is opaque unless it is a
 //! literal heredoc or here-string.
 
+use super::args::{c_string, Stdin};
+use super::found::{too_many, Hidden};
 use super::getopt::Arg;
-use super::{c_string, too_many, Hidden, Stdin};
 
 /// Options whose value is the next argument (`-lookaside` and `-pagecache` take two).
 const WITH_VALUE: &[&str] = &[
@@ -415,7 +416,7 @@ fn sql_tokens(b: &[u8]) -> Vec<SqlTok> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_args as args;
+    use super::super::args::test_args as args;
     use super::*;
 
     fn run_with(words: &[&str], stdin: Option<Option<String>>) -> Vec<Hidden> {

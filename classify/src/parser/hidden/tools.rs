@@ -1,7 +1,8 @@
 //! tar, sort, split, rg, and the bash builtins that run or evaluate code given as arguments.
 
+use super::args::split_run_time;
+use super::found::Hidden;
 use super::getopt::{resolve, Arg, Has};
-use super::{split_run_time, Hidden};
 
 /// How a tool runs the value of one of its options.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -338,7 +339,7 @@ pub fn builtin(name: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_args as args;
+    use super::super::args::test_args as args;
     use super::*;
 
     fn shell(s: &str) -> Hidden {

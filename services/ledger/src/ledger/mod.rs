@@ -2,6 +2,7 @@
 
 mod continuations;
 mod error;
+mod lease;
 mod queues;
 mod results;
 mod space;
@@ -10,6 +11,7 @@ mod wakeups;
 
 pub use continuations::{Continuation, ContinuationLedger, ContinuationState};
 pub use error::{ErrorBody, LedgerError, LedgerResult};
+pub use lease::Lease;
 pub use queues::{
     EnqueueRequest, MessageState, QueueMessage, WorkflowQueues, DEFAULT_MAX_DELIVERIES,
 };
@@ -18,20 +20,11 @@ pub use space::MAX_DURATION_MS;
 pub use tasks::{NewTask, TaskLedger, TaskRecord, TaskState, CLAIM_WINDOW, DEFAULT_MAX_ATTEMPTS};
 pub use wakeups::{NewWakeup, Wakeup, WakeupLedger, WakeupState};
 
-use crate::clock::{Clock, Millis, SystemClock};
+use crate::clock::{Clock, SystemClock};
 use crate::key::Key;
 use crate::store::DurableJsonStore;
-use serde::{Deserialize, Serialize};
 use space::Space;
 use std::sync::Arc;
-
-/// A claim on a task or wakeup: valid while `now < expires_at` and the token matches.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Lease {
-    pub token: String,
-    pub owner: String,
-    pub expires_at: Millis,
-}
 
 /// The ledger contract harness processes coordinate through. The durable implementation and the
 /// HTTP client both produce one of these, so callers do not care where the ledgers live.

@@ -5,8 +5,8 @@
 //! `root/tasks-done/<id>` (written before the open copy is removed) so claim scans stay short.
 
 use super::error::{LedgerError, LedgerResult};
+use super::lease::Lease;
 use super::space::{check_duration, check_name, new_token, read, sortable_id, write, Space};
-use super::Lease;
 use crate::clock::Millis;
 use crate::key::Key;
 use async_trait::async_trait;

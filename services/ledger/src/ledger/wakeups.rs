@@ -4,8 +4,8 @@
 //! `root/wakeups-done/<id>`. A claim whose lease expires makes the wakeup due again.
 
 use super::error::{LedgerError, LedgerResult};
+use super::lease::Lease;
 use super::space::{check_duration, check_name, new_token, read, sortable_id, write, Space};
-use super::Lease;
 use crate::clock::Millis;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

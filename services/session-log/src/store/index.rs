@@ -1,6 +1,6 @@
 //! The in-memory per-run index used by the memory store and (as its read cache) the file store.
 
-use super::StoreError;
+use super::types::StoreError;
 use crate::model::{PreparedEvent, RunId, StoredEvent};
 use std::collections::HashMap;
 

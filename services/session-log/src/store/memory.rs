@@ -2,7 +2,7 @@
 //! server says so at start-up).
 
 use super::index::{Decision, Index};
-use super::{AppendOutcome, StoreError};
+use super::types::{AppendOutcome, StoreError};
 use crate::model::{PreparedEvent, RunId, StoredEvent};
 use std::sync::Mutex;
 

@@ -12,48 +12,21 @@ mod file;
 mod index;
 mod memory;
 mod postgres;
+mod types;
 
 pub use file::fs::{FaultFs, FsOp, RealFs, SyncFs};
 pub use file::{FileStore, FileStoreOptions};
 pub use memory::MemoryStore;
 pub use postgres::PostgresStore;
+pub use types::{new_batch_histogram, AppendOutcome, StoreError};
 
 use crate::model::{PreparedEvent, RunId, StoredEvent};
 use kube_harness_service_kit::StoreSpec;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::Histogram;
 use std::sync::Arc;
 
 /// Largest page a read returns.
 pub const MAX_READ_LIMIT: usize = 1000;
-
-/// Result of an accepted append.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AppendOutcome {
-    pub event: StoredEvent,
-    /// `false` when the key was already stored with the same digest (nothing was written).
-    pub created: bool,
-}
-
-/// Why a store refused or failed an operation.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    #[error("appendIdempotencyKey {key:?} is already stored in run {run} at sequence {sequence} with different content (digest {stored_digest}, this request {request_digest})")]
-    Conflict {
-        run: String,
-        key: String,
-        sequence: u64,
-        stored_digest: String,
-        request_digest: String,
-    },
-    #[error("run {run} cannot be replayed: {reason}")]
-    RunCorrupt { run: String, reason: String },
-    #[error("store failed and refuses appends until restarted: {0}")]
-    Poisoned(String),
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    #[error("{0}")]
-    Internal(String),
-}
 
 /// Settings shared by the stores.
 #[derive(Clone)]
@@ -71,11 +44,6 @@ impl Default for StoreOptions {
             batch_sizes: new_batch_histogram(),
         }
     }
-}
-
-/// A fresh histogram for commit batch sizes (1 .. 4096).
-pub fn new_batch_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(1.0, 2.0, 13))
 }
 
 /// One of the three stores.

@@ -7,7 +7,7 @@
 //! Runs are locked in sorted order so concurrent batches from several replicas cannot deadlock.
 
 use super::index::same_or_conflict;
-use super::{AppendOutcome, StoreError};
+use super::types::{AppendOutcome, StoreError};
 use crate::model::{PreparedEvent, RunId, StoredEvent};
 use anyhow::Context;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};

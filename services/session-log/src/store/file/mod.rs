@@ -14,14 +14,15 @@
 pub mod fs;
 mod record;
 mod recovery;
+mod shared;
 mod writer;
 
-use super::index::Index;
-use super::{AppendOutcome, StoreError};
+use super::types::{new_batch_histogram, AppendOutcome, StoreError};
 use crate::model::{PreparedEvent, RunId, StoredEvent};
 use anyhow::{bail, Context};
 use fs::SyncFs;
 use prometheus_client::metrics::histogram::Histogram;
+use shared::Shared;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -41,36 +42,8 @@ impl Default for FileStoreOptions {
     fn default() -> Self {
         Self {
             sync: true,
-            batch_sizes: super::new_batch_histogram(),
+            batch_sizes: new_batch_histogram(),
         }
-    }
-}
-
-/// State shared by the store handle (readers) and its writer thread.
-pub(crate) struct Shared {
-    path: PathBuf,
-    fs: Arc<dyn SyncFs>,
-    index: RwLock<Index>,
-    poisoned: Mutex<Option<String>>,
-    batch_sizes: Histogram,
-}
-
-impl Shared {
-    fn poisoned(&self) -> Option<String> {
-        self.poisoned
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Marks the store failed (first reason wins) and returns the reason in force.
-    fn poison(&self, reason: String) -> String {
-        let mut p = self.poisoned.lock().unwrap_or_else(|e| e.into_inner());
-        if p.is_none() {
-            tracing::error!("file store POISONED, refusing every append until restart: {reason}");
-            *p = Some(reason);
-        }
-        p.clone().unwrap_or_default()
     }
 }
 

@@ -10,10 +10,10 @@
 //! (after a failed fsync the kernel may have dropped the dirty pages: PostgreSQL's fsyncgate).
 
 use super::record;
-use super::Shared;
+use super::shared::Shared;
 use crate::model::{PreparedEvent, RunId, StoredEvent};
 use crate::store::index::{same_or_conflict, Decision};
-use crate::store::{AppendOutcome, StoreError};
+use crate::store::types::{AppendOutcome, StoreError};
 use std::collections::HashMap;
 use std::fs::File;
 use std::sync::Arc;
