@@ -10,7 +10,7 @@ use kube_harness_classify::{classify, ClassifyOptions, Decision};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-const CORPUS: &str = include_str!("../tests/corpus/classify.txt");
+const CORPUS: &str = include_str!("../tests/suite/corpus/classify.txt");
 
 /// Scripts under 200 bytes; `section` keeps only one `## …` section of the corpus.
 fn scripts(section: Option<&str>) -> Vec<String> {

@@ -1,14 +1,12 @@
 //! The return trip over real files: handoff to a "higher tier" directory, changes there, change
 //! archive back, applied to the worker's backing paths.
 
-mod workspace_support;
-
+use super::workspace_support::*;
 use kube_harness_workspace::{
     apply, changes_since, pack, rehome, snapshot, unpack, ApplyOptions, ApplyReport, ChangeKind,
     EntryKind, Exclude, PackOptions, RejectReason, UnpackOptions, WorkspaceSpec,
 };
 use std::path::{Path, PathBuf};
-use workspace_support::*;
 
 /// A worker workspace, handed off to a tier-1 root.
 struct Handoff {

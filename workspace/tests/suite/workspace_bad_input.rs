@@ -1,15 +1,13 @@
 //! Hostile and broken archives, hand-crafted with the tar crate's low-level header API: each is
 //! rejected with a typed error, and the filesystem around the target is left exactly as it was.
 
-mod workspace_support;
-
+use super::workspace_support::*;
 use kube_harness_workspace::{
     apply, pack, unpack, ApplyOptions, EntryRejection, Limits, PackOptions, UnpackOptions,
     WorkspaceError, FORMAT, MANIFEST_NAME,
 };
 use std::path::{Path, PathBuf};
 use tar::{EntryType, Header};
-use workspace_support::*;
 
 /// A header with raw name (and link name) bytes, bypassing the builder's path checks.
 fn raw_header(name: &[u8], kind: EntryType, size: u64, link: Option<&[u8]>) -> Header {

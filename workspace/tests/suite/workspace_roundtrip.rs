@@ -1,13 +1,11 @@
 //! Handoff round trips over real files: pack a tree, unpack it elsewhere, compare.
 
-mod workspace_support;
-
+use super::workspace_support::*;
 use kube_harness_workspace::{
     diff, pack, rehome, snapshot, snapshot_since, unpack, ChangeKind, EntryKind, Exclude, Limits,
     PackOptions, UnpackOptions, WorkspaceError,
 };
 use std::path::Path;
-use workspace_support::*;
 
 fn sample_tree(root: &Path) {
     let s = root.join("session");

@@ -1,15 +1,13 @@
 //! Property tests over random trees on real files: a handoff round-trips exactly, and random
 //! changes made on the higher tier merge back to an identical worker tree.
 
-mod workspace_support;
-
+use super::workspace_support::*;
 use kube_harness_workspace::{
     apply, changes_since, pack, rehome, snapshot, unpack, ApplyOptions, PackOptions, UnpackOptions,
 };
 use proptest::prelude::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use workspace_support::*;
 
 const NAMES: &[&str] = &["a", "b", "ç", "日本", "x y", ".hidden", "n-🐢", "0"];
 const MOUNTS: &[&str] = &["session", "artifacts", "persistent"];
