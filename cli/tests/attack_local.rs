@@ -578,12 +578,23 @@ fn a_signal_to_the_host_during_a_local_tier1_command_leaves_nothing_running() {
     let ours = ["3011", "3012", "3013"];
     let mut dead = Vec::new();
     for signal in [libc::SIGINT, libc::SIGTERM] {
-        let mut child = kh(tmp.path())
-            .env("TMPDIR", &scratch)
+        let mut cmd = kh(tmp.path());
+        cmd.env("TMPDIR", &scratch)
             .args(["local", "exec", "--session", "t1", "--"])
-            .arg("git --version >/dev/null; setsid sleep 3011 & (nohup sleep 3012 >/dev/null &); sleep 3013")
-            .spawn()
-            .unwrap();
+            .arg("git --version >/dev/null; setsid sleep 3011 & (nohup sleep 3012 >/dev/null &); sleep 3013");
+        // A test run from a background job inherits SIGINT ignored (and exec keeps that): the
+        // host gets the signals' default actions, as from a terminal.
+        unsafe {
+            cmd.pre_exec(|| {
+                for sig in [libc::SIGINT, libc::SIGTERM] {
+                    if libc::signal(sig, libc::SIG_DFL) == libc::SIG_ERR {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         while sleeping(&ours).len() < 3 {
             assert!(
@@ -593,7 +604,18 @@ fn a_signal_to_the_host_during_a_local_tier1_command_leaves_nothing_running() {
             std::thread::sleep(Duration::from_millis(50));
         }
         unsafe { libc::kill(child.id() as i32, signal) };
-        let _ = child.wait();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                for p in sleeping(&ours) {
+                    unsafe { libc::kill(p as i32, libc::SIGKILL) };
+                }
+                panic!("the host did not stop on signal {signal}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         dead.push(child.id());
         let deadline = Instant::now() + Duration::from_secs(5);
         while !sleeping(&ours).is_empty() && Instant::now() < deadline {
