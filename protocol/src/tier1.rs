@@ -57,7 +57,54 @@ pub struct OpenSandbox {
     pub workspace_bytes: u64,
 }
 
-/// A Sandbox as the operator reports it.
+/// Where a Tier-1 sandbox's state is: `Pending` (starting or binding), `Ready` (with an endpoint
+/// and a token), `Failed` (with a reason and message). A phase this build does not know reads
+/// as `Unknown` and is waited on like `Pending`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    #[default]
+    Pending,
+    Ready,
+    Failed,
+    #[serde(other)]
+    Unknown,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Ready => "Ready",
+            Phase::Failed => "Failed",
+            Phase::Unknown => "Unknown",
+        }
+    }
+}
+
+/// Whether a sandbox came from the tier's warm pool (`prepared`) or was made for the turn
+/// (`ordinary`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Prepared,
+    Ordinary,
+    #[serde(other)]
+    Unknown,
+}
+
+impl Source {
+    /// Also the metric label of the operator's `tier1_opened`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Prepared => "prepared",
+            Source::Ordinary => "ordinary",
+            Source::Unknown => "unknown",
+        }
+    }
+}
+
+/// A Sandbox as the operator's tier API reports it (docs/tier1.md): one definition for the
+/// operator that writes it and the worker that reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Sandbox {
@@ -65,15 +112,13 @@ pub struct Sandbox {
     pub turn: String,
     #[serde(default)]
     pub pod: Option<String>,
-    /// `Pending`, `Ready` or `Failed`.
-    pub phase: String,
+    pub phase: Phase,
     #[serde(default)]
     pub endpoint: Option<String>,
     #[serde(default)]
     pub token: Option<String>,
-    /// `prepared` or `ordinary`.
     #[serde(default)]
-    pub source: Option<String>,
+    pub source: Option<Source>,
     #[serde(default)]
     pub miss_reason: Option<String>,
     #[serde(default)]
@@ -82,8 +127,14 @@ pub struct Sandbox {
     pub message: Option<String>,
 }
 
-pub mod phase {
-    pub const PENDING: &str = "Pending";
-    pub const READY: &str = "Ready";
-    pub const FAILED: &str = "Failed";
+impl Sandbox {
+    /// The pod's name, empty before there is one.
+    pub fn pod_name(&self) -> &str {
+        self.pod.as_deref().unwrap_or_default()
+    }
+
+    /// `prepared`, `ordinary`, or `unknown` when the operator did not say.
+    pub fn source_label(&self) -> &'static str {
+        self.source.map_or("unknown", Source::as_str)
+    }
 }

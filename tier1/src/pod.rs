@@ -16,7 +16,7 @@ pub use super::pod_config::{PodTier1Config, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MA
 use super::pod_shell::PodShell;
 use super::tier_api::{TierApi, TierApiError};
 use async_trait::async_trait;
-use kube_harness_protocol::tier1::{phase, BindReport, Sandbox};
+use kube_harness_protocol::tier1::{BindReport, Phase, Sandbox};
 use kube_harness_runtime::{CommandExecutor, NextTier};
 use kube_harness_service_kit::body::{self, Capped};
 use kube_harness_workspace::{self as workspace, PackOptions, WorkspaceSpec};
@@ -70,11 +70,11 @@ impl PodTier1 {
             match answer {
                 Ok(sb) => {
                     opened = true;
-                    match sb.phase.as_str() {
-                        phase::READY if sb.endpoint.is_some() && sb.token.is_some() => {
+                    match sb.phase {
+                        Phase::Ready if sb.endpoint.is_some() && sb.token.is_some() => {
                             return Ok(sb)
                         }
-                        phase::FAILED => {
+                        Phase::Failed => {
                             let why = format!(
                                 "the Tier-1 sandbox failed ({}): {}",
                                 sb.reason.as_deref().unwrap_or("unknown reason"),
@@ -84,7 +84,8 @@ impl PodTier1 {
                         }
                         other => {
                             last = format!(
-                                "last phase {other}{}",
+                                "last phase {}{}",
+                                other.as_str(),
                                 sb.pod.map(|p| format!(", pod {p}")).unwrap_or_default()
                             )
                         }

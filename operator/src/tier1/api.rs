@@ -6,7 +6,7 @@
 use super::open::{self, Claim, OpenError};
 use super::pod::Serving;
 use super::report::{self, Update};
-use super::state::{self, Sandbox};
+use super::state;
 use crate::context::Context;
 use crate::events;
 use crate::labels;
@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::{Api, ResourceExt};
 use kube_harness_crds::condition::reasons;
 use kube_harness_crds::{HarnessSession, SandboxTier};
+use kube_harness_protocol::tier1::{Phase, Sandbox};
 use serde::Deserialize;
 use serde_json::json;
 use std::sync::Arc;
@@ -222,13 +223,13 @@ async fn open(
         open::ordinary(&ctx, &tier, serving).await?
     };
     let view = state::sandbox(&pod, &req.turn, None);
-    ctx.metrics.tier1_opened(view.source, miss);
+    ctx.metrics.tier1_opened(view.source_label(), miss);
     let note = format!(
         "turn {}: Tier-1 pod {} of SandboxTier {} (source {}{})",
         req.turn,
-        view.pod,
+        view.pod_name(),
         tier.name_any(),
-        view.source,
+        view.source_label(),
         view.miss_reason
             .as_deref()
             .map(|m| format!(", missReason {m}"))
@@ -290,14 +291,14 @@ async fn answer(
     turn: &str,
 ) -> Result<Json<Sandbox>> {
     let mut view = state::sandbox(pod, turn, None);
-    if view.phase == "Ready" {
-        match open::token(ctx, &view.pod).await? {
+    if view.phase == Phase::Ready {
+        match open::token(ctx, view.pod_name()).await? {
             Some(token) => view.token = Some(token),
             // Ready without its Secret cannot serve: the worker keeps polling until the sweep
             // or a DELETE ends it.
             None => {
                 view = state::sandbox(pod, turn, None);
-                view.phase = "Pending";
+                view.phase = Phase::Pending;
                 view.endpoint = None;
             }
         }

@@ -3,13 +3,13 @@
 //! the worker (a JSON merge patch of just these fields); the leader's session reconcile derives
 //! the same from the Tier-1 pods, so a lost write converges.
 
-use super::state::Sandbox;
 use crate::context::Context;
 use crate::events;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 use kube_harness_crds::condition::{self, reasons, types};
 use kube_harness_crds::HarnessSession;
+use kube_harness_protocol::tier1::{Phase, Sandbox};
 use serde_json::json;
 
 /// Field manager of the tier API's status patches.
@@ -29,14 +29,14 @@ pub struct Update {
 /// The update a sandbox in `phase` calls for (none while it is Pending).
 pub fn for_sandbox(sandbox: &Sandbox, tier: &str, level: u8) -> Option<Update> {
     match sandbox.phase {
-        "Ready" => Some(Update {
+        Phase::Ready => Some(Update {
             escalated: true,
             reason: reasons::TIER1_READY,
             message: format!(
                 "turn {} runs on Tier-1 pod {} of SandboxTier {tier} (source {}{})",
                 sandbox.turn,
-                sandbox.pod,
-                sandbox.source,
+                sandbox.pod_name(),
+                sandbox.source_label(),
                 sandbox
                     .miss_reason
                     .as_deref()
@@ -46,12 +46,12 @@ pub fn for_sandbox(sandbox: &Sandbox, tier: &str, level: u8) -> Option<Update> {
             current_tier: level,
             failure: None,
         }),
-        "Failed" => Some(Update {
+        Phase::Failed => Some(Update {
             escalated: false,
             reason: reasons::TIER1_FAILED,
             message: format!(
                 "Tier-1 pod {} of SandboxTier {tier} failed: {}: {}",
-                sandbox.pod,
+                sandbox.pod_name(),
                 sandbox.reason.as_deref().unwrap_or("Failed"),
                 sandbox.message.as_deref().unwrap_or_default()
             ),

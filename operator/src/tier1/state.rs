@@ -7,7 +7,7 @@ use crate::kube_util::{pod_condition, ready_ip, CONTAINER_FAILURES, IMAGE_FAILUR
 use crate::labels;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use serde::Serialize;
+use kube_harness_protocol::tier1::{self as wire, Sandbox, Source};
 
 /// Where a sandbox is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,35 +111,20 @@ pub fn phase(pod: &Pod) -> Phase {
     }
 }
 
-/// The Sandbox of docs/tier1.md, as the tier API returns it.
-#[derive(Serialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Sandbox {
-    pub turn: String,
-    pub pod: String,
-    pub phase: &'static str,
-    pub endpoint: Option<String>,
-    pub token: Option<String>,
-    pub source: &'static str,
-    pub miss_reason: Option<String>,
-    pub reason: Option<String>,
-    pub message: Option<String>,
-}
-
 /// The Sandbox of `pod`; `token` is the pod's token (only used when Ready).
 pub fn sandbox(pod: &Pod, turn: &str, token: Option<String>) -> Sandbox {
     let source = if pod.labels().contains_key(labels::POOL) {
-        "prepared"
+        Source::Prepared
     } else {
-        "ordinary"
+        Source::Ordinary
     };
     let mut s = Sandbox {
         turn: turn.into(),
-        pod: pod.name_any(),
-        phase: "Pending",
+        pod: Some(pod.name_any()),
+        phase: wire::Phase::Pending,
         endpoint: None,
         token: None,
-        source,
+        source: Some(source),
         miss_reason: pod.annotations().get(labels::MISS_REASON).cloned(),
         reason: None,
         message: None,
@@ -147,12 +132,12 @@ pub fn sandbox(pod: &Pod, turn: &str, token: Option<String>) -> Sandbox {
     match phase(pod) {
         Phase::Pending => {}
         Phase::Ready { ip } => {
-            s.phase = "Ready";
+            s.phase = wire::Phase::Ready;
             s.endpoint = Some(format!("http://{}:{AGENT_PORT}", bracket(&ip)));
             s.token = token;
         }
         Phase::Failed { reason, message } => {
-            s.phase = "Failed";
+            s.phase = wire::Phase::Failed;
             s.reason = Some(reason);
             s.message = Some(message);
         }
