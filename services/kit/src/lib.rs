@@ -11,6 +11,8 @@
 pub mod auth;
 pub mod body;
 pub mod error;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod routes;
 pub mod serve;
 pub mod store_spec;

@@ -8,12 +8,11 @@ use super::{
 };
 use crate::key::Key;
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use deadpool_postgres::{Object, Pool};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use tokio::sync::Mutex;
-use tokio_postgres::NoTls;
 
 /// Connection settings beyond the URL.
 #[derive(Debug, Clone)]
@@ -91,17 +90,7 @@ impl PostgresStore {
     /// Connects and creates the schema and table if missing (safe to race from many processes).
     pub async fn connect(url: &str, options: PostgresStoreOptions) -> Result<Self, StoreError> {
         validate_schema(&options.schema)?;
-        let config: tokio_postgres::Config = url.parse().map_err(db_err)?;
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(options.max_connections.max(1))
-            .build()
+        let pool = kube_harness_service_kit::postgres::pool(url, options.max_connections)
             .map_err(db_err)?;
         let store = PostgresStore {
             pool,

@@ -10,11 +10,10 @@ use super::index::same_or_conflict;
 use super::types::{AppendOutcome, StoreError};
 use crate::model::{PreparedEvent, RunId, StoredEvent};
 use anyhow::Context;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::Pool;
 use prometheus_client::metrics::histogram::Histogram;
 use std::collections::{BTreeMap, HashMap};
 use tokio::sync::{mpsc, oneshot};
-use tokio_postgres::NoTls;
 
 const MAX_BATCH: usize = 1024;
 const POOL_SIZE: usize = 8;
@@ -51,18 +50,7 @@ pub struct PostgresStore {
 impl PostgresStore {
     /// Connects, applies migrations and starts the group-commit task.
     pub async fn connect(url: &str, batch_sizes: Histogram) -> anyhow::Result<Self> {
-        let config: tokio_postgres::Config = url.parse().context("invalid PostgreSQL URL")?;
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(POOL_SIZE)
-            .build()
-            .context("cannot build PostgreSQL pool")?;
+        let pool = kube_harness_service_kit::postgres::pool(url, POOL_SIZE)?;
         migrate(&pool).await?;
         tracing::info!("PostgreSQL store ready (migrations applied)");
         let (tx, rx) = mpsc::channel(1024);
