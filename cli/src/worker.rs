@@ -9,8 +9,8 @@ use kube_harness_worker::api::{
     self, AuthConfig, ConnectionLimits, SessionLogConfig, Worker, WorkerConfig,
 };
 use kube_harness_worker::classify::RuntimeToggles;
-pub use kube_harness_worker::protocol::worker_args::WorkerArgs;
 use kube_harness_worker::protocol::worker_args::Escalation;
+pub use kube_harness_worker::protocol::worker_args::WorkerArgs;
 use kube_harness_worker::runtime::NextTier;
 use kube_harness_worker::tier1::{self, Agent, AgentConfig, PodTier1, PodTier1Config};
 use std::process::ExitCode;

@@ -16,7 +16,8 @@ pub use kube_harness_service_kit::{
 };
 
 /// Default `--listen`: every interface, port 8080.
-pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8080));
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8080));
 /// Default `--session`.
 pub const DEFAULT_SESSION: &str = "session";
 /// Default `--workspace-root`: a pod, where the volumes are mounted at the canonical paths.
@@ -43,9 +44,7 @@ pub const DEFAULT_MAX_FILE_EVENT_BYTES: usize = 4 * 1024 * 1024;
 /// What a second command (or turn) does while one runs in the same session: the worker API's
 /// exec and the local host's turns. The CRD has its own enum (it needs a JSON schema); the
 /// operator maps it.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize, Deserialize, Hash,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize, Deserialize, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum SameSession {
     // Wait for the running one to finish. (Plain comments: a doc comment here would change
@@ -86,9 +85,7 @@ impl std::str::FromStr for SameSession {
 }
 
 /// Where the worker sends a command the classifier escalates.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize, Deserialize, Hash,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize, Deserialize, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum Escalation {
     // Refused with exit 126.
@@ -374,16 +371,56 @@ impl WorkerArgs {
             flag("max-body-bytes", max.to_string());
         }
         let tuning = [
-            ("provision-timeout", self.provision_timeout.to_string(), default.provision_timeout.to_string()),
-            ("command-timeout", self.command_timeout.to_string(), default.command_timeout.to_string()),
-            ("max-timeout", self.max_timeout.to_string(), default.max_timeout.to_string()),
-            ("max-archive-bytes", self.max_archive_bytes.to_string(), default.max_archive_bytes.to_string()),
-            ("shutdown-grace", self.shutdown_grace.to_string(), default.shutdown_grace.to_string()),
-            ("max-file-events", self.max_file_events.to_string(), default.max_file_events.to_string()),
-            ("max-file-event-bytes", self.max_file_event_bytes.to_string(), default.max_file_event_bytes.to_string()),
-            ("header-read-timeout", self.header_read_timeout.to_string(), default.header_read_timeout.to_string()),
-            ("idle-timeout", self.idle_timeout.to_string(), default.idle_timeout.to_string()),
-            ("max-connections", self.max_connections.to_string(), default.max_connections.to_string()),
+            (
+                "provision-timeout",
+                self.provision_timeout.to_string(),
+                default.provision_timeout.to_string(),
+            ),
+            (
+                "command-timeout",
+                self.command_timeout.to_string(),
+                default.command_timeout.to_string(),
+            ),
+            (
+                "max-timeout",
+                self.max_timeout.to_string(),
+                default.max_timeout.to_string(),
+            ),
+            (
+                "max-archive-bytes",
+                self.max_archive_bytes.to_string(),
+                default.max_archive_bytes.to_string(),
+            ),
+            (
+                "shutdown-grace",
+                self.shutdown_grace.to_string(),
+                default.shutdown_grace.to_string(),
+            ),
+            (
+                "max-file-events",
+                self.max_file_events.to_string(),
+                default.max_file_events.to_string(),
+            ),
+            (
+                "max-file-event-bytes",
+                self.max_file_event_bytes.to_string(),
+                default.max_file_event_bytes.to_string(),
+            ),
+            (
+                "header-read-timeout",
+                self.header_read_timeout.to_string(),
+                default.header_read_timeout.to_string(),
+            ),
+            (
+                "idle-timeout",
+                self.idle_timeout.to_string(),
+                default.idle_timeout.to_string(),
+            ),
+            (
+                "max-connections",
+                self.max_connections.to_string(),
+                default.max_connections.to_string(),
+            ),
         ];
         for (name, value, default) in tuning {
             if value != default {
@@ -416,7 +453,8 @@ mod tests {
     /// have (clap reads them when the command is built).
     fn parse(args: &[String]) -> Result<WorkerArgs, clap::Error> {
         let command = Cli::command().mut_args(|a| a.env(clap::builder::Resettable::Reset));
-        let matches = command.try_get_matches_from(std::iter::once("worker".into()).chain(args.iter().cloned()))?;
+        let matches = command
+            .try_get_matches_from(std::iter::once("worker".into()).chain(args.iter().cloned()))?;
         Ok(Cli::from_arg_matches(&matches)?.worker)
     }
 
@@ -496,7 +534,10 @@ mod tests {
     fn the_enums_take_the_documented_values() {
         assert_eq!("reject".parse::<SameSession>(), Ok(SameSession::Reject));
         assert!("wait".parse::<SameSession>().is_err());
-        assert_eq!(serde_json::to_string(&SameSession::Queue).unwrap(), "\"queue\"");
+        assert_eq!(
+            serde_json::to_string(&SameSession::Queue).unwrap(),
+            "\"queue\""
+        );
         assert_eq!(serde_json::to_string(&Escalation::Pod).unwrap(), "\"pod\"");
         assert!(parse(&["--token-file=/t".into(), "--escalation=tier1".into()]).is_err());
     }

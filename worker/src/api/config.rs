@@ -8,9 +8,9 @@ use kube_harness_workspace::WorkspaceSpec;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use kube_harness_protocol::worker_args;
 /// A second exec for a busy session waits (`Queue`) or is answered 409 `session-busy` (`Reject`).
 pub use kube_harness_protocol::SameSession;
-use kube_harness_protocol::worker_args;
 
 // The runtime still holds its own copies of the file-event defaults (to become re-exports of
 // these when runtime/src is next reworked); the build fails if they drift apart.
