@@ -1,4 +1,5 @@
-//! The objects a session owns, built from its spec; reading worker pod states; tier checks.
+//! The objects a session owns, built from its spec (the worker's arguments parsed with the
+//! worker's own argument type); reading worker pod states; tier checks.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube_harness_crds::condition::reasons;
@@ -6,6 +7,7 @@ use kube_harness_crds::{HarnessSession, SandboxTierSpec};
 use kube_harness_operator::session::observe::{worker_state, WorkerState};
 use kube_harness_operator::session::resources;
 use kube_harness_operator::{tier, OperatorConfig};
+use kube_harness_protocol::worker_args::{Escalation, SameSession, WorkerArgs};
 use serde_json::json;
 
 fn session(spec: serde_json::Value) -> HarnessSession {
@@ -197,4 +199,114 @@ fn each_session_runs_as_its_own_uid() {
     assert_eq!(seen.len(), 1000, "uids collide");
     // Stable for one session (its files on the PVC stay its own across worker restarts).
     assert_eq!(ids(&with_uid("same")), ids(&with_uid("same")));
+}
+
+/// The worker binary's shape: `kube-harness worker …`, with the worker's own argument type.
+#[derive(clap::Parser)]
+struct WorkerCli {
+    #[command(subcommand)]
+    command: WorkerCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum WorkerCommand {
+    Worker(WorkerArgs),
+}
+
+/// The worker container's arguments from the pod the operator builds, parsed as the worker
+/// parses them, but blind to `KH_WORKER_*` variables of the test process (clap reads them when
+/// the command is built, and the pod sets none).
+fn parsed_worker_args(session: &HarnessSession, config: &OperatorConfig) -> WorkerArgs {
+    use clap::{CommandFactory, FromArgMatches};
+    let tier = tier_spec(json!({"level": 0, "template": {"image": "img:1"}}));
+    let pod = resources::worker_pod(session, &tier, config, &[]);
+    let args = pod.spec.unwrap().containers[0].args.clone().unwrap();
+    let command = WorkerCli::command().mut_subcommand("worker", |c| {
+        c.mut_args(|a| a.env(clap::builder::Resettable::Reset))
+    });
+    let matches = command
+        .try_get_matches_from(std::iter::once("kube-harness".to_string()).chain(args.clone()))
+        .unwrap_or_else(|e| panic!("the worker rejects {args:?}: {e}"));
+    let WorkerCommand::Worker(parsed) = WorkerCli::from_arg_matches(&matches).unwrap().command;
+    parsed
+}
+
+#[test]
+fn the_worker_parses_the_arguments_the_operator_gives_it_into_what_the_session_asked_for() {
+    let config = OperatorConfig::for_namespace("kh");
+    // What every session's worker gets: its name, the mounted token, the operator's port.
+    let base = || {
+        let mut a = WorkerArgs::new("/var/run/kube-harness/token/token");
+        a.session = "s1".into();
+        a
+    };
+
+    // A session with nothing set: the defaults, and the very arguments the operator has always
+    // written (the pod's spec hash, and so every running worker, stays as it was).
+    let plain = session(json!({}));
+    assert_eq!(parsed_worker_args(&plain, &config), base());
+    assert_eq!(
+        resources::worker_args(&plain, &config),
+        [
+            "worker",
+            "--listen",
+            "0.0.0.0:8080",
+            "--token-file",
+            "/var/run/kube-harness/token/token",
+            "--session",
+            "s1",
+            "--python=true",
+            "--javascript=true",
+            "--network=false",
+            "--same-session",
+            "queue",
+        ]
+    );
+
+    // Toggles, deny commands and the same-session policy.
+    let strict = session(json!({
+        "runtime": {"python": false, "javascript": false, "network": true},
+        "policy": {"denyCommands": ["rm", "curl"]},
+        "sameSession": "reject",
+    }));
+    let mut want = base();
+    want.python = false;
+    want.javascript = false;
+    want.network = true;
+    want.deny_command = vec!["rm".into(), "curl".into()];
+    want.same_session = SameSession::Reject;
+    assert_eq!(parsed_worker_args(&strict, &config), want);
+
+    // An escalation tier: pod escalation through the tier API, when the operator serves one.
+    let escalating = session(json!({"escalation": {"tier": "toolchain"}}));
+    assert_eq!(parsed_worker_args(&escalating, &config), base());
+    let with_tier_api = OperatorConfig {
+        tier_api_url: Some("http://kh-operator.kh:8081".into()),
+        worker_port: 9090,
+        ..OperatorConfig::for_namespace("kh")
+    };
+    let mut want = base();
+    want.listen = "0.0.0.0:9090".parse().unwrap();
+    want.escalation = Escalation::Pod;
+    want.tier_api_url = Some("http://kh-operator.kh:8081".into());
+    want.session_namespace = Some("ns".into());
+    assert_eq!(parsed_worker_args(&escalating, &with_tier_api), want);
+    let mut want_plain = base();
+    want_plain.listen = want.listen;
+    assert_eq!(
+        parsed_worker_args(&plain, &with_tier_api),
+        want_plain,
+        "no escalation tier, no escalation"
+    );
+
+    // A session log: its URL, the mounted token, and runs scoped to this session object.
+    let with_log = OperatorConfig {
+        session_log_url: Some("http://log:8080".into()),
+        ..OperatorConfig::for_namespace("kh")
+    };
+    let mut want = base();
+    want.session_log_url = Some("http://log:8080".into());
+    want.session_log_token_file = Some("/var/run/kube-harness/token/session-log-token".into());
+    want.session_log_run_scope = Some("ns:u1".into());
+    assert_eq!(parsed_worker_args(&plain, &with_log), want);
 }

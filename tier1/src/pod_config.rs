@@ -36,7 +36,7 @@ pub struct PodTier1Config {
 }
 
 /// Default of [`PodTier1Config::max_archive_bytes`] (and the agent's): 1 GiB.
-pub const DEFAULT_MAX_ARCHIVE_BYTES: u64 = 1 << 30;
+pub use kube_harness_protocol::worker_args::DEFAULT_MAX_ARCHIVE_BYTES;
 /// Default of [`PodTier1Config::max_answer_bytes`]: 16 MiB.
 pub const DEFAULT_MAX_ANSWER_BYTES: usize = 16 << 20;
 /// How much of an error answer is kept for the message.

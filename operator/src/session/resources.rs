@@ -22,8 +22,10 @@ use k8s_openapi::ByteString;
 use kube::{Resource, ResourceExt};
 use kube_harness_crds::session::SameSession;
 use kube_harness_crds::{HarnessSession, SandboxTierSpec};
+use kube_harness_protocol::worker_args::{self, Escalation, WorkerArgs};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 
 /// Where the token Secret is mounted in the worker pod.
 pub const TOKEN_DIR: &str = "/var/run/kube-harness/token";
@@ -228,54 +230,40 @@ pub fn escalation_tier(session: &HarnessSession) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// The worker's command line, from the session spec.
-fn worker_args(session: &HarnessSession, config: &OperatorConfig) -> Vec<String> {
+/// The worker's settings, from the session spec and the operator's configuration: the worker's
+/// own argument type, so what is set here is what the worker parses.
+pub fn worker_settings(session: &HarnessSession, config: &OperatorConfig) -> WorkerArgs {
     let spec = &session.spec;
-    let mut args = vec![
-        "worker".to_string(),
-        "--listen".into(),
-        format!("0.0.0.0:{}", config.worker_port),
-        "--token-file".into(),
-        format!("{TOKEN_DIR}/token"),
-        "--session".into(),
-        session.name_any(),
-        format!("--python={}", spec.runtime.python),
-        format!("--javascript={}", spec.runtime.javascript),
-        format!("--network={}", spec.runtime.network),
-        "--same-session".into(),
-        match spec.same_session {
-            SameSession::Queue => "queue",
-            SameSession::Reject => "reject",
-        }
-        .into(),
-    ];
-    for deny in &spec.policy.deny_commands {
-        args.push("--deny-command".into());
-        args.push(deny.clone());
-    }
+    let mut args = WorkerArgs::new(format!("{TOKEN_DIR}/token"));
+    args.listen = SocketAddr::from(([0, 0, 0, 0], config.worker_port));
+    args.session = session.name_any();
+    args.python = spec.runtime.python;
+    args.javascript = spec.runtime.javascript;
+    args.network = spec.runtime.network;
+    args.same_session = match spec.same_session {
+        SameSession::Queue => worker_args::SameSession::Queue,
+        SameSession::Reject => worker_args::SameSession::Reject,
+    };
+    args.deny_command = spec.policy.deny_commands.clone();
     if let (Some(_), Some(url)) = (escalation_tier(session), &config.tier_api_url) {
-        args.extend([
-            "--escalation".into(),
-            "pod".into(),
-            "--tier-api-url".into(),
-            url.clone(),
-            "--session-namespace".into(),
-            session.namespace().unwrap_or_default(),
-        ]);
+        args.escalation = Escalation::Pod;
+        args.tier_api_url = Some(url.clone());
+        args.session_namespace = Some(session.namespace().unwrap_or_default());
     }
     if let Some(url) = &config.session_log_url {
-        args.extend([
-            "--session-log-url".into(),
-            url.clone(),
-            "--session-log-token-file".into(),
-            format!("{TOKEN_DIR}/session-log-token"),
-        ]);
+        args.session_log_url = Some(url.clone());
+        args.session_log_token_file = Some(format!("{TOKEN_DIR}/session-log-token").into());
         // Runs scoped to this session object: never shared with a same-named session in another
         // namespace, nor with an earlier session of the same name.
-        if let Some(scope) = run_scope(session) {
-            args.extend(["--session-log-run-scope".into(), scope]);
-        }
+        args.session_log_run_scope = run_scope(session);
     }
+    args
+}
+
+/// The worker container's arguments: the `worker` subcommand and [`worker_settings`], rendered.
+pub fn worker_args(session: &HarnessSession, config: &OperatorConfig) -> Vec<String> {
+    let mut args = vec!["worker".to_string()];
+    args.extend(worker_settings(session, config).to_args());
     args
 }
 

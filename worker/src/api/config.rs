@@ -8,25 +8,17 @@ use kube_harness_workspace::WorkspaceSpec;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use kube_harness_protocol::worker_args;
 /// A second exec for a busy session waits (`Queue`) or is answered 409 `session-busy` (`Reject`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SameSession {
-    Queue,
-    Reject,
-}
+pub use kube_harness_protocol::SameSession;
 
-impl std::str::FromStr for SameSession {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "queue" => Ok(SameSession::Queue),
-            "reject" => Ok(SameSession::Reject),
-            other => Err(format!(
-                "same-session must be queue or reject, not {other:?}"
-            )),
-        }
-    }
-}
+// The runtime still holds its own copies of the file-event defaults (to become re-exports of
+// these when runtime/src is next reworked); the build fails if they drift apart.
+const _: () = assert!(
+    kube_harness_runtime::event::DEFAULT_MAX_FILE_EVENTS == worker_args::DEFAULT_MAX_FILE_EVENTS
+        && kube_harness_runtime::event::DEFAULT_MAX_FILE_EVENT_BYTES
+            == worker_args::DEFAULT_MAX_FILE_EVENT_BYTES
+);
 
 /// The session log the worker appends to.
 #[derive(Debug, Clone)]
@@ -80,16 +72,16 @@ impl WorkerConfig {
             session: session.into(),
             runtime: RuntimeToggles::default(),
             deny_commands: Vec::new(),
-            same_session: SameSession::Queue,
+            same_session: SameSession::default(),
             workspace_root: workspace_root.into(),
             session_log: None,
-            command_timeout: Duration::from_secs(60),
-            max_timeout: Duration::from_secs(600),
+            command_timeout: Duration::from_secs(worker_args::DEFAULT_COMMAND_TIMEOUT_SECS),
+            max_timeout: Duration::from_secs(worker_args::DEFAULT_MAX_TIMEOUT_SECS),
             max_body_bytes: 256 * 1024,
             inline_output_limit: 16 * 1024,
-            max_file_events: kube_harness_runtime::event::DEFAULT_MAX_FILE_EVENTS,
-            max_file_event_bytes: kube_harness_runtime::event::DEFAULT_MAX_FILE_EVENT_BYTES,
-            shutdown_grace: Duration::from_secs(20),
+            max_file_events: worker_args::DEFAULT_MAX_FILE_EVENTS,
+            max_file_event_bytes: worker_args::DEFAULT_MAX_FILE_EVENT_BYTES,
+            shutdown_grace: Duration::from_secs(worker_args::DEFAULT_SHUTDOWN_GRACE_SECS),
             connections: ConnectionLimits::default(),
         }
     }

@@ -7,26 +7,9 @@ use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::time::Duration;
 
-/// What a second turn for a busy session does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SameSession {
-    /// Wait for the running turn to finish (the default).
-    #[default]
-    Queue,
-    /// Fail at once.
-    Reject,
-}
-
-impl std::str::FromStr for SameSession {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "queue" => Ok(SameSession::Queue),
-            "reject" => Ok(SameSession::Reject),
-            other => Err(format!("expected queue or reject, got {other:?}")),
-        }
-    }
-}
+/// What a second turn for a busy session does: wait for the running one (`Queue`, the default)
+/// or fail at once (`Reject`). The worker API's setting, shared.
+pub use kube_harness_protocol::SameSession;
 
 /// Held for the duration of a turn; dropping it releases the locks.
 pub struct TurnGuard {
