@@ -113,6 +113,7 @@ pub struct Classification {
 
 impl Classification {
     /// Applies the decision rule: any policy block refuses; anything but Tier-0 support escalates.
+    #[cfg(feature = "parser")]
     pub(crate) fn from_reasons(reasons: Vec<Reason>, matrix_version: &str) -> Self {
         let refuse = reasons
             .iter()
