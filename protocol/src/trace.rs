@@ -368,6 +368,13 @@ impl Payload {
     }
 }
 
+/// The `stepKey` of a command event's `data`, read alone: replay must see that a step was
+/// started even when the rest of the data is not what this version writes (a step taken for
+/// "not run" would run twice).
+pub fn step_key_of(data: &serde_json::Map<String, Value>) -> Option<&str> {
+    data.get("stepKey").and_then(Value::as_str)
+}
+
 impl TraceEvent {
     /// A line of `payload`, stamped with where and when it happened.
     pub fn new(session_id: &str, turn_id: &str, seq: u64, at_ms: u64, payload: Payload) -> Self {
@@ -645,6 +652,21 @@ mod tests {
             }))
             .unwrap()
         );
+    }
+
+    #[test]
+    fn the_step_key_is_read_where_the_typed_events_write_it() {
+        for payload in samples() {
+            let want = match &payload {
+                Payload::CommandStarted(e) => e.step_key.clone(),
+                Payload::CommandCompleted(e) => e.step_key.clone(),
+                Payload::TierRefused(e) => e.step_key.clone(),
+                _ => None,
+            };
+            let (_, data) = payload.into_parts();
+            let Value::Object(data) = data else { continue };
+            assert_eq!(step_key_of(&data), want.as_deref());
+        }
     }
 
     #[test]
