@@ -404,8 +404,9 @@ mod tests {
 
     const SCHEMA: &str = include_str!("../schema/lh.trace.v2.json");
 
-    /// The variant's name. No wildcard: a new variant does not compile until it is named here,
-    /// and the test below then fails until `samples` holds one of it and the schema its type.
+    /// The variant's name. No wildcard: a new variant does not compile until it is named here
+    /// (and in `VARIANTS`); the test then fails until `samples` holds one of it, and until the
+    /// schema names exactly the samples' types.
     fn variant(p: &Payload) -> &'static str {
         match p {
             Payload::CommandStarted(_) => "CommandStarted",
