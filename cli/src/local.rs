@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use kube_harness_worker::local::{
     self, data_dir::DEFAULT_DATA_DIR, DataDir, FileTrace, LocalTurn, PersistentDir, SameSession,
 };
-use kube_harness_worker::runtime::{event::kind, NextTier, TraceEvent};
+use kube_harness_worker::runtime::{event::Payload, NextTier, TraceEvent};
 use kube_harness_worker::tier1::LocalTier1;
 use std::io::Write;
 use std::path::PathBuf;
@@ -121,13 +121,15 @@ pub fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         LocalCommand::Doctor { session } => {
             let dir = data.existing_session(&session)?;
             let events = FileTrace::read(&dir.trace_path()).map_err(anyhow::Error::msg)?;
-            let count = |k: &str| events.iter().filter(|e| e.kind == k).count();
-            let dispose = count(kind::DISPOSE_FAILED);
-            let refused = count(kind::TIER_REFUSED);
-            let timeouts = events
-                .iter()
-                .filter(|e| e.kind == kind::COMMAND_COMPLETED && e.data["timedOut"] == true)
-                .count();
+            let (mut dispose, mut refused, mut timeouts) = (0, 0, 0);
+            for e in &events {
+                match e.payload() {
+                    Ok(Payload::DisposeFailed(_)) => dispose += 1,
+                    Ok(Payload::TierRefused(_)) => refused += 1,
+                    Ok(Payload::CommandCompleted(done)) if done.timed_out => timeouts += 1,
+                    _ => {}
+                }
+            }
             println!("session {session}: {} events", events.len());
             println!("  dispose failures: {dispose}");
             println!("  refusals:         {refused}");
@@ -151,15 +153,20 @@ pub fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
             let dir = data.existing_session(&session)?;
             let events = FileTrace::read(&dir.trace_path()).map_err(anyhow::Error::msg)?;
             let mut found = false;
-            for e in events.iter().filter(|e| {
-                e.kind.starts_with("harness.file.")
-                    && e.data["path"].as_str() == Some(path.as_str())
-            }) {
+            for e in &events {
+                let Ok(payload) = e.payload() else { continue };
+                let Some(file) = payload.file().filter(|f| f.path == path) else {
+                    continue;
+                };
                 found = true;
                 let change = e.kind.trim_start_matches("harness.file.");
                 println!(
-                    "{} #{:<3} {change:<8} tier={} source={} size={}",
-                    e.turn_id, e.seq, e.data["tier"], e.data["source"], e.data["size"]
+                    "{} #{:<3} {change:<8} tier={} source=\"{}\" size={}",
+                    e.turn_id,
+                    e.seq,
+                    file.tier,
+                    file.source.as_str(),
+                    file.size
                 );
             }
             if !found {
@@ -177,20 +184,21 @@ pub fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
                 let mut turns: Vec<&str> = events.iter().map(|e| e.turn_id.as_str()).collect();
                 turns.dedup();
                 for turn in turns {
-                    let of = |k: &'static str| {
-                        events
-                            .iter()
-                            .filter(move |e| e.turn_id == turn && e.kind == k)
-                    };
-                    let codes: Vec<String> = of(kind::COMMAND_COMPLETED)
-                        .map(|e| format!("{}@t{}", e.data["exitCode"], e.data["tier"]))
-                        .collect();
-                    let usage = of(kind::TURN_USAGE).next().map(|e| e.data.clone());
+                    let (mut codes, mut refused, mut usage) = (Vec::new(), 0, None);
+                    for e in events.iter().filter(|e| e.turn_id == turn) {
+                        match e.payload() {
+                            Ok(Payload::CommandCompleted(done)) => {
+                                codes.push(format!("{}@t{}", done.exit_code, done.tier));
+                            }
+                            Ok(Payload::TierRefused(_)) => refused += 1,
+                            Ok(Payload::TurnUsage(u)) if usage.is_none() => usage = Some(u),
+                            _ => {}
+                        }
+                    }
                     println!(
-                        "{id} {turn} commands=[{}] refused={} stayedOnTier0={}",
+                        "{id} {turn} commands=[{}] refused={refused} stayedOnTier0={}",
                         codes.join(" "),
-                        of(kind::TIER_REFUSED).count(),
-                        usage.map_or("?".into(), |u| u["stayedOnTier0"].to_string())
+                        usage.map_or("?".into(), |u| u.stayed_on_tier0.to_string())
                     );
                 }
             }
@@ -333,14 +341,20 @@ fn print_pretty(out: &mut impl Write, events: &[TraceEvent]) -> std::io::Result<
         let data = pretty(&e.data);
         writeln!(out, "{} #{:<3} {:<34} {data}", e.turn_id, e.seq, e.kind)
     };
+    // Runs of `harness.file.*` events (the truncation summary too) group by type and source.
+    let source = |e: &TraceEvent| match e.payload().ok()? {
+        Payload::FileTruncated(t) => Some(t.source),
+        p => p.file().map(|f| f.source),
+    };
     let mut i = 0;
     while i < events.len() {
         let first = &events[i];
+        let first_source = source(first);
         let same = |o: &TraceEvent| {
-            o.kind.starts_with("harness.file.")
+            first_source.is_some()
                 && o.kind == first.kind
                 && o.turn_id == first.turn_id
-                && o.data["source"] == first.data["source"]
+                && source(o) == first_source
         };
         let run = events[i..].iter().take_while(|o| same(o)).count().max(1);
         let shown = if run > SHOWN + 1 { SHOWN } else { run };
@@ -348,7 +362,7 @@ fn print_pretty(out: &mut impl Write, events: &[TraceEvent]) -> std::io::Result<
             line(out, e)?;
         }
         if run > shown {
-            let source = first.data["source"].as_str().unwrap_or("");
+            let source = first_source.map_or("", |s| s.as_str());
             writeln!(
                 out,
                 "{} …    {} more {} ({source})",

@@ -3,11 +3,11 @@
 //! (`kube_harness_protocol::trace`, schema `protocol/schema/lh.trace.v2.json`); emitting them is
 //! the runtime's.
 
-use serde_json::Value;
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use kube_harness_protocol::trace::{kind, TraceEvent, TRACE_SCHEMA};
+pub use kube_harness_protocol::trace::{kind, Payload, TraceEvent, TRACE_SCHEMA};
+use kube_harness_protocol::trace::{FileSource, FileTruncated, OmittedFiles};
 
 /// Where events go: a trace file, the session log, a test's collector.
 pub trait EventSink: Send + Sync {
@@ -36,15 +36,11 @@ impl EventSink for Collector {
     }
 }
 
-/// Default [`Emitter::with_file_event_limit`]: at most this many `harness.file.*` events per
-/// command and per merge-back.
-pub const DEFAULT_MAX_FILE_EVENTS: usize = 10_000;
-
-/// Default [`Emitter::with_file_event_bytes`]: at most this many bytes of paths (as JSON strings,
-/// [`json_string_bytes`]) in the `harness.file.*` events of one command and of one merge-back.
-/// A path may be about 64 KB (256 levels of 250-character names), so the count alone let 5,000
-/// files make an 81 MB exec answer (issue 12).
-pub const DEFAULT_MAX_FILE_EVENT_BYTES: usize = 4 * 1024 * 1024;
+/// Defaults of [`Emitter::with_file_event_limit`] and [`Emitter::with_file_event_bytes`]: the
+/// worker's `--max-file-events` and `--max-file-event-bytes` defaults, defined once with them.
+pub use kube_harness_protocol::worker_args::{
+    DEFAULT_MAX_FILE_EVENTS, DEFAULT_MAX_FILE_EVENT_BYTES,
+};
 
 /// The bytes `s` takes inside a JSON string, as serde_json writes it: `"` and `\` and the usual
 /// control characters escaped in two bytes, the other control characters in six
@@ -97,8 +93,7 @@ struct FileRun {
     modified: u64,
     deleted: u64,
     /// `source` and `tier` of the first omitted event (one run has one of each).
-    source: Option<Value>,
-    tier: Option<Value>,
+    first_omitted: Option<(FileSource, u8)>,
 }
 
 impl FileRun {
@@ -109,27 +104,27 @@ impl FileRun {
     }
 
     /// The `harness.file.truncated` payload, if events of this run were left out.
-    fn summary(&self, limit: usize, byte_limit: usize) -> Option<Value> {
-        let omitted = self.omitted();
-        (omitted > 0).then(|| {
-            let mut summary = serde_json::json!({
-                "source": self.source.clone().unwrap_or(Value::Null),
-                "tier": self.tier.clone().unwrap_or(Value::Null),
-                "limit": limit,
-                "listed": self.listed,
-                "omitted": {
-                    "created": self.created,
-                    "modified": self.modified,
-                    "deleted": self.deleted,
-                    "total": omitted,
+    fn summary(&self, limit: usize, byte_limit: usize) -> Option<FileTruncated> {
+        let (source, tier) = self.first_omitted?;
+        let total = self.omitted();
+        (total > 0).then(|| {
+            // The byte fields only when the byte budget stopped the listing (the count's
+            // summary keeps its shape).
+            let bytes = |n: u64| self.out_of_bytes.then_some(n);
+            FileTruncated {
+                source,
+                tier,
+                limit: limit as u64,
+                listed: self.listed,
+                omitted: OmittedFiles {
+                    created: self.created,
+                    modified: self.modified,
+                    deleted: self.deleted,
+                    total,
                 },
-            });
-            // Only when the byte budget stopped the listing (the count's summary keeps its shape).
-            if self.out_of_bytes {
-                summary["byteLimit"] = serde_json::json!(byte_limit);
-                summary["listedBytes"] = serde_json::json!(self.listed_bytes);
+                byte_limit: bytes(byte_limit as u64),
+                listed_bytes: bytes(self.listed_bytes),
             }
-            summary
         })
     }
 }
@@ -159,25 +154,16 @@ impl Emitter {
         self
     }
 
-    pub fn emit(&self, kind: &str, data: Value) {
-        let mut out: Vec<(u64, &str, Value)> = Vec::with_capacity(2);
+    pub fn emit(&self, payload: Payload) {
+        let mut out: Vec<(u64, Payload)> = Vec::with_capacity(2);
         {
             let mut st = self
                 .state
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let change = match kind {
-                kind::FILE_CREATED => Some(0),
-                kind::FILE_MODIFIED => Some(1),
-                kind::FILE_DELETED => Some(2),
-                _ => None,
-            };
-            if let Some(change) = change {
+            if let Some(file) = payload.file() {
                 let run = &mut st.files;
-                let bytes = data
-                    .get("path")
-                    .and_then(Value::as_str)
-                    .map_or(0, json_string_bytes) as u64;
+                let bytes = json_string_bytes(&file.path) as u64;
                 if !run.out_of_bytes
                     && run.listed < self.file_event_limit as u64
                     && run.listed_bytes.saturating_add(bytes) > self.file_event_bytes as u64
@@ -185,16 +171,13 @@ impl Emitter {
                     run.out_of_bytes = true;
                 }
                 if run.out_of_bytes || run.listed >= self.file_event_limit as u64 {
-                    let counter = match change {
-                        0 => &mut run.created,
-                        1 => &mut run.modified,
+                    let counter = match payload {
+                        Payload::FileCreated(_) => &mut run.created,
+                        Payload::FileModified(_) => &mut run.modified,
                         _ => &mut run.deleted,
                     };
                     *counter = counter.saturating_add(1);
-                    if run.source.is_none() {
-                        run.source = data.get("source").cloned();
-                        run.tier = data.get("tier").cloned();
-                    }
+                    run.first_omitted.get_or_insert((file.source, file.tier));
                     return;
                 }
                 run.listed = run.listed.saturating_add(1);
@@ -203,25 +186,18 @@ impl Emitter {
                 let run = std::mem::take(&mut st.files);
                 if let Some(summary) = run.summary(self.file_event_limit, self.file_event_bytes) {
                     st.seq = st.seq.saturating_add(1);
-                    out.push((st.seq, kind::FILE_TRUNCATED, summary));
+                    out.push((st.seq, Payload::FileTruncated(summary)));
                 }
             }
             st.seq = st.seq.saturating_add(1);
-            out.push((st.seq, kind, data));
+            out.push((st.seq, payload));
         }
-        for (seq, kind, data) in out {
-            let event = TraceEvent {
-                schema: TRACE_SCHEMA.to_string(),
-                kind: kind.to_string(),
-                at_ms: SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map(|d| d.as_millis() as u64)
-                    .unwrap_or(0),
-                session_id: self.session_id.clone(),
-                turn_id: self.turn_id.clone(),
-                seq,
-                data,
-            };
+        for (seq, payload) in out {
+            let at_ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0);
+            let event = TraceEvent::new(&self.session_id, &self.turn_id, seq, at_ms, payload);
             for sink in &self.sinks {
                 sink.emit(&event);
             }
@@ -232,32 +208,72 @@ impl Emitter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use kube_harness_protocol::trace::{
+        CommandCompleted, FileEvent, FileKind, TierFigures, TurnUsage,
+    };
+    use serde_json::{json, Value};
     use std::sync::Arc;
+
+    fn file(change: fn(FileEvent) -> Payload, path: &str, source: FileSource, tier: u8) -> Payload {
+        change(FileEvent {
+            path: path.into(),
+            kind: FileKind::File,
+            size: 0,
+            mode: 0o644,
+            tier,
+            source,
+        })
+    }
+
+    fn completed() -> Payload {
+        Payload::CommandCompleted(CommandCompleted {
+            command: "true".into(),
+            tier: 0,
+            cwd: "/session".into(),
+            exit_code: 0,
+            duration_ms: 1,
+            timed_out: false,
+            truncated: false,
+            step_key: None,
+            file_tracking_skipped: None,
+            stdout: Some(String::new()),
+            stdout_ref: None,
+            stdout_truncated: false,
+            stderr: Some(String::new()),
+            stderr_ref: None,
+            stderr_truncated: false,
+        })
+    }
+
+    fn usage() -> Payload {
+        Payload::TurnUsage(TurnUsage {
+            stayed_on_tier0: true,
+            tier0: TierFigures::default(),
+            higher_tier: None,
+            escalations: vec![],
+            refusals: 0,
+        })
+    }
 
     #[test]
     fn each_run_of_file_events_is_bounded_and_summarised_on_its_own() {
         let sink = Arc::new(Collector::default());
         let emitter = Emitter::new("s", "t", vec![sink.clone()]).with_file_event_limit(2);
-        let file = |change: &'static str| {
-            (
-                change,
-                json!({"path": "/session/x", "source": "command", "tier": 0}),
-            )
-        };
-        for (kind, data) in [
-            file(kind::FILE_CREATED),
-            file(kind::FILE_MODIFIED),
-            file(kind::FILE_DELETED),
-            file(kind::FILE_CREATED),
+        let x = |change| file(change, "/session/x", FileSource::Command, 0);
+        for event in [
+            x(Payload::FileCreated),
+            x(Payload::FileModified),
+            x(Payload::FileDeleted),
+            x(Payload::FileCreated),
         ] {
-            emitter.emit(kind, data);
+            emitter.emit(event);
         }
-        emitter.emit(kind::COMMAND_COMPLETED, json!({}));
+        emitter.emit(completed());
         // A new run starts from zero; one at the limit needs no summary.
-        emitter.emit(kind::FILE_CREATED, json!({"path": "/session/y"}));
-        emitter.emit(kind::FILE_CREATED, json!({"path": "/session/z"}));
-        emitter.emit(kind::TURN_USAGE, json!({}));
+        for path in ["/session/y", "/session/z"] {
+            emitter.emit(file(Payload::FileCreated, path, FileSource::Merge, 1));
+        }
+        emitter.emit(usage());
         let events = sink.events();
         let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
         assert_eq!(
@@ -291,20 +307,22 @@ mod tests {
             .with_file_event_limit(100)
             .with_file_event_bytes(250);
         let long = format!("/session/{}", "d".repeat(91)); // 100 bytes
-        for kind in [
-            kind::FILE_CREATED,
-            kind::FILE_CREATED,
-            kind::FILE_MODIFIED, // would pass 250: left out, and so is every later one
-            kind::FILE_DELETED,
+        for change in [
+            Payload::FileCreated,
+            Payload::FileCreated,
+            Payload::FileModified, // would pass 250: left out, and so is every later one
+            Payload::FileDeleted,
         ] {
-            emitter.emit(kind, json!({"path": long, "source": "merge", "tier": 1}));
+            emitter.emit(file(change, &long, FileSource::Merge, 1));
         }
         // Short as it is, it comes after the budget ran out.
-        emitter.emit(
-            kind::FILE_CREATED,
-            json!({"path": "/session/a", "source": "merge", "tier": 1}),
-        );
-        emitter.emit(kind::TURN_USAGE, json!({}));
+        emitter.emit(file(
+            Payload::FileCreated,
+            "/session/a",
+            FileSource::Merge,
+            1,
+        ));
+        emitter.emit(usage());
         let events = sink.events();
         let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
         assert_eq!(

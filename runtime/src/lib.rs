@@ -23,17 +23,32 @@ pub use tier0::Tier0Executor;
 pub use tracker::{TrackingHealth, WorkspaceTracker};
 pub use turn::{StartGate, Turn, TurnConfig};
 
-use kube_harness_workspace::{ChangeKind, FileChange};
+use event::Payload;
+use kube_harness_protocol::trace::{FileEvent, FileKind, FileSource};
+use kube_harness_workspace::{ChangeKind, EntryKind, FileChange};
 
 /// The seed's `TIER_REFUSED_EXIT_CODE`: refusals and provisioning failures.
 pub const REFUSED_EXIT_CODE: i32 = 126;
 
-/// The `harness.file.*` event type for a change.
-pub fn file_event_type(change: ChangeKind) -> &'static str {
-    match change {
-        ChangeKind::Created => event::kind::FILE_CREATED,
-        ChangeKind::Modified => event::kind::FILE_MODIFIED,
-        ChangeKind::Deleted => event::kind::FILE_DELETED,
+/// The `harness.file.*` event of a change seen on `tier` (after a command, or in a merge-back).
+pub fn file_event(change: &FileChange, tier: u8, source: FileSource) -> Payload {
+    let event = FileEvent {
+        // Tracked paths are UTF-8: the tracker reports other names as untracked instead.
+        path: change.harness_path.to_string_lossy().into_owned(),
+        kind: match change.kind {
+            EntryKind::File => FileKind::File,
+            EntryKind::Dir => FileKind::Dir,
+            EntryKind::Symlink => FileKind::Symlink,
+        },
+        size: change.size,
+        mode: change.mode,
+        tier,
+        source,
+    };
+    match change.change {
+        ChangeKind::Created => Payload::FileCreated(event),
+        ChangeKind::Modified => Payload::FileModified(event),
+        ChangeKind::Deleted => Payload::FileDeleted(event),
     }
 }
 

@@ -2,12 +2,15 @@
 //! stickily, retry once after an emulation gap, refuse with 126 when escalation is impossible, and
 //! at the end dispose the tiers (merge-back file events) and report usage.
 
-use super::event::{kind, Emitter};
+use super::event::{Emitter, Payload};
 use super::executor::{CommandExecutor, ExecRequest, ExecResult, NextTier};
-use super::{file_event_type, state, CommandOutcome, Tracker, REFUSED_EXIT_CODE};
+use super::{file_event, state, CommandOutcome, Tracker, REFUSED_EXIT_CODE};
 use kube_harness_classify::{self as classify, ClassifyOptions, Decision, UNJUDGED};
+use kube_harness_protocol::trace::{
+    CommandCompleted, CommandStarted, ContentRef, DisposeFailed, EscalationSignal, FileSource,
+    TierEscalated, TierFigures, TierRefused, TrackingSkipped, TurnUsage,
+};
 use kube_harness_workspace::WorkspaceSpec;
-use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,20 +26,13 @@ pub struct TurnConfig {
     pub inline_output_limit: usize,
 }
 
-#[derive(Debug, Default, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct TierFigures {
-    commands: u64,
-    duration_ms: u64,
-}
-
 struct TurnState {
     cwd: PathBuf,
     env: BTreeMap<String, String>,
     higher: Option<Arc<dyn CommandExecutor>>,
     tier0: TierFigures,
     higher_figures: TierFigures,
-    escalations: Vec<Value>,
+    escalations: Vec<TierEscalated>,
     refusals: u64,
 }
 
@@ -151,7 +147,7 @@ impl Turn {
         if st.higher.is_none() && classification.decision == Decision::Escalate {
             let reasons = serde_json::to_value(&classification.reasons).unwrap_or(Value::Null);
             if let Err(reason) = self
-                .escalate(&mut st, "classification", reasons.clone())
+                .escalate(&mut st, EscalationSignal::Classification, reasons.clone())
                 .await
             {
                 return self.refuse(&mut st, script, step_key, 0, &reason, reasons);
@@ -170,15 +166,25 @@ impl Turn {
                 // The only retry: stderr is script-writable, so one escalation per command, and a
                 // command on the higher tier is never retried again.
                 let gap = serde_json::to_value(&gap).unwrap_or(Value::Null);
-                match self.escalate(&mut st, "emulation-gap", gap.clone()).await {
+                match self
+                    .escalate(&mut st, EscalationSignal::EmulationGap, gap.clone())
+                    .await
+                {
                     Ok(()) => {
                         (st.cwd, st.env) = before;
                         return self.run(&mut st, script, step_key).await;
                     }
                     Err(reason) => {
-                        let mut data = json!({"command": script, "tier": 0, "reason": reason, "signal": "emulation-gap", "gap": gap});
-                        with_step(&mut data, step_key);
-                        self.emitter.emit(kind::TIER_REFUSED, data);
+                        self.emitter.emit(Payload::TierRefused(TierRefused {
+                            command: script.to_string(),
+                            tier: 0,
+                            reason,
+                            reasons: None,
+                            signal: Some(EscalationSignal::EmulationGap),
+                            gap: Some(gap),
+                            step_key: step_key.map(str::to_string),
+                            extra: Default::default(),
+                        }));
                         st.refusals = st.refusals.saturating_add(1);
                     }
                 }
@@ -232,34 +238,31 @@ impl Turn {
     /// Ends the turn: disposes the higher tier (its merge-back becomes file events), then Tier-0,
     /// then reports usage. Dispose failures are events, never errors.
     pub async fn end(self) -> Value {
+        let dispose_failed = |tier: u8, error: &str| {
+            Payload::DisposeFailed(DisposeFailed {
+                tier,
+                error: error.to_string(),
+            })
+        };
         let mut st = self.state.into_inner();
         let mut higher_usage = None;
         if let Some(higher) = st.higher.take() {
             match higher.dispose().await {
                 Ok(report) => {
                     for change in &report.file_changes {
-                        self.emitter.emit(
-                            file_event_type(change.change),
-                            json!({"path": change.harness_path, "kind": change.kind, "size": change.size, "mode": change.mode, "tier": higher.tier(), "source": "merge"}),
-                        );
+                        self.emitter
+                            .emit(file_event(change, higher.tier(), FileSource::Merge));
                     }
                     for problem in &report.problems {
-                        self.emitter.emit(
-                            kind::DISPOSE_FAILED,
-                            json!({"tier": higher.tier(), "error": problem}),
-                        );
+                        self.emitter.emit(dispose_failed(higher.tier(), problem));
                     }
                     higher_usage = report.usage;
                 }
-                Err(error) => self.emitter.emit(
-                    kind::DISPOSE_FAILED,
-                    json!({"tier": higher.tier(), "error": error}),
-                ),
+                Err(error) => self.emitter.emit(dispose_failed(higher.tier(), &error)),
             }
         }
         if let Err(error) = self.tier0.dispose().await {
-            self.emitter
-                .emit(kind::DISPOSE_FAILED, json!({"tier": 0, "error": error}));
+            self.emitter.emit(dispose_failed(0, &error));
         }
         let escalated = !st.escalations.is_empty();
         let higher = if escalated {
@@ -273,15 +276,16 @@ impl Turn {
         } else {
             None
         };
-        let usage = json!({
-            "stayedOnTier0": !escalated,
-            "tier0": st.tier0,
-            "higherTier": higher,
-            "escalations": st.escalations,
-            "refusals": st.refusals,
+        let usage = Payload::TurnUsage(TurnUsage {
+            stayed_on_tier0: !escalated,
+            tier0: st.tier0,
+            higher_tier: higher,
+            escalations: st.escalations,
+            refusals: st.refusals,
         });
-        self.emitter.emit(kind::TURN_USAGE, usage.clone());
-        usage
+        let (_, data) = usage.clone().into_parts();
+        self.emitter.emit(usage);
+        data
     }
 
     fn refuse(
@@ -294,10 +298,16 @@ impl Turn {
         reasons: Value,
     ) -> CommandOutcome {
         st.refusals = st.refusals.saturating_add(1);
-        let mut data =
-            json!({"command": script, "tier": tier, "reason": reason, "reasons": reasons});
-        with_step(&mut data, step_key);
-        self.emitter.emit(kind::TIER_REFUSED, data);
+        self.emitter.emit(Payload::TierRefused(TierRefused {
+            command: script.to_string(),
+            tier,
+            reason: reason.to_string(),
+            reasons: Some(reasons),
+            signal: None,
+            gap: None,
+            step_key: step_key.map(str::to_string),
+            extra: Default::default(),
+        }));
         let fault = ExecResult::fault(reason);
         CommandOutcome {
             stdout: String::new(),
@@ -313,7 +323,7 @@ impl Turn {
     async fn escalate(
         &self,
         st: &mut TurnState,
-        signal: &str,
+        signal: EscalationSignal,
         detail: Value,
     ) -> Result<(), String> {
         let Some(next) = &self.next_tier else {
@@ -324,17 +334,17 @@ impl Turn {
             .provision(&self.config.workspace)
             .await
             .map_err(|e| format!("the higher tier could not be provisioned: {e}"))?;
-        let mut record = json!({
-            "signal": signal,
-            "detail": detail,
-            "toTier": higher.tier(),
-            "provisionMs": started.elapsed().as_millis() as u64,
-        });
-        // Where the sandbox came from (prepared or ordinary, and why), before any command runs.
-        if let Some(sandbox) = higher.opened() {
-            record["sandbox"] = sandbox;
-        }
-        self.emitter.emit(kind::TIER_ESCALATED, record.clone());
+        let record = TierEscalated {
+            signal,
+            detail,
+            to_tier: higher.tier(),
+            provision_ms: started.elapsed().as_millis() as u64,
+            // Where the sandbox came from (prepared or ordinary, and why), before any command
+            // runs.
+            sandbox: higher.opened(),
+            extra: Default::default(),
+        };
+        self.emitter.emit(Payload::TierEscalated(record.clone()));
         st.escalations.push(record);
         st.higher = Some(higher);
         Ok(())
@@ -349,9 +359,12 @@ impl Turn {
         let executor = st.higher.clone().unwrap_or_else(|| self.tier0.clone());
         let tier = executor.tier();
         let cwd = st.cwd.display().to_string();
-        let mut started_data = json!({"command": script, "tier": tier, "cwd": cwd});
-        with_step(&mut started_data, step_key);
-        self.emitter.emit(kind::COMMAND_STARTED, started_data);
+        self.emitter.emit(Payload::CommandStarted(CommandStarted {
+            command: script.to_string(),
+            tier,
+            cwd: cwd.clone(),
+            step_key: step_key.map(str::to_string),
+        }));
         if let Some(gate) = &self.gate {
             if let Err(reason) = gate.before_run().await {
                 // Not run, so nothing is counted and no completed event claims a result.
@@ -410,10 +423,8 @@ impl Turn {
                 if self.is_trace_payload(&change.harness_path) {
                     continue;
                 }
-                self.emitter.emit(
-                    file_event_type(change.change),
-                    json!({"path": change.harness_path, "kind": change.kind, "size": change.size, "mode": change.mode, "tier": tier, "source": "command"}),
-                );
+                self.emitter
+                    .emit(file_event(&change, tier, FileSource::Command));
             }
         }
         let figures = if tier == 0 {
@@ -435,26 +446,30 @@ impl Turn {
         if report_lost {
             stderr.push_str(state::REPORT_LOST_NOTE);
         }
-        let mut data = json!({
-            "command": script,
-            "tier": tier,
-            "cwd": cwd,
-            "exitCode": result.exit_code,
-            "durationMs": duration_ms,
-            "timedOut": result.timed_out,
-            "truncated": result.truncated,
-        });
-        with_step(&mut data, step_key);
-        if !untracked.is_empty() {
-            // Bounded: a command can make any number of untrackable names.
-            data["fileTrackingSkipped"] = json!({
-                "count": untracked.len(),
-                "first": untracked.iter().take(20).collect::<Vec<_>>(),
-            });
-        }
-        self.attach_output(&mut data, "stdout", &stdout);
-        self.attach_output(&mut data, "stderr", &stderr);
-        self.emitter.emit(kind::COMMAND_COMPLETED, data);
+        let (stdout_inline, stdout_ref, stdout_truncated) = self.attach_output("stdout", &stdout);
+        let (stderr_inline, stderr_ref, stderr_truncated) = self.attach_output("stderr", &stderr);
+        self.emitter
+            .emit(Payload::CommandCompleted(CommandCompleted {
+                command: script.to_string(),
+                tier,
+                cwd,
+                exit_code: result.exit_code,
+                duration_ms,
+                timed_out: result.timed_out,
+                truncated: result.truncated,
+                step_key: step_key.map(str::to_string),
+                // Bounded: a command can make any number of untrackable names.
+                file_tracking_skipped: (!untracked.is_empty()).then(|| TrackingSkipped {
+                    count: untracked.len() as u64,
+                    first: untracked.iter().take(20).cloned().collect(),
+                }),
+                stdout: stdout_inline,
+                stdout_ref,
+                stdout_truncated,
+                stderr: stderr_inline,
+                stderr_ref,
+                stderr_truncated,
+            }));
         CommandOutcome {
             stdout,
             stderr,
@@ -469,10 +484,11 @@ impl Turn {
     /// referenced, so traces stay small and replayable. The reference carries the payload's
     /// length and SHA-256: commands can write `/artifacts`, so replay reads the file back only if
     /// it is still exactly what was recorded.
-    fn attach_output(&self, data: &mut Value, field: &str, text: &str) {
+    ///
+    /// Returns the event's `field`, `{field}Ref` and `{field}Truncated`.
+    fn attach_output(&self, field: &str, text: &str) -> (Option<String>, Option<ContentRef>, bool) {
         if text.len() <= self.config.inline_output_limit {
-            data[field] = json!(text);
-            return;
+            return (Some(text.to_string()), None, false);
         }
         let artifacts = self.config.workspace.mounts.iter().find(|m| {
             m.harness_path == Path::new(kube_harness_workspace::spec::ARTIFACTS) && m.writable
@@ -500,29 +516,25 @@ impl Turn {
         match stored {
             Some(content_ref) => {
                 let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(text.as_bytes()));
-                data[format!("{field}Ref")] =
-                    json!({"contentRef": content_ref, "bytes": text.len(), "sha256": sha256});
+                let content_ref = ContentRef {
+                    content_ref,
+                    bytes: text.len() as u64,
+                    sha256: Some(sha256),
+                };
+                (None, Some(content_ref), false)
             }
             None => {
                 let mut end = self.config.inline_output_limit;
                 while !text.is_char_boundary(end) {
                     end = end.saturating_sub(1);
                 }
-                data[field] = json!(&text[..end]);
-                data[format!("{field}Truncated")] = json!(true);
+                (Some(text[..end].to_string()), None, true)
             }
         }
     }
 
     fn is_trace_payload(&self, path: &Path) -> bool {
         path.starts_with(Path::new(kube_harness_workspace::spec::ARTIFACTS).join("trace"))
-    }
-}
-
-/// Puts the caller's step key on an event's data (replay looks steps up by `data.stepKey`).
-fn with_step(data: &mut Value, step_key: Option<&str>) {
-    if let Some(key) = step_key {
-        data["stepKey"] = json!(key);
     }
 }
 

@@ -10,9 +10,9 @@
 
 use crate::client::{ClientError, SessionLogClient};
 use crate::model::StoredEvent;
+use kube_harness_protocol::trace::step_key_of;
 
-pub const COMMAND_STARTED: &str = "harness.runtime.command.started";
-pub const COMMAND_COMPLETED: &str = "harness.runtime.command.completed";
+pub use kube_harness_protocol::trace::kind::{COMMAND_COMPLETED, COMMAND_STARTED};
 
 /// What the log says about one step.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,10 +29,11 @@ pub enum StepOutcome {
     NotStarted,
 }
 
-/// Looks `step_key` up in `events` (a run's events in sequence order).
+/// Looks `step_key` up in `events` (a run's events in sequence order). Only the type and the
+/// step key are read, not the whole typed payload ([`step_key_of`]): a started event is
+/// `Incomplete` whatever else its data holds.
 pub fn find_step(events: &[StoredEvent], step_key: &str) -> StepOutcome {
-    let mentions =
-        |e: &&StoredEvent| e.payload.get("stepKey").and_then(|v| v.as_str()) == Some(step_key);
+    let mentions = |e: &&StoredEvent| step_key_of(&e.payload) == Some(step_key);
     let started = events
         .iter()
         .filter(mentions)

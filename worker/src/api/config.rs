@@ -12,14 +12,6 @@ use kube_harness_protocol::worker_args;
 /// A second exec for a busy session waits (`Queue`) or is answered 409 `session-busy` (`Reject`).
 pub use kube_harness_protocol::SameSession;
 
-// The runtime still holds its own copies of the file-event defaults (to become re-exports of
-// these when runtime/src is next reworked); the build fails if they drift apart.
-const _: () = assert!(
-    kube_harness_runtime::event::DEFAULT_MAX_FILE_EVENTS == worker_args::DEFAULT_MAX_FILE_EVENTS
-        && kube_harness_runtime::event::DEFAULT_MAX_FILE_EVENT_BYTES
-            == worker_args::DEFAULT_MAX_FILE_EVENT_BYTES
-);
-
 /// The session log the worker appends to.
 #[derive(Debug, Clone)]
 pub struct SessionLogConfig {

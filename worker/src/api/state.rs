@@ -15,7 +15,7 @@ use axum::http::StatusCode;
 use futures::FutureExt;
 use kube_harness_classify::{self as classify, ClassifyOptions, Policy};
 use kube_harness_runtime::{
-    event::kind, Emitter, NextTier, TraceEvent, Turn, TurnConfig, WorkspaceTracker,
+    event::Payload, Emitter, NextTier, TraceEvent, Turn, TurnConfig, WorkspaceTracker,
 };
 use kube_harness_session_log::RunId;
 use kube_harness_workspace::WorkspaceSpec;
@@ -594,24 +594,24 @@ impl Worker {
         }
     }
 
-    /// Usage counters and the turn's file list, from the command's events.
+    /// Usage counters and the turn's file list, from the command's events (this turn's own
+    /// `Emitter`'s, so every one of a known type parses).
     fn account(&self, open: &mut OpenTurn, events: &[TraceEvent]) {
         let c = &self.counters;
         for e in events {
-            match e.kind.as_str() {
-                kind::COMMAND_COMPLETED => {
+            match e.payload() {
+                Ok(Payload::CommandCompleted(done)) => {
                     open.commands = open.commands.saturating_add(1);
-                    match e.data["tier"].as_u64() {
-                        Some(0) => c.tier0.fetch_add(1, Ordering::SeqCst),
+                    match done.tier {
+                        0 => c.tier0.fetch_add(1, Ordering::SeqCst),
                         _ => c.tier1.fetch_add(1, Ordering::SeqCst),
                     };
                 }
-                kind::TIER_REFUSED => {
+                Ok(Payload::TierRefused(_)) => {
                     c.refusals.fetch_add(1, Ordering::SeqCst);
                 }
-                kind::TIER_ESCALATED => {
-                    c.tier
-                        .store(e.data["toTier"].as_u64().unwrap_or(1), Ordering::SeqCst);
+                Ok(Payload::TierEscalated(up)) => {
+                    c.tier.store(u64::from(up.to_tier), Ordering::SeqCst);
                 }
                 _ => {}
             }
@@ -652,20 +652,17 @@ impl TurnFiles {
 
     fn record(&mut self, events: &[TraceEvent]) {
         for e in events {
-            let change = match e.kind.as_str() {
-                kind::FILE_CREATED | kind::FILE_MODIFIED | kind::FILE_DELETED => {
-                    e.kind.trim_start_matches("harness.file.")
-                }
-                kind::FILE_TRUNCATED => {
-                    let left_out = e.data["omitted"]["total"].as_u64().unwrap_or(0);
-                    self.omitted = self.omitted.saturating_add(left_out);
+            let (change, file) = match e.payload() {
+                Ok(Payload::FileCreated(f)) => ("created", f),
+                Ok(Payload::FileModified(f)) => ("modified", f),
+                Ok(Payload::FileDeleted(f)) => ("deleted", f),
+                Ok(Payload::FileTruncated(t)) => {
+                    self.omitted = self.omitted.saturating_add(t.omitted.total);
                     continue;
                 }
                 _ => continue,
             };
-            let Some(path) = e.data["path"].as_str() else {
-                continue;
-            };
+            let path = file.path.as_str();
             let bytes = kube_harness_runtime::event::json_string_bytes(path);
             if let Some(last) = self.paths.get_mut(path) {
                 *last = change.to_string();
