@@ -71,10 +71,12 @@ async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
         }
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        std::io::stdout().write_all(response.stdout.as_bytes())?;
-        std::io::stderr().write_all(response.stderr.as_bytes())?;
+        std::io::stdout().write_all(response.outcome.stdout.as_bytes())?;
+        std::io::stderr().write_all(response.outcome.stderr.as_bytes())?;
     }
-    Ok(ExitCode::from(response.exit_code.clamp(0, 255) as u8))
+    Ok(ExitCode::from(
+        response.outcome.exit_code.clamp(0, 255) as u8
+    ))
 }
 
 /// Finds the session (in `namespace`, default the kubeconfig's), waits up to `wait` seconds for it

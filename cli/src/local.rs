@@ -106,7 +106,7 @@ pub fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         }
         LocalCommand::Trace { session, format } => {
             let dir = data.existing_session(&session)?;
-            let events = FileTrace::read(&dir.trace_path()).map_err(anyhow::Error::msg)?;
+            let events = FileTrace::read(&dir.trace_path())?;
             let mut out = std::io::stdout().lock();
             if format == "json" {
                 for e in events {
@@ -120,7 +120,7 @@ pub fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         }
         LocalCommand::Doctor { session } => {
             let dir = data.existing_session(&session)?;
-            let events = FileTrace::read(&dir.trace_path()).map_err(anyhow::Error::msg)?;
+            let events = FileTrace::read(&dir.trace_path())?;
             let (mut dispose, mut refused, mut timeouts) = (0, 0, 0);
             for e in &events {
                 match e.payload() {
@@ -151,7 +151,7 @@ pub fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         }
         LocalCommand::Diff { session, path } => {
             let dir = data.existing_session(&session)?;
-            let events = FileTrace::read(&dir.trace_path()).map_err(anyhow::Error::msg)?;
+            let events = FileTrace::read(&dir.trace_path())?;
             let mut found = false;
             for e in &events {
                 let Ok(payload) = e.payload() else { continue };

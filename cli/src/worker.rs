@@ -92,7 +92,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
-        let worker = Arc::new(Worker::new(config, next_tier).map_err(anyhow::Error::msg)?);
+        let worker = Arc::new(Worker::new(config, next_tier)?);
         let listener = api::bind(args.listen)
             .await
             .with_context(|| format!("binding {}", args.listen))?;
@@ -140,7 +140,7 @@ fn run_agent(args: WorkerArgs, connections: ConnectionLimits) -> anyhow::Result<
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
-        let agent = Arc::new(Agent::new(config).map_err(anyhow::Error::msg)?);
+        let agent = Arc::new(Agent::new(config)?);
         let listener = api::bind(args.listen)
             .await
             .with_context(|| format!("binding {}", args.listen))?;

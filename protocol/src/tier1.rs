@@ -36,7 +36,12 @@ pub struct AgentExecResult {
     pub state_b64: String,
     pub exit_code: i32,
     pub timed_out: bool,
+    /// Either stream was cut at its cap.
     pub truncated: bool,
+    #[serde(default)]
+    pub stdout_truncated: bool,
+    #[serde(default)]
+    pub stderr_truncated: bool,
     pub duration_ms: u64,
 }
 

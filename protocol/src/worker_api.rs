@@ -54,12 +54,9 @@ impl ExecRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecResponse {
-    pub stdout: String,
-    pub stderr: String,
-    pub exit_code: i32,
-    pub tier: u8,
-    pub timed_out: bool,
-    pub truncated: bool,
+    /// stdout, stderr, exitCode, tier, timedOut, truncated: at the top level of the JSON.
+    #[serde(flatten)]
+    pub outcome: CommandOutcome,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classification: Option<Value>,
     /// Events of this command (empty for a replayed step: they are in the session log already).
@@ -75,25 +72,6 @@ pub struct ExecResponse {
     /// stream is empty and `truncated` is set.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replay_problems: Vec<String>,
-}
-
-impl ExecResponse {
-    pub fn from_outcome(o: CommandOutcome, events: Vec<TraceEvent>, run_id: String) -> Self {
-        ExecResponse {
-            stdout: o.stdout,
-            stderr: o.stderr,
-            exit_code: o.exit_code,
-            tier: o.tier,
-            timed_out: o.timed_out,
-            truncated: o.truncated,
-            classification: None,
-            events,
-            replayed: false,
-            run_id,
-            log_pending: 0,
-            replay_problems: Vec::new(),
-        }
-    }
 }
 
 /// `POST /v1/turns/end` (body optional).

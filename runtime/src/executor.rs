@@ -18,32 +18,32 @@ pub struct ExecRequest {
     /// ones (PATH, HOME, …).
     pub env: BTreeMap<String, String>,
     /// This command's time limit, when the caller set one; otherwise the executor's default.
-    /// (Tier-0 takes its limit from the sandbox it was built with, see `api::tier0`.)
+    /// (A [`Tier0Executor`](crate::Tier0Executor) keeps the limit its sandbox was built with;
+    /// the worker's `TimedTier0` picks a sandbox per limit.)
     pub timeout: Option<Duration>,
 }
 
-/// What an executor reports. Faults are results too (exit 126 and a `kube-harness:` stderr line).
-#[derive(Debug, Clone, Default)]
-pub struct ExecResult {
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-    pub exit_code: i32,
-    pub timed_out: bool,
-    pub truncated: bool,
-    pub duration: Duration,
-    /// Bytes the script wrote to file descriptor 3 (the runtime's state report).
-    pub state: Vec<u8>,
+/// What an executor reports: the sandbox's [`Outcome`](kube_harness_sandbox::Outcome), the one
+/// raw result type of every tier. Faults are results too (exit 126 and a `kube-harness:` stderr
+/// line, see [`fault`]).
+pub use kube_harness_sandbox::Outcome as ExecResult;
+
+/// A refusal or infrastructure fault in the seed's shape: exit 126, one stderr line.
+pub fn fault(reason: &str) -> ExecResult {
+    ExecResult::fault(reason, Duration::ZERO)
 }
 
-impl ExecResult {
-    /// A refusal or infrastructure fault in the seed's shape: exit 126, one stderr line.
-    pub fn fault(reason: &str) -> Self {
-        ExecResult {
-            stderr: format!("kube-harness: {reason}\n").into_bytes(),
-            exit_code: super::REFUSED_EXIT_CODE,
-            ..ExecResult::default()
-        }
-    }
+/// Why a tier could not be provisioned or released. Its message is what the agent reads (exit
+/// 126) or what `harness.runtime.dispose.failed` carries.
+#[derive(Debug, thiserror::Error)]
+pub enum TierError {
+    /// This host has no such tier (a worker with no Tier-1 tier configured): the message says
+    /// which and what to configure.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The tier's own failure (its pod, its API, the workspace handoff or merge).
+    #[error(transparent)]
+    Failed(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// What a tier reports when it is released.
@@ -71,7 +71,7 @@ pub trait CommandExecutor: Send + Sync {
         None
     }
     /// Releases the tier at the end of the turn; an error becomes `harness.runtime.dispose.failed`.
-    async fn dispose(&self) -> Result<DisposeReport, String>;
+    async fn dispose(&self) -> Result<DisposeReport, TierError>;
 }
 
 /// Provisions the next tier lazily, on a turn's first escalation.
@@ -81,5 +81,5 @@ pub trait NextTier: Send + Sync {
     async fn provision(
         &self,
         workspace: &kube_harness_workspace::WorkspaceSpec,
-    ) -> Result<std::sync::Arc<dyn CommandExecutor>, String>;
+    ) -> Result<std::sync::Arc<dyn CommandExecutor>, TierError>;
 }

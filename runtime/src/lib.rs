@@ -17,11 +17,13 @@ pub mod tracker;
 pub mod turn;
 
 pub use event::{Collector, Emitter, EventSink, TraceEvent};
-pub use executor::{CommandExecutor, DisposeReport, ExecRequest, ExecResult, NextTier};
+pub use executor::{
+    fault, CommandExecutor, DisposeReport, ExecRequest, ExecResult, NextTier, TierError,
+};
 pub use kube_harness_protocol::CommandOutcome;
 pub use tier0::Tier0Executor;
-pub use tracker::{TrackingHealth, WorkspaceTracker};
-pub use turn::{StartGate, Turn, TurnConfig};
+pub use tracker::{TrackingFailed, TrackingHealth, WorkspaceTracker};
+pub use turn::{Executed, NotRun, StartGate, Step, Turn, TurnConfig};
 
 use event::Payload;
 use kube_harness_protocol::trace::{FileEvent, FileKind, FileSource};

@@ -1,6 +1,6 @@
 //! Tier-0 as a runtime executor: the sandbox runs the command; this only translates.
 
-use super::executor::{CommandExecutor, DisposeReport, ExecRequest, ExecResult};
+use super::executor::{CommandExecutor, DisposeReport, ExecRequest, ExecResult, TierError};
 use async_trait::async_trait;
 use kube_harness_sandbox::{Invocation, SandboxConfig, SandboxError, Tier0Sandbox};
 
@@ -24,27 +24,17 @@ impl CommandExecutor for Tier0Executor {
     }
 
     async fn execute(&self, req: ExecRequest) -> ExecResult {
-        let outcome = self
-            .sandbox
+        self.sandbox
             .run(&Invocation {
                 script: req.script,
                 cwd: req.cwd,
                 env: req.env,
             })
-            .await;
-        ExecResult {
-            stdout: outcome.stdout,
-            stderr: outcome.stderr,
-            exit_code: outcome.exit_code,
-            timed_out: outcome.timed_out,
-            truncated: outcome.stdout_truncated || outcome.stderr_truncated,
-            duration: outcome.duration,
-            state: outcome.state,
-        }
+            .await
     }
 
     /// The sandbox is per session, not per turn: nothing to release at the end of a turn.
-    async fn dispose(&self) -> Result<DisposeReport, String> {
+    async fn dispose(&self) -> Result<DisposeReport, TierError> {
         Ok(DisposeReport::default())
     }
 }

@@ -13,6 +13,11 @@ pub struct WorkspaceTracker {
     failed: TrackingHealth,
 }
 
+/// The tracked mounts cannot be snapshotted: why (file events are missing until they can).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TrackingFailed(pub String);
+
 /// Whether the last snapshot of the tracked mounts failed, and why; shared by the trackers of
 /// successive turns so that a host (the worker's `/readyz`) can report it.
 #[derive(Clone, Default)]
@@ -21,8 +26,10 @@ pub struct TrackingHealth(std::sync::Arc<Mutex<Option<String>>>);
 impl TrackingHealth {
     /// `Err(reason)` while the tracked mounts cannot be snapshotted (the last attempt failed):
     /// file events are missing until one succeeds again.
-    pub fn get(&self) -> Result<(), String> {
-        relock(&self.0).clone().map_or(Ok(()), Err)
+    pub fn get(&self) -> Result<(), TrackingFailed> {
+        relock(&self.0)
+            .clone()
+            .map_or(Ok(()), |why| Err(TrackingFailed(why)))
     }
 }
 

@@ -3,7 +3,7 @@
 //! at the end dispose the tiers (merge-back file events) and report usage.
 
 use super::event::{Emitter, Payload};
-use super::executor::{CommandExecutor, ExecRequest, ExecResult, NextTier};
+use super::executor::{CommandExecutor, ExecRequest, NextTier, TierError};
 use super::{file_event, state, CommandOutcome, Tracker, REFUSED_EXIT_CODE};
 use kube_harness_classify::{self as classify, ClassifyOptions, Decision, UNJUDGED};
 use kube_harness_protocol::trace::{
@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
 /// How a turn runs its commands.
@@ -36,12 +36,57 @@ struct TurnState {
     refusals: u64,
 }
 
-/// Consulted after `command.started` is emitted and before the command reaches its tier. A host
-/// that must not run commands it could not record (the worker with a session log) makes the
-/// started event durable here; `Err(reason)` keeps the command from running.
+/// One command as a caller hands it to a turn: everything that belongs to this command alone
+/// travels with it (never through setters on the turn or its tiers).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Step<'a> {
+    pub script: &'a str,
+    /// The caller's step key, on the command's started, completed and refused events
+    /// (`data.stepKey`), so a session log can answer "did this step run?".
+    pub step_key: Option<&'a str>,
+    /// This command's time limit on whichever tier runs it (`None`: the tier's default).
+    pub timeout: Option<Duration>,
+}
+
+impl<'a> Step<'a> {
+    pub fn new(script: &'a str) -> Self {
+        Step {
+            script,
+            ..Step::default()
+        }
+    }
+}
+
+/// What a turn reports for one command: its outcome, and the classification the turn acted on
+/// (so a caller that explains the decision does not classify again).
+#[derive(Debug, Clone)]
+pub struct Executed {
+    pub outcome: CommandOutcome,
+    pub classification: classify::Classification,
+}
+
+/// The command did not run: its [`StartGate`] refused (its start could not be recorded).
+/// Nothing was counted and no completed event claims a result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("command not run: {0}")]
+pub struct NotRun(pub String);
+
+/// Consulted once per command, after `command.started` is emitted and before the command reaches
+/// its tier. A host that must not run commands it could not record (the worker with a session
+/// log) makes the started event durable here; `Err(reason)` keeps the command from running, and
+/// the turn answers [`NotRun`] with it.
 #[async_trait::async_trait]
-pub trait StartGate: Send + Sync {
-    async fn before_run(&self) -> Result<(), String>;
+pub trait StartGate: Send {
+    async fn before_run(&mut self) -> Result<(), NotRun>;
+}
+
+/// Why a turn could not escalate; the refusal (exit 126) says it.
+#[derive(Debug, thiserror::Error)]
+enum EscalateError {
+    #[error("escalation required but no higher tier is configured")]
+    NoHigherTier,
+    #[error("the higher tier could not be provisioned: {0}")]
+    Provision(#[from] TierError),
 }
 
 /// A turn in progress. Commands from parallel calls queue: one runs at a time.
@@ -51,9 +96,6 @@ pub struct Turn {
     tier0: Arc<dyn CommandExecutor>,
     next_tier: Option<Arc<dyn NextTier>>,
     tracker: Option<Arc<dyn Tracker>>,
-    gate: Option<Arc<dyn StartGate>>,
-    /// The time limit of the next command (`None`: each tier's default).
-    next_timeout: std::sync::Mutex<Option<std::time::Duration>>,
     state: Mutex<TurnState>,
 }
 
@@ -73,8 +115,6 @@ impl Turn {
             tier0,
             next_tier,
             tracker,
-            gate: None,
-            next_timeout: std::sync::Mutex::new(None),
             state: Mutex::new(TurnState {
                 cwd,
                 env,
@@ -87,37 +127,50 @@ impl Turn {
         }
     }
 
-    /// Adds a [`StartGate`] consulted before every command runs.
-    pub fn with_start_gate(mut self, gate: Arc<dyn StartGate>) -> Self {
-        self.gate = Some(gate);
-        self
-    }
-
-    /// Sets the time limit of the next command, on whichever tier it runs (`None`: the tier's
-    /// default).
-    pub fn set_next_timeout(&self, timeout: Option<std::time::Duration>) {
-        *self
-            .next_timeout
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = timeout;
-    }
-
     /// The cwd and exported variables the next command will start with.
     pub async fn shell_state(&self) -> (PathBuf, BTreeMap<String, String>) {
         let st = self.state.lock().await;
         (st.cwd.clone(), st.env.clone())
     }
 
-    /// Runs one command of the turn. Never fails: every fault is an exit code and stderr.
+    /// Runs one command of the turn with the tiers' default time limit. Never fails: every
+    /// fault is an exit code and stderr.
     pub async fn exec(&self, script: &str) -> CommandOutcome {
-        self.exec_step(script, None).await
+        match self.exec_step(Step::new(script), None).await {
+            Ok(executed) => executed.outcome,
+            // Without a gate nothing refuses to run; defined all the same.
+            Err(NotRun(reason)) => refused_outcome(0, &format!("command not run: {reason}")),
+        }
     }
 
-    /// Like [`Turn::exec`], with the caller's step key on the command's started, completed and
-    /// refused events (`data.stepKey`), so a session log can answer "did this step run?".
-    pub async fn exec_step(&self, script: &str, step_key: Option<&str>) -> CommandOutcome {
+    /// Runs one [`Step`]. With a `gate`, the command runs only once the gate accepted its start
+    /// (`Err(NotRun)` otherwise); every other fault is an exit code and stderr.
+    pub async fn exec_step(
+        &self,
+        step: Step<'_>,
+        mut gate: Option<&mut dyn StartGate>,
+    ) -> Result<Executed, NotRun> {
         let mut st = self.state.lock().await;
-        let classification = classify::classify(script, &self.config.classify);
+        let classification = classify::classify(step.script, &self.config.classify);
+        let outcome = self
+            .decide_and_run(&mut st, step, &classification, &mut gate)
+            .await?;
+        Ok(Executed {
+            outcome,
+            classification,
+        })
+    }
+
+    async fn decide_and_run(
+        &self,
+        st: &mut TurnState,
+        step: Step<'_>,
+        classification: &classify::Classification,
+        gate: &mut Option<&mut dyn StartGate>,
+    ) -> Result<CommandOutcome, NotRun> {
+        let Step {
+            script, step_key, ..
+        } = step;
         let current_tier = st.higher.as_ref().map_or(0, |h| h.tier());
         if classification.decision == Decision::Refuse {
             let blocked: Vec<String> = classification
@@ -127,7 +180,7 @@ impl Turn {
                     classify::Reason::PolicyBlocked { command, rule } if command == UNJUDGED => {
                         Some(format!(
                             "{command}: {rule}{}",
-                            unjudged_what(&classification)
+                            unjudged_what(classification)
                         ))
                     }
                     classify::Reason::PolicyBlocked { command, .. } => Some(command.clone()),
@@ -135,50 +188,49 @@ impl Turn {
                 })
                 .collect();
             let reason = format!("refused by policy: {}", blocked.join(", "));
-            return self.refuse(
-                &mut st,
+            return Ok(self.refuse(
+                st,
                 script,
                 step_key,
                 current_tier,
                 &reason,
                 json!(classification.reasons),
-            );
+            ));
         }
         if st.higher.is_none() && classification.decision == Decision::Escalate {
             let reasons = serde_json::to_value(&classification.reasons).unwrap_or(Value::Null);
             if let Err(reason) = self
-                .escalate(&mut st, EscalationSignal::Classification, reasons.clone())
+                .escalate(st, EscalationSignal::Classification, reasons.clone())
                 .await
             {
-                return self.refuse(&mut st, script, step_key, 0, &reason, reasons);
+                return Ok(self.refuse(st, script, step_key, 0, &reason.to_string(), reasons));
             }
         }
         let before = (st.cwd.clone(), st.env.clone());
-        let outcome = self.run(&mut st, script, step_key).await;
+        let outcome = self.run(st, step, gate).await?;
         if outcome.tier == 0 {
             if let Some(gap) = classify::detect_emulation_gap(outcome.stderr.as_str()) {
                 // Before any retry, policy: what the gaps name, and what the script hides.
-                if let Some((reason, reasons)) =
-                    self.retry_refusal(&classification, &outcome.stderr)
+                if let Some((reason, reasons)) = self.retry_refusal(classification, &outcome.stderr)
                 {
-                    return self.refuse(&mut st, script, step_key, 0, &reason, reasons);
+                    return Ok(self.refuse(st, script, step_key, 0, &reason, reasons));
                 }
                 // The only retry: stderr is script-writable, so one escalation per command, and a
                 // command on the higher tier is never retried again.
                 let gap = serde_json::to_value(&gap).unwrap_or(Value::Null);
                 match self
-                    .escalate(&mut st, EscalationSignal::EmulationGap, gap.clone())
+                    .escalate(st, EscalationSignal::EmulationGap, gap.clone())
                     .await
                 {
                     Ok(()) => {
                         (st.cwd, st.env) = before;
-                        return self.run(&mut st, script, step_key).await;
+                        return self.run(st, step, gate).await;
                     }
                     Err(reason) => {
                         self.emitter.emit(Payload::TierRefused(TierRefused {
                             command: script.to_string(),
                             tier: 0,
-                            reason,
+                            reason: reason.to_string(),
                             reasons: None,
                             signal: Some(EscalationSignal::EmulationGap),
                             gap: Some(gap),
@@ -190,7 +242,7 @@ impl Turn {
                 }
             }
         }
-        outcome
+        Ok(outcome)
     }
 
     /// Why a Tier-0 command that showed an emulation gap must not be retried on the higher tier,
@@ -258,11 +310,13 @@ impl Turn {
                     }
                     higher_usage = report.usage;
                 }
-                Err(error) => self.emitter.emit(dispose_failed(higher.tier(), &error)),
+                Err(error) => self
+                    .emitter
+                    .emit(dispose_failed(higher.tier(), &error.to_string())),
             }
         }
         if let Err(error) = self.tier0.dispose().await {
-            self.emitter.emit(dispose_failed(0, &error));
+            self.emitter.emit(dispose_failed(0, &error.to_string()));
         }
         let escalated = !st.escalations.is_empty();
         let higher = if escalated {
@@ -308,15 +362,7 @@ impl Turn {
             step_key: step_key.map(str::to_string),
             extra: Default::default(),
         }));
-        let fault = ExecResult::fault(reason);
-        CommandOutcome {
-            stdout: String::new(),
-            stderr: String::from_utf8_lossy(&fault.stderr).into_owned(),
-            exit_code: REFUSED_EXIT_CODE,
-            tier,
-            timed_out: false,
-            truncated: false,
-        }
+        refused_outcome(tier, reason)
     }
 
     /// Provisions the next tier (lazily: only here) and makes it sticky for the rest of the turn.
@@ -325,15 +371,12 @@ impl Turn {
         st: &mut TurnState,
         signal: EscalationSignal,
         detail: Value,
-    ) -> Result<(), String> {
+    ) -> Result<(), EscalateError> {
         let Some(next) = &self.next_tier else {
-            return Err("escalation required but no higher tier is configured".into());
+            return Err(EscalateError::NoHigherTier);
         };
         let started = Instant::now();
-        let higher = next
-            .provision(&self.config.workspace)
-            .await
-            .map_err(|e| format!("the higher tier could not be provisioned: {e}"))?;
+        let higher = next.provision(&self.config.workspace).await?;
         let record = TierEscalated {
             signal,
             detail,
@@ -350,12 +393,19 @@ impl Turn {
         Ok(())
     }
 
+    /// Runs the command on the current tier: `command.started`, the gate, the tier, then the
+    /// state it reports, its file events and `command.completed`.
     async fn run(
         &self,
         st: &mut TurnState,
-        script: &str,
-        step_key: Option<&str>,
-    ) -> CommandOutcome {
+        step: Step<'_>,
+        gate: &mut Option<&mut dyn StartGate>,
+    ) -> Result<CommandOutcome, NotRun> {
+        let Step {
+            script,
+            step_key,
+            timeout,
+        } = step;
         let executor = st.higher.clone().unwrap_or_else(|| self.tier0.clone());
         let tier = executor.tier();
         let cwd = st.cwd.display().to_string();
@@ -365,19 +415,8 @@ impl Turn {
             cwd: cwd.clone(),
             step_key: step_key.map(str::to_string),
         }));
-        if let Some(gate) = &self.gate {
-            if let Err(reason) = gate.before_run().await {
-                // Not run, so nothing is counted and no completed event claims a result.
-                let fault = ExecResult::fault(&format!("command not run: {reason}"));
-                return CommandOutcome {
-                    stdout: String::new(),
-                    stderr: String::from_utf8_lossy(&fault.stderr).into_owned(),
-                    exit_code: REFUSED_EXIT_CODE,
-                    tier,
-                    timed_out: false,
-                    truncated: false,
-                };
-            }
+        if let Some(gate) = gate {
+            gate.before_run().await?;
         }
         // A state handed in (a turn's start, a state.json an older version saved) may hold what
         // no command can start with: dropped here, and said on this command's stderr.
@@ -386,10 +425,6 @@ impl Turn {
         let tracker = self.tracker.as_ref().filter(|_| tier == 0);
         let before = tracker.map(|t| t.baseline());
         let started = Instant::now();
-        let timeout = *self
-            .next_timeout
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let result = executor
             .execute(ExecRequest {
                 script: state::wrap(script),
@@ -456,7 +491,7 @@ impl Turn {
                 exit_code: result.exit_code,
                 duration_ms,
                 timed_out: result.timed_out,
-                truncated: result.truncated,
+                truncated: result.truncated(),
                 step_key: step_key.map(str::to_string),
                 // Bounded: a command can make any number of untrackable names.
                 file_tracking_skipped: (!untracked.is_empty()).then(|| TrackingSkipped {
@@ -470,14 +505,14 @@ impl Turn {
                 stderr_ref,
                 stderr_truncated,
             }));
-        CommandOutcome {
+        Ok(CommandOutcome {
             stdout,
             stderr,
             exit_code: result.exit_code,
             tier,
             timed_out: result.timed_out,
-            truncated: result.truncated,
-        }
+            truncated: result.truncated(),
+        })
     }
 
     /// Small outputs ride inline; large ones are written once under `/artifacts/trace/` and
@@ -551,6 +586,19 @@ fn uuid_like() -> String {
         std::process::id(),
         random.get(..8).unwrap_or(&random)
     )
+}
+
+/// A refusal in the seed's shape: exit 126 and one `kube-harness:` stderr line.
+fn refused_outcome(tier: u8, reason: &str) -> CommandOutcome {
+    let fault = super::executor::fault(reason);
+    CommandOutcome {
+        stdout: String::new(),
+        stderr: String::from_utf8_lossy(&fault.stderr).into_owned(),
+        exit_code: REFUSED_EXIT_CODE,
+        tier,
+        timed_out: false,
+        truncated: false,
+    }
 }
 
 /// What the classifier could not judge, for the refusal line of a fail-closed script: the

@@ -78,7 +78,8 @@ pub struct Invocation {
 /// The kernel's limit on one argv string (MAX_ARG_STRLEN), minus the terminating NUL.
 pub const MAX_SCRIPT_ARG: usize = 128 * 1024 - 1;
 
-/// What happened. Exit codes follow bash: 128+N when killed by signal N; 124 when the timeout
+/// What happened: the raw result of one command, on Tier-0 and (as the runtime's `ExecResult`)
+/// on every higher tier, so no tier copies it into a type of its own. Exit codes follow bash: 128+N when killed by signal N; 124 when the timeout
 /// killed the command (as coreutils `timeout`); 126 for sandbox faults and refusals.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Outcome {
@@ -96,6 +97,11 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// Either stream was cut at its cap.
+    pub fn truncated(&self) -> bool {
+        self.stdout_truncated || self.stderr_truncated
+    }
+
     /// A fault: nothing ran (or it could not be observed); exit 126 and one stderr line.
     pub fn fault(reason: impl std::fmt::Display, duration: Duration) -> Outcome {
         Outcome {

@@ -6,7 +6,7 @@
 //! than `OUTER` tasks; the sandbox's per-command cgroups nest beneath it. It refuses to run the
 //! bomb when it cannot build that bound. Its own file, so that the bound holds only this test.
 
-#[path = "sandbox_util.rs"]
+#[path = "suite/util.rs"]
 mod util;
 use kube_harness_sandbox::{Limits, Presentation, SandboxConfig, Tier0Sandbox};
 use kube_harness_workspace::WorkspaceSpec;

@@ -8,6 +8,7 @@
 )]
 
 use super::bind::{self, BindError};
+use super::error::Tier1Error;
 use super::reap;
 use super::shell::{self, ShellCommand, ShellLimits, View};
 use axum::body::Body;
@@ -86,10 +87,13 @@ fn conflict(code: &'static str, message: impl Into<String>) -> ApiError {
 }
 
 impl Agent {
-    pub fn new(config: AgentConfig) -> Result<Self, String> {
+    pub fn new(config: AgentConfig) -> Result<Self, Tier1Error> {
         let root = &config.workspace_root;
         if !root.is_absolute() {
-            return Err(format!("workspace root {} is not absolute", root.display()));
+            return Err(Tier1Error::Unfit(format!(
+                "workspace root {} is not absolute",
+                root.display()
+            )));
         }
         let mut spec = WorkspaceSpec::canonical(root, RuntimeToggles::default(), Vec::new());
         spec.mounts
@@ -256,9 +260,7 @@ impl Agent {
             };
             let result = shell::run(&cmd, &agent.view, &limits)
                 .await
-                .unwrap_or_else(|e| {
-                    kube_harness_runtime::ExecResult::fault(&format!("Tier-1 agent: {e}"))
-                });
+                .unwrap_or_else(|e| kube_harness_runtime::fault(&format!("Tier-1 agent: {e}")));
             if agent.config.reap_orphans {
                 let _ = tokio::task::spawn_blocking(reap::kill_all_children).await;
             }
@@ -274,7 +276,9 @@ impl Agent {
             state_b64: b64(&result.state),
             exit_code: result.exit_code,
             timed_out: result.timed_out,
-            truncated: result.truncated,
+            truncated: result.truncated(),
+            stdout_truncated: result.stdout_truncated,
+            stderr_truncated: result.stderr_truncated,
             duration_ms: u64::try_from(result.duration.as_millis()).unwrap_or(u64::MAX),
         })
     }
@@ -366,7 +370,7 @@ impl Agent {
 
 /// A private directory for spools and scripts: under the temp dir, else under `HOME` (a pod
 /// with a read-only root filesystem still has a writable `HOME` volume).
-fn scratch_dir() -> Result<tempfile::TempDir, String> {
+fn scratch_dir() -> Result<tempfile::TempDir, Tier1Error> {
     let mut tried = Vec::new();
     let candidates = [
         Some(std::env::temp_dir()),
@@ -381,8 +385,8 @@ fn scratch_dir() -> Result<tempfile::TempDir, String> {
             Err(e) => tried.push(format!("{}: {e}", dir.display())),
         }
     }
-    Err(format!(
+    Err(Tier1Error::Unfit(format!(
         "no writable scratch directory ({})",
         tried.join("; ")
-    ))
+    )))
 }

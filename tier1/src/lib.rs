@@ -11,6 +11,7 @@
 pub mod agent;
 pub mod agent_http;
 pub mod bind;
+mod error;
 pub mod local_tier1;
 pub mod pod;
 mod pod_config;
@@ -20,6 +21,7 @@ pub mod shell;
 pub mod tier_api;
 
 pub use agent::{Agent, AgentConfig};
+pub use error::Tier1Error;
 pub use local_tier1::LocalTier1;
 pub use pod::{PodTier1, PodTier1Config};
 pub use pod_shell::PodShell;

@@ -5,10 +5,11 @@
 //! Needs `unshare` (util-linux) and the right to make a mount namespace (root, as on CI and in the
 //! worker pod's own tests). Without it, provisioning fails and the command is refused with 126.
 
+use crate::error::Tier1Error;
 use crate::shell::{self, ShellCommand, ShellLimits, View};
 use async_trait::async_trait;
 use kube_harness_runtime::executor::{
-    CommandExecutor, DisposeReport, ExecRequest, ExecResult, NextTier,
+    CommandExecutor, DisposeReport, ExecRequest, ExecResult, NextTier, TierError,
 };
 use kube_harness_workspace::{
     self as workspace, ApplyOptions, PackOptions, Snapshot, UnpackOptions, WorkspaceSpec,
@@ -42,37 +43,43 @@ impl Default for LocalTier1 {
 
 #[async_trait]
 impl NextTier for LocalTier1 {
-    async fn provision(&self, spec: &WorkspaceSpec) -> Result<Arc<dyn CommandExecutor>, String> {
+    async fn provision(&self, spec: &WorkspaceSpec) -> Result<Arc<dyn CommandExecutor>, TierError> {
+        Ok(self.open(spec).await?)
+    }
+}
+
+impl LocalTier1 {
+    async fn open(&self, spec: &WorkspaceSpec) -> Result<Arc<dyn CommandExecutor>, Tier1Error> {
         let probe = tokio::process::Command::new("unshare")
             .args(["--mount", "--propagation", "private", "true"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .output()
             .await
-            .map_err(|e| format!("local Tier-1 needs util-linux `unshare`: {e}"))?;
+            .map_err(|e| Tier1Error::local("local Tier-1 needs util-linux `unshare`", e))?;
         if !probe.status.success() {
-            return Err(format!(
+            return Err(Tier1Error::Unfit(format!(
                 "local Tier-1 needs a private mount namespace (run as root): {}",
                 String::from_utf8_lossy(&probe.stderr).trim()
-            ));
+            )));
         }
         let started = Instant::now();
         workspace::leftovers::sweep_dead(&self.scratch_parent, SCRATCH_PREFIX);
         let scratch = tempfile::Builder::new()
             .prefix(&workspace::leftovers::own_prefix(SCRATCH_PREFIX))
             .tempdir_in(&self.scratch_parent)
-            .map_err(|e| format!("making the Tier-1 scratch dir: {e}"))?;
+            .map_err(|e| Tier1Error::local("making the Tier-1 scratch dir", e))?;
         let spec = spec.clone();
         let ws = scratch.path().join("ws");
         // Handoff: pack the tracked mounts, unpack into the copy (with the archive's checks).
         let handoff = tokio::task::spawn_blocking(move || {
             let mut archive = Vec::new();
             let packed = workspace::pack(&spec, &PackOptions::default(), &mut archive)
-                .map_err(|e| format!("packing the workspace: {e}"))?;
+                .map_err(Tier1Error::workspace("packing the workspace"))?;
             let unpacked = workspace::unpack(&archive[..], &ws, &UnpackOptions::for_spec(&spec))
-                .map_err(|e| format!("unpacking the workspace: {e}"))?;
+                .map_err(Tier1Error::workspace("unpacking the workspace"))?;
             let tier1_spec = workspace::rehome(&spec, &ws);
-            Ok::<_, String>((
+            Ok::<_, Tier1Error>((
                 spec,
                 tier1_spec,
                 packed.snapshot,
@@ -81,7 +88,7 @@ impl NextTier for LocalTier1 {
             ))
         })
         .await
-        .map_err(|e| format!("handoff task: {e}"))??;
+        .map_err(Tier1Error::task("handoff task"))??;
         let (worker_spec, tier1_spec, worker_base, tier1_base, handed_over) = handoff;
         Ok(Arc::new(HostShell {
             scratch,
@@ -122,7 +129,7 @@ pub struct HostShell {
 }
 
 impl HostShell {
-    async fn run(&self, req: &ExecRequest) -> Result<ExecResult, String> {
+    async fn run(&self, req: &ExecRequest) -> Result<ExecResult, Tier1Error> {
         let mut env = req.env.clone();
         env.insert("PATH".into(), host_path());
         env.insert(
@@ -163,7 +170,7 @@ impl CommandExecutor for HostShell {
         let result = self
             .run(&req)
             .await
-            .unwrap_or_else(|e| ExecResult::fault(&format!("local Tier-1: {e}")));
+            .unwrap_or_else(|e| kube_harness_runtime::fault(&format!("local Tier-1: {e}")));
         self.commands.fetch_add(1, Ordering::Relaxed);
         self.busy_ms
             .fetch_add(result.duration.as_millis() as u64, Ordering::Relaxed);
@@ -172,7 +179,13 @@ impl CommandExecutor for HostShell {
 
     /// Merge: pack what changed on the copy since the handoff and apply it to the worker's tracked
     /// mounts (conflicts and read-only paths are rejected, never overwritten).
-    async fn dispose(&self) -> Result<DisposeReport, String> {
+    async fn dispose(&self) -> Result<DisposeReport, TierError> {
+        Ok(self.merge().await?)
+    }
+}
+
+impl HostShell {
+    async fn merge(&self) -> Result<DisposeReport, Tier1Error> {
         let _turn = self.queue.lock().await;
         let tier1_spec = self.tier1_spec.clone();
         let worker_spec = self.worker_spec.clone();
@@ -187,17 +200,17 @@ impl CommandExecutor for HostShell {
                 &PackOptions::default(),
                 &mut archive,
             )
-            .map_err(|e| format!("packing Tier-1 changes: {e}"))?;
+            .map_err(Tier1Error::workspace("packing Tier-1 changes"))?;
             let opts = ApplyOptions {
                 scratch_dir: Some(scratch),
                 ..ApplyOptions::default()
             };
             let report = workspace::apply(&worker_spec, &archive[..], &worker_base, &opts)
-                .map_err(|e| format!("merging Tier-1 changes: {e}"))?;
-            Ok::<_, String>((report, archive.len() as u64))
+                .map_err(Tier1Error::workspace("merging Tier-1 changes"))?;
+            Ok::<_, Tier1Error>((report, archive.len() as u64))
         })
         .await
-        .map_err(|e| format!("merge task: {e}"))??;
+        .map_err(Tier1Error::task("merge task"))??;
         let problems = report
             .rejected
             .iter()

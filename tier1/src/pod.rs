@@ -11,13 +11,14 @@
     clippy::arithmetic_side_effects
 )]
 
+use super::error::Tier1Error;
 use super::pod_config::ERROR_TEXT_BYTES;
 pub use super::pod_config::{PodTier1Config, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_ARCHIVE_BYTES};
 use super::pod_shell::PodShell;
 use super::tier_api::{TierApi, TierApiError};
 use async_trait::async_trait;
 use kube_harness_protocol::tier1::{BindReport, Phase, Sandbox};
-use kube_harness_runtime::{CommandExecutor, NextTier};
+use kube_harness_runtime::{CommandExecutor, NextTier, TierError};
 use kube_harness_service_kit::body::{self, Capped};
 use kube_harness_workspace::{self as workspace, PackOptions, WorkspaceSpec};
 use serde_json::json;
@@ -33,11 +34,11 @@ pub struct PodTier1 {
 }
 
 impl PodTier1 {
-    pub fn new(config: PodTier1Config) -> Result<Self, String> {
+    pub fn new(config: PodTier1Config) -> Result<Self, Tier1Error> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
-            .map_err(|e| format!("HTTP client: {e}"))?;
+            .map_err(|e| Tier1Error::local("HTTP client", std::io::Error::other(e)))?;
         let api = TierApi::new(
             http.clone(),
             &config.tier_api_url,
@@ -56,7 +57,7 @@ impl PodTier1 {
         turn: &str,
         bytes: u64,
         deadline: Instant,
-    ) -> Result<Sandbox, String> {
+    ) -> Result<Sandbox, Tier1Error> {
         let mut opened = false;
         let mut last;
         loop {
@@ -80,7 +81,7 @@ impl PodTier1 {
                                 sb.reason.as_deref().unwrap_or("unknown reason"),
                                 sb.message.as_deref().unwrap_or("no message")
                             );
-                            return Err(self.end_after(turn, why).await);
+                            return Err(self.end_after(turn, Tier1Error::Sandbox(why)).await);
                         }
                         other => {
                             last = format!(
@@ -98,14 +99,16 @@ impl PodTier1 {
                     opened = false;
                     last = e;
                 }
-                Err(TierApiError::Refused(e)) => return Err(self.end_after(turn, e).await),
+                Err(TierApiError::Refused(e)) => {
+                    return Err(self.end_after(turn, Tier1Error::Sandbox(e)).await)
+                }
             }
             if Instant::now() >= deadline {
                 let why = format!(
                     "the Tier-1 sandbox was not ready within {}s ({last})",
                     self.config.provision_timeout.as_secs()
                 );
-                return Err(self.end_after(turn, why).await);
+                return Err(self.end_after(turn, Tier1Error::Sandbox(why)).await);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             tokio::time::sleep(self.config.poll_interval.min(left)).await;
@@ -114,10 +117,13 @@ impl PodTier1 {
 
     /// Ends the turn's sandbox after a failure and returns the failure (with the delete's own
     /// failure appended, when there is one).
-    async fn end_after(&self, turn: &str, why: String) -> String {
+    async fn end_after(&self, turn: &str, error: Tier1Error) -> Tier1Error {
         match self.api.delete(turn).await {
-            Ok(()) => why,
-            Err(e) => format!("{why}; ending the sandbox also failed: {e}"),
+            Ok(()) => error,
+            Err(end) => Tier1Error::EndFailed {
+                error: Box::new(error),
+                end,
+            },
         }
     }
 
@@ -129,7 +135,7 @@ impl PodTier1 {
         archive: &std::fs::File,
         length: u64,
         deadline: Instant,
-    ) -> Result<BindReport, String> {
+    ) -> Result<BindReport, Tier1Error> {
         let endpoint = sb
             .endpoint
             .as_deref()
@@ -139,7 +145,7 @@ impl PodTier1 {
         loop {
             // Streamed from the spool, from its start again on each attempt.
             let body = body::from_file(archive)
-                .map_err(|e| format!("reading the spooled workspace archive: {e}"))?;
+                .map_err(|e| Tier1Error::local("reading the spooled workspace archive", e))?;
             let sent = self
                 .http
                 .put(format!("{endpoint}/v1/workspace"))
@@ -158,19 +164,27 @@ impl PodTier1 {
                 Ok(r) if r.status().is_success() => {
                     return body::json::<BindReport>(r, self.config.max_answer_bytes)
                         .await
-                        .map_err(|e| format!("unreadable bind answer from the Tier-1 agent: {e}"))
+                        .map_err(|e| {
+                            Tier1Error::Pod(format!(
+                                "unreadable bind answer from the Tier-1 agent: {e}"
+                            ))
+                        })
                 }
                 Ok(r) => {
                     let status = r.status();
                     let text = body::text_prefix(r, ERROR_TEXT_BYTES).await;
-                    return Err(format!(
+                    return Err(Tier1Error::Pod(format!(
                         "the Tier-1 agent refused the workspace ({status}): {text}"
-                    ));
+                    )));
                 }
                 Err(e) if e.is_connect() && Instant::now() < deadline => {
                     tokio::time::sleep(self.config.poll_interval).await;
                 }
-                Err(e) => return Err(format!("handing the workspace to the Tier-1 agent: {e}")),
+                Err(e) => {
+                    return Err(Tier1Error::Pod(format!(
+                        "handing the workspace to the Tier-1 agent: {e}"
+                    )))
+                }
             }
         }
     }
@@ -178,7 +192,13 @@ impl PodTier1 {
 
 #[async_trait]
 impl NextTier for PodTier1 {
-    async fn provision(&self, spec: &WorkspaceSpec) -> Result<Arc<dyn CommandExecutor>, String> {
+    async fn provision(&self, spec: &WorkspaceSpec) -> Result<Arc<dyn CommandExecutor>, TierError> {
+        Ok(self.open(spec).await?)
+    }
+}
+
+impl PodTier1 {
+    async fn open(&self, spec: &WorkspaceSpec) -> Result<Arc<dyn CommandExecutor>, Tier1Error> {
         let started = Instant::now();
         let deadline = started
             .checked_add(self.config.provision_timeout)
@@ -189,28 +209,30 @@ impl NextTier for PodTier1 {
         // Packed into a spool file, never into memory; refused before any pod is asked for
         // when it is over the limit.
         let (archive, handed_over, packed) = tokio::task::spawn_blocking(move || {
-            let file = tempfile::tempfile_in(&dir)
-                .map_err(|e| format!("spooling the workspace archive in {}: {e}", dir.display()))?;
+            let file = tempfile::tempfile_in(&dir).map_err(|e| {
+                Tier1Error::local(
+                    format!("spooling the workspace archive in {}", dir.display()),
+                    e,
+                )
+            })?;
             let mut out = Capped::new(
                 std::io::BufWriter::with_capacity(body::SPOOL_BUFFER, file),
                 limit,
             );
             let packed = workspace::pack(&packed_spec, &PackOptions::default(), &mut out);
             if out.over {
-                return Err(format!(
-                    "the workspace is over the handoff limit of {limit} bytes (--max-archive-bytes)"
-                ));
+                return Err(Tier1Error::OverHandoffLimit { limit });
             }
-            let packed = packed.map_err(|e| format!("packing the workspace: {e}"))?;
+            let packed = packed.map_err(Tier1Error::workspace("packing the workspace"))?;
             let written = out.written;
             let file = out
                 .inner
                 .into_inner()
-                .map_err(|e| format!("spooling the workspace archive: {}", e.error()))?;
-            Ok::<_, String>((file, written, packed))
+                .map_err(|e| Tier1Error::local("spooling the workspace archive", e.into_error()))?;
+            Ok::<_, Tier1Error>((file, written, packed))
         })
         .await
-        .map_err(|e| format!("pack task: {e}"))??;
+        .map_err(Tier1Error::task("pack task"))??;
         let turn = format!("t{}", uuid::Uuid::new_v4().simple());
         let sb = self.wait_ready(&turn, handed_over, deadline).await?;
         let pod = sb.pod.clone().unwrap_or_default();
@@ -223,7 +245,7 @@ impl NextTier for PodTier1 {
                 "the Tier-1 pod {pod} unpacked {} entries / {} bytes, but {} / {} were sent",
                 bound.files, bound.bytes, packed.entries, packed.total_bytes
             );
-            return Err(self.end_after(&turn, why).await);
+            return Err(self.end_after(&turn, Tier1Error::Pod(why)).await);
         }
         Ok(Arc::new(PodShell {
             http: self.http.clone(),

@@ -7,13 +7,14 @@
     clippy::arithmetic_side_effects
 )]
 
+use super::error::Tier1Error;
 use super::pod_config::{PodTier1Config, ERROR_TEXT_BYTES};
 use super::tier_api::TierApi;
 use async_trait::async_trait;
 use base64::Engine;
 use kube_harness_protocol::tier1::{AgentExec, AgentExecResult};
 use kube_harness_runtime::relock;
-use kube_harness_runtime::{CommandExecutor, DisposeReport, ExecRequest, ExecResult};
+use kube_harness_runtime::{CommandExecutor, DisposeReport, ExecRequest, ExecResult, TierError};
 use kube_harness_service_kit::body::{self, BodyError};
 use kube_harness_workspace::{self as workspace, ApplyOptions, Snapshot, WorkspaceSpec};
 use serde_json::{json, Value};
@@ -55,7 +56,7 @@ impl PodShell {
         relock(&self.gone).get_or_insert_with(|| why.to_string());
     }
 
-    async fn send(&self, req: &ExecRequest) -> Result<ExecResult, String> {
+    async fn send(&self, req: &ExecRequest) -> Result<ExecResult, Tier1Error> {
         let limit = req.timeout.unwrap_or(self.config.command_timeout);
         let body = AgentExec {
             script: req.script.clone(),
@@ -84,7 +85,10 @@ impl PodShell {
                     format!("stopped answering ({e})")
                 };
                 self.mark_gone(&why);
-                return Err(format!("the Tier-1 pod {} {why}", self.pod));
+                return Err(Tier1Error::Pod(format!(
+                    "the Tier-1 pod {} {why}",
+                    self.pod
+                )));
             }
         };
         let status = r.status();
@@ -93,26 +97,29 @@ impl PodShell {
             if status.is_server_error() {
                 self.mark_gone(&format!("answered {status}"));
             }
-            return Err(format!(
+            return Err(Tier1Error::Pod(format!(
                 "the Tier-1 pod {} refused the command ({status}): {text}",
                 self.pod
-            ));
+            )));
         }
         let answer: AgentExecResult =
             body::json(r, self.config.max_answer_bytes)
                 .await
                 .map_err(|e| {
                     self.mark_gone(&format!("sent an unreadable answer ({e})"));
-                    format!("the Tier-1 pod {} sent an unreadable answer: {e}", self.pod)
+                    Tier1Error::Pod(format!(
+                        "the Tier-1 pod {} sent an unreadable answer: {e}",
+                        self.pod
+                    ))
                 })?;
         let decode = |field: &str, s: &str| {
             base64::engine::general_purpose::STANDARD
                 .decode(s)
                 .map_err(|e| {
-                    format!(
+                    Tier1Error::Pod(format!(
                         "the Tier-1 pod {} sent bad base64 in {field}: {e}",
                         self.pod
-                    )
+                    ))
                 })
         };
         Ok(ExecResult {
@@ -121,18 +128,22 @@ impl PodShell {
             state: decode("stateB64", &answer.state_b64)?,
             exit_code: answer.exit_code,
             timed_out: answer.timed_out,
-            truncated: answer.truncated,
+            // An agent that names no stream (older than the per-stream flags) cut stdout.
+            stdout_truncated: answer.stdout_truncated
+                || (answer.truncated && !answer.stderr_truncated),
+            stderr_truncated: answer.stderr_truncated,
             duration: Duration::from_millis(answer.duration_ms),
+            state_truncated: false,
         })
     }
 
     /// `GET /v1/changes` and the merge into the worker's tracked mounts.
-    async fn merge(&self) -> Result<(workspace::ApplyReport, u64), String> {
+    async fn merge(&self) -> Result<(workspace::ApplyReport, u64), Tier1Error> {
         if let Some(why) = self.gone() {
-            return Err(format!(
+            return Err(Tier1Error::Pod(format!(
                 "the Tier-1 pod {} {why}; nothing was merged back",
                 self.pod
-            ));
+            )));
         }
         let r = self
             .http
@@ -142,33 +153,35 @@ impl PodShell {
             .send()
             .await
             .map_err(|e| {
-                format!(
+                Tier1Error::Pod(format!(
                     "fetching the changes from the Tier-1 pod {}: {e}; nothing was merged back",
                     self.pod
-                )
+                ))
             })?;
         let status = r.status();
         if !status.is_success() {
             let text = body::text_prefix(r, ERROR_TEXT_BYTES).await;
-            return Err(format!(
+            return Err(Tier1Error::Pod(format!(
                 "the Tier-1 pod {} refused its changes ({status}): {text}; nothing was merged back",
                 self.pod
-            ));
+            )));
         }
         // Streamed into an unnamed spool file, counted as it arrives and cut off past the
         // limit (the spool goes with the error): never held in memory, nothing left behind.
         let limit = self.config.max_archive_bytes;
         let (archive, returned) = body::spool(r, &self.config.spool_dir, limit)
             .await
-            .map_err(|e| match e {
-                BodyError::TooLarge { .. } => format!(
-                    "the change archive of the Tier-1 pod {} is over the limit of {limit} bytes (--max-archive-bytes); nothing was merged back",
-                    self.pod
-                ),
-                other => format!(
-                    "reading the changes from the Tier-1 pod {}: {other}; nothing was merged back",
-                    self.pod
-                ),
+            .map_err(|e| {
+                Tier1Error::Pod(match e {
+                    BodyError::TooLarge { .. } => format!(
+                        "the change archive of the Tier-1 pod {} is over the limit of {limit} bytes (--max-archive-bytes); nothing was merged back",
+                        self.pod
+                    ),
+                    other => format!(
+                        "reading the changes from the Tier-1 pod {}: {other}; nothing was merged back",
+                        self.pod
+                    ),
+                })
             })?;
         let spec = self.worker_spec.clone();
         let base = self.worker_base.clone();
@@ -177,8 +190,8 @@ impl PodShell {
             workspace::apply(&spec, reader, &base, &ApplyOptions::default())
         })
         .await
-        .map_err(|e| format!("merge task: {e}"))?
-        .map_err(|e| format!("merging the Tier-1 changes: {e}"))?;
+        .map_err(Tier1Error::task("merge task"))?
+        .map_err(Tier1Error::workspace("merging the Tier-1 changes"))?;
         Ok((report, returned))
     }
 }
@@ -196,7 +209,7 @@ impl CommandExecutor for PodShell {
     async fn execute(&self, req: ExecRequest) -> ExecResult {
         let _turn = self.queue.lock().await;
         if let Some(why) = self.gone() {
-            return ExecResult::fault(&format!(
+            return kube_harness_runtime::fault(&format!(
                 "the Tier-1 pod {} {why}; this turn's commands cannot run there",
                 self.pod
             ));
@@ -205,7 +218,7 @@ impl CommandExecutor for PodShell {
         let mut result = self
             .send(&req)
             .await
-            .unwrap_or_else(|e| ExecResult::fault(&e));
+            .unwrap_or_else(|e| kube_harness_runtime::fault(&e.to_string()));
         if result.duration.is_zero() {
             result.duration = started.elapsed();
         }
@@ -217,7 +230,7 @@ impl CommandExecutor for PodShell {
 
     /// Merge, then always end the sandbox: a failed merge or delete is a problem in the report
     /// (`harness.runtime.dispose.failed`), never a reason to keep the pod or lose the usage.
-    async fn dispose(&self) -> Result<DisposeReport, String> {
+    async fn dispose(&self) -> Result<DisposeReport, TierError> {
         let _turn = self.queue.lock().await;
         let merged = self.merge().await;
         let deleted = self.api.delete(&self.turn).await;
@@ -236,7 +249,7 @@ impl CommandExecutor for PodShell {
                 }));
                 report.file_changes = applied.applied;
             }
-            Err(e) => report.problems.push(e),
+            Err(e) => report.problems.push(e.to_string()),
         }
         if let Err(e) = deleted {
             report.problems.push(format!(

@@ -8,6 +8,7 @@
 //! There is no sandbox here: Tier-1 is the real toolchain, isolated by the pod (or the host's
 //! mount namespace) around it.
 
+use crate::error::Tier1Error;
 use kube_harness_runtime::ExecResult;
 use kube_harness_sandbox::fd::pipe_high;
 use kube_harness_workspace::Mount;
@@ -99,9 +100,9 @@ pub async fn run(
     cmd: &ShellCommand<'_>,
     view: &View,
     limits: &ShellLimits,
-) -> Result<ExecResult, String> {
+) -> Result<ExecResult, Tier1Error> {
     if cmd.script.contains('\0') {
-        return Err("the script contains a NUL byte".into());
+        return Err(Tier1Error::NulInScript);
     }
     let mut command = match view {
         View::Direct => {
@@ -113,10 +114,10 @@ pub async fn run(
         View::Namespace { scratch, mounts } => {
             tokio::fs::write(scratch.join("script"), cmd.script)
                 .await
-                .map_err(|e| format!("writing the script: {e}"))?;
+                .map_err(|e| Tier1Error::local("writing the script", e))?;
             tokio::fs::write(scratch.join("mounts"), mount_table(mounts))
                 .await
-                .map_err(|e| format!("writing the mount table: {e}"))?;
+                .map_err(|e| Tier1Error::local("writing the mount table", e))?;
             // A PID namespace too: its first process is the command's shell, and when it ends
             // (or `unshare` dies, `--kill-child`) the kernel kills everything left in it,
             // `setsid` daemons included. `unshare` itself dies with this process (PDEATHSIG
@@ -139,7 +140,7 @@ pub async fn run(
             c
         }
     };
-    let (state_r, state_w) = pipe_high().map_err(|e| format!("creating a pipe: {e}"))?;
+    let (state_r, state_w) = pipe_high().map_err(|e| Tier1Error::local("creating a pipe", e))?;
     let state_fd = state_w.as_raw_fd();
     command
         .stdin(Stdio::null())
@@ -174,8 +175,8 @@ pub async fn run(
     let spawned = command.spawn();
     drop(state_w);
     let mut child = spawned.map_err(|e| match view {
-        View::Direct => format!("cannot start bash: {e}"),
-        View::Namespace { .. } => format!("cannot start unshare (util-linux): {e}"),
+        View::Direct => Tier1Error::local("cannot start bash", e),
+        View::Namespace { .. } => Tier1Error::local("cannot start unshare (util-linux)", e),
     })?;
     let pgid = child.id().map(|p| p as libc::pid_t);
     let mut out = Capture::spawn(child.stdout.take(), limits.max_output_bytes);
@@ -192,14 +193,14 @@ pub async fn run(
     }
     let (status, timed_out) = match waited {
         Ok(status) => (
-            status.map_err(|e| format!("waiting for the command: {e}"))?,
+            status.map_err(|e| Tier1Error::local("waiting for the command", e))?,
             false,
         ),
         Err(_) => (
             child
                 .wait()
                 .await
-                .map_err(|e| format!("waiting for the killed command: {e}"))?,
+                .map_err(|e| Tier1Error::local("waiting for the killed command", e))?,
             true,
         ),
     };
@@ -209,7 +210,7 @@ pub async fn run(
     let _ = tokio::time::timeout(DRAIN_GRACE, drained).await;
     let (stdout, t1) = out.take();
     let (mut stderr, t2) = err.take();
-    let (state, _) = state.take();
+    let (state, state_truncated) = state.take();
     use std::os::unix::process::ExitStatusExt;
     let exit_code = if timed_out {
         if !stderr.is_empty() && !stderr.ends_with(b"\n") {
@@ -233,9 +234,11 @@ pub async fn run(
         stderr,
         exit_code,
         timed_out,
-        truncated: t1 || t2,
+        stdout_truncated: t1,
+        stderr_truncated: t2,
         duration: started.elapsed(),
         state,
+        state_truncated,
     })
 }
 
@@ -360,7 +363,7 @@ mod tests {
         };
         let r = run_direct("echo 0123456789abcdef; sleep 30", limits).await;
         assert_eq!(r.stdout, b"0123456789");
-        assert!(r.truncated && r.timed_out);
+        assert!(r.truncated() && r.timed_out);
         assert_eq!(r.exit_code, TIMEOUT_EXIT);
         assert!(r.duration < Duration::from_secs(5), "{:?}", r.duration);
         assert!(String::from_utf8_lossy(&r.stderr).contains("kube-harness: the command timed out"));

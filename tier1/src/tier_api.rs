@@ -13,26 +13,19 @@ use kube_harness_service_kit::body;
 use reqwest::StatusCode;
 use std::time::Duration;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TierApiError {
     /// May pass: retry (connection errors, timeouts, 5xx other than 503).
+    #[error("{0}")]
     Retryable(String),
     /// The operator does not know this turn's sandbox (GET after an operator lost track of a
     /// pending one): open it again.
+    #[error("{0}")]
     NotFound(String),
     /// A definite answer not to go on: 401, 404 on open, 409, 400, or 503 (an uncertain claim,
     /// which the worker refuses rather than guess).
+    #[error("{0}")]
     Refused(String),
-}
-
-impl std::fmt::Display for TierApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TierApiError::Retryable(m) | TierApiError::NotFound(m) | TierApiError::Refused(m) => {
-                f.write_str(m)
-            }
-        }
-    }
 }
 
 /// The tier API of one session.
@@ -94,7 +87,7 @@ impl TierApi {
 
     /// Ends the sandbox; a few attempts, as a leftover pod costs until the operator's own
     /// garbage collection finds it.
-    pub async fn delete(&self, turn: &str) -> Result<(), String> {
+    pub async fn delete(&self, turn: &str) -> Result<(), TierApiError> {
         let mut last = String::new();
         for attempt in 0..4u32 {
             if attempt > 0 {
@@ -114,11 +107,17 @@ impl TierApi {
                 Ok(r) if r.status().is_server_error() => {
                     last = format!("{} {}", r.status(), error_text(r).await)
                 }
-                Ok(r) => return Err(format!("{} {}", r.status(), error_text(r).await)),
+                Ok(r) => {
+                    return Err(TierApiError::Refused(format!(
+                        "{} {}",
+                        r.status(),
+                        error_text(r).await
+                    )))
+                }
                 Err(e) => last = e.to_string(),
             }
         }
-        Err(last)
+        Err(TierApiError::Retryable(last))
     }
 
     async fn sandbox(

@@ -88,7 +88,7 @@ async fn main() {
 
     let request = ExecRequest::new("true");
     for _ in 0..10 {
-        assert_eq!(client.exec(&request).await.unwrap().exit_code, 0);
+        assert_eq!(client.exec(&request).await.unwrap().outcome.exit_code, 0);
         assert_eq!(turn.exec("true").await.exit_code, 0);
     }
     let mut over_http = Vec::with_capacity(iterations);
@@ -97,7 +97,7 @@ async fn main() {
         let start = Instant::now();
         let r = client.exec(&request).await.expect("exec over HTTP");
         over_http.push(start.elapsed());
-        assert_eq!(r.exit_code, 0);
+        assert_eq!(r.outcome.exit_code, 0);
         let start = Instant::now();
         let o = turn.exec("true").await;
         direct.push(start.elapsed());

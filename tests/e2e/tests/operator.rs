@@ -145,7 +145,10 @@ async fn events_reach_the_session_log_and_a_step_replays_without_running_again()
             .exec(&ExecRequest::new(script).step("run-1", "s2"))
             .await
             .unwrap();
-        assert_eq!((fresh.replayed, fresh.stdout.as_str()), (false, "2\n"));
+        assert_eq!(
+            (fresh.replayed, fresh.outcome.stdout.as_str()),
+            (false, "2\n")
+        );
 
         // The events are in the session log service.
         // The worker scoped the run to this session object (namespace and UID).

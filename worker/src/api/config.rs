@@ -92,7 +92,7 @@ impl WorkerConfig {
     /// How the sandbox presents the workspace: `Direct` when backing paths are the canonical
     /// paths (the pod: no mount namespaces there); otherwise a private mount namespace, which
     /// needs root or user namespaces (the local host's way).
-    pub fn presentation(&self) -> Result<Presentation, String> {
+    pub fn presentation(&self) -> Result<Presentation, NoMountNamespace> {
         if self.workspace_root == Path::new("/") {
             return Ok(Presentation::Direct);
         }
@@ -100,11 +100,18 @@ impl WorkerConfig {
         if caps.mount_namespace {
             Ok(Presentation::Namespace)
         } else {
-            Err(format!(
-                "workspace root {} is not /, so the sandbox must present it in a private mount namespace, which this host refuses: {}",
-                self.workspace_root.display(),
-                caps.namespace_detail
-            ))
+            Err(NoMountNamespace {
+                root: self.workspace_root.clone(),
+                detail: caps.namespace_detail,
+            })
         }
     }
+}
+
+/// The workspace must be presented in a private mount namespace, and this host refuses one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("workspace root {} is not /, so the sandbox must present it in a private mount namespace, which this host refuses: {detail}", root.display())]
+pub struct NoMountNamespace {
+    pub root: PathBuf,
+    pub detail: String,
 }

@@ -1,7 +1,7 @@
 //! Forwarding trace events to the session log service.
 //!
 //! Fail-closed where it matters: a command's `command.started` event must be committed before the
-//! command runs (the [`LogGate`]); if it cannot be, the command does not run and the caller gets
+//! command runs (its [`StartRecorder`]); if it cannot be, the command does not run and the caller gets
 //! 503. Events after the command (file events, `command.completed`) cannot un-run it: when their
 //! append fails they wait in an ordered queue that is flushed before the next command may start,
 //! so the log never misses an event of a command that ran, and order is kept.
@@ -13,12 +13,12 @@
 
 use super::relock;
 use async_trait::async_trait;
-use kube_harness_runtime::{EventSink, StartGate, TraceEvent};
+use kube_harness_runtime::{EventSink, NotRun, StartGate, TraceEvent};
 use kube_harness_session_log::client::NewEvent;
 use kube_harness_session_log::{ClientError, SessionLogClient};
 use serde_json::Value;
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// Keeps the events of the command in progress (and of a turn's end) for the response and the log.
 #[derive(Default)]
@@ -39,20 +39,6 @@ impl EventSink for Capture {
     fn emit(&self, event: &TraceEvent) {
         relock(&self.0).push(event.clone());
     }
-}
-
-/// Where the events of the command in progress go, and how far they have been appended.
-#[derive(Debug, Default, Clone)]
-pub struct ExecContext {
-    pub run: String,
-    /// Keys are `<prefix>:<n>`, n counting this command's events from 1.
-    pub key_prefix: String,
-    /// Events of the capture already appended by the gate.
-    pub appended: usize,
-    /// Why the gate kept the command from running, if it did.
-    pub refused: Option<String>,
-    /// The idempotency key of the command's started event, once emitted.
-    pub started_key: Option<String>,
 }
 
 /// The session log client plus the queue of events that still have to be appended.
@@ -167,36 +153,58 @@ pub fn keyed(
         .collect()
 }
 
-/// Makes a command's started event durable before the command runs.
-pub struct LogGate {
-    pub log: Arc<LogForwarder>,
-    pub capture: Arc<Capture>,
-    pub ctx: Arc<Mutex<ExecContext>>,
+/// One command's [`StartGate`]: before the command runs, appends what the turn emitted for it so
+/// far (an escalation's events, then `command.started`), and remembers how far it got. It lives
+/// for one command only; the worker reads it afterwards.
+pub struct StartRecorder<'a> {
+    log: &'a LogForwarder,
+    capture: &'a Capture,
+    run: &'a str,
+    /// Keys are `<prefix>:<n>`, n counting this command's events from 1.
+    prefix: &'a str,
+    /// Events of the capture already appended.
+    pub appended: usize,
+    /// The idempotency key of the command's (last) started event, once the gate saw it.
+    pub started_key: Option<String>,
+}
+
+impl<'a> StartRecorder<'a> {
+    pub fn new(log: &'a LogForwarder, capture: &'a Capture, run: &'a str, prefix: &'a str) -> Self {
+        StartRecorder {
+            log,
+            capture,
+            run,
+            prefix,
+            appended: 0,
+            started_key: None,
+        }
+    }
+
+    /// The events of `events` (this command's capture) not appended yet, with their keys.
+    pub fn rest(&self, events: &[TraceEvent]) -> Vec<(String, NewEvent)> {
+        keyed(
+            self.run,
+            self.prefix,
+            events.get(self.appended..).unwrap_or_default(),
+            self.appended,
+        )
+    }
 }
 
 #[async_trait]
-impl StartGate for LogGate {
-    async fn before_run(&self) -> Result<(), String> {
-        let (run, prefix, from) = {
-            let ctx = relock(&self.ctx);
-            (ctx.run.clone(), ctx.key_prefix.clone(), ctx.appended)
-        };
-        let events = self.capture.since(from);
-        let batch = keyed(&run, &prefix, &events, from);
-        let started_key = batch.last().map(|(_, e)| e.append_idempotency_key.clone());
-        let result = self.log.append_now(batch).await;
-        let mut ctx = relock(&self.ctx);
-        ctx.started_key = started_key;
-        match result {
+impl StartGate for StartRecorder<'_> {
+    async fn before_run(&mut self) -> Result<(), NotRun> {
+        let events = self.capture.since(self.appended);
+        let batch = keyed(self.run, self.prefix, &events, self.appended);
+        self.started_key = batch.last().map(|(_, e)| e.append_idempotency_key.clone());
+        match self.log.append_now(batch).await {
             Ok(()) => {
-                ctx.appended = from.saturating_add(events.len());
+                self.appended = self.appended.saturating_add(events.len());
                 Ok(())
             }
-            Err(e) => {
-                let reason = format!("the session log did not record the command's start: {e}");
-                ctx.refused = Some(reason.clone());
-                Err(reason)
-            }
+            Err(e) => Err(NotRun(format!(
+                "the session log did not record the command's start: {e}"
+            ))),
         }
     }
 }

@@ -25,6 +25,6 @@ pub use kube_harness_service_kit::{
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
 };
 pub use server::{router, serve};
-pub use state::{Broken, Worker};
+pub use state::{Broken, NotReady, StartError, Worker};
 
 pub(crate) use kube_harness_runtime::relock;

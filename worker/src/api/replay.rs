@@ -3,6 +3,8 @@
 
 use super::log::LogForwarder;
 use super::model::ExecResponse;
+use kube_harness_protocol::trace::{CommandCompleted, ContentRef};
+use kube_harness_protocol::CommandOutcome;
 use kube_harness_session_log::replay::{find_step, StepOutcome, COMMAND_STARTED};
 use kube_harness_session_log::{ClientError, StoredEvent};
 use kube_harness_workspace::WorkspaceSpec;
@@ -55,34 +57,64 @@ pub async fn lookup(
 /// ride inline is read back from its `/artifacts/trace/…` file, and only if that file is still
 /// what was recorded: its length, and its SHA-256 where the reference has one (commands can write
 /// `/artifacts`, so a later command could have rewritten it). Otherwise the output is empty, the
-/// response is `truncated`, and `replayProblems` says why.
+/// response is `truncated`, and `replayProblems` says why. A record that is not a
+/// `command.completed` of this version answers 126 with why, never a guess.
 fn recorded(payload: &Map<String, Value>, spec: &WorkspaceSpec, run: &str) -> ExecResponse {
-    let flag = |k: &str| payload.get(k).and_then(Value::as_bool).unwrap_or(false);
-    let mut problems = Vec::new();
-    let mut output = |field: &str| -> (String, bool) {
-        if let Some(text) = payload.get(field).and_then(Value::as_str) {
-            return (text.to_string(), flag(&format!("{field}Truncated")));
+    let response = |outcome, replay_problems| ExecResponse {
+        outcome,
+        classification: None,
+        events: Vec::new(),
+        replayed: true,
+        run_id: run.to_string(),
+        log_pending: 0,
+        replay_problems,
+    };
+    let done: CommandCompleted = match serde_json::from_value(Value::Object(payload.clone())) {
+        Ok(done) => done,
+        Err(e) => {
+            let problem = format!("the recorded result could not be read: {e}");
+            let outcome = CommandOutcome {
+                stdout: String::new(),
+                stderr: format!("kube-harness: {problem}\n"),
+                exit_code: 126,
+                tier: 0,
+                timed_out: false,
+                truncated: true,
+            };
+            return response(outcome, vec![problem]);
         }
-        let reference = payload.get(&format!("{field}Ref"));
-        let get = |k: &str| reference.and_then(|r| r.get(k));
-        let Some(content_ref) = get("contentRef").and_then(Value::as_str) else {
+    };
+    let mut problems = Vec::new();
+    let mut output = |field: &str,
+                      inline: Option<String>,
+                      cut: bool,
+                      reference: Option<ContentRef>|
+     -> (String, bool) {
+        if let Some(text) = inline {
+            return (text, cut);
+        }
+        let Some(ContentRef {
+            content_ref,
+            bytes,
+            sha256,
+        }) = reference
+        else {
             problems.push(format!(
                 "{field}: the recorded result has neither the output nor a reference to it"
             ));
             return (String::new(), true);
         };
-        let bytes = get("bytes").and_then(Value::as_u64);
-        let Some(payload) = read_artifact(spec, content_ref, bytes) else {
+        let Some(payload) = read_artifact(spec, &content_ref, bytes) else {
             // The payload file is gone: say so rather than pretend the output was empty.
             problems.push(format!(
                 "{field}: the recorded output {content_ref} is missing or no longer the recorded size"
             ));
             return (String::new(), true);
         };
-        if let Some(want) = get("sha256").and_then(Value::as_str) {
+        if let Some(want) = sha256 {
             use sha2::Digest;
             let got = hex::encode(sha2::Sha256::digest(&payload));
-            if !got.eq_ignore_ascii_case(want) {
+            if !got.eq_ignore_ascii_case(&want) {
                 problems.push(format!(
                     "{field}: the recorded output {content_ref} was changed after it was recorded (SHA-256 mismatch); not returned"
                 ));
@@ -91,32 +123,34 @@ fn recorded(payload: &Map<String, Value>, spec: &WorkspaceSpec, run: &str) -> Ex
         }
         (String::from_utf8_lossy(&payload).into_owned(), false)
     };
-    let (stdout, out_cut) = output("stdout");
-    let (stderr, err_cut) = output("stderr");
-    ExecResponse {
+    let (stdout, out_cut) = output(
+        "stdout",
+        done.stdout,
+        done.stdout_truncated,
+        done.stdout_ref,
+    );
+    let (stderr, err_cut) = output(
+        "stderr",
+        done.stderr,
+        done.stderr_truncated,
+        done.stderr_ref,
+    );
+    let outcome = CommandOutcome {
         stdout,
         stderr,
-        exit_code: payload
-            .get("exitCode")
-            .and_then(Value::as_i64)
-            .unwrap_or(126) as i32,
-        tier: payload.get("tier").and_then(Value::as_u64).unwrap_or(0) as u8,
-        timed_out: flag("timedOut"),
-        truncated: flag("truncated") || out_cut || err_cut,
-        classification: None,
-        events: Vec::new(),
-        replayed: true,
-        run_id: run.to_string(),
-        log_pending: 0,
-        replay_problems: problems,
-    }
+        exit_code: done.exit_code,
+        tier: done.tier,
+        timed_out: done.timed_out,
+        truncated: done.truncated || out_cut || err_cut,
+    };
+    response(outcome, problems)
 }
 
 /// Reads a harness path (`/artifacts/trace/…`) through the mount table. Commands write that
 /// mount: below its root nothing is followed through a symlink (`safe_fs`), only a regular file
 /// is read, and at most the `bytes` the event recorded (a file of another size is not the
 /// payload: `None`).
-fn read_artifact(spec: &WorkspaceSpec, harness: &str, bytes: Option<u64>) -> Option<Vec<u8>> {
+fn read_artifact(spec: &WorkspaceSpec, harness: &str, bytes: u64) -> Option<Vec<u8>> {
     use kube_harness_workspace::safe_fs;
     use std::io::Read;
     let harness = Path::new(harness);
@@ -132,12 +166,11 @@ fn read_artifact(spec: &WorkspaceSpec, harness: &str, bytes: Option<u64>) -> Opt
     let rel = harness.strip_prefix(&mount.harness_path).ok()?;
     let root = safe_fs::open_root(&mount.backing_path).ok()?;
     let file = safe_fs::open_regular_beneath(&root, rel).ok()?;
-    let limit = bytes.unwrap_or(64 << 20);
     let mut buf = Vec::new();
-    file.take(limit.saturating_add(1))
+    file.take(bytes.saturating_add(1))
         .read_to_end(&mut buf)
         .ok()?;
-    if bytes.is_some_and(|b| b != buf.len() as u64) || buf.len() as u64 > limit {
+    if bytes != buf.len() as u64 {
         return None;
     }
     Some(buf)

@@ -10,7 +10,7 @@ use super::model::{
     code, EndTurnRequest, ErrorBody, ErrorDetail, ExecRequest, Health, MAX_KEY_LEN,
     MAX_SCRIPT_BYTES,
 };
-use super::state::{Broken, Refusal, Worker};
+use super::state::{Broken, NotReady, Refusal, Worker};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
@@ -95,9 +95,8 @@ async fn require_bearer(State(auth): State<AuthConfig>, request: Request, next: 
 /// is reported (200 with the reason) but is no reason to restart: ending the turn repairs it,
 /// and a restart would lose the turn's Tier-1 changes.
 async fn healthz(State(worker): State<Arc<Worker>>) -> Response {
-    if let Err(reason) = worker.liveness() {
-        return Refusal::new(StatusCode::SERVICE_UNAVAILABLE, code::WORKER_BROKEN, reason)
-            .into_response();
+    if let Err(broken) = worker.liveness() {
+        return broken.refusal().into_response();
     }
     Json(Health {
         status: "ok".into(),
@@ -113,14 +112,13 @@ async fn readyz(State(worker): State<Arc<Worker>>) -> Response {
             reason: None,
         })
         .into_response(),
-        Err(reason) => {
-            let code = if worker.broken().is_some() {
-                code::WORKER_BROKEN
-            } else {
-                code::NOT_READY
-            };
-            Refusal::new(StatusCode::SERVICE_UNAVAILABLE, code, reason).into_response()
-        }
+        Err(NotReady::Broken(broken)) => broken.refusal().into_response(),
+        Err(why) => Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            code::NOT_READY,
+            why.to_string(),
+        )
+        .into_response(),
     }
 }
 

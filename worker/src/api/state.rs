@@ -3,7 +3,7 @@
 //! logic the HTTP handlers call.
 
 use super::config::{SameSession, WorkerConfig};
-use super::log::{keyed, Capture, ExecContext, LogForwarder, LogGate};
+use super::log::{keyed, Capture, LogForwarder, StartRecorder};
 use super::model::{
     code, CommandCounts, EndTurnResponse, ExecRequest, ExecResponse, FileChangeSummary, Status,
     TurnSummary,
@@ -13,9 +13,10 @@ use super::replay::{self, Replay};
 use super::tier0::TimedTier0;
 use axum::http::StatusCode;
 use futures::FutureExt;
-use kube_harness_classify::{self as classify, ClassifyOptions, Policy};
+use kube_harness_classify::{ClassifyOptions, Policy};
 use kube_harness_runtime::{
-    event::Payload, Emitter, NextTier, TraceEvent, Turn, TurnConfig, WorkspaceTracker,
+    event::Payload, Emitter, NextTier, StartGate, Step, TraceEvent, Turn, TurnConfig,
+    WorkspaceTracker,
 };
 use kube_harness_session_log::RunId;
 use kube_harness_workspace::WorkspaceSpec;
@@ -42,6 +43,29 @@ impl Refusal {
             message: message.into(),
         }
     }
+}
+
+/// Why the worker takes no commands: `/readyz` answers 503 with it (`worker-broken` for
+/// [`NotReady::Broken`], `not-ready` otherwise).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    #[error("shutting down")]
+    ShuttingDown,
+    #[error("{}", .0.reason())]
+    Broken(Broken),
+    /// The Tier-0 sandbox could not be prepared at start-up (a restart would not help).
+    #[error("{0}")]
+    Sandbox(String),
+    /// Commands would run, but their file events would be missing.
+    #[error(transparent)]
+    Tracking(#[from] kube_harness_runtime::TrackingFailed),
+}
+
+/// Why a worker could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("session log client: {0}")]
+    SessionLog(#[source] kube_harness_session_log::ClientError),
 }
 
 /// A broken internal invariant: why the worker takes no commands although its sandbox is fine.
@@ -96,7 +120,6 @@ struct OpenTurn {
     turn: Turn,
     turn_id: String,
     capture: Arc<Capture>,
-    ctx: Arc<Mutex<ExecContext>>,
     commands: u64,
     /// Last change per harness path, bounded (see [`TurnFiles`]).
     files: TurnFiles,
@@ -125,7 +148,7 @@ pub struct Worker {
     config: WorkerConfig,
     spec: WorkspaceSpec,
     /// `Err(reason)` when the sandbox could not be prepared at start-up (`/readyz` says why).
-    tier0: Result<Arc<TimedTier0>, String>,
+    tier0: Result<Arc<TimedTier0>, NotReady>,
     next_tier: Option<Arc<dyn NextTier>>,
     log: Option<Arc<LogForwarder>>,
     slot: tokio::sync::Mutex<Slot>,
@@ -144,22 +167,28 @@ impl Worker {
     /// Prepares the sandbox (a failure makes the worker unready, not absent) and the session log
     /// client. `next_tier` is the escalation target; `None` refuses escalations with 126 and a
     /// message naming the missing Tier-1 tier.
-    pub fn new(config: WorkerConfig, next_tier: Option<Arc<dyn NextTier>>) -> Result<Self, String> {
+    pub fn new(
+        config: WorkerConfig,
+        next_tier: Option<Arc<dyn NextTier>>,
+    ) -> Result<Self, StartError> {
         let spec = config.workspace();
         let tracking = kube_harness_runtime::TrackingHealth::default();
-        let tier0 = config.presentation().and_then(|presentation| {
-            TimedTier0::new(
-                spec.clone(),
-                presentation,
-                kube_harness_sandbox::Limits {
-                    timeout: config.command_timeout,
-                    ..Default::default()
-                },
-                config.deny_commands.clone(),
-            )
-            .map(Arc::new)
-            .map_err(|e| e.to_string())
-        });
+        let tier0 = config
+            .presentation()
+            .map_err(|e| NotReady::Sandbox(e.to_string()))
+            .and_then(|presentation| {
+                TimedTier0::new(
+                    spec.clone(),
+                    presentation,
+                    kube_harness_sandbox::Limits {
+                        timeout: config.command_timeout,
+                        ..Default::default()
+                    },
+                    config.deny_commands.clone(),
+                )
+                .map(Arc::new)
+                .map_err(|e| NotReady::Sandbox(e.to_string()))
+            });
         if let Err(reason) = &tier0 {
             tracing::error!("the Tier-0 sandbox is not usable; the worker stays unready: {reason}");
         }
@@ -175,7 +204,7 @@ impl Worker {
                         ..Default::default()
                     },
                 )
-                .map_err(|e| format!("session log client: {e}"))?;
+                .map_err(StartError::SessionLog)?;
                 Some(Arc::new(LogForwarder::new(client)))
             }
             None => None,
@@ -208,26 +237,26 @@ impl Worker {
         &self.config
     }
 
-    /// `Err(reason)` while the worker cannot run commands.
-    pub fn readiness(&self) -> Result<(), String> {
+    /// `Err(why)` while the worker cannot run commands.
+    pub fn readiness(&self) -> Result<(), NotReady> {
         if self.shutting_down.load(Ordering::SeqCst) {
-            return Err("shutting down".into());
+            return Err(NotReady::ShuttingDown);
         }
         if let Some(broken) = self.broken() {
-            return Err(broken.reason());
+            return Err(NotReady::Broken(broken));
         }
         self.tier0.as_ref().map_err(Clone::clone)?;
         // Commands still run, but their file events are missing: not ready until it recovers.
-        self.tracking.get()
+        Ok(self.tracking.get()?)
     }
 
     /// `Err(reason)` once the worker is broken beyond what it can repair itself
     /// ([`Broken::Worker`]): `/healthz` fails, so the liveness probe restarts the container.
     /// A quarantined turn is not that (ending it repairs it), nor an unusable sandbox (a
     /// restart would not help; `/readyz` says why).
-    pub fn liveness(&self) -> Result<(), String> {
+    pub fn liveness(&self) -> Result<(), Broken> {
         match self.broken() {
-            Some(broken @ Broken::Worker(_)) => Err(broken.reason()),
+            Some(broken @ Broken::Worker(_)) => Err(broken),
             _ => Ok(()),
         }
     }
@@ -311,7 +340,6 @@ impl Worker {
                 format!("the Tier-0 sandbox is not usable: {reason}"),
             )
         })?;
-        let timeout = req.timeout_ms.map(Duration::from_millis);
         let run = self.log_run(req.run_id.as_deref())?;
         let mut slot = self.lock().await?;
         let _busy = BusyFlag::set(&self.busy);
@@ -352,25 +380,36 @@ impl Worker {
             Some(open) => open,
             empty => empty.insert(self.open_turn(tier0, &slot.cwd, &slot.env)),
         };
-        *relock(&open.ctx) = ExecContext {
-            run: run.clone(),
-            key_prefix: prefix.clone(),
-            ..ExecContext::default()
+        let step = Step {
+            script: &req.script,
+            step_key: req.step_key.as_deref(),
+            // The same limit whichever tier runs the command.
+            timeout: req.timeout_ms.map(Duration::from_millis),
         };
-        tier0.set_next_timeout(timeout);
-        // The same limit for a command that runs on Tier-1.
-        open.turn.set_next_timeout(timeout);
+        // With a session log, the command's start is recorded before it runs (fail-closed).
+        let mut recorder = self
+            .log
+            .as_deref()
+            .map(|log| StartRecorder::new(log, &open.capture, &run, &prefix));
+        let gate = recorder.as_mut().map(|r| r as &mut dyn StartGate);
         // A panic inside the runtime (a bug, or an input it did not expect) must not take the
         // next request down with it: it is caught here, and the turn it left behind in an
         // unknown state is quarantined (see `Broken`). Unwind safety is asserted because
         // nothing touches that turn afterwards except ending it, which is guarded the same way.
-        let stepped = AssertUnwindSafe(open.turn.exec_step(&req.script, req.step_key.as_deref()))
+        let stepped = AssertUnwindSafe(open.turn.exec_step(step, gate))
             .catch_unwind()
             .await;
         let events = open.capture.take();
-        let ctx = std::mem::take(&mut *relock(&open.ctx));
-        let outcome = match stepped {
-            Ok(outcome) => outcome,
+        let rest = recorder.as_ref().map(|r| r.rest(&events));
+        let started_key = recorder.and_then(|r| r.started_key);
+        let executed = match stepped {
+            Ok(Ok(executed)) => executed,
+            Ok(Err(not_run)) => {
+                if let (Some(log), Some(key)) = (&self.log, &started_key) {
+                    log.mark_not_run(&run, key);
+                }
+                return Err(log_down_msg(not_run.to_string()));
+            }
             Err(panic) => {
                 let broken = Broken::Turn(format!(
                     "the runtime panicked while running a command ({}); the command's outcome is unknown",
@@ -380,48 +419,31 @@ impl Worker {
                 self.set_broken(broken.clone());
                 // What the command emitted before the panic still goes to the log (its started
                 // event without a completion marks the step incomplete, never replayable).
-                if let Some(log) = &self.log {
-                    let rest = keyed(
-                        &run,
-                        &prefix,
-                        events.get(ctx.appended..).unwrap_or_default(),
-                        ctx.appended,
-                    );
+                if let (Some(log), Some(rest)) = (&self.log, rest) {
                     log.enqueue_and_flush(rest).await;
                 }
                 return Err(broken.refusal());
             }
         };
-        if let (Some(log), Some(reason)) = (&self.log, &ctx.refused) {
-            if let Some(key) = &ctx.started_key {
-                log.mark_not_run(&run, key);
-            }
-            return Err(log_down_msg(format!("command not run: {reason}")));
-        }
-        if let (Some(log), Some(key)) = (&self.log, &ctx.started_key) {
+        if let (Some(log), Some(key)) = (&self.log, &started_key) {
             log.forget_not_run(&run, key);
         }
         self.account(open, &events);
-        let log_pending = match &self.log {
-            Some(log) => {
-                let rest = keyed(
-                    &run,
-                    &prefix,
-                    events.get(ctx.appended..).unwrap_or_default(),
-                    ctx.appended,
-                );
-                log.enqueue_and_flush(rest).await
-            }
-            None => 0,
+        let log_pending = match (&self.log, rest) {
+            (Some(log), Some(rest)) => log.enqueue_and_flush(rest).await,
+            _ => 0,
         };
-        let classification = req.explain.then(|| {
-            serde_json::to_value(classify::classify(&req.script, &self.classify_options()))
-                .unwrap_or_default()
-        });
-        let mut response = ExecResponse::from_outcome(outcome, events, run);
-        response.classification = classification;
-        response.log_pending = log_pending;
-        Ok(response)
+        Ok(ExecResponse {
+            outcome: executed.outcome,
+            classification: req
+                .explain
+                .then(|| serde_json::to_value(&executed.classification).unwrap_or_default()),
+            events,
+            replayed: false,
+            run_id: run,
+            log_pending,
+            replay_problems: Vec::new(),
+        })
     }
 
     /// The session-log run a request's `runId` names (see [`SessionLogConfig::run_scope`]);
@@ -554,11 +576,10 @@ impl Worker {
     ) -> OpenTurn {
         let turn_id = format!("turn_{}_{}", now_ms(), &self.instance);
         let capture = Arc::new(Capture::default());
-        let ctx = Arc::new(Mutex::new(ExecContext::default()));
         let emitter = Emitter::new(&self.config.session, &turn_id, vec![capture.clone()])
             .with_file_event_limit(self.config.max_file_events)
             .with_file_event_bytes(self.config.max_file_event_bytes);
-        let mut turn = Turn::new(
+        let turn = Turn::new(
             TurnConfig {
                 workspace: self.spec.clone(),
                 classify: self.classify_options(),
@@ -574,18 +595,10 @@ impl Worker {
             cwd.to_path_buf(),
             env.clone(),
         );
-        if let Some(log) = &self.log {
-            turn = turn.with_start_gate(Arc::new(LogGate {
-                log: log.clone(),
-                capture: capture.clone(),
-                ctx: ctx.clone(),
-            }));
-        }
         OpenTurn {
             turn,
             turn_id,
             capture,
-            ctx,
             commands: 0,
             files: TurnFiles::new(
                 self.config.max_file_events,

@@ -1,12 +1,12 @@
-//! Tier-0 with a per-command time limit. The sandbox fixes its limits when it is built (the
-//! supervisor enforces them between fork and exec), so each distinct `timeoutMs` gets its own
-//! sandbox, built on first use and kept in a small cache; the default one is built at start-up,
-//! which is also the readiness check.
+//! Tier-0 with a per-command time limit, read from each request. The sandbox fixes its limits
+//! when it is built (the supervisor enforces them between fork and exec), so each distinct
+//! `timeoutMs` gets its own sandbox, built on first use and kept in a small cache; the default one
+//! is built at start-up, which is also the readiness check.
 
 use super::relock;
 use async_trait::async_trait;
 use kube_harness_runtime::{
-    CommandExecutor, DisposeReport, ExecRequest, ExecResult, Tier0Executor,
+    CommandExecutor, DisposeReport, ExecRequest, ExecResult, Tier0Executor, TierError,
 };
 use kube_harness_sandbox::{Limits, Presentation, SandboxConfig, SandboxError};
 use kube_harness_workspace::WorkspaceSpec;
@@ -25,8 +25,6 @@ pub struct TimedTier0 {
     denied: Vec<String>,
     default: Arc<Tier0Executor>,
     others: Mutex<Vec<(Duration, Arc<Tier0Executor>)>>,
-    /// The limit of the next command; set by the worker (one command at a time per session).
-    next: Mutex<Option<Duration>>,
 }
 
 impl TimedTier0 {
@@ -50,18 +48,12 @@ impl TimedTier0 {
             denied,
             default,
             others: Mutex::new(Vec::new()),
-            next: Mutex::new(None),
         })
     }
 
     /// The default time limit.
     pub fn default_timeout(&self) -> Duration {
         self.limits.timeout
-    }
-
-    /// Sets the limit of the next command (`None`: the default).
-    pub fn set_next_timeout(&self, timeout: Option<Duration>) {
-        *relock(&self.next) = timeout;
     }
 
     fn executor_for(&self, timeout: Duration) -> Result<Arc<Tier0Executor>, SandboxError> {
@@ -100,14 +92,16 @@ impl CommandExecutor for TimedTier0 {
     }
 
     async fn execute(&self, req: ExecRequest) -> ExecResult {
-        let timeout = relock(&self.next).unwrap_or(self.limits.timeout);
+        let timeout = req.timeout.unwrap_or(self.limits.timeout);
         match self.executor_for(timeout) {
             Ok(executor) => executor.execute(req).await,
-            Err(e) => ExecResult::fault(&format!("preparing the sandbox for {timeout:?}: {e}")),
+            Err(e) => {
+                kube_harness_runtime::fault(&format!("preparing the sandbox for {timeout:?}: {e}"))
+            }
         }
     }
 
-    async fn dispose(&self) -> Result<DisposeReport, String> {
+    async fn dispose(&self) -> Result<DisposeReport, TierError> {
         Ok(DisposeReport::default())
     }
 }

@@ -34,22 +34,47 @@ impl FileTrace {
     }
 
     /// Reads a trace file back, skipping nothing: a malformed line is an error naming its number.
-    pub fn read(path: &Path) -> Result<Vec<TraceEvent>, String> {
+    pub fn read(path: &Path) -> Result<Vec<TraceEvent>, TraceReadError> {
         let mut text = String::new();
         OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
             .and_then(|mut f| std::io::Read::read_to_string(&mut f, &mut text))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(|source| TraceReadError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
         text.lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
             .map(|(i, l)| {
-                serde_json::from_str(l).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))
+                serde_json::from_str(l).map_err(|source| TraceReadError::Line {
+                    path: path.to_path_buf(),
+                    line: i.saturating_add(1),
+                    source,
+                })
             })
             .collect()
     }
+}
+
+/// A trace file that could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceReadError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}:{line}: {source}", path.display())]
+    Line {
+        path: std::path::PathBuf,
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 impl EventSink for FileTrace {

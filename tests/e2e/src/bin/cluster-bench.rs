@@ -45,7 +45,7 @@ async fn main() {
         for _ in 0..execs {
             let t = Instant::now();
             let r = connected.worker.exec(&request).await.unwrap();
-            assert_eq!(r.exit_code, 0);
+            assert_eq!(r.outcome.exit_code, 0);
             api_rt.push(t.elapsed());
         }
         let mut kubectl_rt = Vec::new();

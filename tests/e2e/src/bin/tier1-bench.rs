@@ -27,7 +27,7 @@ async fn escalate_once(worker: &WorkerClient, script: &str) -> (Duration, Value,
     let t = Instant::now();
     let r = worker.exec(&ExecRequest::new(script)).await.unwrap();
     let took = t.elapsed();
-    assert_eq!((r.exit_code, r.tier), (0, 1), "{r:?}");
+    assert_eq!((r.outcome.exit_code, r.outcome.tier), (0, 1), "{r:?}");
     let escalated = r
         .events
         .iter()
@@ -69,7 +69,7 @@ async fn main() {
                         .exec(&ExecRequest::new(workspace_script("ws", 100, 10 * 1024)))
                         .await
                         .unwrap();
-                    assert_eq!((r.exit_code, r.tier), (0, 0), "{r:?}");
+                    assert_eq!((r.outcome.exit_code, r.outcome.tier), (0, 0), "{r:?}");
                     connected.worker.end_turn().await.unwrap();
                     workers.push(connected);
                 }
@@ -100,13 +100,13 @@ async fn main() {
                 println!("\n== handoff and merge, 1,000 files / 10 MiB (cold tier)");
                 let cold = &workers[0].worker;
                 let r = cold.exec(&ExecRequest::new(workspace_script("big", 1000, 10 * 1024))).await.unwrap();
-                assert_eq!(r.exit_code, 0, "{r:?}");
+                assert_eq!(r.outcome.exit_code, 0, "{r:?}");
                 cold.end_turn().await.unwrap();
                 let script = "git --version >/dev/null && for f in /session/big/*; do echo x >> \"$f\"; done";
                 let t = Instant::now();
                 let r = cold.exec(&ExecRequest::new(script)).await.unwrap();
                 let exec_took = t.elapsed();
-                assert_eq!((r.exit_code, r.tier), (0, 1), "{r:?}");
+                assert_eq!((r.outcome.exit_code, r.outcome.tier), (0, 1), "{r:?}");
                 let t = Instant::now();
                 let ended = cold.end_turn().await.unwrap().turn.unwrap();
                 let merge_took = t.elapsed();

@@ -1,0 +1,12 @@
+//! The integration tests of this crate as modules of one test binary (one link on two cores).
+
+mod attack_carried;
+mod attack_file_event_bytes;
+mod attack_local;
+mod attack_local_inspection;
+mod attack_persistent;
+mod classify_cli;
+mod local_cli;
+mod support;
+mod worker_cli;
+mod worker_pod_like;

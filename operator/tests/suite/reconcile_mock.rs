@@ -1,0 +1,509 @@
+//! Reconcile logic against a mocked API server that asserts every request, in order. The real
+//! thing is proven by the e2e suite (tests/e2e); these pin down exactly what one reconcile asks.
+
+use super::support::{drain_events, expect, not_found, Handle, Seen};
+use kube_harness_crds::condition::reasons;
+use kube_harness_crds::HarnessSession;
+use kube_harness_operator::{session, Context, OperatorConfig};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+const NS: &str = "team-a";
+
+fn session_obj(extra: Value) -> HarnessSession {
+    let mut v = json!({
+        "apiVersion": "kubeharness.dev/v1alpha1",
+        "kind": "HarnessSession",
+        "metadata": {"name": "demo", "namespace": NS, "uid": "uid-1", "generation": 3, "resourceVersion": "10"},
+        "spec": {"policy": {"denyCommands": ["shutdown"]}},
+    });
+    merge(&mut v, extra);
+    serde_json::from_value(v).unwrap()
+}
+
+fn merge(into: &mut Value, from: Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+fn tier0() -> Value {
+    json!({
+        "apiVersion": "kubeharness.dev/v1alpha1", "kind": "SandboxTier",
+        "metadata": {"name": "tier0", "uid": "t0", "generation": 1},
+        "spec": {"level": 0, "template": {"image": "example.org/kh:1"}, "capabilities": ["python", "javascript"]}
+    })
+}
+
+fn context(client: kube::Client) -> Arc<Context> {
+    Arc::new(Context::new(
+        client,
+        OperatorConfig::for_namespace("kube-harness"),
+    ))
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition in {status}"))
+}
+
+/// The worker tier's read, answered with [`tier0`].
+async fn read_tier0(server: &mut Handle) {
+    expect(
+        server,
+        "GET",
+        "/apis/kubeharness.dev/v1alpha1/sandboxtiers/tier0",
+        200,
+        tier0(),
+    )
+    .await;
+}
+
+/// The workspace PVC apply; returns what the operator sent.
+async fn apply_workspace(server: &mut Handle) -> Seen {
+    expect(server, "PATCH", &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/demo-workspace"), 200,
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "demo-workspace"}})).await
+}
+
+/// The worker's NetworkPolicy apply; returns what the operator sent.
+async fn apply_worker_policy(server: &mut Handle) -> Seen {
+    expect(server, "PATCH", &format!("/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/demo-worker"), 200,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "demo-worker"}})).await
+}
+
+/// The worker pod looked up (absent) and created; returns the pod the operator sent.
+async fn create_worker_pod(server: &mut Handle) -> Seen {
+    expect(
+        server,
+        "GET",
+        &format!("/api/v1/namespaces/{NS}/pods/demo-worker"),
+        404,
+        not_found("pods", "demo-worker"),
+    )
+    .await;
+    expect(server, "POST", &format!("/api/v1/namespaces/{NS}/pods"), 201,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker", "namespace": NS}})).await
+}
+
+/// The session's status patch; returns what the operator sent.
+async fn patch_session_status(server: &mut Handle) -> Seen {
+    expect(
+        server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo/status"),
+        200,
+        json!(session_obj(json!({}))),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_new_session_first_gets_the_finalizer() {
+    let (client, mut server) = super::support::client();
+    let obj = session_obj(json!({}));
+    let ctx = context(client);
+    let run = tokio::spawn(session::reconcile(Arc::new(obj.clone()), ctx));
+    let seen = expect(
+        &mut server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+        200,
+        json!(session_obj(
+            json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"]}})
+        )),
+    )
+    .await;
+    assert!(
+        seen.content_type.contains("json-patch"),
+        "{}",
+        seen.content_type
+    );
+    assert!(
+        seen.body.to_string().contains("kubeharness.dev/cleanup"),
+        "{}",
+        seen.body
+    );
+    run.await.unwrap().expect("reconcile");
+}
+
+#[tokio::test]
+async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
+    let (client, mut server) = super::support::client();
+    let obj = session_obj(json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"]}}));
+    let ctx = context(client);
+    let run = tokio::spawn(session::reconcile(Arc::new(obj), ctx));
+    let base = format!("/api/v1/namespaces/{NS}");
+
+    read_tier0(&mut server).await;
+    expect(
+        &mut server,
+        "GET",
+        &format!("{base}/secrets/demo-token"),
+        404,
+        not_found("secrets", "demo-token"),
+    )
+    .await;
+    let secret = expect(&mut server, "POST", &format!("{base}/secrets"), 201, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-token", "namespace": NS}})).await;
+    assert_eq!(
+        secret.body["metadata"]["ownerReferences"][0]["uid"],
+        "uid-1"
+    );
+    assert_eq!(
+        secret.body["metadata"]["ownerReferences"][0]["controller"],
+        true
+    );
+    assert_eq!(
+        secret.body["data"]["token"].as_str().map(str::len),
+        Some(88),
+        "base64 of 64 hex chars"
+    );
+
+    let pvc = apply_workspace(&mut server).await;
+    assert_eq!(pvc.content_type, "application/apply-patch+yaml");
+    assert!(
+        pvc.query.contains("fieldManager=kube-harness-operator")
+            && pvc.query.contains("force=true"),
+        "{}",
+        pvc.query
+    );
+    assert_eq!(pvc.body["spec"]["resources"]["requests"]["storage"], "1Gi");
+
+    let np = apply_worker_policy(&mut server).await;
+    let egress = np.body["spec"]["egress"].as_array().unwrap();
+    assert_eq!(
+        egress.len(),
+        2,
+        "network off: DNS and the session log only: {egress:?}"
+    );
+    assert!(
+        egress.iter().all(|r| r.get("to").is_some()),
+        "no allow-all egress rule"
+    );
+
+    let pod = create_worker_pod(&mut server).await;
+    let spec = &pod.body["spec"];
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    assert_eq!(spec["enableServiceLinks"], false);
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        spec["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let c = &spec["containers"][0];
+    assert_eq!(c["image"], "example.org/kh:1");
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        args.windows(2).any(|w| w == ["--deny-command", "shutdown"]),
+        "{args:?}"
+    );
+    assert!(args.contains(&"--network=false"), "{args:?}");
+    let mounts: Vec<&str> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap())
+        .collect();
+    for path in ["/session", "/artifacts", "/persistent", "/.agents", "/tmp"] {
+        assert!(mounts.contains(&path), "{path} not mounted: {mounts:?}");
+    }
+
+    let status = patch_session_status(&mut server).await;
+    assert_eq!(status.content_type, "application/apply-patch+yaml");
+    assert_eq!(
+        status.body["metadata"]["resourceVersion"], "10",
+        "conditioned on the object the reconcile read"
+    );
+    let st = &status.body["status"];
+    assert_eq!(st["phase"], "Provisioning");
+    assert_eq!(st["observedGeneration"], 3);
+    assert_eq!(condition(st, "Ready")["status"], "False");
+    assert_eq!(condition(st, "Ready")["reason"], reasons::WORKER_STARTING);
+    assert_eq!(
+        condition(st, "Escalated")["reason"],
+        reasons::NO_ESCALATION_TIER
+    );
+    assert!(condition(st, "Escalated")["message"]
+        .as_str()
+        .unwrap()
+        .contains("126"));
+    assert_eq!(condition(st, "Ready")["observedGeneration"], 3);
+    assert!(condition(st, "Ready")["lastTransitionTime"].is_string());
+
+    // One Event per condition that changed: Escalated, Hibernated, Ready, Degraded.
+    let events = drain_events(&mut server, NS, 4).await;
+    let published: Vec<&str> = events
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap())
+        .collect();
+    assert!(
+        published.contains(&reasons::NO_ESCALATION_TIER)
+            && published.contains(&reasons::WORKER_STARTING),
+        "{published:?}"
+    );
+    run.await.unwrap().expect("reconcile");
+}
+
+#[tokio::test]
+async fn a_missing_worker_tier_is_reported_degraded_without_creating_anything() {
+    let (client, mut server) = super::support::client();
+    let obj = session_obj(
+        json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"]}, "spec": {"workerTier": "gone"}}),
+    );
+    let run = tokio::spawn(session::reconcile(Arc::new(obj), context(client)));
+    expect(
+        &mut server,
+        "GET",
+        "/apis/kubeharness.dev/v1alpha1/sandboxtiers/gone",
+        404,
+        not_found("sandboxtiers", "gone"),
+    )
+    .await;
+    let status = patch_session_status(&mut server).await;
+    let st = &status.body["status"];
+    assert_eq!(st["phase"], "Pending");
+    assert_eq!(condition(st, "Degraded")["status"], "True");
+    assert_eq!(
+        condition(st, "Degraded")["reason"],
+        reasons::WORKER_TIER_NOT_FOUND
+    );
+    let events = drain_events(&mut server, NS, 2).await;
+    assert!(events.iter().any(|e| e["type"] == "Warning"), "{events:?}");
+    run.await.unwrap().expect("reconcile");
+}
+
+#[tokio::test]
+async fn deleting_a_session_stops_its_worker_then_drops_the_finalizer() {
+    let (client, mut server) = super::support::client();
+    let obj = session_obj(
+        json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"], "deletionTimestamp": "2026-11-30T10:00:00Z"}}),
+    );
+    let run = tokio::spawn(session::reconcile(Arc::new(obj), context(client)));
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{NS}/pods/demo-worker"),
+        200,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker"}}),
+    )
+    .await;
+    // Its Tier-1 pods, in the operator's namespace, found by label and deleted with their Secrets.
+    let list = expect(
+        &mut server,
+        "GET",
+        "/api/v1/namespaces/kube-harness/pods",
+        200,
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-abc", "namespace": "kube-harness"}}
+        ]}),
+    )
+    .await;
+    assert!(
+        list.query
+            .contains("kubeharness.dev%2Fsession-namespace%3Dteam-a")
+            && list.query.contains("kubeharness.dev%2Fsession%3Ddemo"),
+        "{}",
+        list.query
+    );
+    expect(
+        &mut server,
+        "DELETE",
+        "/api/v1/namespaces/kube-harness/pods/t1-abc",
+        200,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-abc"}}),
+    )
+    .await;
+    expect(
+        &mut server,
+        "DELETE",
+        "/api/v1/namespaces/kube-harness/secrets/t1-abc",
+        404,
+        not_found("secrets", "t1-abc"),
+    )
+    .await;
+    drain_events(&mut server, NS, 1).await;
+    let fin = expect(
+        &mut server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+        200,
+        json!(session_obj(json!({}))),
+    )
+    .await;
+    assert!(fin.content_type.contains("json-patch"));
+    assert!(fin.body.to_string().contains("remove"), "{}", fin.body);
+    run.await.unwrap().expect("reconcile");
+}
+
+/// A session escalating to `rust`, with the operator's tier API configured.
+/// `events`: how many conditions change (one Event each).
+async fn escalating_reconcile(
+    escalated: Option<(&str, &str)>,
+    tier1_pods: Value,
+    events: usize,
+) -> (Value, Value, Vec<Value>) {
+    let (client, mut server) = super::support::client();
+    let mut extra = json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"]}, "spec": {"escalation": {"tier": "rust"}}});
+    if let Some((status, reason)) = escalated {
+        extra["status"] = json!({"conditions": [{"type": "Escalated", "status": status, "reason": reason,
+            "message": "earlier", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+    }
+    let obj = session_obj(extra);
+    let config = OperatorConfig {
+        tier_api_url: Some("http://kh-operator.kube-harness.svc:8081".into()),
+        ..OperatorConfig::for_namespace("kube-harness")
+    };
+    let run = tokio::spawn(session::reconcile(
+        Arc::new(obj),
+        Arc::new(Context::new(client, config)),
+    ));
+    let base = format!("/api/v1/namespaces/{NS}");
+    read_tier0(&mut server).await;
+    expect(&mut server, "GET", "/apis/kubeharness.dev/v1alpha1/sandboxtiers/rust", 200, json!({
+        "apiVersion": "kubeharness.dev/v1alpha1", "kind": "SandboxTier",
+        "metadata": {"name": "rust", "uid": "t1", "generation": 1},
+        "spec": {"level": 2, "template": {"image": "rust:1"}, "capabilities": ["build-toolchain"]}
+    })).await;
+    let list = expect(
+        &mut server,
+        "GET",
+        "/api/v1/namespaces/kube-harness/pods",
+        200,
+        tier1_pods,
+    )
+    .await;
+    assert!(
+        list.query.contains("kubeharness.dev%2Fsession%3Ddemo"),
+        "{}",
+        list.query
+    );
+    expect(&mut server, "GET", &format!("{base}/secrets/demo-token"), 200,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-token"}, "data": {"token": "dG9r"}})).await;
+    apply_workspace(&mut server).await;
+    let np = apply_worker_policy(&mut server).await;
+    let pod = create_worker_pod(&mut server).await;
+    let args = pod.body["spec"]["containers"][0]["args"].clone();
+    let status = patch_session_status(&mut server).await;
+    let events = drain_events(&mut server, NS, events).await;
+    tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .expect("the reconcile waits for no further request")
+        .unwrap()
+        .expect("reconcile");
+    let np_egress = np.body["spec"]["egress"].clone();
+    assert_eq!(
+        np_egress.as_array().unwrap().len(),
+        4,
+        "tier API and Tier-1 pods reachable: {np_egress}"
+    );
+    let joined: Vec<&str> = args
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        joined.windows(2).any(|w| w == ["--escalation", "pod"]),
+        "{joined:?}"
+    );
+    (status.body["status"].clone(), np_egress, events)
+}
+
+#[tokio::test]
+async fn a_serving_tier1_pod_makes_the_session_escalated_on_its_level() {
+    let ready = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [{
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-abc", "namespace": "kube-harness"},
+        "status": {"phase": "Running", "podIP": "10.0.0.5", "conditions": [{"type": "Ready", "status": "True"}]}
+    }]});
+    let (st, _, events) = escalating_reconcile(None, ready, 4).await;
+    assert_eq!(condition(&st, "Escalated")["status"], "True");
+    assert_eq!(condition(&st, "Escalated")["reason"], reasons::TIER1_READY);
+    assert_eq!(
+        st["currentTier"], 2,
+        "the tier's level while its pod serves"
+    );
+    assert!(
+        events.iter().any(|e| e["reason"] == reasons::TIER1_READY),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_escalation_keeps_its_reason_after_the_pod_is_gone() {
+    let none = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []});
+    let (st, _, _) =
+        escalating_reconcile(Some(("False", reasons::TIER1_FAILED)), none.clone(), 3).await;
+    assert_eq!(condition(&st, "Escalated")["reason"], reasons::TIER1_FAILED);
+    assert_eq!(condition(&st, "Escalated")["message"], "earlier");
+    // A pod that served and is gone: the turn ended.
+    let (st, _, _) =
+        escalating_reconcile(Some(("True", reasons::TIER1_READY)), none.clone(), 4).await;
+    assert_eq!(
+        (
+            condition(&st, "Escalated")["status"].as_str(),
+            condition(&st, "Escalated")["reason"].as_str()
+        ),
+        (Some("False"), Some(reasons::TURN_ENDED))
+    );
+    // Nothing escalated yet: available, not refused.
+    let (st, _, _) = escalating_reconcile(None, none, 4).await;
+    assert_eq!(
+        condition(&st, "Escalated")["reason"],
+        reasons::TIER1_AVAILABLE
+    );
+    assert!(!condition(&st, "Escalated")["message"]
+        .as_str()
+        .unwrap()
+        .contains("126"));
+}
+
+#[tokio::test]
+async fn a_status_write_conflict_recomputes_soon_without_backoff() {
+    let (client, _server) = super::support::client();
+    let ctx = context(client);
+    let status: kube::core::Status = serde_json::from_value(json!({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409,
+        "message": "Operation cannot be fulfilled on harnesssessions.kubeharness.dev \"demo\": the object has been modified"
+    }))
+    .unwrap();
+    let conflict = kube_harness_operator::Error::Finalizer(Box::new(
+        kube::runtime::finalizer::Error::ApplyFailed(kube_harness_operator::Error::Kube(
+            kube::Error::Api(Box::new(status)),
+        )),
+    ));
+    let obj = Arc::new(session_obj(json!({})));
+    for _ in 0..3 {
+        assert_eq!(
+            session::error_policy(obj.clone(), &conflict, ctx.clone()),
+            kube::runtime::controller::Action::requeue(std::time::Duration::from_millis(200))
+        );
+    }
+    // Any other failure backs off: 1 s, then 2 s.
+    let other = kube_harness_operator::Error::MissingField("x");
+    let first = session::error_policy(obj.clone(), &other, ctx.clone());
+    let second = session::error_policy(obj, &other, ctx.clone());
+    assert_eq!(
+        (first, second),
+        (
+            kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(1)),
+            kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(2))
+        )
+    );
+    assert!(ctx.metrics.encode().contains("error=\"conflict\"} 3"));
+}

@@ -1,0 +1,675 @@
+//! Tier-1 objects built from a SandboxTier (pod, NetworkPolicy), reading pod states, the sweep's
+//! verdicts, what an escalating session's worker gets, and one warm-pool reconcile against a
+//! mocked API server.
+
+use super::support::{drain_events, expect, not_found, Handle, Seen};
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::Action;
+use kube_harness_crds::condition::reasons;
+use kube_harness_crds::{HarnessSession, SandboxTier};
+use kube_harness_operator::session::resources;
+use kube_harness_operator::tier1::pod::{self, Purpose, Serving};
+use kube_harness_operator::tier1::state::{self, Phase};
+use kube_harness_operator::tier1::sweep;
+use kube_harness_operator::Result;
+use kube_harness_operator::{tier, Context, OperatorConfig};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+fn tier_obj(spec: Value) -> SandboxTier {
+    serde_json::from_value(json!({
+        "apiVersion": "kubeharness.dev/v1alpha1", "kind": "SandboxTier",
+        "metadata": {"name": "rust", "uid": "tier-uid", "generation": 4},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn rust(pool: u32) -> SandboxTier {
+    tier_obj(
+        json!({"level": 1, "template": {"image": "rust:1", "runtimeClassName": "gvisor",
+        "resources": {"limits": {"memory": "4Gi"}}, "nodeSelector": {"pool": "build"},
+        "tolerations": [{"key": "build", "operator": "Exists"}]},
+        "capabilities": ["version-control", "build-toolchain"], "warmPool": {"size": pool}}),
+    )
+}
+
+fn serving() -> Purpose {
+    Purpose::Serving(Serving {
+        session_namespace: "team-a".into(),
+        session: "demo".into(),
+        turn: "turn-1".into(),
+        worker_uid: Some("w/0".into()),
+        miss_reason: None,
+    })
+}
+
+fn as_json(p: &Pod) -> Value {
+    serde_json::to_value(p).unwrap()
+}
+
+#[test]
+fn the_tier1_pod_meets_restricted_pod_security_with_no_token_and_no_worker_environment() {
+    let config = OperatorConfig::for_namespace("kh");
+    let p = as_json(&pod::pod("t1-x", &rust(0), &serving(), &config));
+    let spec = &p["spec"];
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    assert_eq!(spec["enableServiceLinks"], false);
+    assert_eq!(spec["restartPolicy"], "Never");
+    for forbidden in [
+        "hostNetwork",
+        "hostPID",
+        "hostIPC",
+        "serviceAccountName",
+        "imagePullSecrets",
+    ] {
+        assert!(spec.get(forbidden).is_none(), "{forbidden} set");
+    }
+    let psc = &spec["securityContext"];
+    assert_eq!(psc["runAsNonRoot"], true);
+    assert_eq!(
+        (
+            psc["runAsUser"].as_i64(),
+            psc["runAsGroup"].as_i64(),
+            psc["fsGroup"].as_i64()
+        ),
+        (Some(65532), Some(65532), Some(65532))
+    );
+    assert_eq!(psc["seccompProfile"]["type"], "RuntimeDefault");
+    let containers: Vec<&Value> = spec["initContainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(spec["containers"].as_array().unwrap())
+        .collect();
+    assert_eq!(containers.len(), 2);
+    for c in &containers {
+        let sc = &c["securityContext"];
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{}", c["name"]);
+        assert_eq!(sc["privileged"], false);
+        assert_eq!(sc["runAsNonRoot"], true);
+        assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+        assert!(sc["capabilities"].get("add").is_none());
+        assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+        assert!(c.get("envFrom").is_none(), "{}: envFrom", c["name"]);
+        for m in c["volumeMounts"].as_array().unwrap() {
+            assert_ne!(
+                m["mountPath"],
+                "/var/run/secrets/kubernetes.io/serviceaccount"
+            );
+        }
+    }
+    // The init container copies the binary from the worker image; the tier image runs it.
+    let init = containers[0];
+    assert_eq!(init["image"], "localhost/kube-harness/worker:dev");
+    assert_eq!(
+        init["command"],
+        json!(["cp", "/usr/local/bin/kube-harness", "/kh/bin/kube-harness"])
+    );
+    assert!(init.get("env").is_none());
+    let agent = containers[1];
+    assert_eq!(agent["name"], "agent");
+    assert_eq!(agent["image"], "rust:1");
+    assert_eq!(agent["command"], json!(["/kh/bin/kube-harness"]));
+    assert_eq!(agent["resources"]["limits"]["memory"], "4Gi");
+    // Only HOME and TMPDIR: no token, URL or setting of the worker's (KH_*) reaches Tier-1.
+    assert_eq!(
+        agent["env"],
+        json!([{"name": "HOME", "value": "/home/kh"}, {"name": "TMPDIR", "value": "/tmp"}])
+    );
+    // A tier's env comes first (HOME and TMPDIR, set last, win), and changes the pool's hash.
+    let mut with_env = rust(0);
+    with_env.spec.template.env = vec![kube_harness_crds::tier::TierEnvVar {
+        name: "CARGO_HOME".into(),
+        value: "/tmp/cargo".into(),
+    }];
+    let p = as_json(&pod::pod("t1-x", &with_env, &serving(), &config));
+    assert_eq!(
+        p["spec"]["containers"][0]["env"],
+        json!([{"name": "CARGO_HOME", "value": "/tmp/cargo"}, {"name": "HOME", "value": "/home/kh"}, {"name": "TMPDIR", "value": "/tmp"}])
+    );
+    assert_ne!(
+        pod::template_hash(&with_env, &config),
+        pod::template_hash(&rust(0), &config)
+    );
+    assert_eq!(
+        agent["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": 8080})
+    );
+    let mounts: Vec<(&str, &str)> = agent["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["mountPath"].as_str().unwrap(),
+                m["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    for path in [
+        "/kh/bin",
+        "/kh/token",
+        "/session",
+        "/artifacts",
+        "/persistent",
+        "/home/kh",
+        "/tmp",
+    ] {
+        assert!(
+            mounts.iter().any(|(p, _)| *p == path),
+            "{path} not mounted: {mounts:?}"
+        );
+    }
+    // Every volume is an emptyDir except the pod's own token Secret: nothing else to read.
+    for v in spec["volumes"].as_array().unwrap() {
+        match v["name"].as_str().unwrap() {
+            "token" => assert_eq!(v["secret"]["secretName"], "t1-x"),
+            other => assert!(v.get("emptyDir").is_some(), "{other}: {v}"),
+        }
+    }
+    assert_eq!(spec["runtimeClassName"], "gvisor");
+    assert_eq!(spec["nodeSelector"], json!({"pool": "build"}));
+    assert_eq!(spec["tolerations"][0]["key"], "build");
+}
+
+#[test]
+fn pool_pods_carry_the_pool_labels_and_the_template_hash_follows_the_template() {
+    let config = OperatorConfig::for_namespace("kh");
+    let hash = pod::template_hash(&rust(2), &config);
+    let p = pod::pod(
+        "t1-p",
+        &rust(2),
+        &Purpose::Pool {
+            template_hash: hash.clone(),
+        },
+        &config,
+    );
+    let labels = p.metadata.labels.unwrap();
+    assert_eq!(labels["kubeharness.dev/pool"], "rust");
+    assert_eq!(labels["kubeharness.dev/claimed"], "false");
+    assert_eq!(labels["kubeharness.dev/template-hash"], hash);
+    assert!(!labels.contains_key("kubeharness.dev/session"));
+    // The pool size is not part of the template; the image and the worker image are.
+    assert_eq!(pod::template_hash(&rust(5), &config), hash);
+    let mut other = rust(2);
+    other.spec.template.image = "rust:2".into();
+    assert_ne!(pod::template_hash(&other, &config), hash);
+    let config2 = OperatorConfig {
+        worker_image: "w:2".into(),
+        ..config.clone()
+    };
+    assert_ne!(pod::template_hash(&rust(2), &config2), hash);
+}
+
+#[test]
+fn the_tier_network_policy_admits_only_workers_and_follows_the_egress_policy() {
+    let config = OperatorConfig::for_namespace("kh");
+    let np = serde_json::to_value(pod::network_policy(&rust(0), &config)).unwrap();
+    assert_eq!(np["metadata"]["name"], "t1-rust");
+    assert_eq!(np["metadata"]["namespace"], "kh");
+    assert_eq!(
+        np["spec"]["podSelector"]["matchLabels"]["kubeharness.dev/tier"],
+        "rust"
+    );
+    assert_eq!(
+        np["spec"]["ingress"],
+        json!([{"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {
+        "app.kubernetes.io/managed-by": "kube-harness-operator", "kubeharness.dev/role": "worker"}}}],
+        "ports": [{"port": 8080, "protocol": "TCP"}]}])
+    );
+    let egress = np["spec"]["egress"].as_array().unwrap();
+    assert_eq!(egress.len(), 1, "Deny: DNS only");
+    assert_eq!(egress[0]["ports"][0]["port"], 53);
+    let mut list = rust(0);
+    list.spec.egress =
+        serde_json::from_value(json!({"mode": "AllowList", "cidrs": ["10.0.0.0/8"]})).unwrap();
+    let np = serde_json::to_value(pod::network_policy(&list, &config)).unwrap();
+    assert_eq!(
+        np["spec"]["egress"][1]["to"],
+        json!([{"ipBlock": {"cidr": "10.0.0.0/8"}}])
+    );
+    let mut all = rust(0);
+    all.spec.egress = serde_json::from_value(json!({"mode": "AllowAll"})).unwrap();
+    let np = serde_json::to_value(pod::network_policy(&all, &config)).unwrap();
+    assert_eq!(np["spec"]["egress"], json!([{}]));
+}
+
+fn pod_with(status: Value) -> Pod {
+    serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-x"}, "status": status}),
+    )
+    .unwrap()
+}
+
+fn failed_reason(status: Value) -> String {
+    match state::phase(&pod_with(status)) {
+        Phase::Failed { reason, .. } => reason,
+        other => panic!("not failed: {other:?}"),
+    }
+}
+
+#[test]
+fn pod_states_map_to_sandbox_phases() {
+    assert_eq!(
+        state::phase(&pod_with(json!({"phase": "Pending"}))),
+        Phase::Pending
+    );
+    assert_eq!(
+        state::phase(&pod_with(
+            json!({"phase": "Running", "podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]})
+        )),
+        Phase::Ready {
+            ip: "10.0.0.1".into()
+        }
+    );
+    assert_eq!(
+        state::phase(&pod_with(
+            json!({"phase": "Running", "podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "False"}]})
+        )),
+        Phase::Pending
+    );
+    let waiting = |reason: &str, init: bool| {
+        let key = if init {
+            "initContainerStatuses"
+        } else {
+            "containerStatuses"
+        };
+        json!({"phase": "Pending", key: [{"name": if init {"install-agent"} else {"agent"}, "image": "i", "imageID": "",
+            "ready": false, "restartCount": 0, "state": {"waiting": {"reason": reason}}}]})
+    };
+    for r in [
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+    ] {
+        assert_eq!(failed_reason(waiting(r, false)), "ImagePullFailed", "{r}");
+        assert_eq!(
+            failed_reason(waiting(r, true)),
+            "ImagePullFailed",
+            "{r} in the init container"
+        );
+    }
+    assert_eq!(
+        failed_reason(waiting("CreateContainerConfigError", false)),
+        "ContainerFailed"
+    );
+    assert_eq!(
+        state::phase(&pod_with(waiting("ContainerCreating", false))),
+        Phase::Pending
+    );
+    assert_eq!(
+        failed_reason(
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]})
+        ),
+        "Unschedulable"
+    );
+    assert_eq!(failed_reason(json!({"phase": "Failed"})), "PodFailed");
+    assert_eq!(failed_reason(json!({"phase": "Succeeded"})), "PodFailed");
+    assert_eq!(
+        failed_reason(
+            json!({"phase": "Running", "containerStatuses": [{"name": "agent", "image": "i", "imageID": "",
+        "ready": false, "restartCount": 0, "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]})
+        ),
+        "AgentDied"
+    );
+    assert_eq!(
+        failed_reason(
+            json!({"phase": "Running", "containerStatuses": [{"name": "agent", "image": "i", "imageID": "",
+        "ready": true, "restartCount": 1, "state": {"running": {}}}]})
+        ),
+        "AgentDied"
+    );
+    let mut deleting = pod_with(json!({"phase": "Running"}));
+    deleting.metadata.deletion_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+    );
+    assert!(matches!(state::phase(&deleting), Phase::Failed { .. }));
+}
+
+#[test]
+fn the_sweep_deletes_pods_of_gone_sessions_replaced_workers_and_ended_pods_only() {
+    let with = |uid: Option<&str>, status: Value| {
+        let mut p = pod_with(status);
+        if let Some(uid) = uid {
+            p.metadata.annotations =
+                Some([("kubeharness.dev/worker-uid".to_string(), uid.to_string())].into());
+        }
+        p
+    };
+    let young = Duration::from_secs(10);
+    let running = json!({"phase": "Running"});
+    let v =
+        |uid: Option<&str>, status: Value, exists: bool, worker: Option<&str>, age: Duration| {
+            sweep::verdict(&with(uid, status), exists, worker, age)
+        };
+    assert_eq!(
+        v(Some("w/0"), running.clone(), true, Some("w/0"), young),
+        None
+    );
+    assert!(v(Some("w/0"), running.clone(), false, None, young)
+        .unwrap()
+        .contains("gone"));
+    assert!(v(Some("w/0"), running.clone(), true, Some("w/1"), young)
+        .unwrap()
+        .contains("worker"));
+    assert!(v(Some("w/0"), running.clone(), true, None, young)
+        .unwrap()
+        .contains("worker"));
+    assert!(v(
+        Some("w/0"),
+        json!({"phase": "Failed"}),
+        true,
+        Some("w/0"),
+        young
+    )
+    .is_some());
+    // Failing to start: the worker's DELETE ends it, unless no one did for FAILED_GRACE.
+    let unschedulable = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]});
+    assert_eq!(
+        v(Some("w/0"), unschedulable.clone(), true, Some("w/0"), young),
+        None
+    );
+    let late = sweep::FAILED_GRACE + Duration::from_secs(1);
+    assert!(v(Some("w/0"), unschedulable, true, Some("w/0"), late).is_some());
+    // Starting is fine for a while; never ready is not.
+    let pending = json!({"phase": "Pending"});
+    assert_eq!(
+        v(Some("w/0"), pending.clone(), true, Some("w/0"), late),
+        None
+    );
+    let never = sweep::PENDING_LIMIT + Duration::from_secs(1);
+    assert!(v(Some("w/0"), pending, true, Some("w/0"), never).is_some());
+    // A ready pod of a live turn stays however long the turn takes.
+    let ready = json!({"phase": "Running", "podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]});
+    assert_eq!(v(Some("w/0"), ready, true, Some("w/0"), never), None);
+    let worker: Pod = serde_json::from_value(
+        json!({"metadata": {"uid": "abc"}, "status": {"containerStatuses": [
+        {"name": "worker", "image": "i", "imageID": "", "ready": true, "restartCount": 3}]}}),
+    )
+    .unwrap();
+    assert_eq!(sweep::worker_identity(&worker).as_deref(), Some("abc/3"));
+}
+
+fn session(spec: Value) -> HarnessSession {
+    serde_json::from_value(
+        json!({"apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessSession",
+        "metadata": {"name": "s1", "namespace": "ns", "uid": "u1"}, "spec": spec}),
+    )
+    .unwrap()
+}
+
+#[test]
+fn an_escalating_session_worker_gets_the_tier_api_and_may_reach_it_and_tier1_pods() {
+    let config = OperatorConfig {
+        tier_api_url: Some("http://kh-operator.kh.svc:8081".into()),
+        ..OperatorConfig::for_namespace("kh")
+    };
+    let worker_tier: kube_harness_crds::SandboxTierSpec =
+        serde_json::from_value(json!({"level": 0, "template": {"image": "w:1"}})).unwrap();
+    let escalating = session(json!({"escalation": {"tier": "rust"}}));
+    let p = resources::worker_pod(&escalating, &worker_tier, &config, &[]);
+    let args = p.spec.unwrap().containers[0].args.clone().unwrap();
+    let joined = args.join(" ");
+    assert!(
+        joined.contains(
+            "--escalation pod --tier-api-url http://kh-operator.kh.svc:8081 --session-namespace ns"
+        ),
+        "{joined}"
+    );
+    let plain = resources::worker_pod(&session(json!({})), &worker_tier, &config, &[]);
+    assert!(!plain.spec.unwrap().containers[0]
+        .args
+        .clone()
+        .unwrap()
+        .contains(&"--escalation".to_string()));
+
+    let np = serde_json::to_value(resources::network_policy(&escalating, &config)).unwrap();
+    let egress = np["spec"]["egress"].as_array().unwrap();
+    assert_eq!(egress.len(), 4, "{egress:?}");
+    assert_eq!(
+        egress[2]["ports"],
+        json!([{"port": 8081, "protocol": "TCP"}])
+    );
+    assert_eq!(
+        egress[2]["to"][0]["podSelector"]["matchLabels"],
+        json!({"app.kubernetes.io/name": "kube-harness-operator"})
+    );
+    assert_eq!(
+        egress[3]["ports"],
+        json!([{"port": 8080, "protocol": "TCP"}])
+    );
+    assert_eq!(
+        egress[3]["to"][0]["podSelector"]["matchLabels"]["kubeharness.dev/role"],
+        "tier1"
+    );
+    assert_eq!(
+        egress[3]["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "kh"
+    );
+    let plain =
+        serde_json::to_value(resources::network_policy(&session(json!({})), &config)).unwrap();
+    assert_eq!(plain["spec"]["egress"].as_array().unwrap().len(), 2);
+}
+
+/// Starts one reconcile of `tier` against a mocked API server; returns the server, the tier's
+/// template hash and the running reconcile.
+fn start_reconcile(tier: SandboxTier) -> (Handle, String, JoinHandle<Result<Action>>) {
+    let (client, server) = super::support::client();
+    let config = OperatorConfig::for_namespace("kh");
+    let hash = pod::template_hash(&tier, &config);
+    let ctx = Arc::new(Context::new(client, config));
+    let run = tokio::spawn(tier::reconcile(Arc::new(tier), ctx));
+    (server, hash, run)
+}
+
+/// The tier's NetworkPolicy apply; returns what the operator sent.
+async fn apply_policy(server: &mut Handle) -> Seen {
+    expect(server, "PATCH", "/apis/networking.k8s.io/v1/namespaces/kh/networkpolicies/t1-rust", 200,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "t1-rust"}})).await
+}
+
+/// A pool pod deleted (answered with `reply`), then its Secret, already collected with it: fine.
+async fn delete_pool_pod(server: &mut Handle, name: &str, reply: Value) {
+    expect(
+        server,
+        "DELETE",
+        &format!("/api/v1/namespaces/kh/pods/{name}"),
+        200,
+        reply,
+    )
+    .await;
+    expect(
+        server,
+        "DELETE",
+        &format!("/api/v1/namespaces/kh/secrets/{name}"),
+        404,
+        not_found("secrets", name),
+    )
+    .await;
+}
+
+/// One new pool pod makes three requests: its Secret (answered as `secret_name`), the pod
+/// (answered with `uid`), the Secret adopted. Returns the name the operator chose and the pod it sent.
+async fn create_pool_pod(server: &mut Handle, secret_name: &str, uid: &str) -> (String, Seen) {
+    let secret = expect(
+        server,
+        "POST",
+        "/api/v1/namespaces/kh/secrets",
+        201,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret_name}}),
+    )
+    .await;
+    let name = secret.body["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let created = expect(server, "POST", "/api/v1/namespaces/kh/pods", 201,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "kh", "uid": uid}})).await;
+    expect(
+        server,
+        "PATCH",
+        &format!("/api/v1/namespaces/kh/secrets/{name}"),
+        200,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}}),
+    )
+    .await;
+    (name, created)
+}
+
+/// The status patch of the tier `name`, answered with `reply`; returns what the operator sent.
+async fn patch_tier_status(server: &mut Handle, name: &str, reply: Value) -> Seen {
+    expect(
+        server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/sandboxtiers/{name}/status"),
+        200,
+        reply,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_pool_reconcile_deletes_stale_pods_creates_the_missing_and_reports_counts() {
+    let (mut server, hash, run) = start_reconcile(rust(2));
+    let np = apply_policy(&mut server).await;
+    assert_eq!(np.content_type, "application/apply-patch+yaml");
+    let pool_pod = |name: &str, hash: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "kh", "labels": {"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false", "kubeharness.dev/template-hash": hash}},
+        "status": {"phase": "Running", "podIP": "10.0.0.3", "conditions": [{"type": "Ready", "status": "True"}]}})
+    };
+    let listed = expect(
+        &mut server,
+        "GET",
+        "/api/v1/namespaces/kh/pods",
+        200,
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {},
+        "items": [pool_pod("t1-stale", "0123456789abcdef"), pool_pod("t1-good", &hash)]}),
+    )
+    .await;
+    assert!(
+        listed
+            .query
+            .contains("kubeharness.dev%2Fpool%3Drust%2Ckubeharness.dev%2Fclaimed%3Dfalse"),
+        "{}",
+        listed.query
+    );
+    // The stale pod (another template) goes, although it is ready.
+    delete_pool_pod(&mut server, "t1-stale", pool_pod("t1-stale", "x")).await;
+    // One new pod makes two: its Secret, the pod, the Secret adopted.
+    let (name, created) = create_pool_pod(&mut server, "t1-new", "new-uid").await;
+    assert_eq!(created.body["metadata"]["name"], name.as_str());
+    assert_eq!(
+        created.body["metadata"]["labels"]["kubeharness.dev/template-hash"],
+        hash.as_str()
+    );
+    assert_eq!(
+        created.body["metadata"]["labels"]["kubeharness.dev/claimed"],
+        "false"
+    );
+    let status =
+        patch_tier_status(&mut server, "rust", serde_json::to_value(rust(2)).unwrap()).await;
+    let st = &status.body["status"];
+    assert_eq!(
+        (st["warmReady"].as_u64(), st["warmUpdated"].as_u64()),
+        (Some(1), Some(2)),
+        "{st}"
+    );
+    assert_eq!(
+        st["selector"],
+        "kubeharness.dev/pool=rust,kubeharness.dev/claimed=false"
+    );
+    assert_eq!(st["observedGeneration"], 4);
+    assert_eq!(st["conditions"][0]["type"], "Ready");
+    assert_eq!(st["conditions"][0]["status"], "True");
+    drain_events(&mut server, "default", 1).await;
+    run.await.unwrap().expect("reconcile");
+}
+
+#[tokio::test]
+async fn pool_pods_that_cannot_start_are_kept_and_reported_and_crashed_ones_replaced_only_when_old()
+{
+    let (mut server, hash, run) = start_reconcile(rust(3));
+    apply_policy(&mut server).await;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let created =
+        |secs_ago: i64| (now - k8s_openapi::jiff::SignedDuration::from_secs(secs_ago)).to_string();
+    let pool_pod = |name: &str, age: i64, status: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "kh", "creationTimestamp": created(age),
+            "labels": {"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false", "kubeharness.dev/template-hash": hash}},
+        "status": status})
+    };
+    let died = json!({"phase": "Failed", "containerStatuses": [{"name": "agent", "image": "rust:1", "imageID": "", "ready": false,
+        "restartCount": 0, "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]});
+    expect(&mut server, "GET", "/api/v1/namespaces/kh/pods", 200, json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
+        pool_pod("t1-noimage", 600, json!({"phase": "Pending", "containerStatuses": [{"name": "agent", "image": "rust:1", "imageID": "",
+            "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ErrImageNeverPull", "message": "not present"}}}]})),
+        pool_pod("t1-young", 5, died.clone()),
+        pool_pod("t1-old", 120, died),
+    ]})).await;
+    // Only the crashed pod older than a minute goes; the one that cannot pull its image stays.
+    delete_pool_pod(
+        &mut server,
+        "t1-old",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-old"}}),
+    )
+    .await;
+    create_pool_pod(&mut server, "x", "u").await;
+    let events = drain_events(&mut server, "default", 1).await;
+    assert_eq!(
+        (events[0]["type"].as_str(), events[0]["reason"].as_str()),
+        (Some("Warning"), Some(reasons::POOL_PODS_FAILING))
+    );
+    let status =
+        patch_tier_status(&mut server, "rust", serde_json::to_value(rust(3)).unwrap()).await;
+    let st = &status.body["status"];
+    assert_eq!(
+        (st["warmReady"].as_u64(), st["warmUpdated"].as_u64()),
+        (Some(0), Some(3)),
+        "{st}"
+    );
+    let degraded = st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Degraded")
+        .unwrap();
+    assert_eq!(
+        (degraded["status"].as_str(), degraded["reason"].as_str()),
+        (Some("True"), Some(reasons::POOL_PODS_FAILING))
+    );
+    assert!(
+        degraded["message"]
+            .as_str()
+            .unwrap()
+            .contains("ErrImageNeverPull"),
+        "{degraded}"
+    );
+    drain_events(&mut server, "default", 1).await;
+    run.await.unwrap().expect("reconcile");
+}
+
+#[tokio::test]
+async fn an_escalation_tier_name_too_long_for_labels_is_not_ready_and_gets_no_pods() {
+    let (client, mut server) = super::support::client();
+    let name = "a".repeat(61);
+    let mut t = rust(2);
+    t.metadata.name = Some(name.clone());
+    let ctx = Arc::new(Context::new(client, OperatorConfig::for_namespace("kh")));
+    let run = tokio::spawn(tier::reconcile(Arc::new(t), ctx));
+    // No NetworkPolicy, no pool: straight to status.
+    let status =
+        patch_tier_status(&mut server, &name, serde_json::to_value(rust(2)).unwrap()).await;
+    let ready = &status.body["status"]["conditions"][0];
+    assert_eq!(
+        (ready["status"].as_str(), ready["reason"].as_str()),
+        (Some("False"), Some(reasons::NAME_TOO_LONG))
+    );
+    drain_events(&mut server, "default", 1).await;
+    run.await.unwrap().expect("reconcile");
+}

@@ -1,0 +1,878 @@
+//! The tier API over real HTTP on loopback, against a mocked API server that asserts every request
+//! the operator makes, in order: opening ordinary and prepared sandboxes, idempotent repeats, the
+//! claim races and misses, failure mapping, ending, and auth.
+
+use super::support::{drain_events, expect, not_found, Handle, Seen};
+use kube_harness_crds::condition::reasons;
+use kube_harness_crds::SandboxTier;
+use kube_harness_operator::tier1::{api, pod};
+use kube_harness_operator::{Context, OperatorConfig};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+const NS: &str = "team-a";
+const OP: &str = "kube-harness";
+const TOKEN: &str = "worker-token";
+
+fn config() -> OperatorConfig {
+    OperatorConfig {
+        tier_api_url: Some("http://kh-operator.kube-harness.svc:8081".into()),
+        ..OperatorConfig::for_namespace(OP)
+    }
+}
+
+/// Serves the tier API on 127.0.0.1 with a mocked Kubernetes API; returns its base URL.
+async fn start() -> (String, Handle) {
+    let (base, server, _) = start_with_context().await;
+    (base, server)
+}
+
+/// As [`start`], also returning the Context (for its metrics).
+async fn start_with_context() -> (String, Handle, Arc<Context>) {
+    let (client, server) = super::support::client();
+    let ctx = Arc::new(Context::new(client, config()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = api::router(ctx.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), server, ctx)
+}
+
+fn b64(s: &str) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let b = s.as_bytes();
+    let mut out = String::new();
+    for c in b.chunks(3) {
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn secret(ns: &str, name: &str, token: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns},
+           "data": {"token": b64(token)}})
+}
+
+fn session(escalated: Option<(&str, &str)>) -> Value {
+    let mut v = json!({
+        "apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessSession",
+        "metadata": {"name": "demo", "namespace": NS, "uid": "s-uid", "generation": 2},
+        "spec": {"escalation": {"tier": "rust"}},
+    });
+    if let Some((status, reason)) = escalated {
+        v["status"] = json!({"conditions": [{"type": "Escalated", "status": status, "reason": reason,
+            "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+    }
+    v
+}
+
+fn tier(pool: u32, observed: bool) -> Value {
+    let mut v = json!({
+        "apiVersion": "kubeharness.dev/v1alpha1", "kind": "SandboxTier",
+        "metadata": {"name": "rust", "uid": "tier-uid", "generation": 1},
+        "spec": {"level": 1, "template": {"image": "example.org/toolchain:1", "imagePullPolicy": "Never"},
+                 "capabilities": ["version-control"], "warmPool": {"size": pool}},
+    });
+    if observed {
+        v["status"] = json!({"warmReady": pool});
+    }
+    v
+}
+
+fn tier_obj(pool: u32) -> SandboxTier {
+    serde_json::from_value(tier(pool, true)).unwrap()
+}
+
+fn list(items: Vec<Value>) -> Value {
+    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items})
+}
+
+fn ready_status(ip: &str) -> Value {
+    json!({"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]})
+}
+
+/// A Tier-1 pod as the API server would return it.
+fn t1_pod(name: &str, labels: Value, annotations: Value, status: Value, rv: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": OP, "uid": format!("uid-{name}"), "resourceVersion": rv,
+                        "labels": labels, "annotations": annotations},
+           "spec": {"containers": [{"name": "agent", "image": "example.org/toolchain:1"}]},
+           "status": status})
+}
+
+fn conflict(name: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": format!("Operation cannot be fulfilled on pods \"{name}\": the object has been modified"),
+           "reason": "Conflict", "details": {"name": name, "kind": "pods"}, "code": 409})
+}
+
+/// The session's token Secret, read first by every request to the tier API.
+async fn session_token(server: &mut Handle) {
+    expect(
+        server,
+        "GET",
+        &format!("/api/v1/namespaces/{NS}/secrets/demo-token"),
+        200,
+        secret(NS, "demo-token", TOKEN),
+    )
+    .await;
+}
+
+/// The HarnessSession read, answered with `session`.
+async fn read_session(server: &mut Handle, session: Value) {
+    expect(
+        server,
+        "GET",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+        200,
+        session,
+    )
+    .await;
+}
+
+/// The HarnessSession status patch; returns what the operator sent.
+async fn patch_session_status(server: &mut Handle) -> Seen {
+    expect(
+        server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo/status"),
+        200,
+        session(None),
+    )
+    .await
+}
+
+/// A Tier-1 pod's token Secret read, answered with `token`.
+async fn read_t1_secret(server: &mut Handle, name: &str, token: &str) {
+    expect(
+        server,
+        "GET",
+        &format!("/api/v1/namespaces/{OP}/secrets/{name}"),
+        200,
+        secret(OP, name, token),
+    )
+    .await;
+}
+
+/// The warm-pool lookup, answered with `items`; returns what the operator sent.
+async fn list_pool(server: &mut Handle, items: Vec<Value>) -> Seen {
+    expect(
+        server,
+        "GET",
+        &format!("/api/v1/namespaces/{OP}/pods"),
+        200,
+        list(items),
+    )
+    .await
+}
+
+/// A claim patch of the warm pod `name`, answered with `code` and `reply`; returns what the operator sent.
+async fn patch_pod(server: &mut Handle, name: &str, code: u16, reply: Value) -> Seen {
+    expect(
+        server,
+        "PATCH",
+        &format!("/api/v1/namespaces/{OP}/pods/{name}"),
+        code,
+        reply,
+    )
+    .await
+}
+
+/// The requests every authorized open makes first: the token, the session, the tier.
+async fn auth_session_tier(server: &mut Handle, tier_obj: Value) {
+    session_token(server).await;
+    read_session(server, session(None)).await;
+    expect(
+        server,
+        "GET",
+        "/apis/kubeharness.dev/v1alpha1/sandboxtiers/rust",
+        200,
+        tier_obj,
+    )
+    .await;
+}
+
+/// The label lookup of the turn's pods, answered with `items`.
+async fn find_turn(server: &mut Handle, items: Vec<Value>) {
+    let seen = expect(
+        server,
+        "GET",
+        &format!("/api/v1/namespaces/{OP}/pods"),
+        200,
+        list(items),
+    )
+    .await;
+    let want = format!(
+        "labelSelector={}",
+        pod::serving_selector(NS, "demo", Some("turn-1"))
+            .replace('/', "%2F")
+            .replace('=', "%3D")
+            .replace(',', "%2C")
+    );
+    assert!(seen.query.contains(&want), "{} !~ {want}", seen.query);
+}
+
+/// What an open of a turn with no pod yet asks before choosing a source: the token, the session,
+/// the tier (`tier_obj`), the turn's (absent) pods, the worker pod.
+async fn new_turn(server: &mut Handle, tier_obj: Value) {
+    auth_session_tier(server, tier_obj).await;
+    find_turn(server, vec![]).await;
+    worker_pod(server).await;
+}
+
+async fn worker_pod(server: &mut Handle) {
+    expect(server, "GET", &format!("/api/v1/namespaces/{NS}/pods/demo-worker"), 200,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker", "namespace": NS, "uid": "w-uid"},
+               "status": {"containerStatuses": [{"name": "worker", "image": "x", "imageID": "", "ready": true, "restartCount": 2}]}})).await;
+}
+
+/// The ordinary pod: its Secret, the pod, the Secret adopted by the pod. Returns (secret, pod).
+async fn ordinary(server: &mut Handle, miss: Option<&str>) -> (Value, Value) {
+    let name = pod::ordinary_name(NS, "demo", "turn-1");
+    let created_secret = expect(
+        server,
+        "POST",
+        &format!("/api/v1/namespaces/{OP}/secrets"),
+        201,
+        secret(OP, &name, "t1-token"),
+    )
+    .await;
+    let mut annotations = json!({"kubeharness.dev/turn-id": "turn-1", "kubeharness.dev/tier-level": "1",
+                                 "kubeharness.dev/worker-uid": "w-uid/2"});
+    if let Some(m) = miss {
+        annotations["kubeharness.dev/miss-reason"] = json!(m);
+    }
+    let created = t1_pod(&name, json!({}), annotations, json!({}), "1");
+    let p = expect(
+        server,
+        "POST",
+        &format!("/api/v1/namespaces/{OP}/pods"),
+        201,
+        created,
+    )
+    .await;
+    let adopt = expect(
+        server,
+        "PATCH",
+        &format!("/api/v1/namespaces/{OP}/secrets/{name}"),
+        200,
+        secret(OP, &name, "t1-token"),
+    )
+    .await;
+    assert_eq!(adopt.body["metadata"]["ownerReferences"][0]["kind"], "Pod");
+    assert_eq!(
+        adopt.body["metadata"]["ownerReferences"][0]["uid"],
+        format!("uid-{name}")
+    );
+    (created_secret.body, p.body)
+}
+
+/// An open that misses the pool with `miss`: the ordinary pod is created, the open event sent and
+/// the answer is 200 with that miss reason. Returns (the pod created, the answer).
+async fn ordinary_answer(
+    server: &mut Handle,
+    reply: tokio::task::JoinHandle<(u16, Value)>,
+    miss: &str,
+) -> (Value, Value) {
+    let (_, p) = ordinary(server, Some(miss)).await;
+    drain_events(server, NS, 1).await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(
+        (code, body["missReason"].as_str()),
+        (200, Some(miss)),
+        "{body}"
+    );
+    (p, body)
+}
+
+/// Bounded: a handler stuck on an unanswered API request fails the test instead of hanging it.
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+async fn post(base: &str, token: &str, body: Value) -> tokio::task::JoinHandle<(u16, Value)> {
+    let url = format!("{base}/v1/namespaces/{NS}/sessions/demo/sandboxes");
+    let token = token.to_string();
+    tokio::spawn(async move {
+        let r = http_client()
+            .post(url)
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    })
+}
+
+async fn call(
+    base: &str,
+    method: reqwest::Method,
+    turn: &str,
+) -> tokio::task::JoinHandle<(u16, Value)> {
+    let url = format!("{base}/v1/namespaces/{NS}/sessions/demo/sandboxes/{turn}");
+    tokio::spawn(async move {
+        let r = http_client()
+            .request(method, url)
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    })
+}
+
+#[tokio::test]
+async fn post_creates_an_ordinary_pod_and_its_secret() {
+    let (base, mut server) = start().await;
+    let reply = post(
+        &base,
+        TOKEN,
+        json!({"turn": "turn-1", "workspaceBytes": 1000}),
+    )
+    .await;
+    new_turn(&mut server, tier(0, false)).await;
+    let (secret, p) = ordinary(&mut server, None).await;
+
+    let name = pod::ordinary_name(NS, "demo", "turn-1");
+    assert!(name.starts_with("t1-") && name.len() == 19, "{name}");
+    // The Secret: the pod's own random 256-bit token (hex), owned by the tier until adopted.
+    assert_eq!(secret["metadata"]["name"], name);
+    assert_eq!(secret["metadata"]["namespace"], OP);
+    assert_eq!(
+        secret["data"]["token"].as_str().map(str::len),
+        Some(88),
+        "base64 of 64 hex digits"
+    );
+    assert_eq!(
+        secret["metadata"]["ownerReferences"][0]["kind"],
+        "SandboxTier"
+    );
+    // The pod: exactly the labels of docs/tier1.md, in the operator's namespace.
+    let meta = &p["metadata"];
+    assert_eq!(meta["namespace"], OP);
+    assert_eq!(
+        meta["labels"],
+        json!({
+            "app.kubernetes.io/managed-by": "kube-harness",
+            "kubeharness.dev/role": "tier1",
+            "kubeharness.dev/tier": "rust",
+            "kubeharness.dev/session-namespace": NS,
+            "kubeharness.dev/session": "demo",
+            "kubeharness.dev/turn": pod::turn_label("turn-1"),
+        })
+    );
+    assert_eq!(
+        meta["annotations"],
+        json!({
+            "kubeharness.dev/turn-id": "turn-1",
+            "kubeharness.dev/tier-level": "1",
+            "kubeharness.dev/worker-uid": "w-uid/2",
+        })
+    );
+    assert_eq!(
+        meta["ownerReferences"],
+        json!([{"apiVersion": "kubeharness.dev/v1alpha1",
+        "kind": "SandboxTier", "name": "rust", "uid": "tier-uid", "controller": true}])
+    );
+    let spec = &p["spec"];
+    assert_eq!(spec["containers"][0]["image"], "example.org/toolchain:1");
+    assert_eq!(spec["containers"][0]["imagePullPolicy"], "Never");
+    assert_eq!(
+        spec["containers"][0]["args"],
+        json!([
+            "worker",
+            "--tier",
+            "1",
+            "--listen",
+            "0.0.0.0:8080",
+            "--token-file",
+            "/kh/token/token"
+        ])
+    );
+    assert_eq!(
+        spec["initContainers"][0]["image"],
+        "localhost/kube-harness/worker:dev"
+    );
+    assert_eq!(spec["volumes"][1]["secret"]["secretName"], name);
+
+    let events = drain_events(&mut server, NS, 1).await;
+    assert_eq!(events[0]["reason"], "Tier1Opened");
+    assert!(
+        events[0]["note"]
+            .as_str()
+            .unwrap()
+            .contains("source ordinary"),
+        "{}",
+        events[0]
+    );
+    let (status, body) = reply.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({"turn": "turn-1", "pod": name, "phase": "Pending", "endpoint": null, "token": null,
+        "source": "ordinary", "missReason": null, "reason": null, "message": null})
+    );
+}
+
+#[tokio::test]
+async fn a_repeated_post_finds_the_turns_pod_and_reports_it_ready() {
+    let (base, mut server) = start().await;
+    let name = pod::ordinary_name(NS, "demo", "turn-1");
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    auth_session_tier(&mut server, tier(0, false)).await;
+    let existing = t1_pod(
+        &name,
+        json!({"kubeharness.dev/tier": "rust"}),
+        json!({"kubeharness.dev/tier-level": "1"}),
+        ready_status("10.1.2.3"),
+        "7",
+    );
+    find_turn(&mut server, vec![existing]).await;
+    // Nothing is created: the token is read, the session told.
+    read_t1_secret(&mut server, &name, "t1-token").await;
+    read_session(&mut server, session(None)).await;
+    let status = patch_session_status(&mut server).await;
+    assert_eq!(status.content_type, "application/merge-patch+json");
+    let esc = &status.body["status"]["conditions"][0];
+    assert_eq!(
+        (
+            esc["type"].as_str(),
+            esc["status"].as_str(),
+            esc["reason"].as_str()
+        ),
+        (Some("Escalated"), Some("True"), Some(reasons::TIER1_READY))
+    );
+    assert_eq!(status.body["status"]["currentTier"], 1);
+    let events = drain_events(&mut server, NS, 1).await;
+    assert_eq!(events[0]["reason"], reasons::TIER1_READY);
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        (
+            body["phase"].as_str(),
+            body["endpoint"].as_str(),
+            body["token"].as_str()
+        ),
+        (
+            Some("Ready"),
+            Some("http://10.1.2.3:8080"),
+            Some("t1-token")
+        ),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_pooled_tier_claims_a_ready_current_pod_with_its_resource_version() {
+    let (base, mut server) = start().await;
+    let reply = post(
+        &base,
+        TOKEN,
+        json!({"turn": "turn-1", "workspaceBytes": 4096}),
+    )
+    .await;
+    new_turn(&mut server, tier(2, true)).await;
+    let hash = pod::template_hash(&tier_obj(2), &config());
+    let pool_labels = json!({"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false",
+                             "kubeharness.dev/template-hash": hash, "kubeharness.dev/tier": "rust"});
+    let listed = list_pool(
+        &mut server,
+        vec![
+            t1_pod(
+                "t1-bbb",
+                pool_labels.clone(),
+                json!({}),
+                ready_status("10.0.0.2"),
+                "41",
+            ),
+            t1_pod(
+                "t1-aaa",
+                pool_labels.clone(),
+                json!({}),
+                json!({"phase": "Pending"}),
+                "40",
+            ),
+        ],
+    )
+    .await;
+    assert!(
+        listed
+            .query
+            .contains(&format!("kubeharness.dev%2Ftemplate-hash%3D{hash}")),
+        "only current pods: {}",
+        listed.query
+    );
+    // Only the ready pod is tried; the patch carries its resourceVersion (optimistic concurrency).
+    let mut claimed_labels = pool_labels.clone();
+    claimed_labels["kubeharness.dev/claimed"] = json!("true");
+    let claim = patch_pod(
+        &mut server,
+        "t1-bbb",
+        200,
+        t1_pod(
+            "t1-bbb",
+            claimed_labels,
+            json!({"kubeharness.dev/tier-level": "1"}),
+            ready_status("10.0.0.2"),
+            "42",
+        ),
+    )
+    .await;
+    assert_eq!(claim.content_type, "application/merge-patch+json");
+    assert_eq!(claim.body["metadata"]["resourceVersion"], "41");
+    assert_eq!(
+        claim.body["metadata"]["labels"]["kubeharness.dev/claimed"],
+        "true"
+    );
+    assert_eq!(
+        claim.body["metadata"]["labels"]["kubeharness.dev/session"],
+        "demo"
+    );
+    assert_eq!(
+        claim.body["metadata"]["annotations"]["kubeharness.dev/worker-uid"],
+        "w-uid/2"
+    );
+    let events = drain_events(&mut server, NS, 1).await;
+    assert!(
+        events[0]["note"]
+            .as_str()
+            .unwrap()
+            .contains("source prepared"),
+        "{}",
+        events[0]
+    );
+    read_t1_secret(&mut server, "t1-bbb", "pool-token").await;
+    read_session(&mut server, session(None)).await;
+    patch_session_status(&mut server).await;
+    drain_events(&mut server, NS, 1).await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        (
+            body["source"].as_str(),
+            body["phase"].as_str(),
+            body["token"].as_str(),
+            &body["missReason"]
+        ),
+        (
+            Some("prepared"),
+            Some("Ready"),
+            Some("pool-token"),
+            &Value::Null
+        ),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn lost_claim_races_try_the_next_pod_then_fall_back_with_slot_unavailable() {
+    let (base, mut server, ctx) = start_with_context().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    new_turn(&mut server, tier(2, true)).await;
+    let labels = json!({"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false"});
+    list_pool(
+        &mut server,
+        vec![
+            t1_pod(
+                "t1-aaa",
+                labels.clone(),
+                json!({}),
+                ready_status("10.0.0.1"),
+                "10",
+            ),
+            t1_pod(
+                "t1-bbb",
+                labels.clone(),
+                json!({}),
+                ready_status("10.0.0.2"),
+                "11",
+            ),
+        ],
+    )
+    .await;
+    let first = patch_pod(&mut server, "t1-aaa", 409, conflict("t1-aaa")).await;
+    assert_eq!(first.body["metadata"]["resourceVersion"], "10");
+    let second = patch_pod(&mut server, "t1-bbb", 409, conflict("t1-bbb")).await;
+    assert_eq!(second.body["metadata"]["resourceVersion"], "11");
+    let (p, body) = ordinary_answer(&mut server, reply, "slot_unavailable").await;
+    assert_eq!(
+        p["metadata"]["annotations"]["kubeharness.dev/miss-reason"],
+        "slot_unavailable"
+    );
+    assert_eq!(body["source"], "ordinary", "{body}");
+    let metrics = ctx.metrics.encode();
+    assert!(
+        metrics.contains(
+            "kube_harness_tier1_opens_total{source=\"ordinary\",miss_reason=\"slot_unavailable\"} 1"
+        ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_workspace_over_the_prepared_limit_gets_an_ordinary_pod_without_touching_the_pool() {
+    let (base, mut server) = start().await;
+    let reply = post(
+        &base,
+        TOKEN,
+        json!({"turn": "turn-1", "workspaceBytes": 128 * 1024 + 1}),
+    )
+    .await;
+    new_turn(&mut server, tier(2, true)).await;
+    let (p, _) = ordinary_answer(&mut server, reply, "workspace_too_large").await;
+    assert_eq!(
+        p["metadata"]["annotations"]["kubeharness.dev/miss-reason"],
+        "workspace_too_large"
+    );
+}
+
+#[tokio::test]
+async fn an_empty_pool_is_stock_empty_and_an_unobserved_one_unreported() {
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    new_turn(&mut server, tier(2, true)).await;
+    // Only a pod that is not ready: nothing to claim.
+    list_pool(
+        &mut server,
+        vec![t1_pod(
+            "t1-aaa",
+            json!({"kubeharness.dev/pool": "rust"}),
+            json!({}),
+            json!({"phase": "Pending"}),
+            "10",
+        )],
+    )
+    .await;
+    ordinary_answer(&mut server, reply, "stock_empty").await;
+
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    new_turn(&mut server, tier(2, false)).await;
+    ordinary_answer(&mut server, reply, "unreported").await;
+}
+
+#[tokio::test]
+async fn an_uncertain_claim_is_503_and_creates_nothing() {
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    new_turn(&mut server, tier(1, true)).await;
+    list_pool(
+        &mut server,
+        vec![t1_pod(
+            "t1-aaa",
+            json!({"kubeharness.dev/pool": "rust"}),
+            json!({}),
+            ready_status("10.0.0.1"),
+            "10",
+        )],
+    )
+    .await;
+    patch_pod(
+        &mut server,
+        "t1-aaa",
+        500,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500}),
+    )
+    .await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("uncertain claim of warm pod t1-aaa"),
+        "{body}"
+    );
+    // Nothing further was asked of the API server.
+    let next =
+        tokio::time::timeout(std::time::Duration::from_millis(200), server.next_request()).await;
+    assert!(
+        next.is_err() || next.unwrap().is_none(),
+        "a request after the uncertain claim"
+    );
+}
+
+async fn get_failed(status: Value) -> Value {
+    let (base, mut server, ctx) = start_with_context().await;
+    let name = pod::ordinary_name(NS, "demo", "turn-1");
+    let reply = call(&base, reqwest::Method::GET, "turn-1").await;
+    session_token(&mut server).await;
+    find_turn(
+        &mut server,
+        vec![t1_pod(
+            &name,
+            json!({"kubeharness.dev/tier": "rust"}),
+            json!({"kubeharness.dev/tier-level": "1"}),
+            status,
+            "3",
+        )],
+    )
+    .await;
+    read_session(&mut server, session(None)).await;
+    let patch = patch_session_status(&mut server).await;
+    let esc = &patch.body["status"]["conditions"][0];
+    assert_eq!(
+        (esc["status"].as_str(), esc["reason"].as_str()),
+        (Some("False"), Some(reasons::TIER1_FAILED)),
+        "{esc}"
+    );
+    assert_eq!(patch.body["status"]["currentTier"], 0);
+    let events = drain_events(&mut server, NS, 1).await;
+    assert_eq!(
+        (events[0]["type"].as_str(), events[0]["reason"].as_str()),
+        (Some("Warning"), Some(reasons::TIER1_FAILED))
+    );
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        (body["phase"].as_str(), &body["token"], &body["endpoint"]),
+        (Some("Failed"), &Value::Null, &Value::Null),
+        "{body}"
+    );
+    let reason = body["reason"].as_str().unwrap();
+    let metrics = ctx.metrics.encode();
+    assert!(
+        metrics.contains(&format!(
+            "kube_harness_tier1_failures_total{{reason=\"{reason}\"}} 1"
+        )),
+        "{metrics}"
+    );
+    body
+}
+
+#[tokio::test]
+async fn get_reports_unschedulable_and_missing_images_as_failed_at_once() {
+    let body = get_failed(
+        json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+        "reason": "Unschedulable", "message": "0/1 nodes are available: 1 Insufficient memory."}]}),
+    )
+    .await;
+    assert_eq!(body["reason"], "Unschedulable");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("Insufficient memory"),
+        "{body}"
+    );
+
+    let body = get_failed(json!({"phase": "Pending", "containerStatuses": [{"name": "agent", "image": "localhost/nope:dev",
+        "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"waiting": {"reason": "ErrImageNeverPull", "message": "Container image \"localhost/nope:dev\" is not present with pull policy of Never"}}}]})).await;
+    assert_eq!(body["reason"], "ImagePullFailed");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("ErrImageNeverPull"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn delete_removes_pod_and_secret_and_ends_the_escalation() {
+    let (base, mut server) = start().await;
+    let name = pod::ordinary_name(NS, "demo", "turn-1");
+    let reply = call(&base, reqwest::Method::DELETE, "turn-1").await;
+    session_token(&mut server).await;
+    find_turn(
+        &mut server,
+        vec![t1_pod(
+            &name,
+            json!({}),
+            json!({}),
+            ready_status("10.0.0.9"),
+            "3",
+        )],
+    )
+    .await;
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{OP}/pods/{name}"),
+        200,
+        t1_pod(&name, json!({}), json!({}), json!({}), "4"),
+    )
+    .await;
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{OP}/secrets/{name}"),
+        404,
+        not_found("secrets", &name),
+    )
+    .await;
+    read_session(&mut server, session(Some(("True", reasons::TIER1_READY)))).await;
+    let patch = patch_session_status(&mut server).await;
+    let esc = &patch.body["status"]["conditions"][0];
+    assert_eq!(
+        (esc["status"].as_str(), esc["reason"].as_str()),
+        (Some("False"), Some(reasons::TURN_ENDED)),
+        "{esc}"
+    );
+    let events = drain_events(&mut server, NS, 1).await;
+    assert_eq!(events[0]["reason"], reasons::TURN_ENDED);
+    let (code, _) = reply.await.unwrap();
+    assert_eq!(code, 204);
+
+    // Already gone: 204 without touching anything; a failed escalation keeps its reason.
+    let (base, mut server) = start().await;
+    let reply = call(&base, reqwest::Method::DELETE, "turn-1").await;
+    session_token(&mut server).await;
+    find_turn(&mut server, vec![]).await;
+    assert_eq!(reply.await.unwrap().0, 204);
+}
+
+#[tokio::test]
+async fn a_bad_or_missing_token_is_401_and_no_escalation_tier_is_409() {
+    let (base, mut server) = start().await;
+    let reply = post(&base, "not-the-token", json!({"turn": "turn-1"})).await;
+    session_token(&mut server).await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(code, 401, "{body}");
+    assert!(body["error"].is_string());
+
+    // An unknown session has no token Secret: 401 as well, revealing nothing.
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    expect(
+        &mut server,
+        "GET",
+        &format!("/api/v1/namespaces/{NS}/secrets/demo-token"),
+        404,
+        not_found("secrets", "demo-token"),
+    )
+    .await;
+    assert_eq!(reply.await.unwrap().0, 401);
+
+    // A session whose escalation tier is level 0.
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    let mut level0 = tier(0, false);
+    level0["spec"]["level"] = json!(0);
+    auth_session_tier(&mut server, level0).await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(code, 409, "{body}");
+
+    // Bad input is 400 before anything is looked up beyond the token.
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": ""})).await;
+    session_token(&mut server).await;
+    assert_eq!(reply.await.unwrap().0, 400);
+}

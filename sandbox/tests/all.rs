@@ -1,0 +1,4 @@
+//! The integration tests, compiled as one test binary (see suite/), except the fork bomb
+//! (attack_fork_bomb.rs), which moves its whole process into a pids cgroup.
+
+mod suite;

@@ -1,0 +1,430 @@
+//! `PodTier1` end to end: a real turn (the real Tier-0 sandbox) escalates to a real Tier-1 agent
+//! process over loopback. The operator's tier API is a small stand-in here (the client is what
+//! is under test; the real operator is tested on the cluster): it starts an agent process per
+//! sandbox, answers Pending then Ready (or Failed, 503, never Ready), and kills the agent on
+//! DELETE, as deleting the pod would.
+
+use super::tier1_support::{spawn_agent, turn_with, AgentProcess, TurnFixture, AGENT_TOKEN};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use kube_harness_runtime::{event::kind, CommandOutcome, TraceEvent};
+use kube_harness_tier1::{PodTier1, PodTier1Config};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const WORKER_TOKEN: &str = "worker-token-abcdef";
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Ready,
+    Failed,
+    Uncertain,
+    NeverReady,
+}
+
+#[derive(Default)]
+struct Book {
+    posts: u32,
+    polls: HashMap<String, u32>,
+    agents: HashMap<String, (AgentProcess, tempfile::TempDir)>,
+    deleted: Vec<String>,
+    workspace_bytes: Vec<u64>,
+}
+
+struct Operator {
+    mode: Mode,
+    /// Answer the first open with a 500, as a replica restarting would.
+    flaky: bool,
+    book: Mutex<Book>,
+}
+
+impl Operator {
+    fn deleted(&self) -> Vec<String> {
+        self.book.lock().unwrap().deleted.clone()
+    }
+
+    /// SIGKILLs every agent, as when the pod dies.
+    fn kill_agents(&self) {
+        for (agent, _) in self.book.lock().unwrap().agents.values_mut() {
+            agent.kill();
+        }
+    }
+
+    fn agent_pids(&self) -> Vec<u32> {
+        let book = self.book.lock().unwrap();
+        book.agents.values().map(|(a, _)| a.pid()).collect()
+    }
+}
+
+fn authorized(headers: &HeaderMap) -> bool {
+    headers.get("authorization").and_then(|v| v.to_str().ok())
+        == Some(&format!("Bearer {WORKER_TOKEN}"))
+}
+
+async fn open(
+    State(op): State<Arc<Operator>>,
+    Path((ns, session)): Path<(String, String)>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    if !authorized(&headers) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"error": {"code": "unauthorized", "message": "bad token"}})),
+        )
+            .into_response();
+    }
+    assert_eq!((ns.as_str(), session.as_str()), ("ns1", "s1"));
+    let turn = body["turn"].as_str().unwrap().to_string();
+    let bytes = body["workspaceBytes"].as_u64().unwrap();
+    {
+        let mut book = op.book.lock().unwrap();
+        book.posts += 1;
+        book.workspace_bytes.push(bytes);
+        if op.flaky && book.posts == 1 {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "restarting").into_response();
+        }
+    }
+    if op.mode == Mode::Uncertain {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"error": "the claim patch failed without an answer"})),
+        )
+            .into_response();
+    }
+    if op.mode == Mode::Ready && !op.book.lock().unwrap().agents.contains_key(&turn) {
+        let agent = tokio::task::spawn_blocking(|| {
+            let root = tempfile::tempdir().unwrap();
+            (spawn_agent(root.path(), &[]), root)
+        })
+        .await
+        .unwrap();
+        op.book.lock().unwrap().agents.insert(turn.clone(), agent);
+    }
+    Json(sandbox(&op, &turn)).into_response()
+}
+
+fn sandbox(op: &Operator, turn: &str) -> Value {
+    let mut book = op.book.lock().unwrap();
+    let polls = {
+        let p = book.polls.entry(turn.to_string()).or_default();
+        *p += 1;
+        *p
+    };
+    let pod = format!("t1-{}", &turn[..8]);
+    match op.mode {
+        Mode::Ready if polls >= 3 => {
+            let url = book.agents[turn].0.url.clone();
+            json!({"turn": turn, "pod": pod, "phase": "Ready", "endpoint": url, "token": AGENT_TOKEN,
+                   "source": "ordinary", "missReason": "stock_empty"})
+        }
+        Mode::Failed if polls >= 2 => json!({"turn": turn, "pod": pod, "phase": "Failed",
+            "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient cpu."}),
+        _ => json!({"turn": turn, "pod": pod, "phase": "Pending", "source": "ordinary"}),
+    }
+}
+
+async fn look(
+    State(op): State<Arc<Operator>>,
+    Path((_, _, turn)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&headers) {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    Json(sandbox(&op, &turn)).into_response()
+}
+
+async fn end(
+    State(op): State<Arc<Operator>>,
+    Path((_, _, turn)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> StatusCode {
+    if !authorized(&headers) {
+        return StatusCode::UNAUTHORIZED;
+    }
+    let removed = {
+        let mut book = op.book.lock().unwrap();
+        book.deleted.push(turn.clone());
+        book.agents.remove(&turn)
+    };
+    // Deleting the pod: the agent process goes away.
+    drop(removed);
+    StatusCode::NO_CONTENT
+}
+
+async fn operator(mode: Mode, flaky: bool) -> (Arc<Operator>, String) {
+    let op = Arc::new(Operator {
+        mode,
+        flaky,
+        book: Mutex::new(Book::default()),
+    });
+    let app = Router::new()
+        .route(
+            "/v1/namespaces/{ns}/sessions/{session}/sandboxes",
+            post(open),
+        )
+        .route(
+            "/v1/namespaces/{ns}/sessions/{session}/sandboxes/{turn}",
+            get(look).delete(end),
+        )
+        .with_state(op.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (op, url)
+}
+
+/// A turn whose pod tier (operator at `url`, `provision` deadline) refuses `git status`: 126, on
+/// Tier-0. Returns the turn, the outcome and how long the refusal took.
+async fn refused_git(url: &str, provision: Duration) -> (TurnFixture, CommandOutcome, Duration) {
+    let f = turn_with(pod_tier(url, provision));
+    let started = Instant::now();
+    let out = f.turn.exec("git status").await;
+    assert_eq!((out.exit_code, out.tier), (126, 0), "{}", out.stderr);
+    (f, out, started.elapsed())
+}
+
+fn pod_tier(url: &str, provision: Duration) -> Arc<PodTier1> {
+    let mut config = PodTier1Config::new(url, "ns1", "s1", WORKER_TOKEN);
+    config.provision_timeout = provision;
+    config.poll_interval = Duration::from_millis(50);
+    config.command_timeout = Duration::from_secs(30);
+    config.request_margin = Duration::from_secs(5);
+    Arc::new(PodTier1::new(config).unwrap())
+}
+
+fn of(events: &[TraceEvent], k: &str) -> Vec<TraceEvent> {
+    events.iter().filter(|e| e.kind == k).cloned().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_escalates_to_a_pod_and_the_repository_is_merged_back() {
+    assert!(
+        std::process::Command::new("git")
+            .arg("--version")
+            .output()
+            .is_ok(),
+        "git must be installed for this test (apt-get install -y git)"
+    );
+    let (op, url) = operator(Mode::Ready, true).await;
+    let f = turn_with(pod_tier(&url, Duration::from_secs(30)));
+    let out = f.turn.exec("echo seed > /session/seed.txt").await;
+    assert_eq!((out.tier, out.exit_code), (0, 0), "{}", out.stderr);
+    let out = f
+        .turn
+        .exec("git init -q r && cd r && echo x > f && git add f && git -c user.name=a -c user.email=a@b commit -qm m && git log --oneline | wc -l")
+        .await;
+    assert_eq!(
+        (out.stdout.trim(), out.exit_code, out.tier),
+        ("1", 0, 1),
+        "{}",
+        out.stderr
+    );
+    let out = f
+        .turn
+        .exec("pwd && cat ../seed.txt && export LATER=1")
+        .await;
+    assert_eq!(
+        (out.stdout.as_str(), out.tier),
+        ("/session/r\nseed\n", 1),
+        "cwd crossed to the pod; sticky"
+    );
+    assert!(
+        !f.root.join("session/r").exists(),
+        "the pod works on its own copy until the end"
+    );
+    let agent_pids = op.agent_pids();
+    let usage = f.turn.end().await;
+
+    assert!(f.root.join("session/r/.git/HEAD").is_file(), "merged back");
+    assert_eq!(
+        std::fs::read_to_string(f.root.join("session/r/f")).unwrap(),
+        "x\n"
+    );
+    let events = f.events.events();
+    let escalated = of(&events, kind::TIER_ESCALATED);
+    assert_eq!(escalated.len(), 1);
+    assert_eq!(
+        escalated[0].data["sandbox"],
+        json!({"source": "ordinary", "missReason": "stock_empty", "pod": escalated[0].data["sandbox"]["pod"]})
+    );
+    assert!(escalated[0].data["sandbox"]["pod"]
+        .as_str()
+        .unwrap()
+        .starts_with("t1-"));
+    let escalated_at = events
+        .iter()
+        .position(|e| e.kind == kind::TIER_ESCALATED)
+        .unwrap();
+    let first_tier1 = events
+        .iter()
+        .position(|e| e.kind == kind::COMMAND_STARTED && e.data["tier"] == 1)
+        .unwrap();
+    assert!(
+        escalated_at < first_tier1,
+        "the sandbox's source is reported before its first command"
+    );
+    let merged: Vec<_> = of(&events, kind::FILE_CREATED)
+        .into_iter()
+        .filter(|e| e.data["source"] == "merge")
+        .collect();
+    assert!(
+        merged
+            .iter()
+            .any(|e| e.data["path"] == "/session/r/.git/HEAD"),
+        "{merged:?}"
+    );
+    let last_file = events
+        .iter()
+        .rposition(|e| e.kind.starts_with("harness.file."))
+        .unwrap();
+    let usage_at = events
+        .iter()
+        .position(|e| e.kind == kind::TURN_USAGE)
+        .unwrap();
+    assert!(last_file < usage_at);
+    assert!(
+        of(&events, kind::DISPOSE_FAILED).is_empty(),
+        "{:?}",
+        of(&events, kind::DISPOSE_FAILED)
+    );
+
+    let higher = &usage["higherTier"];
+    assert_eq!(higher["provider"], "pod");
+    assert_eq!(higher["source"], "ordinary");
+    assert_eq!(higher["missReason"], "stock_empty");
+    assert_eq!(higher["commands"], 2);
+    assert!(higher["bytesHandedOver"].as_u64().unwrap() > 0);
+    assert!(higher["bytesReturned"].as_u64().unwrap() > 0);
+    assert!(higher["podMs"].as_u64().unwrap() >= higher["provisionMs"].as_u64().unwrap());
+    let book = op.book.lock().unwrap();
+    assert_eq!(book.posts, 2, "the 500 was retried once");
+    assert_eq!(
+        book.workspace_bytes[1],
+        higher["bytesHandedOver"].as_u64().unwrap()
+    );
+    assert_eq!(book.deleted.len(), 1, "the sandbox was ended");
+    assert!(book.agents.is_empty());
+    drop(book);
+    for pid in agent_pids {
+        assert!(super::tier1_support::process_gone(pid as i32));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_killed_mid_command_is_126_and_the_turn_still_ends_cleanly() {
+    let (op, url) = operator(Mode::Ready, false).await;
+    let f = turn_with(pod_tier(&url, Duration::from_secs(30)));
+    std::fs::write(f.root.join("session/keep.txt"), "keep\n").unwrap();
+    let started = Instant::now();
+    let killer = {
+        let op = op.clone();
+        async move {
+            // Wait for the command to be running on the pod, then kill the agent.
+            while op.agent_pids().is_empty() || started.elapsed() < Duration::from_secs(1) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            op.kill_agents();
+        }
+    };
+    let (out, ()) = tokio::join!(
+        f.turn
+            .exec("git --version > /dev/null && touch /session/on-pod && sleep 15"),
+        killer
+    );
+    assert_eq!((out.exit_code, out.tier), (126, 1), "{}", out.stderr);
+    assert!(
+        out.stderr.starts_with("kube-harness: the Tier-1 pod t1-"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    // Later commands of the turn are refused at once, not sent to a dead address.
+    let quick = Instant::now();
+    let out = f.turn.exec("echo more").await;
+    assert_eq!((out.exit_code, out.tier), (126, 1), "{}", out.stderr);
+    assert!(quick.elapsed() < Duration::from_secs(2));
+    let usage = f.turn.end().await;
+    let failed = of(&f.events.events(), kind::DISPOSE_FAILED);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed[0].data["error"]
+        .as_str()
+        .unwrap()
+        .contains("nothing was merged back"));
+    assert_eq!(usage["higherTier"]["provider"], "pod");
+    assert_eq!(
+        op.deleted().len(),
+        1,
+        "the sandbox is ended even though the pod died"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.root.join("session/keep.txt")).unwrap(),
+        "keep\n"
+    );
+    assert!(!f.root.join("session/on-pod").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_sandbox_is_126_with_the_operators_reason_and_tier0_goes_on() {
+    let (op, url) = operator(Mode::Failed, false).await;
+    let (f, out, _) = refused_git(&url, Duration::from_secs(30)).await;
+    assert!(out.stderr.starts_with("kube-harness: "), "{}", out.stderr);
+    assert!(out.stderr.contains("Unschedulable"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("0/3 nodes are available"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(op.deleted().len(), 1, "a failed sandbox is ended");
+    let out = f.turn.exec("echo still-here").await;
+    assert_eq!((out.stdout.as_str(), out.tier), ("still-here\n", 0));
+    let usage = f.turn.end().await;
+    assert_eq!(usage["stayedOnTier0"], true);
+    assert_eq!(usage["refusals"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncertain_claim_is_refused_not_guessed() {
+    let (op, url) = operator(Mode::Uncertain, false).await;
+    let (_f, out, took) = refused_git(&url, Duration::from_secs(30)).await;
+    assert!(out.stderr.contains("503"), "{}", out.stderr);
+    assert!(took < Duration::from_secs(10), "no retrying a 503");
+    assert_eq!(op.book.lock().unwrap().posts, 1);
+    assert_eq!(op.deleted().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_never_ready_is_refused_at_the_deadline() {
+    let (op, url) = operator(Mode::NeverReady, false).await;
+    let (_f, out, took) = refused_git(&url, Duration::from_secs(1)).await;
+    assert!(out.stderr.contains("not ready within 1s"), "{}", out.stderr);
+    assert!(took < Duration::from_secs(5), "{:?}", took);
+    assert_eq!(op.deleted().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_that_is_not_there_is_retried_until_the_deadline() {
+    // A port nothing listens on: connection refused at every attempt.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let (_f, out, took) = refused_git(&url, Duration::from_secs(1)).await;
+    assert!(out.stderr.contains("not ready within 1s"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("ending the sandbox also failed"),
+        "{}",
+        out.stderr
+    );
+    assert!(took < Duration::from_secs(10), "{:?}", took);
+}

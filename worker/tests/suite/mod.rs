@@ -1,0 +1,19 @@
+//! The integration tests of this crate as modules of one test binary (one link on two cores).
+
+mod api_concurrency;
+mod api_errors;
+mod api_exec;
+mod api_replay;
+mod api_support;
+mod attack_bodies;
+mod attack_file_events;
+mod attack_host_paths;
+mod attack_idle_connections;
+mod attack_replay;
+mod attack_timestamps;
+mod runtime_support;
+mod runtime_tier0;
+mod runtime_tiers;
+mod runtime_trace_schema;
+#[path = "../../../tier1/tests/suite/tier1_support/mod.rs"]
+mod tier1_support;
