@@ -6,6 +6,7 @@
 //! Without the default `parser` feature this crate is the capability matrix, the options and
 //! reasons, and emulation-gap detection: what the operator and clients need, with no C grammar.
 
+pub mod ansi_c;
 mod gap;
 pub mod matrix;
 mod options;

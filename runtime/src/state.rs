@@ -319,72 +319,22 @@ fn double_quoted(s: &[u8]) -> Option<(Vec<u8>, &[u8])> {
     }
 }
 
-/// The inside of `$'…'` (bash 5.2 prints values with control characters this way).
+/// The inside of `$'…'` (bash 5.2 prints values with control characters this way) up to its
+/// closing quote, decoded, and the rest.
 fn ansi_c(s: &[u8]) -> Option<(Vec<u8>, &[u8])> {
-    let mut out = Vec::new();
-    let mut i = 0;
+    let mut i = 0usize;
     loop {
-        let b = *s.get(i)?;
-        i = i.saturating_add(1);
-        if b == b'\'' {
-            return Some((out, s.get(i..)?));
-        }
-        if b != b'\\' {
-            out.push(b);
-            continue;
-        }
-        let e = *s.get(i)?;
-        i = i.saturating_add(1);
-        let simple = match e {
-            b'a' => Some(7),
-            b'b' => Some(8),
-            b'e' | b'E' => Some(27),
-            b'f' => Some(12),
-            b'n' => Some(b'\n'),
-            b'r' => Some(b'\r'),
-            b't' => Some(b'\t'),
-            b'v' => Some(11),
-            b'\\' | b'\'' | b'"' | b'?' => Some(e),
-            _ => None,
-        };
-        if let Some(c) = simple {
-            out.push(c);
-            continue;
-        }
-        let (radix, max) = match e {
-            b'0'..=b'7' => {
-                i = i.saturating_sub(1);
-                (8, 3)
-            }
-            b'x' => (16, 2),
-            b'u' => (16, 4),
-            b'U' => (16, 8),
-            b'c' => {
-                out.push(*s.get(i)? & 0x1f);
-                i = i.saturating_add(1);
-                continue;
-            }
-            _ => {
-                out.extend_from_slice(&[b'\\', e]);
-                continue;
-            }
-        };
-        let digits = s
-            .get(i..)?
-            .iter()
-            .take(max)
-            .take_while(|d| (**d as char).is_digit(radix))
-            .count();
-        let text = std::str::from_utf8(s.get(i..i.saturating_add(digits))?).ok()?;
-        let n = u32::from_str_radix(text, radix).ok()?;
-        i = i.saturating_add(digits);
-        if matches!(e, b'u' | b'U') {
-            let mut buf = [0u8; 4];
-            out.extend_from_slice(char::from_u32(n)?.encode_utf8(&mut buf).as_bytes());
-        } else {
-            out.push(n as u8);
+        match *s.get(i)? {
+            b'\\' => i = i.saturating_add(2),
+            b'\'' => break,
+            _ => i = i.saturating_add(1),
         }
     }
+    let body = s.get(..i)?;
+    Some((
+        kube_harness_classify::ansi_c::decode(body),
+        s.get(i.saturating_add(1)..)?,
+    ))
 }
 
 #[cfg(test)]

@@ -110,89 +110,9 @@ fn append_skeleton(node: Node, src: &str, out: &mut String) {
     }
 }
 
-/// Bash's `$'…'`: backslash escapes as in C (`\x67`, `\147`, `\u0067`, `\n`, `\cX`, …); the
-/// string ends at a NUL.
+/// Bash's `$'…'` as a word: escapes decoded ([`crate::ansi_c`]), and the word ends at a NUL.
 fn decode_ansi_c(text: &str, out: &mut String) {
-    let mut bytes: Vec<u8> = Vec::with_capacity(text.len());
-    let b = text.as_bytes();
-    let mut i = 0;
-    let digits = |from: usize, max: usize, radix: u32| -> (u32, usize) {
-        let mut value = 0u32;
-        let mut n = 0;
-        while n < max {
-            match b.get(from + n).and_then(|&c| (c as char).to_digit(radix)) {
-                Some(d) => value = value * radix + d,
-                None => break,
-            }
-            n += 1;
-        }
-        (value, n)
-    };
-    while i < b.len() {
-        if b[i] != b'\\' || i + 1 >= b.len() {
-            bytes.push(b[i]);
-            i += 1;
-            continue;
-        }
-        let c = b[i + 1];
-        i += 2;
-        let simple = match c {
-            b'a' => Some(7),
-            b'b' => Some(8),
-            b'e' | b'E' => Some(27),
-            b'f' => Some(12),
-            b'n' => Some(b'\n'),
-            b'r' => Some(b'\r'),
-            b't' => Some(b'\t'),
-            b'v' => Some(11),
-            b'\\' | b'\'' | b'"' | b'?' => Some(c),
-            _ => None,
-        };
-        if let Some(byte) = simple {
-            bytes.push(byte);
-            continue;
-        }
-        match c {
-            b'0'..=b'7' => {
-                let (v, n) = digits(i - 1, 3, 8);
-                bytes.push((v & 0xff) as u8);
-                i += n - 1;
-            }
-            b'x' => {
-                let (v, n) = digits(i, 2, 16);
-                if n == 0 {
-                    bytes.extend_from_slice(b"\\x");
-                } else {
-                    bytes.push(v as u8);
-                    i += n;
-                }
-            }
-            b'u' | b'U' => {
-                let (v, n) = digits(i, if c == b'u' { 4 } else { 8 }, 16);
-                match char::from_u32(v).filter(|_| n > 0) {
-                    Some(ch) => {
-                        let mut buf = [0u8; 4];
-                        bytes.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
-                        i += n;
-                    }
-                    None => {
-                        bytes.push(b'\\');
-                        bytes.push(c);
-                    }
-                }
-            }
-            b'c' => {
-                if let Some(&ctl) = b.get(i) {
-                    bytes.push(ctl.to_ascii_uppercase() ^ 0x40);
-                    i += 1;
-                }
-            }
-            other => {
-                bytes.push(b'\\');
-                bytes.push(other);
-            }
-        }
-    }
+    let bytes = crate::ansi_c::decode(text.as_bytes());
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     out.push_str(&String::from_utf8_lossy(&bytes[..end]));
 }

@@ -7,6 +7,8 @@ mod attack_local_inspection;
 mod attack_persistent;
 mod classify_cli;
 mod local_cli;
+#[path = "../../../tier1/tests/suite/tier1_support/procs.rs"]
+mod procs;
 mod support;
 mod worker_cli;
 mod worker_pod_like;

@@ -1,4 +1,4 @@
-//! Test helper for the multi-process race tests (`tests/races.rs`): one OS process that claims
+//! Test helper for the multi-process race tests (`tests/suite/races.rs`): one OS process that claims
 //! tasks, wakeups or queue messages from a shared file or PostgreSQL store and reports every claim
 //! and completion as a JSON line on stdout. `--stall-after-claim` makes it claim one item and then
 //! hang (to be killed with SIGKILL); `--hold-lock KEY` takes a store lock and hangs.

@@ -1,4 +1,4 @@
-//! The stores behind the session log, with one contract (checked by `tests/conformance.rs`):
+//! The stores behind the session log, with one contract (checked by `tests/suite/conformance.rs`):
 //!
 //! - per run, sequences start at 1 and have no gaps; concurrent appends to one run serialize;
 //! - an append returns only after its event is durable in the store (for the file store with

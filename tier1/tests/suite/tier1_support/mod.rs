@@ -19,6 +19,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod procs;
+#[allow(unused_imports)]
+pub use procs::{process_gone, sleeping};
+
 pub const AGENT_TOKEN: &str = "agent-token-0123456789";
 
 /// The child's entry point (a no-op in an ordinary test run). The binary re-runs itself with
@@ -209,44 +213,15 @@ pub fn turn_with(next: Arc<dyn NextTier>) -> TurnFixture {
     }
 }
 
-/// Whether a process is gone (or only a zombie nobody reaped yet).
-/// Host pids of live `sleep N` processes (a command's own pids are those of its PID namespace on
-/// the local host, so tests find what it started by a command line of their own instead).
-pub fn sleeping(seconds: &str) -> Vec<i32> {
-    let want = format!("sleep {seconds}");
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-                .filter(|pid| {
-                    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-                        String::from_utf8_lossy(&c).replace('\0', " ").trim() == want
-                    }) && !process_gone(*pid)
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// [`sleeping`] after up to two seconds for the kernel to finish killing them.
 pub fn sleeping_after_grace(seconds: &str) -> Vec<i32> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     loop {
-        let left = sleeping(seconds);
+        let left = sleeping(&[seconds]);
         if left.is_empty() || std::time::Instant::now() > deadline {
             return left;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
-
-pub fn process_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-            .unwrap_or(false),
     }
 }
 

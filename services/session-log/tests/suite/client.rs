@@ -1,15 +1,13 @@
 //! The client's retry contract, against the real server behind a scripted front that can fail
 //! attempts, lose responses after commit, or stall past the timeout.
 
-mod common;
-
+use super::common::{fast_retries, obj, TOKEN};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use common::{fast_retries, obj, TOKEN};
 use kube_harness_session_log::client::NewEvent;
 use kube_harness_session_log::{ClientError, ClientOptions, SessionLogClient};
 use serde_json::json;
@@ -82,14 +80,14 @@ async fn front_handler(
 }
 
 struct Fixture {
-    _server: common::TestServer,
+    _server: super::common::TestServer,
     upstream: SessionLogClient,
     front: Front,
     client: SessionLogClient,
 }
 
 async fn fixture(script: &[Step], options: ClientOptions) -> Fixture {
-    let server = common::memory_server().await.unwrap();
+    let server = super::common::memory_server().await.unwrap();
     let front = Front {
         script: Arc::new(Mutex::new(script.iter().copied().collect())),
         bodies: Arc::default(),

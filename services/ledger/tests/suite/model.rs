@@ -2,9 +2,7 @@
 //! small reference model; every answer and every record must agree. Run on the memory store (many
 //! cases) and the file store (fewer cases, real files), both through the same ledger code.
 
-mod common;
-
-use common::{open_store, Backend};
+use super::common::{open_store, Backend};
 use kube_harness_ledger::ledger::*;
 use kube_harness_ledger::ManualClock;
 use proptest::prelude::*;
@@ -21,7 +19,7 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-async fn ledgers(backend: Backend) -> (OrchestrationServices, ManualClock, common::Fixture) {
+async fn ledgers(backend: Backend) -> (OrchestrationServices, ManualClock, super::common::Fixture) {
     let clock = ManualClock::new(T0);
     let fixture = open_store(backend, "model").await.unwrap();
     let l = create_durable_orchestration_services_with_clock(

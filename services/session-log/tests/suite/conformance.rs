@@ -3,9 +3,7 @@
 //! PostgreSQL cases need `KH_TEST_POSTGRES_URL` (from `bash tests/services/postgres.sh start`);
 //! without it they fail, unless `KH_SKIP_POSTGRES=1` asks for an explicit skip.
 
-mod common;
-
-use common::{obj, TestServer, TOKEN};
+use super::common::{obj, TestServer, TOKEN};
 use kube_harness_session_log::client::NewEvent;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -515,17 +513,17 @@ macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod memory {
             $( #[tokio::test] async fn $case() {
-                if let Some(s) = crate::common::memory_server().await { super::$case(s).await }
+                if let Some(s) = crate::suite::common::memory_server().await { super::$case(s).await }
             } )*
         }
         mod file {
             $( #[tokio::test] async fn $case() {
-                if let Some(s) = crate::common::file_server().await { super::$case(s).await }
+                if let Some(s) = crate::suite::common::file_server().await { super::$case(s).await }
             } )*
         }
         mod postgres {
             $( #[tokio::test] async fn $case() {
-                if let Some(s) = crate::common::postgres_server(stringify!($case)).await { super::$case(s).await }
+                if let Some(s) = crate::suite::common::postgres_server(stringify!($case)).await { super::$case(s).await }
             } )*
         }
     };

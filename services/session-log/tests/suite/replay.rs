@@ -1,9 +1,7 @@
 //! Replay lookup through a real server: completed steps return their recorded result; a step
 //! started but never completed is reported as incomplete (a damaged run is an error: crash.rs).
 
-mod common;
-
-use common::obj;
+use super::common::obj;
 use kube_harness_session_log::client::NewEvent;
 use kube_harness_session_log::replay::{
     lookup_step, StepOutcome, COMMAND_COMPLETED, COMMAND_STARTED,
@@ -12,7 +10,7 @@ use serde_json::json;
 
 #[tokio::test]
 async fn lookup_reports_completed_incomplete_and_not_started_steps() {
-    let server = common::file_server().await.unwrap();
+    let server = super::common::file_server().await.unwrap();
     let client = server.client();
     let run = "run-replay";
     let appends = [

@@ -1,8 +1,6 @@
 //! The `DurableJsonStore` contract, run against all three backends through the trait.
 
-mod common;
-
-use common::{open_store, Backend};
+use super::common::{open_store, Backend};
 use kube_harness_ledger::store::{locked, MAX_DOCUMENT_BYTES};
 use kube_harness_ledger::{DurableJsonStore, Key, StoreError};
 use serde_json::{json, Value};

@@ -4,9 +4,7 @@
 //! acknowledged with, sequences must be gapless, and retrying an acknowledged key must return the
 //! original event.
 
-mod common;
-
-use common::{fast_retries, obj, TOKEN};
+use super::common::{fast_retries, obj, TOKEN};
 use kube_harness_session_log::client::NewEvent;
 use kube_harness_session_log::{ClientError, SessionLogClient, StoredEvent};
 use rand::Rng;

@@ -1,8 +1,6 @@
 //! File store durability: injected failures around write, fdatasync and directory fsync (the
 //! store must fail closed), dropped unsynced bytes, torn tails, damaged records, group commit.
 
-mod common;
-
 use kube_harness_session_log::model::{EventInput, PreparedEvent, DEFAULT_MAX_PAYLOAD_BYTES};
 use kube_harness_session_log::store::{FaultFs, FileStore, FileStoreOptions, FsOp, RealFs, SyncFs};
 use kube_harness_session_log::{RunId, StoreError};
@@ -361,15 +359,15 @@ async fn over_http_a_poisoned_store_answers_503_and_fails_its_health_check() {
     let dir = tempfile::tempdir().unwrap();
     let fs = Arc::new(FaultFs::new());
     let store = Store::File(Arc::new(open(&data_path(&dir), fs.clone()).await.unwrap()));
-    let config = ServerConfig::new(AuthConfig::with_token(common::TOKEN).unwrap());
-    let (base, _stop) = common::start_with(store, config).await;
+    let config = ServerConfig::new(AuthConfig::with_token(super::common::TOKEN).unwrap());
+    let (base, _stop) = super::common::start_with(store, config).await;
     let client = kube_harness_session_log::SessionLogClient::new(
         &base,
-        Some(common::TOKEN.into()),
-        common::fast_retries(),
+        Some(super::common::TOKEN.into()),
+        super::common::fast_retries(),
     )
     .unwrap();
-    let event = |k: &str| NewEvent::with_key(k, "t", common::obj(json!({})));
+    let event = |k: &str| NewEvent::with_key(k, "t", super::common::obj(json!({})));
     client.append("r", &event("a")).await.unwrap();
     let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
     assert_eq!(health.status(), 200);

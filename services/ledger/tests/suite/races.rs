@@ -4,9 +4,7 @@
 //! leases of one item must never overlap, and the killed worker's item must be reclaimed after
 //! its lease expired. Also: a store lock held by a killed process is released.
 
-mod common;
-
-use common::{open_store, Backend};
+use super::common::{open_store, Backend};
 use kube_harness_ledger::ledger::{
     create_durable_orchestration_services, EnqueueRequest, NewTask, NewWakeup,
 };

@@ -2,9 +2,7 @@
 //! and through the HTTP service (client -> loopback -> server -> store). Time is a `ManualClock`
 //! shared with the server, so leases and timeouts expire on command.
 
-mod common;
-
-use common::{ledgers, Backend};
+use super::common::{ledgers, Backend};
 use kube_harness_ledger::ledger::*;
 use kube_harness_ledger::{LedgerError, ManualClock};
 use serde_json::json;

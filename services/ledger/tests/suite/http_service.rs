@@ -1,9 +1,7 @@
 //! The HTTP face over loopback: bad input gets a clear JSON 4xx and writes nothing; auth, health,
 //! metrics and the OpenAPI document; `ledger serve` as users start it.
 
-mod common;
-
-use common::{open_store, serve, Backend, TOKEN};
+use super::common::{open_store, serve, Backend, TOKEN};
 use kube_harness_ledger::cli::{serve_ledger, ServeArgs};
 use kube_harness_ledger::http::{LedgerClient, MAX_BODY_BYTES};
 use kube_harness_ledger::ledger::{create_durable_orchestration_services, NewTask};

@@ -1,0 +1,3 @@
+//! The integration tests, compiled as one test binary (see suite/).
+
+mod suite;

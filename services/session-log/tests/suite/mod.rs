@@ -1,0 +1,9 @@
+//! The integration tests of this crate as modules of one test binary (one link on two cores).
+
+mod attack_idle_connections;
+mod client;
+mod common;
+mod conformance;
+mod crash;
+mod file_store;
+mod replay;
