@@ -8,6 +8,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod classify;
+mod cp;
 mod crdgen;
 mod exec;
 mod ledger;
@@ -50,6 +51,8 @@ enum Command {
     Exec(exec::ExecArgs),
     /// End a session's open turn: merge a Tier-1 sandbox back and release it, write the usage.
     EndTurn(exec::EndTurnArgs),
+    /// Copy one file into or out of a session: `cp ./x SESSION:/session/x` or back.
+    Cp(cp::CpArgs),
     /// List HarnessSessions with phase, readiness, tier and usage.
     Sessions(sessions::SessionsArgs),
     /// The Tier-0 worker of one session: serves exec, end-turn and status over HTTP.
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
         Command::Operator(args) => operator::run(args),
         Command::Exec(args) => exec::run(args),
         Command::EndTurn(args) => exec::run_end_turn(args),
+        Command::Cp(args) => cp::run(args),
         Command::Sessions(args) => sessions::run(args),
     };
     match result {

@@ -33,8 +33,10 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     if args.command_timeout == 0 || args.command_timeout > args.max_timeout {
         anyhow::bail!("--command-timeout must be 1..=--max-timeout seconds");
     }
-    if args.max_body_bytes == Some(0) || args.max_archive_bytes == 0 {
-        anyhow::bail!("--max-body-bytes and --max-archive-bytes must be at least 1");
+    if args.max_body_bytes == Some(0) || args.max_archive_bytes == 0 || args.max_file_bytes == 0 {
+        anyhow::bail!(
+            "--max-body-bytes, --max-archive-bytes and --max-file-bytes must be at least 1"
+        );
     }
     let connections = connections(&args)?;
     if args.tier == 1 {
@@ -84,6 +86,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     config.connections = connections;
     config.max_file_events = args.max_file_events;
     config.max_file_event_bytes = args.max_file_event_bytes;
+    config.max_file_bytes = args.max_file_bytes;
     if let Some(max) = args.max_body_bytes {
         config.max_body_bytes = max;
     }

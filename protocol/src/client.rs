@@ -5,7 +5,8 @@
 //! is the caller's decision (with a step key, retrying is safe: the worker replays).
 
 use crate::worker_api::{
-    EndTurnRequest, EndTurnResponse, ErrorBody, ExecRequest, ExecResponse, Health, Status,
+    EndTurnRequest, EndTurnResponse, ErrorBody, ExecRequest, ExecResponse, FileWritten, Health,
+    Status,
 };
 use kube_harness_service_kit::body::{self, chain, BodyError};
 use reqwest::StatusCode;
@@ -105,6 +106,65 @@ impl WorkerClient {
     ) -> Result<EndTurnResponse, WorkerClientError> {
         self.send(self.http.post(self.url("/v1/turns/end")).json(req))
             .await
+    }
+
+    /// Writes one file of the session (`PUT /v1/files`); `data` is streamed (a
+    /// `reqwest::Body` made from a file, or bytes).
+    pub async fn write_file(
+        &self,
+        path: &str,
+        data: impl Into<reqwest::Body>,
+    ) -> Result<FileWritten, WorkerClientError> {
+        let request = self
+            .http
+            .put(self.url("/v1/files"))
+            .query(&[("path", path)])
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(data);
+        self.send(request).await
+    }
+
+    /// Reads one file of the session (`GET /v1/files`) into `out` as it arrives; returns its
+    /// length. A worker error is an `Api` error, as for every call.
+    pub async fn read_file_into<W: tokio::io::AsyncWrite + Unpin>(
+        &self,
+        path: &str,
+        out: &mut W,
+    ) -> Result<u64, WorkerClientError> {
+        use tokio::io::AsyncWriteExt;
+        let sent = self
+            .http
+            .get(self.url("/v1/files"))
+            .query(&[("path", path)])
+            .bearer_auth(&self.token)
+            .send()
+            .await;
+        let mut response = sent.map_err(|e| WorkerClientError::Transport(chain(&e)))?;
+        if response.status() != StatusCode::OK {
+            return self
+                .decode::<serde_json::Value>(Ok(response))
+                .await
+                .and_then(|_| {
+                    Err(WorkerClientError::Decode(
+                        "the worker answered a file read with JSON".into(),
+                    ))
+                });
+        }
+        let mut total: u64 = 0;
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| WorkerClientError::Transport(chain(&e)))?
+        {
+            out.write_all(&chunk)
+                .await
+                .map_err(|e| WorkerClientError::Transport(format!("writing the file: {e}")))?;
+            total = total.saturating_add(chunk.len() as u64);
+        }
+        out.flush()
+            .await
+            .map_err(|e| WorkerClientError::Transport(format!("writing the file: {e}")))?;
+        Ok(total)
     }
 
     pub async fn status(&self) -> Result<Status, WorkerClientError> {

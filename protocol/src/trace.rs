@@ -164,12 +164,14 @@ pub enum FileKind {
     Symlink,
 }
 
-/// Where a file change was seen: after a Tier-0 command, or in a higher tier's merge-back.
+/// Where a file change was seen: after a Tier-0 command, in a higher tier's merge-back, or in a
+/// file written through the worker API (`PUT /v1/files`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FileSource {
     Command,
     Merge,
+    Upload,
 }
 
 impl FileSource {
@@ -177,6 +179,7 @@ impl FileSource {
         match self {
             FileSource::Command => "command",
             FileSource::Merge => "merge",
+            FileSource::Upload => "upload",
         }
     }
 }
@@ -539,6 +542,7 @@ mod tests {
                 error: "merge: 1 change rejected".into(),
             }),
             Payload::FileCreated(file("/session/a.txt", FileSource::Command)),
+            Payload::FileCreated(file("/session/in.bin", FileSource::Upload)),
             Payload::FileModified(file("/persistent/kb.md", FileSource::Merge)),
             Payload::FileDeleted(FileEvent {
                 kind: FileKind::Symlink,

@@ -176,6 +176,31 @@ pub mod code {
     pub const SHUTTING_DOWN: &str = "shutting-down";
     /// A broken internal invariant (a panic inside a request): see `Broken`.
     pub const WORKER_BROKEN: &str = "worker-broken";
+    /// A file path that is not a plain harness path under a mount, or runs through a symlink.
+    pub const BAD_PATH: &str = "bad-path";
+    /// The path names a directory, a symlink or a special file where a regular file is meant.
+    pub const NOT_A_FILE: &str = "not-a-file";
+    /// The mount table (or a read-only Persistent Dir) does not allow writing there.
+    pub const READ_ONLY: &str = "read-only";
+    /// The turn runs on a higher tier, whose copy of the workspace the worker's files are not.
+    pub const TURN_ESCALATED: &str = "turn-escalated";
+    /// The worker's own filesystem work failed (disk full, permissions).
+    pub const IO_FAILED: &str = "io-failed";
+}
+
+/// The answer to `PUT /v1/files?path=…`: what was written and the file event it made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileWritten {
+    pub path: String,
+    /// `created` or `modified`.
+    pub change: String,
+    pub bytes: u64,
+    /// The upload's `harness.file.*` event (also appended to the session log).
+    pub events: Vec<TraceEvent>,
+    /// Events of this worker not yet in the session log.
+    #[serde(default)]
+    pub log_pending: usize,
 }
 
 fn is_zero(n: &u64) -> bool {

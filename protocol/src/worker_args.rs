@@ -32,6 +32,8 @@ pub const DEFAULT_MAX_TIMEOUT_SECS: u64 = 600;
 pub const DEFAULT_SHUTDOWN_GRACE_SECS: u64 = 20;
 /// Default `--max-archive-bytes` (the worker's pod Tier-1 and the agent): 1 GiB.
 pub const DEFAULT_MAX_ARCHIVE_BYTES: u64 = 1 << 30;
+/// Default of `--max-file-bytes`: 1 GiB.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 1 << 30;
 /// Default `--max-file-events`: at most this many `harness.file.*` events per command and per
 /// merge-back.
 pub const DEFAULT_MAX_FILE_EVENTS: usize = 10_000;
@@ -223,6 +225,15 @@ pub struct WorkerArgs {
         value_name = "BYTES"
     )]
     pub max_archive_bytes: u64,
+    /// Largest file accepted by `PUT /v1/files`, in bytes (413 beyond, and nothing written).
+    /// Streamed to disk as it arrives, never held in memory.
+    #[arg(
+        long,
+        env = "KH_WORKER_MAX_FILE_BYTES",
+        default_value_t = DEFAULT_MAX_FILE_BYTES,
+        value_name = "BYTES"
+    )]
+    pub max_file_bytes: u64,
     /// On SIGTERM, how long the running command may take to finish before the turn is ended.
     #[arg(
         long,
@@ -306,6 +317,7 @@ impl WorkerArgs {
             max_timeout: DEFAULT_MAX_TIMEOUT_SECS,
             max_body_bytes: None,
             max_archive_bytes: DEFAULT_MAX_ARCHIVE_BYTES,
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE_SECS,
             max_file_events: DEFAULT_MAX_FILE_EVENTS,
             max_file_event_bytes: DEFAULT_MAX_FILE_EVENT_BYTES,
@@ -390,6 +402,11 @@ impl WorkerArgs {
                 "max-archive-bytes",
                 self.max_archive_bytes.to_string(),
                 default.max_archive_bytes.to_string(),
+            ),
+            (
+                "max-file-bytes",
+                self.max_file_bytes.to_string(),
+                default.max_file_bytes.to_string(),
             ),
             (
                 "shutdown-grace",
@@ -488,6 +505,7 @@ mod tests {
             max_timeout: 9,
             max_body_bytes: Some(10),
             max_archive_bytes: 11,
+            max_file_bytes: 111,
             shutdown_grace: 12,
             max_file_events: 13,
             max_file_event_bytes: 14,

@@ -10,7 +10,7 @@ use kube_harness_protocol::trace::{
     CommandCompleted, CommandStarted, ContentRef, DisposeFailed, EscalationSignal, FileSource,
     TierEscalated, TierFigures, TierRefused, TrackingSkipped, TurnUsage,
 };
-use kube_harness_workspace::WorkspaceSpec;
+use kube_harness_workspace::{FileChange, WorkspaceSpec};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -124,6 +124,24 @@ impl Turn {
                 escalations: Vec::new(),
                 refusals: 0,
             }),
+        }
+    }
+
+    /// The tier the turn's commands run on now: 0 until it escalates.
+    pub async fn tier(&self) -> u8 {
+        let st = self.state.lock().await;
+        st.higher.as_ref().map_or(0, |h| h.tier())
+    }
+
+    /// A file the host wrote into the tracked mounts between two commands (an upload through the
+    /// worker API): its `harness.file.*` event with source `upload`, and a fresh baseline for the
+    /// file tracking, so that the next command does not report the same change as its own.
+    pub async fn record_upload(&self, change: &FileChange) {
+        // Between commands: a running command holds the state.
+        let _st = self.state.lock().await;
+        self.emitter.emit(file_event(change, 0, FileSource::Upload));
+        if let Some(tracker) = &self.tracker {
+            let _ = tracker.snapshot();
         }
     }
 

@@ -180,3 +180,60 @@ fn bad_configuration_is_refused_at_start() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "--token-file is required");
 }
+
+/// `kube-harness cp` both ways against a real worker process (`--worker-url`): the bytes come
+/// back equal, a download leaves no partial file on failure, and a refusal is exit 2 with the
+/// worker's reason.
+#[test]
+fn cp_moves_a_file_in_and_out() {
+    let (tmp, token) = workspace();
+    let root = tmp.path().join("ws");
+    let worker = start(&root, &token);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = WorkerClient::new(&worker.url, "cli-token-99").unwrap();
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while client.readyz().await.is_err() {
+            assert!(Instant::now() < deadline, "the worker never became ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let cp = |src: &str, dst: &str| {
+        bin()
+            .args(["cp", "--worker-url", &worker.url, "--token-file"])
+            .arg(&token)
+            .args([src, dst])
+            .output()
+            .unwrap()
+    };
+    let data: Vec<u8> = (0..(2 << 20)).map(|i: u32| (i * 31 % 251) as u8).collect();
+    let up = tmp.path().join("up.bin");
+    std::fs::write(&up, &data).unwrap();
+    let o = cp(up.to_str().unwrap(), "cli-s:/session/in/up.bin");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(root.join("session/in/up.bin")).unwrap(), data);
+    let down = tmp.path().join("down.bin");
+    let o = cp("cli-s:/session/in/up.bin", down.to_str().unwrap());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(&down).unwrap(), data);
+    // A missing remote file: exit 2, the reason, and nothing at the local name.
+    let missing = tmp.path().join("missing.bin");
+    let o = cp("cli-s:/session/nope", missing.to_str().unwrap());
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not-found"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!missing.exists());
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // Climbing out: refused by the worker.
+    let o = cp(up.to_str().unwrap(), "cli-s:/session/../etc/x");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("bad-path"));
+}

@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod escalation;
+pub mod files;
 pub mod log;
 pub mod replay;
 pub mod server;

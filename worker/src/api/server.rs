@@ -12,14 +12,15 @@ use super::model::{
 };
 use super::state::{Broken, NotReady, Refusal, Worker};
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
-use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, Request, State};
+use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use kube_harness_service_kit::body::{read_request, BodyError};
+use kube_harness_service_kit::body::{file_chunks, read_request, BodyError};
 use kube_harness_service_kit::AuthConfig;
 use kube_harness_session_log::RunId;
 use std::future::Future;
@@ -52,6 +53,7 @@ pub fn router(worker: Arc<Worker>, auth: AuthConfig) -> Router {
         .route("/v1/exec", post(exec))
         .route("/v1/turns/end", post(end_turn))
         .route("/v1/status", get(status))
+        .route("/v1/files", get(get_file).put(put_file))
         .route_layer(axum::middleware::from_fn_with_state(auth, require_bearer));
     Router::new()
         .route("/healthz", get(healthz))
@@ -61,7 +63,7 @@ pub fn router(worker: Arc<Worker>, auth: AuthConfig) -> Router {
             Refusal::new(
                 StatusCode::NOT_FOUND,
                 code::NOT_FOUND,
-                "no such route: the worker serves POST /v1/exec, POST /v1/turns/end, GET /v1/status, GET /healthz, GET /readyz",
+                "no such route: the worker serves POST /v1/exec, POST /v1/turns/end, GET /v1/status, PUT and GET /v1/files, GET /healthz, GET /readyz",
             )
         })
         .method_not_allowed_fallback(|| async {
@@ -141,6 +143,56 @@ fn task_failed(worker: &Worker, what: &str, e: &tokio::task::JoinError) -> Refus
         .broken()
         .map(|b| b.refusal())
         .unwrap_or_else(|| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", what))
+}
+
+/// `?path=/session/…` of the file routes.
+#[derive(serde::Deserialize)]
+struct FileQuery {
+    path: String,
+}
+
+fn file_query(query: Result<Query<FileQuery>, QueryRejection>) -> Result<String, Refusal> {
+    query.map(|Query(q)| q.path).map_err(|e| {
+        Refusal::new(
+            StatusCode::BAD_REQUEST,
+            code::BAD_PATH,
+            format!("the file routes take ?path=<harness path>: {e}"),
+        )
+    })
+}
+
+/// `PUT /v1/files?path=…`: the raw body becomes the file (see `files`). Its own task, like a
+/// command: once the body is in, the write completes and is recorded even if the client goes.
+async fn put_file(
+    State(worker): State<Arc<Worker>>,
+    query: Result<Query<FileQuery>, QueryRejection>,
+    headers: HeaderMap,
+    raw: Body,
+) -> Result<Response, Refusal> {
+    let path = file_query(query)?;
+    let running = worker.clone();
+    let task = tokio::spawn(async move { running.put_file(&path, &headers, raw).await });
+    match task.await {
+        Ok(result) => result.map(|r| Json(r).into_response()),
+        Err(e) => Err(task_failed(&worker, "upload", &e)),
+    }
+}
+
+/// `GET /v1/files?path=…`: the file as a raw body, streamed, with its length.
+async fn get_file(
+    State(worker): State<Arc<Worker>>,
+    query: Result<Query<FileQuery>, QueryRejection>,
+) -> Result<Response, Refusal> {
+    let path = file_query(query)?;
+    let (file, size) = worker.open_file(&path).await?;
+    let mut response = Body::from_stream(file_chunks(file)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert(CONTENT_LENGTH, HeaderValue::from(size));
+    Ok(response)
 }
 
 async fn status(State(worker): State<Arc<Worker>>) -> Response {

@@ -3,10 +3,11 @@
 //! logic the HTTP handlers call.
 
 use super::config::{SameSession, WorkerConfig};
+use super::files;
 use super::log::{keyed, Capture, LogForwarder, StartRecorder};
 use super::model::{
-    code, CommandCounts, EndTurnResponse, ExecRequest, ExecResponse, FileChangeSummary, Status,
-    TurnSummary,
+    code, CommandCounts, EndTurnResponse, ExecRequest, ExecResponse, FileChangeSummary,
+    FileWritten, Status, TurnSummary,
 };
 use super::relock;
 use super::replay::{self, Replay};
@@ -333,13 +334,7 @@ impl Worker {
     /// Runs (or replays) one command. `Err` only for what the client must handle differently
     /// from a command result: busy, incomplete step, session log down, not ready, broken.
     pub async fn exec(&self, req: ExecRequest) -> Result<ExecResponse, Refusal> {
-        let tier0 = self.tier0.as_ref().map_err(|reason| {
-            Refusal::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                code::NOT_READY,
-                format!("the Tier-0 sandbox is not usable: {reason}"),
-            )
-        })?;
+        let tier0 = self.usable_tier0()?;
         let run = self.log_run(req.run_id.as_deref())?;
         let mut slot = self.lock().await?;
         let _busy = BusyFlag::set(&self.busy);
@@ -443,6 +438,112 @@ impl Worker {
             run_id: run,
             log_pending,
             replay_problems: Vec::new(),
+        })
+    }
+
+    /// Writes one file (`PUT /v1/files?path=…`): the body is spooled first (a slow client holds
+    /// no session), then, between commands, placed in the worker's mounts and recorded as the open
+    /// turn's `harness.file.*` event with source `upload` (the turn is opened if none is). 403 on a
+    /// read-only path, 409 while the turn runs on Tier-1 (its copy of the workspace would not see
+    /// the file, and the merge-back would fight it).
+    pub async fn put_file(
+        &self,
+        path: &str,
+        headers: &axum::http::HeaderMap,
+        body: axum::body::Body,
+    ) -> Result<FileWritten, Refusal> {
+        let checked = self.usable_tier0().and_then(|tier0| {
+            let target = files::resolve(&self.spec, path)?;
+            if !self.spec.is_writable(&target.harness) {
+                return Err(Refusal::new(
+                    StatusCode::FORBIDDEN,
+                    code::READ_ONLY,
+                    format!("{path} is read-only in this session"),
+                ));
+            }
+            Ok((tier0, target, self.log_run(None)?))
+        });
+        let (tier0, target, run) = match checked {
+            Ok(checked) => checked,
+            Err(refusal) => {
+                // Read (and drop) what the client is still sending, so that it reads the answer
+                // rather than a reset connection.
+                files::discard(headers, body).await;
+                return Err(refusal);
+            }
+        };
+        let spooled = files::spool(headers, body, self.config.max_file_bytes).await?;
+        let mut slot = self.lock().await?;
+        let _busy = BusyFlag::set(&self.busy);
+        self.touch();
+        if let Some(broken) = self.broken() {
+            return Err(broken.refusal());
+        }
+        slot.exec_counter = slot.exec_counter.saturating_add(1);
+        let prefix = format!("{}:upload-{}", self.instance, slot.exec_counter);
+        let slot: &mut Slot = &mut slot;
+        let open = match &mut slot.turn {
+            Some(open) => open,
+            empty => empty.insert(self.open_turn(tier0, &slot.cwd, &slot.env)),
+        };
+        if open.turn.tier().await != 0 {
+            return Err(escalated());
+        }
+        let placing = target.clone();
+        let written = tokio::task::spawn_blocking(move || files::place(&placing, spooled))
+            .await
+            .map_err(|e| {
+                Refusal::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    code::IO_FAILED,
+                    format!("the upload task failed: {e}"),
+                )
+            })??;
+        open.turn.record_upload(&written.change).await;
+        let events = open.capture.take();
+        open.files.record(&events);
+        let log_pending = match &self.log {
+            Some(log) => {
+                log.enqueue_and_flush(keyed(&run, &prefix, &events, 0))
+                    .await
+            }
+            None => 0,
+        };
+        Ok(FileWritten {
+            path: path.to_string(),
+            change: match written.change.change {
+                kube_harness_workspace::ChangeKind::Created => "created",
+                _ => "modified",
+            }
+            .to_string(),
+            bytes: written.bytes,
+            events,
+            log_pending,
+        })
+    }
+
+    /// Opens one file for `GET /v1/files?path=…`, between commands; the caller streams it after
+    /// the session is let go. 409 while the turn runs on Tier-1 (the worker's copy is stale until
+    /// the turn ends).
+    pub async fn open_file(&self, path: &str) -> Result<(std::fs::File, u64), Refusal> {
+        let target = files::resolve(&self.spec, path)?;
+        let slot = self.lock().await?;
+        self.touch();
+        if let Some(open) = &slot.turn {
+            if open.turn.tier().await != 0 {
+                return Err(escalated());
+            }
+        }
+        files::open(&target)
+    }
+
+    fn usable_tier0(&self) -> Result<&Arc<TimedTier0>, Refusal> {
+        self.tier0.as_ref().map_err(|reason| {
+            Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                code::NOT_READY,
+                format!("the Tier-0 sandbox is not usable: {reason}"),
+            )
         })
     }
 
@@ -705,6 +806,14 @@ impl Drop for BusyFlag<'_> {
     fn drop(&mut self) {
         self.0.store(false, Ordering::SeqCst);
     }
+}
+
+fn escalated() -> Refusal {
+    Refusal::new(
+        StatusCode::CONFLICT,
+        code::TURN_ESCALATED,
+        "this turn runs on Tier-1, whose copy of the workspace the worker's files are not: end the turn (POST /v1/turns/end), which merges its changes back, and try again",
+    )
 }
 
 fn log_down(e: kube_harness_session_log::ClientError) -> Refusal {

@@ -3,10 +3,12 @@
 mod api_concurrency;
 mod api_errors;
 mod api_exec;
+mod api_files;
 mod api_replay;
 mod api_support;
 mod attack_bodies;
 mod attack_file_events;
+mod attack_files;
 mod attack_host_paths;
 mod attack_idle_connections;
 mod attack_replay;

@@ -64,7 +64,16 @@ pub async fn start() -> TestWorker {
 }
 
 pub async fn start_with(tmp: tempfile::TempDir, config: WorkerConfig) -> TestWorker {
-    let worker = Arc::new(Worker::new(config, None).unwrap());
+    start_with_tier(tmp, config, None).await
+}
+
+/// As [`start_with`], with `next` as the escalation target.
+pub async fn start_with_tier(
+    tmp: tempfile::TempDir,
+    config: WorkerConfig,
+    next: Option<Arc<dyn kube_harness_runtime::NextTier>>,
+) -> TestWorker {
+    let worker = Arc::new(Worker::new(config, next).unwrap());
     worker
         .readiness()
         .expect("the Tier-0 sandbox is usable here (tests run as root)");

@@ -1,0 +1,174 @@
+//! `kube-harness cp [-n NS] SESSION:/session/x ./x` and back, as `kubectl cp` does: one file,
+//! streamed both ways through the worker's `PUT`/`GET /v1/files` (docs/worker-api.md, "Files").
+//! With `--worker-url` and `--token-file` it talks to a worker directly (a local
+//! `kube-harness worker`, or one reached another way) instead of finding the session through the
+//! API server.
+
+use anyhow::{bail, Context};
+use clap::Args;
+use kube_harness_client::SessionHandle;
+use kube_harness_worker::protocol::WorkerClient;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct CpArgs {
+    /// Namespace of the session (default: the kubeconfig's namespace).
+    #[arg(short = 'n', long)]
+    namespace: Option<String>,
+    /// Where from: `SESSION:/session/…` (or `/artifacts/…`, `/persistent/…`) or a local file.
+    src: String,
+    /// Where to: a local path, or `SESSION:/harness/path`. Exactly one side is a session's.
+    dst: String,
+    /// How long to wait for the session to be Ready (waking it if hibernated).
+    #[arg(long, default_value_t = 180)]
+    wait: u64,
+    /// Talk to this worker URL directly (with --token-file) instead of through the API server.
+    #[arg(long, requires = "token_file")]
+    worker_url: Option<String>,
+    /// The worker's bearer token, for --worker-url.
+    #[arg(long, requires = "worker_url")]
+    token_file: Option<PathBuf>,
+}
+
+/// One side of a copy.
+#[derive(Debug, PartialEq)]
+enum Side {
+    Local(PathBuf),
+    Session { name: String, path: String },
+}
+
+/// `NAME:/path` is a session's when NAME could be a Kubernetes name (no `/`, not empty) and the
+/// path is absolute; anything else is local (`./a:b` stays local, as with `kubectl cp`).
+fn side(text: &str) -> Side {
+    if let Some((name, path)) = text.split_once(':') {
+        let name_ok = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+        if name_ok && path.starts_with('/') {
+            return Side::Session {
+                name: name.to_string(),
+                path: path.to_string(),
+            };
+        }
+    }
+    Side::Local(PathBuf::from(text))
+}
+
+pub fn run(args: CpArgs) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Runtime::new()?.block_on(copy(args))
+}
+
+async fn copy(args: CpArgs) -> anyhow::Result<ExitCode> {
+    let (session, upload, remote, local) = match (side(&args.src), side(&args.dst)) {
+        (Side::Local(local), Side::Session { name, path }) => (name, true, path, local),
+        (Side::Session { name, path }, Side::Local(local)) => (name, false, path, local),
+        (Side::Session { .. }, Side::Session { .. }) => {
+            bail!("both sides are a session's; copy through a local file")
+        }
+        (Side::Local(_), Side::Local(_)) => {
+            bail!("neither side is a session's: one of them must be SESSION:/session/…")
+        }
+    };
+    // The tunnel (when there is one) lives as long as this.
+    let (worker, _connected) = match (&args.worker_url, &args.token_file) {
+        (Some(url), Some(token_file)) => {
+            let token = std::fs::read_to_string(token_file)
+                .with_context(|| format!("reading {}", token_file.display()))?;
+            (WorkerClient::new(url, token.trim())?, None)
+        }
+        _ => {
+            let client = kube::Client::try_default()
+                .await
+                .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
+            let namespace = args
+                .namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_string());
+            let connected = SessionHandle::new(client, namespace, &session)
+                .connect(Duration::from_secs(args.wait))
+                .await?;
+            (connected.worker.clone(), Some(connected))
+        }
+    };
+    if upload {
+        put(&worker, &local, &remote).await?;
+    } else {
+        get(&worker, &remote, &local).await?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn put(worker: &WorkerClient, local: &Path, remote: &str) -> anyhow::Result<()> {
+    let meta = std::fs::metadata(local).with_context(|| format!("{}", local.display()))?;
+    if !meta.is_file() {
+        bail!(
+            "{} is not a regular file: cp moves one file (a directory as a tar is not built yet)",
+            local.display()
+        );
+    }
+    let file = tokio::fs::File::open(local)
+        .await
+        .with_context(|| format!("opening {}", local.display()))?;
+    worker
+        .write_file(remote, file)
+        .await
+        .with_context(|| format!("writing {remote}"))?;
+    Ok(())
+}
+
+/// Downloads into a new file beside `local` and renames it into place: an interrupted copy
+/// leaves nothing half-written at the name.
+async fn get(worker: &WorkerClient, remote: &str, local: &Path) -> anyhow::Result<()> {
+    let local = if local.is_dir() {
+        let name = Path::new(remote)
+            .file_name()
+            .context("the remote path names no file")?;
+        local.join(name)
+    } else {
+        local.to_path_buf()
+    };
+    let dir = match local.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let temp = tempfile::NamedTempFile::new_in(&dir)
+        .with_context(|| format!("creating a file in {}", dir.display()))?;
+    let mut out = tokio::fs::File::from_std(temp.reopen()?);
+    worker
+        .read_file_into(remote, &mut out)
+        .await
+        .with_context(|| format!("reading {remote}"))?;
+    temp.persist(&local)
+        .with_context(|| format!("placing {}", local.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{side, Side};
+    use std::path::PathBuf;
+
+    #[test]
+    fn a_session_side_needs_a_name_and_an_absolute_path() {
+        assert_eq!(
+            side("s1:/session/x"),
+            Side::Session {
+                name: "s1".into(),
+                path: "/session/x".into()
+            }
+        );
+        for local in [
+            "./a:b",
+            "x",
+            "/abs:/p",
+            "s1:rel",
+            ":/session/x",
+            "S1:/session/x",
+        ] {
+            assert_eq!(side(local), Side::Local(PathBuf::from(local)), "{local}");
+        }
+    }
+}
