@@ -4,7 +4,9 @@
 use anyhow::Context;
 use clap::Args;
 use kube_harness_client::{Connected, SessionHandle};
-use kube_harness_worker::protocol::worker_api::{EndTurnRequest, EndTurnResponse, ExecRequest};
+use kube_harness_worker::protocol::worker_api::{
+    EndTurnRequest, EndTurnResponse, ExecRequest, ExecStreamLine,
+};
 use kube_harness_worker::protocol::WorkerClient;
 use std::io::Write;
 use std::process::ExitCode;
@@ -52,7 +54,17 @@ async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     request.run_id = args.run_id.clone();
     request.step_key = args.step_key;
     request.timeout_ms = args.timeout.map(|s| s.saturating_mul(1000));
-    let response = connected.worker.exec(&request).await.with_context(|| {
+    // Printed as it comes (unless the whole JSON answer is asked for).
+    let mut streamed = Streamed::default();
+    let sent = if args.json {
+        connected.worker.exec(&request).await
+    } else {
+        connected
+            .worker
+            .exec_stream(&request, |line| streamed.print(line))
+            .await
+    };
+    let response = sent.with_context(|| {
         format!(
             "the command's result was lost (the worker pod may have died mid-command); \
              session {} recovers on its own: check `kubectl get hs {}`",
@@ -71,12 +83,43 @@ async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
         }
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        std::io::stdout().write_all(response.outcome.stdout.as_bytes())?;
-        std::io::stderr().write_all(response.outcome.stderr.as_bytes())?;
+        // What did not stream: a higher tier's output, and the runtime's notes after it.
+        std::io::stdout().write_all(rest(&response.outcome.stdout, &streamed.out).as_bytes())?;
+        std::io::stderr().write_all(rest(&response.outcome.stderr, &streamed.err).as_bytes())?;
     }
     Ok(ExitCode::from(
         response.outcome.exit_code.clamp(0, 255) as u8
     ))
+}
+
+/// The output printed while the command ran.
+#[derive(Default)]
+struct Streamed {
+    out: String,
+    err: String,
+}
+
+impl Streamed {
+    fn print(&mut self, line: &ExecStreamLine) {
+        let (text, kept, mut sink): (&str, &mut String, Box<dyn Write>) = match line {
+            ExecStreamLine::Stdout { data } => (data, &mut self.out, Box::new(std::io::stdout())),
+            ExecStreamLine::Stderr { data } => (data, &mut self.err, Box::new(std::io::stderr())),
+            _ => return,
+        };
+        let _ = sink.write_all(text.as_bytes());
+        let _ = sink.flush();
+        kept.push_str(text);
+    }
+}
+
+/// The part of a result's output not printed yet: what follows the streamed text, or all of it
+/// when it is not a continuation (a command retried on Tier-1, which does not stream).
+fn rest<'a>(result: &'a str, streamed: &str) -> &'a str {
+    if streamed.starts_with(result) {
+        // All of it streamed (the result may be cut at its cap where the stream was not).
+        return "";
+    }
+    result.strip_prefix(streamed).unwrap_or(result)
 }
 
 /// Finds the session (in `namespace`, default the kubeconfig's), waits up to `wait` seconds for it

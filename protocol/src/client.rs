@@ -5,8 +5,8 @@
 //! is the caller's decision (with a step key, retrying is safe: the worker replays).
 
 use crate::worker_api::{
-    EndTurnRequest, EndTurnResponse, ErrorBody, ExecRequest, ExecResponse, FileWritten, Health,
-    Status,
+    EndTurnRequest, EndTurnResponse, ErrorBody, ExecRequest, ExecResponse, ExecStreamLine,
+    FileWritten, Health, Status, NDJSON,
 };
 use kube_harness_service_kit::body::{self, chain, BodyError};
 use reqwest::StatusCode;
@@ -93,6 +93,65 @@ impl WorkerClient {
     pub async fn exec(&self, req: &ExecRequest) -> Result<ExecResponse, WorkerClientError> {
         self.send(self.http.post(self.url("/v1/exec")).json(req))
             .await
+    }
+
+    /// Runs one command with its output streamed (`Accept: application/x-ndjson`): `on_output`
+    /// gets each `stdout`/`stderr` line as it arrives; the `result` line is the answer, an
+    /// `error` line an `Api` error. Dropping the future (or a connection that breaks) cancels a
+    /// command that is still running.
+    pub async fn exec_stream(
+        &self,
+        req: &ExecRequest,
+        mut on_output: impl FnMut(&ExecStreamLine),
+    ) -> Result<ExecResponse, WorkerClientError> {
+        let sent = self
+            .http
+            .post(self.url("/v1/exec"))
+            .header(reqwest::header::ACCEPT, NDJSON)
+            .bearer_auth(&self.token)
+            .json(req)
+            .send()
+            .await;
+        let mut response = sent.map_err(|e| WorkerClientError::Transport(chain(&e)))?;
+        if response.status() != StatusCode::OK {
+            return self.decode(Ok(response)).await;
+        }
+        let mut pending: Vec<u8> = Vec::new();
+        loop {
+            let chunk = response
+                .chunk()
+                .await
+                .map_err(|e| WorkerClientError::Transport(chain(&e)))?;
+            let Some(chunk) = chunk else {
+                return Err(WorkerClientError::Transport(
+                    "the stream ended without a result line".into(),
+                ));
+            };
+            pending.extend_from_slice(&chunk);
+            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let line: ExecStreamLine = serde_json::from_slice(&line)
+                    .map_err(|e| WorkerClientError::Decode(format!("a stream line: {e}")))?;
+                match line {
+                    ExecStreamLine::Result(response) => return Ok(response),
+                    ExecStreamLine::Error { status, error } => {
+                        return Err(WorkerClientError::Api {
+                            status,
+                            code: error.code,
+                            message: error.message,
+                        })
+                    }
+                    ExecStreamLine::Keepalive => {}
+                    output => on_output(&output),
+                }
+            }
+            if pending.len() > self.max_answer_bytes {
+                return Err(WorkerClientError::Decode(format!(
+                    "a stream line over {} bytes",
+                    self.max_answer_bytes
+                )));
+            }
+        }
     }
 
     /// Ends the session's open turn; `turn: None` when none was open.

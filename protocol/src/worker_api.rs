@@ -74,6 +74,32 @@ pub struct ExecResponse {
     pub replay_problems: Vec<String>,
 }
 
+/// The media type that asks `POST /v1/exec` to stream (`Accept: application/x-ndjson`).
+pub const NDJSON: &str = "application/x-ndjson";
+
+/// One line of a streamed exec: output while the command runs, a `keepalive` during silences
+/// (so that a client that went away is noticed and its command cancelled), then exactly one
+/// `result` (the exec response, its fields beside `type`) or `error` line, the last.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum ExecStreamLine {
+    /// Output as the command wrote it (UTF-8; a character split between reads is kept whole,
+    /// invalid bytes become U+FFFD).
+    Stdout {
+        data: String,
+    },
+    Stderr {
+        data: String,
+    },
+    Keepalive,
+    Result(ExecResponse),
+    /// A refusal after the stream started (`status` is what the plain exec would have answered).
+    Error {
+        status: u16,
+        error: ErrorDetail,
+    },
+}
+
 /// `POST /v1/turns/end` (body optional).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

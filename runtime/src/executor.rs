@@ -21,6 +21,9 @@ pub struct ExecRequest {
     /// (A [`Tier0Executor`](crate::Tier0Executor) keeps the limit its sandbox was built with;
     /// the worker's `TimedTier0` picks a sandbox per limit.)
     pub timeout: Option<Duration>,
+    /// Where the output also goes while the command runs (Tier-0 streams it; the higher tiers
+    /// deliver it with the result). Dropping its receiver cancels a Tier-0 command.
+    pub output: Option<kube_harness_sandbox::OutputTap>,
 }
 
 /// What an executor reports: the sandbox's [`Outcome`](kube_harness_sandbox::Outcome), the one

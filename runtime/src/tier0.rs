@@ -29,6 +29,7 @@ impl CommandExecutor for Tier0Executor {
                 script: req.script,
                 cwd: req.cwd,
                 env: req.env,
+                output: req.output,
             })
             .await
     }

@@ -38,7 +38,7 @@ struct TurnState {
 
 /// One command as a caller hands it to a turn: everything that belongs to this command alone
 /// travels with it (never through setters on the turn or its tiers).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Step<'a> {
     pub script: &'a str,
     /// The caller's step key, on the command's started, completed and refused events
@@ -46,6 +46,8 @@ pub struct Step<'a> {
     pub step_key: Option<&'a str>,
     /// This command's time limit on whichever tier runs it (`None`: the tier's default).
     pub timeout: Option<Duration>,
+    /// Where its output also goes as it runs (see [`ExecRequest::output`]).
+    pub output: Option<kube_harness_sandbox::OutputTap>,
 }
 
 impl<'a> Step<'a> {
@@ -171,7 +173,7 @@ impl Turn {
         let mut st = self.state.lock().await;
         let classification = classify::classify(step.script, &self.config.classify);
         let outcome = self
-            .decide_and_run(&mut st, step, &classification, &mut gate)
+            .decide_and_run(&mut st, &step, &classification, &mut gate)
             .await?;
         Ok(Executed {
             outcome,
@@ -182,13 +184,13 @@ impl Turn {
     async fn decide_and_run(
         &self,
         st: &mut TurnState,
-        step: Step<'_>,
+        step: &Step<'_>,
         classification: &classify::Classification,
         gate: &mut Option<&mut dyn StartGate>,
     ) -> Result<CommandOutcome, NotRun> {
         let Step {
             script, step_key, ..
-        } = step;
+        } = *step;
         let current_tier = st.higher.as_ref().map_or(0, |h| h.tier());
         if classification.decision == Decision::Refuse {
             let blocked: Vec<String> = classification
@@ -416,14 +418,15 @@ impl Turn {
     async fn run(
         &self,
         st: &mut TurnState,
-        step: Step<'_>,
+        step: &Step<'_>,
         gate: &mut Option<&mut dyn StartGate>,
     ) -> Result<CommandOutcome, NotRun> {
         let Step {
             script,
             step_key,
             timeout,
-        } = step;
+            ref output,
+        } = *step;
         let executor = st.higher.clone().unwrap_or_else(|| self.tier0.clone());
         let tier = executor.tier();
         let cwd = st.cwd.display().to_string();
@@ -449,6 +452,7 @@ impl Turn {
                 cwd: st.cwd.clone(),
                 env: st.env.clone(),
                 timeout,
+                output: output.clone(),
             })
             .await;
         let duration_ms = started.elapsed().as_millis() as u64;

@@ -64,7 +64,7 @@ pub struct SandboxConfig {
 }
 
 /// One command to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Invocation {
     /// The full bash script, run as `bash -c SCRIPT` (at most [`MAX_SCRIPT_ARG`] bytes).
     pub script: String,
@@ -73,7 +73,29 @@ pub struct Invocation {
     /// The command's environment on top of the sandbox's base (PATH, HOME, TMPDIR); entries here
     /// win. Nothing of the calling process's environment is passed.
     pub env: BTreeMap<String, String>,
+    /// Where stdout and stderr also go while the command runs, if anywhere (see [`OutputTap`]).
+    pub output: Option<OutputTap>,
 }
+
+/// Which stream a chunk of output came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+/// Bytes a command wrote, as they were read from its pipe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputChunk {
+    pub stream: OutputStream,
+    pub data: Vec<u8>,
+}
+
+/// A command's output as it arrives, for a caller that streams it (the worker's NDJSON exec).
+/// Bounded: a reader that falls behind slows the command down (its pipe fills, as on a
+/// terminal) within its time limit. Dropping the receiver cancels the command: its whole tree is
+/// killed, and the outcome says "the command was cancelled".
+pub type OutputTap = tokio::sync::mpsc::Sender<OutputChunk>;
 
 /// The kernel's limit on one argv string (MAX_ARG_STRLEN), minus the terminating NUL.
 pub const MAX_SCRIPT_ARG: usize = 128 * 1024 - 1;

@@ -19,7 +19,10 @@ mod run;
 mod seccomp;
 mod tools;
 
-pub use config::{Invocation, Limits, Outcome, Presentation, SandboxConfig, SandboxError};
+pub use config::{
+    Invocation, Limits, Outcome, OutputChunk, OutputStream, OutputTap, Presentation, SandboxConfig,
+    SandboxError,
+};
 pub use probe::{probe, Capabilities};
 
 use child::ChildPlan;

@@ -9,7 +9,7 @@
 use super::child::{self, ChildPlan, RunFds, KIND_TIMED_OUT};
 use super::config::MAX_SCRIPT_ARG;
 use super::fd::pipe_high;
-use super::{Invocation, Limits, Outcome};
+use super::{Invocation, Limits, Outcome, OutputChunk, OutputStream, OutputTap};
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -132,23 +132,44 @@ async fn run_inner(
     let out_cap = limits.max_output_bytes;
     let mut rest = Vec::with_capacity(5);
     let mut backstop_fired = false;
+    let tap = inv.output.as_ref();
     let (out, err, st) = {
         let all = async {
             let (out, err, st, _) = tokio::join!(
-                read_capped(stdout, out_cap),
-                read_capped(stderr, out_cap),
-                read_capped(state, limits.max_state_bytes),
+                read_capped(stdout, out_cap, tap.map(|t| (t, OutputStream::Stdout))),
+                read_capped(stderr, out_cap, tap.map(|t| (t, OutputStream::Stderr))),
+                read_capped(state, limits.max_state_bytes, None),
                 status.read_to_end(&mut rest),
             );
             (out, err, st)
         };
         tokio::pin!(all);
-        match tokio::time::timeout(limits.timeout.saturating_add(BACKSTOP), &mut all).await {
+        // A streaming caller that goes away cancels the command: SIGTERM to the supervisor,
+        // which kills the whole tree and reports it cancelled; the pipes are drained as usual.
+        let pid = guard.pid;
+        let watched = async {
+            let gone = async {
+                match tap {
+                    Some(tap) => tap.closed().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                done = &mut all => done,
+                () = gone => {
+                    // SAFETY: the supervisor is our unreaped child.
+                    unsafe { libc::kill(pid, libc::SIGTERM) };
+                    (&mut all).await
+                }
+            }
+        };
+        tokio::pin!(watched);
+        match tokio::time::timeout(limits.timeout.saturating_add(BACKSTOP), &mut watched).await {
             Ok(r) => r,
             Err(_) => {
                 backstop_fired = true;
                 kill_everything(guard.pid, cmd_pid);
-                tokio::time::timeout(DRAIN_GRACE, &mut all)
+                tokio::time::timeout(DRAIN_GRACE, &mut watched)
                     .await
                     .unwrap_or_default()
             }
@@ -289,8 +310,14 @@ impl Drop for CancelGuard {
     }
 }
 
-/// Reads to EOF, keeping at most `cap` bytes; the rest is drained and dropped.
-async fn read_capped(mut r: pipe::Receiver, cap: usize) -> (Vec<u8>, bool) {
+/// Reads to EOF, keeping at most `cap` bytes; the rest is drained and dropped. With a tap, every
+/// chunk also goes there as it is read (all of it: the cap bounds what is kept, not what streams),
+/// until the tap's reader is gone.
+async fn read_capped(
+    mut r: pipe::Receiver,
+    cap: usize,
+    mut tap: Option<(&OutputTap, OutputStream)>,
+) -> (Vec<u8>, bool) {
     let mut kept = Vec::new();
     let mut truncated = false;
     let mut chunk = vec![0u8; 64 * 1024];
@@ -298,6 +325,12 @@ async fn read_capped(mut r: pipe::Receiver, cap: usize) -> (Vec<u8>, bool) {
         match r.read(&mut chunk).await {
             Ok(0) => break,
             Ok(n) => {
+                if let Some((sender, stream)) = tap {
+                    let data = chunk.get(..n).unwrap_or_default().to_vec();
+                    if sender.send(OutputChunk { stream, data }).await.is_err() {
+                        tap = None;
+                    }
+                }
                 let room = cap.saturating_sub(kept.len());
                 if n > room {
                     truncated = true;

@@ -78,6 +78,7 @@ pub fn inv(script: &str, cwd: impl Into<PathBuf>) -> Invocation {
         script: script.to_string(),
         cwd: cwd.into(),
         env: BTreeMap::new(),
+        output: None,
     }
 }
 

@@ -14,6 +14,7 @@ pub mod log;
 pub mod replay;
 pub mod server;
 pub mod state;
+mod stream;
 pub mod tier0;
 
 pub use config::{SameSession, SessionLogConfig, WorkerConfig};

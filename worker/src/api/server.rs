@@ -8,7 +8,7 @@
 
 use super::model::{
     code, EndTurnRequest, ErrorBody, ErrorDetail, ExecRequest, Health, MAX_KEY_LEN,
-    MAX_SCRIPT_BYTES,
+    MAX_SCRIPT_BYTES, NDJSON,
 };
 use super::state::{Broken, NotReady, Refusal, Worker};
 use axum::body::{Body, Bytes};
@@ -128,7 +128,7 @@ async fn readyz(State(worker): State<Arc<Worker>>) -> Response {
 /// held is unknown, so the worker is marked broken for good and says so, rather than answering
 /// 500 now and whatever that state causes later.
 /// (A task that was cancelled, not panicked, means the runtime is shutting down.)
-fn task_failed(worker: &Worker, what: &str, e: &tokio::task::JoinError) -> Refusal {
+pub(super) fn task_failed(worker: &Worker, what: &str, e: &tokio::task::JoinError) -> Refusal {
     if !e.is_panic() {
         return Refusal::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -224,6 +224,9 @@ async fn exec(
     let req: ExecRequest = serde_json::from_slice(&raw)
         .map_err(|e| bad_request(format!("invalid exec request: {e}")))?;
     validate(&req, &worker)?;
+    if wants_stream(&headers) {
+        return Ok(super::stream::exec(worker, req));
+    }
     // Its own task: the command completes (and is logged) even if this request is dropped.
     let running = worker.clone();
     let task = tokio::spawn(async move { running.exec(req).await });
@@ -231,6 +234,20 @@ async fn exec(
         Ok(result) => result.map(|r| Json(r).into_response()),
         Err(e) => Err(task_failed(&worker, "exec", &e)),
     }
+}
+
+/// `Accept: application/x-ndjson` asks for the streamed exec.
+fn wants_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(axum::http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case(NDJSON))
+        })
 }
 
 fn validate(req: &ExecRequest, worker: &Worker) -> Result<(), Refusal> {

@@ -334,6 +334,16 @@ impl Worker {
     /// Runs (or replays) one command. `Err` only for what the client must handle differently
     /// from a command result: busy, incomplete step, session log down, not ready, broken.
     pub async fn exec(&self, req: ExecRequest) -> Result<ExecResponse, Refusal> {
+        self.exec_streaming(req, None).await
+    }
+
+    /// [`Worker::exec`], with the command's output also sent to `output` as it runs (Tier-0; a
+    /// higher tier's arrives with the result). Dropping the receiver cancels the command.
+    pub async fn exec_streaming(
+        &self,
+        req: ExecRequest,
+        output: Option<kube_harness_sandbox::OutputTap>,
+    ) -> Result<ExecResponse, Refusal> {
         let tier0 = self.usable_tier0()?;
         let run = self.log_run(req.run_id.as_deref())?;
         let mut slot = self.lock().await?;
@@ -380,6 +390,7 @@ impl Worker {
             step_key: req.step_key.as_deref(),
             // The same limit whichever tier runs the command.
             timeout: req.timeout_ms.map(Duration::from_millis),
+            output,
         };
         // With a session log, the command's start is recorded before it runs (fail-closed).
         let mut recorder = self
