@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (the README's): starts a throwaway PostgreSQL on loopback for the
-# store tests, runs every workspace test, and stops what it started. On a fresh Debian machine it
+# store tests, runs every workspace test, then the Python and TypeScript SDKs' suites against the
+# worker it built, and stops what it started. On a fresh Debian machine it
 # installs the packages the tests need first (as root; otherwise it says what is missing).
 #
 #   bash scripts/test.sh              # all workspace tests
@@ -15,6 +16,8 @@ command -v curl >/dev/null || need_packages+=(curl)
 command -v git >/dev/null || need_packages+=(git)   # the local Tier-1 tests run real git and make
 command -v make >/dev/null || need_packages+=(make)
 command -v unshare >/dev/null || need_packages+=(util-linux)
+command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null || need_packages+=(python3 python3-venv)
+command -v node >/dev/null && command -v npm >/dev/null || need_packages+=(nodejs npm)
 if ((${#need_packages[@]})); then
   if [ "$(id -u)" = 0 ]; then
     echo "test.sh: installing ${need_packages[*]}" >&2
@@ -33,3 +36,11 @@ echo "test.sh: PostgreSQL for tests at $KH_TEST_POSTGRES_URL" >&2
 
 # Two cores: keep test binaries from oversubscribing them.
 cargo test --workspace "$@"
+
+# The SDKs against the worker cargo just built (only for the whole suite, not `-p …`): Python
+# (httpx, pytest from PyPI into a cached venv) and TypeScript (tsc and node:test; npm registry).
+if [ "$#" -eq 0 ]; then
+  export KH_BIN="${CARGO_TARGET_DIR:-target}/debug/kube-harness"
+  bash clients/python/test.sh
+  bash clients/typescript/test.sh
+fi

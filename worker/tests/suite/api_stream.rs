@@ -135,10 +135,13 @@ async fn a_client_that_goes_away_cancels_its_command() {
                     data: "started\n".into()
                 }
             );
-        } else {
-            tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        assert_eq!(sleeping(&[marker]).len(), 1, "{script}: the command runs");
+        // The shell may print before its `sleep` is exec'd: wait until it is there.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while sleeping(&[marker]).len() != 1 {
+            assert!(Instant::now() < deadline, "{script}: the command never ran");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         drop(response);
         let deadline = Instant::now() + Duration::from_secs(10);
         while !sleeping(&[marker]).is_empty() {

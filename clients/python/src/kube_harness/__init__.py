@@ -1,0 +1,38 @@
+"""Client of a Kube Harness session: run shell commands in it (whole or streamed), move files in
+and out, end its turns. The worker's wire protocol is docs/worker-api.md."""
+
+from ._errors import (
+    ApiError,
+    BadPath,
+    KubeHarnessError,
+    NotAFile,
+    NotFound,
+    PayloadTooLarge,
+    ReadOnly,
+    SessionBusy,
+    TransportError,
+    TurnEscalated,
+    Unauthorized,
+)
+from ._models import Chunk, ExecResult, FileWritten, TurnSummary
+from ._session import AsyncSession, Session
+
+__all__ = [
+    "ApiError",
+    "AsyncSession",
+    "BadPath",
+    "Chunk",
+    "ExecResult",
+    "FileWritten",
+    "KubeHarnessError",
+    "NotAFile",
+    "NotFound",
+    "PayloadTooLarge",
+    "ReadOnly",
+    "Session",
+    "SessionBusy",
+    "TransportError",
+    "TurnEscalated",
+    "TurnSummary",
+    "Unauthorized",
+]

@@ -1,0 +1,79 @@
+"""Typed errors. A command that ran and failed is not an error: it is an ExecResult with its exit
+code. These are for what the caller must handle differently: a refusal by the worker (ApiError
+and its subclasses, one per stable error code) or a worker that could not be reached."""
+
+from typing import Dict, Optional, Type
+
+
+class KubeHarnessError(Exception):
+    """Base of every error this package raises."""
+
+
+class TransportError(KubeHarnessError):
+    """The worker could not be reached, or the connection broke mid-answer. A command's fate is
+    then unknown: retry with a step_key to find out (the worker replays a completed step)."""
+
+
+class ApiError(KubeHarnessError):
+    """The worker refused the request: HTTP status, stable code, message."""
+
+    code: Optional[str] = None
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class Unauthorized(ApiError):
+    code = "unauthorized"
+
+
+class SessionBusy(ApiError):
+    code = "session-busy"
+
+
+class NotFound(ApiError):
+    code = "not-found"
+
+
+class BadPath(ApiError):
+    code = "bad-path"
+
+
+class NotAFile(ApiError):
+    code = "not-a-file"
+
+
+class ReadOnly(ApiError):
+    code = "read-only"
+
+
+class TurnEscalated(ApiError):
+    code = "turn-escalated"
+
+
+class PayloadTooLarge(ApiError):
+    code = "payload-too-large"
+
+
+_BY_CODE: Dict[str, Type[ApiError]] = {
+    cls.code: cls
+    for cls in (
+        Unauthorized,
+        SessionBusy,
+        NotFound,
+        BadPath,
+        NotAFile,
+        ReadOnly,
+        TurnEscalated,
+        PayloadTooLarge,
+    )
+    if cls.code
+}
+
+
+def api_error(status: int, code: str, message: str) -> ApiError:
+    """The most specific error class for a worker's error code."""
+    return _BY_CODE.get(code, ApiError)(status, code, message)

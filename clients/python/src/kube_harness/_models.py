@@ -1,0 +1,75 @@
+"""What the worker answers, as small immutable records (the JSON's camelCase in snake_case)."""
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Output of a streamed command as it was written: type is "stdout" or "stderr"."""
+
+    type: str
+    data: str
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """One command's outcome. The last item of Session.stream is one too (type == "result")."""
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    tier: int
+    timed_out: bool
+    truncated: bool
+    run_id: str = ""
+    replayed: bool = False
+    events: List[Dict[str, Any]] = field(default_factory=list)
+    classification: Optional[Dict[str, Any]] = None
+    type: str = "result"
+
+    @classmethod
+    def from_json(cls, body: Dict[str, Any]) -> "ExecResult":
+        return cls(
+            stdout=body["stdout"],
+            stderr=body["stderr"],
+            exit_code=body["exitCode"],
+            tier=body["tier"],
+            timed_out=body["timedOut"],
+            truncated=body["truncated"],
+            run_id=body.get("runId", ""),
+            replayed=body.get("replayed", False),
+            events=body.get("events", []),
+            classification=body.get("classification"),
+        )
+
+
+@dataclass(frozen=True)
+class FileWritten:
+    path: str
+    change: str
+    bytes: int
+    events: List[Dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, body: Dict[str, Any]) -> "FileWritten":
+        return cls(body["path"], body["change"], body["bytes"], body.get("events", []))
+
+
+@dataclass(frozen=True)
+class TurnSummary:
+    turn_id: str
+    commands: int
+    usage: Dict[str, Any]
+    file_changes: List[Dict[str, Any]]
+    events: List[Dict[str, Any]]
+
+    @classmethod
+    def from_json(cls, body: Dict[str, Any]) -> "TurnSummary":
+        return cls(
+            turn_id=body["turnId"],
+            commands=body["commands"],
+            usage=body.get("usage") or {},
+            file_changes=body.get("fileChanges", []),
+            events=body.get("events", []),
+        )

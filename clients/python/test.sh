@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The Python SDK's tests: pytest against a real `kube-harness worker` on loopback. Installs httpx
+# and pytest from PyPI into a virtualenv kept under the cache directory (reused when present).
+#
+#   KH_BIN=target/debug/kube-harness bash clients/python/test.sh
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+cache="${KH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kube-harness}"
+venv="$cache/python-sdk-venv"
+: "${KH_BIN:?KH_BIN must name the kube-harness binary}"
+python="${PYTHON:-python3}"
+if ! "$venv/bin/python" -c 'import httpx, pytest' 2>/dev/null; then
+  echo "clients/python: making $venv (httpx, pytest from PyPI)" >&2
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check 'httpx>=0.27,<1' 'pytest>=8'
+fi
+cd "$here"
+KH_BIN="$(realpath "$KH_BIN")" PYTHONPATH="$here/src" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests

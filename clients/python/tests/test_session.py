@@ -1,0 +1,103 @@
+"""The SDK against a real worker: exec, stream, files, end_turn, status, and the typed errors."""
+
+import asyncio
+import time
+
+import pytest
+
+import kube_harness as kh
+from conftest import TOKEN
+
+
+def test_exec_returns_the_outcome_whatever_the_exit_code(worker):
+    with kh.Session(worker.url, TOKEN) as s:
+        r = s.exec("echo hi; echo oops >&2; exit 3")
+        assert (r.stdout, r.stderr, r.exit_code, r.tier) == ("hi\n", "oops\n", 3, 0)
+        assert not r.timed_out
+        assert any(e["type"] == "harness.runtime.command.completed" for e in r.events)
+        # Shell state carries over between commands of a session.
+        s.exec("cd /session && export GREETING=hello")
+        assert s.exec("pwd; echo $GREETING").stdout == "/session\nhello\n"
+        r = s.exec("sleep 5", timeout=0.5)
+        assert r.timed_out and r.exit_code == 124
+
+
+def test_stream_yields_output_as_it_comes_then_the_result(worker):
+    with kh.Session(worker.url, TOKEN) as s:
+        started = time.monotonic()
+        first = None
+        items = []
+        for item in s.stream("for i in 1 2 3; do echo $i; sleep 1; done"):
+            if first is None and isinstance(item, kh.Chunk):
+                first = time.monotonic() - started
+            items.append(item)
+        assert first is not None and first < 1.5, first
+        chunks = [i for i in items if isinstance(i, kh.Chunk)]
+        assert "".join(c.data for c in chunks if c.type == "stdout") == "1\n2\n3\n"
+        result = items[-1]
+        assert isinstance(result, kh.ExecResult) and result.type == "result"
+        assert (result.stdout, result.exit_code) == ("1\n2\n3\n", 0)
+
+
+def test_files_round_trip_and_refusals_are_typed(worker, tmp_path):
+    data = bytes(range(256)) * 4096
+    with kh.Session(worker.url, TOKEN) as s:
+        w = s.write_file("/session/in/data.bin", data)
+        assert (w.change, w.bytes) == ("created", len(data))
+        assert w.events[0]["data"]["source"] == "upload"
+        assert s.read_file("/session/in/data.bin") == data
+        assert s.exec("wc -c < /session/in/data.bin").stdout.strip() == str(len(data))
+        # A file object streams.
+        local = tmp_path / "local.bin"
+        local.write_bytes(b"x" * 100000)
+        with local.open("rb") as f:
+            assert s.write_file("/artifacts/local.bin", f).bytes == 100000
+        with pytest.raises(kh.BadPath):
+            s.write_file("/session/../etc/passwd", b"no")
+        with pytest.raises(kh.ReadOnly):
+            s.write_file("/.agents/skills/x.md", b"no")
+        with pytest.raises(kh.NotFound):
+            s.read_file("/session/none")
+        with pytest.raises(kh.PayloadTooLarge):
+            s.write_file("/session/big", b"z" * (9 << 20))
+    assert not worker.host("/session/big").exists()
+
+
+def test_end_turn_and_status(worker):
+    with kh.Session(worker.url, TOKEN) as s:
+        assert s.end_turn() is None
+        s.exec("echo a > /session/a.txt")
+        turn = s.end_turn()
+        assert turn is not None and turn.commands == 1
+        assert [c["path"] for c in turn.file_changes] == ["/session/a.txt"]
+        status = s.status()
+        assert status["session"] == "py" and status["turns"] == 1
+
+
+def test_a_wrong_token_and_an_unreachable_worker_are_typed(worker):
+    with kh.Session(worker.url, "not-the-token") as s:
+        with pytest.raises(kh.Unauthorized) as e:
+            s.exec("true")
+        assert e.value.status == 401
+    with kh.Session("http://127.0.0.1:9", TOKEN, connect_timeout=2) as s:
+        with pytest.raises(kh.TransportError):
+            s.exec("true")
+
+
+def test_the_async_session_has_the_same_surface(worker):
+    async def run():
+        async with kh.AsyncSession(worker.url, TOKEN) as s:
+            r = await s.exec("echo async")
+            assert r.stdout == "async\n"
+            items = [i async for i in s.stream("echo one; echo two >&2")]
+            assert kh.Chunk("stdout", "one\n") in items
+            assert kh.Chunk("stderr", "two\n") in items
+            assert items[-1].exit_code == 0
+            await s.write_file("/session/b.txt", b"bee")
+            assert await s.read_file("/session/b.txt") == b"bee"
+            with pytest.raises(kh.NotFound):
+                await s.read_file("/session/none")
+            assert (await s.end_turn()).commands == 2
+            assert (await s.status())["turns"] == 1
+
+    asyncio.run(run())

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The TypeScript SDK's tests: builds it with tsc and runs node:test against a real
+# `kube-harness worker` on loopback. Dependencies come from the npm registry (package-lock.json),
+# with npm's cache kept under the cache directory.
+#
+#   KH_BIN=target/debug/kube-harness bash clients/typescript/test.sh
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+cache="${KH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kube-harness}"
+: "${KH_BIN:?KH_BIN must name the kube-harness binary}"
+command -v node >/dev/null || { echo "clients/typescript: node (>= 20) is missing" >&2; exit 2; }
+cd "$here"
+if [ ! -x node_modules/.bin/tsc ]; then
+  npm ci --no-audit --no-fund --cache "$cache/npm" --loglevel=error
+fi
+KH_BIN="$(realpath "$KH_BIN")" npm test --silent

@@ -1,0 +1,117 @@
+// The SDK against a real `kube-harness worker` on loopback (KH_BIN names the binary; as root,
+// like the worker's own tests): exec, stream, files, endTurn, status, typed errors, and the
+// Little Harness execution-environment shape.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, mkdirSync, writeFileSync, existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createServer } from "node:net";
+import { Session, ApiError, TransportError, kubeHarnessSandbox } from "../dist/index.js";
+
+const TOKEN = "ts-sdk-token-0123";
+let worker;
+let url;
+let root;
+
+function freePort() {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+before(async () => {
+  const bin = process.env.KH_BIN;
+  assert.ok(bin, "KH_BIN must name the kube-harness binary");
+  const tmp = mkdtempSync(join(tmpdir(), "kh-ts-"));
+  root = join(tmp, "ws");
+  for (const d of ["session", "artifacts", "persistent", ".agents/skills"]) mkdirSync(join(root, d), { recursive: true });
+  writeFileSync(join(tmp, "token"), `${TOKEN}\n`);
+  const port = await freePort();
+  url = `http://127.0.0.1:${port}`;
+  worker = spawn(bin, ["worker", "--session", "ts", "--token-file", join(tmp, "token"), "--listen", `127.0.0.1:${port}`,
+    "--workspace-root", root, "--max-file-bytes", String(1 << 20)], { stdio: "ignore" });
+  const deadline = Date.now() + 30000;
+  for (;;) {
+    try {
+      if ((await fetch(`${url}/readyz`)).status === 200) break;
+    } catch {}
+    assert.ok(Date.now() < deadline, "the worker did not become ready");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+});
+
+after(() => worker?.kill("SIGKILL"));
+
+test("exec returns the outcome whatever the exit code", async () => {
+  const s = new Session({ url, token: TOKEN });
+  const r = await s.exec("echo hi; echo oops >&2; exit 3");
+  assert.deepEqual([r.stdout, r.stderr, r.exitCode, r.tier, r.type], ["hi\n", "oops\n", 3, 0, "result"]);
+  const t = await s.exec("sleep 5", { timeoutMs: 500 });
+  assert.equal(t.timedOut, true);
+  assert.equal(t.exitCode, 124);
+});
+
+test("stream yields output as it comes, then the result", async () => {
+  const s = new Session({ url, token: TOKEN });
+  const started = Date.now();
+  let first;
+  const items = [];
+  for await (const item of s.stream("for i in 1 2 3; do echo $i; sleep 1; done")) {
+    if (first === undefined && item.type === "stdout") first = Date.now() - started;
+    items.push(item);
+  }
+  assert.ok(first < 1500, `first line after ${first} ms`);
+  assert.equal(items.filter((i) => i.type === "stdout").map((i) => i.data).join(""), "1\n2\n3\n");
+  const result = items.at(-1);
+  assert.equal(result.type, "result");
+  assert.equal(result.exitCode, 0);
+});
+
+test("files round-trip and refusals are typed", async () => {
+  const s = new Session({ url, token: TOKEN });
+  const data = new Uint8Array(300000).map((_, i) => i % 251);
+  const w = await s.writeFile("/session/in/data.bin", data);
+  assert.deepEqual([w.change, w.bytes], ["created", data.length]);
+  assert.deepEqual(await s.readFile("/session/in/data.bin"), data);
+  await assert.rejects(s.writeFile("/session/../x", "no"), (e) => e instanceof ApiError && e.code === "bad-path" && e.status === 400);
+  await assert.rejects(s.writeFile("/.agents/skills/x", "no"), (e) => e instanceof ApiError && e.code === "read-only");
+  await assert.rejects(s.readFile("/session/none"), (e) => e instanceof ApiError && e.code === "not-found");
+  await assert.rejects(s.writeFile("/session/big", new Uint8Array(2 << 20)), (e) => e instanceof ApiError && e.status === 413);
+  assert.equal(existsSync(join(root, "session/big")), false);
+});
+
+test("endTurn and status", async () => {
+  const s = new Session({ url, token: TOKEN });
+  await s.endTurn();
+  await s.exec("echo a > /session/a.txt");
+  const turn = await s.endTurn();
+  assert.equal(turn.commands, 1);
+  assert.deepEqual(turn.fileChanges.map((c) => c.path), ["/session/a.txt"]);
+  assert.equal((await s.endTurn()), null);
+  assert.equal((await s.status()).session, "ts");
+});
+
+test("a wrong token and an unreachable worker are typed", async () => {
+  await assert.rejects(new Session({ url, token: "nope" }).exec("true"), (e) => e instanceof ApiError && e.status === 401 && e.code === "unauthorized");
+  await assert.rejects(new Session({ url: "http://127.0.0.1:9", token: TOKEN }).exec("true"), (e) => e instanceof TransportError);
+});
+
+test("kubeHarnessSandbox never throws from execute and reports dispose errors", async () => {
+  const sandbox = kubeHarnessSandbox({ url, token: TOKEN });
+  assert.deepEqual(await sandbox.execute({ command: "cd /session && export X=1" }), { stdout: "", stderr: "", exitCode: 0 });
+  assert.deepEqual(await sandbox.execute({ command: "pwd; echo $X" }), { stdout: "/session\n1\n", stderr: "", exitCode: 0 });
+  await sandbox.dispose();
+  const reported = [];
+  const down = kubeHarnessSandbox({ url: "http://127.0.0.1:9", token: TOKEN, onDisposeError: (e) => reported.push(e) });
+  const r = await down.execute({ command: "true" });
+  assert.equal(r.exitCode, 126);
+  assert.match(r.stderr, /^kube-harness: cannot reach the worker/);
+  await down.dispose();
+  assert.equal(reported.length, 1);
+});
