@@ -1,6 +1,9 @@
 //! `kube-harness`: one binary, one subcommand per role.
 //!
 //! Each role lives in its own crate; this file only wires their command-line faces together.
+//!
+//! Installed (or linked) as `kubectl-harness`, the binary is a kubectl plugin: `kubectl harness
+//! exec|sessions|cp|end-turn …` (argv[0] dispatch; the server roles are not offered there).
 
 /// mimalloc instead of the C library's allocator: cheaper under the services' many small,
 /// cross-thread allocations, and far cheaper than musl's in the static image.
@@ -59,9 +62,50 @@ enum Command {
     Worker(worker::WorkerArgs),
 }
 
+/// The name kubectl runs a plugin by (`kubectl harness …` → `kubectl-harness …`).
+const PLUGIN_NAME: &str = "kubectl-harness";
+/// What the plugin offers: the commands for reaching sessions, not the server roles.
+const PLUGIN_COMMANDS: [&str; 4] = ["exec", "sessions", "cp", "end-turn"];
+
+/// The command line as a kubectl plugin: `kubectl harness` in help and errors, and only the
+/// session commands (any other is an unrecognised subcommand, exit 2).
+fn plugin_command() -> clap::Command {
+    use clap::CommandFactory;
+    let full = Cli::command();
+    let offered: Vec<clap::Command> = full
+        .get_subcommands()
+        .filter(|s| PLUGIN_COMMANDS.contains(&s.get_name()))
+        .cloned()
+        .collect();
+    clap::Command::new(PLUGIN_NAME)
+        .bin_name("kubectl harness")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about("Reach Kube Harness sessions from kubectl: exec, sessions, cp, end-turn")
+        .subcommand_required(true)
+        .arg_required_else_help(true)
+        .subcommands(offered)
+}
+
+fn parse() -> Cli {
+    let invoked_as = std::env::args_os()
+        .next()
+        .and_then(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .unwrap_or_default();
+    if invoked_as != PLUGIN_NAME {
+        return Cli::parse();
+    }
+    use clap::FromArgMatches;
+    let matches = plugin_command().get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 fn main() -> ExitCode {
     init_tracing();
-    let cli = Cli::parse();
+    let cli = parse();
     let result = match cli.command {
         Command::Classify(args) => classify::run(args),
         Command::SessionLog(args) => session_log::run(args),

@@ -6,6 +6,7 @@ mod attack_local;
 mod attack_local_inspection;
 mod attack_persistent;
 mod classify_cli;
+mod kubectl_plugin;
 mod local_cli;
 #[path = "../../../tier1/tests/suite/tier1_support/procs.rs"]
 mod procs;
