@@ -87,6 +87,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     config.max_file_events = args.max_file_events;
     config.max_file_event_bytes = args.max_file_event_bytes;
     config.max_file_bytes = args.max_file_bytes;
+    config.max_archive_bytes = args.max_archive_bytes;
     if let Some(max) = args.max_body_bytes {
         config.max_body_bytes = max;
     }

@@ -5,8 +5,8 @@
 //! is the caller's decision (with a step key, retrying is safe: the worker replays).
 
 use crate::worker_api::{
-    EndTurnRequest, EndTurnResponse, ErrorBody, ExecRequest, ExecResponse, ExecStreamLine,
-    FileWritten, Health, Status, NDJSON,
+    ArchiveWritten, EndTurnRequest, EndTurnResponse, ErrorBody, ExecRequest, ExecResponse,
+    ExecStreamLine, FileWritten, Health, Status, NDJSON,
 };
 use kube_harness_service_kit::body::{self, chain, BodyError};
 use reqwest::StatusCode;
@@ -190,10 +190,43 @@ impl WorkerClient {
         path: &str,
         out: &mut W,
     ) -> Result<u64, WorkerClientError> {
+        self.download("/v1/files", path, out).await
+    }
+
+    /// Unpacks a tar into a directory of the session (`PUT /v1/archive`), streamed.
+    pub async fn write_archive(
+        &self,
+        path: &str,
+        tar: impl Into<reqwest::Body>,
+    ) -> Result<ArchiveWritten, WorkerClientError> {
+        let request = self
+            .http
+            .put(self.url("/v1/archive"))
+            .query(&[("path", path)])
+            .header(reqwest::header::CONTENT_TYPE, "application/x-tar")
+            .body(tar);
+        self.send(request).await
+    }
+
+    /// Reads a directory of the session as a tar (`GET /v1/archive`) into `out`; its length.
+    pub async fn read_archive_into<W: tokio::io::AsyncWrite + Unpin>(
+        &self,
+        path: &str,
+        out: &mut W,
+    ) -> Result<u64, WorkerClientError> {
+        self.download("/v1/archive", path, out).await
+    }
+
+    async fn download<W: tokio::io::AsyncWrite + Unpin>(
+        &self,
+        route: &str,
+        path: &str,
+        out: &mut W,
+    ) -> Result<u64, WorkerClientError> {
         use tokio::io::AsyncWriteExt;
         let sent = self
             .http
-            .get(self.url("/v1/files"))
+            .get(self.url(route))
             .query(&[("path", path)])
             .bearer_auth(&self.token)
             .send()

@@ -210,8 +210,26 @@ pub mod code {
     pub const READ_ONLY: &str = "read-only";
     /// The turn runs on a higher tier, whose copy of the workspace the worker's files are not.
     pub const TURN_ESCALATED: &str = "turn-escalated";
+    /// An uploaded tar with an entry that is not a plain relative file, directory or symlink,
+    /// or one that lies below a symlink or a file.
+    pub const BAD_ARCHIVE: &str = "bad-archive";
     /// The worker's own filesystem work failed (disk full, permissions).
     pub const IO_FAILED: &str = "io-failed";
+}
+
+/// The answer to `PUT /v1/archive?path=…`: how many entries were placed, and their events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveWritten {
+    pub path: String,
+    /// Entries created or changed (directories that were there already are not counted).
+    pub entries: u64,
+    pub bytes: u64,
+    /// The `harness.file.*` events (bounded as a command's are; `harness.file.truncated` counts
+    /// the rest).
+    pub events: Vec<TraceEvent>,
+    #[serde(default)]
+    pub log_pending: usize,
 }
 
 /// The answer to `PUT /v1/files?path=…`: what was written and the file event it made.

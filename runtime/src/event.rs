@@ -192,6 +192,28 @@ impl Emitter {
             st.seq = st.seq.saturating_add(1);
             out.push((st.seq, payload));
         }
+        self.send(out);
+    }
+
+    /// Ends a run of file events that no other event follows (an upload's): its
+    /// `harness.file.truncated`, if the bound left some out.
+    pub fn flush_file_events(&self) {
+        let mut out = Vec::with_capacity(1);
+        {
+            let mut st = self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let run = std::mem::take(&mut st.files);
+            if let Some(summary) = run.summary(self.file_event_limit, self.file_event_bytes) {
+                st.seq = st.seq.saturating_add(1);
+                out.push((st.seq, Payload::FileTruncated(summary)));
+            }
+        }
+        self.send(out);
+    }
+
+    fn send(&self, out: Vec<(u64, Payload)>) {
         for (seq, payload) in out {
             let at_ms = SystemTime::now()
                 .duration_since(UNIX_EPOCH)

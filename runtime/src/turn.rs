@@ -138,10 +138,14 @@ impl Turn {
     /// A file the host wrote into the tracked mounts between two commands (an upload through the
     /// worker API): its `harness.file.*` event with source `upload`, and a fresh baseline for the
     /// file tracking, so that the next command does not report the same change as its own.
-    pub async fn record_upload(&self, change: &FileChange) {
+    pub async fn record_upload(&self, changes: &[FileChange]) {
         // Between commands: a running command holds the state.
         let _st = self.state.lock().await;
-        self.emitter.emit(file_event(change, 0, FileSource::Upload));
+        for change in changes {
+            self.emitter.emit(file_event(change, 0, FileSource::Upload));
+        }
+        // Closes the run of file events (and counts what the bound left out).
+        self.emitter.flush_file_events();
         if let Some(tracker) = &self.tracker {
             let _ = tracker.snapshot();
         }

@@ -43,6 +43,8 @@ pub struct WorkerConfig {
     pub max_body_bytes: usize,
     /// Largest file `PUT /v1/files` accepts (413 beyond, nothing written).
     pub max_file_bytes: u64,
+    /// Largest tar `PUT /v1/archive` accepts (413 beyond, nothing written).
+    pub max_archive_bytes: u64,
     /// stdout/stderr beyond this go to `/artifacts/trace/…` (see `TurnConfig`).
     pub inline_output_limit: usize,
     /// At most this many `harness.file.*` events per command and per merge-back (then one
@@ -73,6 +75,7 @@ impl WorkerConfig {
             max_timeout: Duration::from_secs(worker_args::DEFAULT_MAX_TIMEOUT_SECS),
             max_body_bytes: 256 * 1024,
             max_file_bytes: worker_args::DEFAULT_MAX_FILE_BYTES,
+            max_archive_bytes: worker_args::DEFAULT_MAX_ARCHIVE_BYTES,
             inline_output_limit: 16 * 1024,
             max_file_events: worker_args::DEFAULT_MAX_FILE_EVENTS,
             max_file_event_bytes: worker_args::DEFAULT_MAX_FILE_EVENT_BYTES,

@@ -42,6 +42,15 @@ pub struct Target {
 /// Checks `path` against the mount table: absolute, normal components only, under a mount, not
 /// the mount's root. 400 otherwise.
 pub fn resolve(spec: &WorkspaceSpec, path: &str) -> Result<Target, Refusal> {
+    resolve_in(spec, path, false)
+}
+
+/// [`resolve`] for a directory: a mount's root is allowed (`/session` itself).
+pub fn resolve_dir(spec: &WorkspaceSpec, path: &str) -> Result<Target, Refusal> {
+    resolve_in(spec, path, true)
+}
+
+fn resolve_in(spec: &WorkspaceSpec, path: &str, root_ok: bool) -> Result<Target, Refusal> {
     let bad = |why: &str| {
         Refusal::new(
             StatusCode::BAD_REQUEST,
@@ -87,7 +96,7 @@ pub fn resolve(spec: &WorkspaceSpec, path: &str) -> Result<Target, Refusal> {
         .strip_prefix(&mount.harness_path)
         .map_err(|_| bad("not under its mount"))?
         .to_path_buf();
-    if rel.as_os_str().is_empty() {
+    if rel.as_os_str().is_empty() && !root_ok {
         return Err(bad("is a mount's root, not a file"));
     }
     Ok(Target {
@@ -108,20 +117,25 @@ pub struct Written {
 /// command can see or change it), before the session is taken: a slow client holds nothing
 /// but its own connection.
 pub struct Spooled {
-    file: std::fs::File,
-    bytes: u64,
+    pub file: std::fs::File,
+    pub bytes: u64,
 }
 
 /// Streams `body` into a spool file, refusing it past `limit` bytes: at once when its
 /// Content-Length says so, else the moment the count passes the limit (the spool goes with the
 /// error).
-pub async fn spool(headers: &HeaderMap, body: Body, limit: u64) -> Result<Spooled, Refusal> {
+pub async fn spool(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    flag: &str,
+) -> Result<Spooled, Refusal> {
     let mut stream = body.into_data_stream();
     let too_large = || {
         Refusal::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             code::PAYLOAD_TOO_LARGE,
-            format!("the file is over the limit of {limit} bytes (--max-file-bytes)"),
+            format!("the body is over the limit of {limit} bytes ({flag})"),
         )
     };
     if body::declared_length(headers).is_some_and(|len| len > limit) {
@@ -233,6 +247,31 @@ pub fn open(target: &Target) -> Result<(std::fs::File, u64), Refusal> {
     Ok((file, size))
 }
 
+/// `target` must be a directory, reached without following a symlink: 404 when missing, 400
+/// otherwise.
+pub fn require_dir(target: &Target) -> Result<(), Refusal> {
+    let root = safe_fs::open_root(&target.mount.backing_path)
+        .map_err(|e| io_failed(target, "opening its mount", &e))?;
+    match safe_fs::open_dir_beneath(&root, &target.rel) {
+        Ok(_) => Ok(()),
+        Err(WalkError::Missing) => Err(not_found(target)),
+        Err(WalkError::Blocked) => Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            code::BAD_PATH,
+            format!(
+                "path {}: a symlink on the way is not followed",
+                target.harness.display()
+            ),
+        )),
+        Err(WalkError::NotDir) => Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            code::NOT_A_FILE,
+            format!("{} is not a directory", target.harness.display()),
+        )),
+        Err(other) => Err(io_failed(target, "opening it", &other.into_io())),
+    }
+}
+
 /// The directory that holds `target`, opened beneath its mount's root without following a
 /// symlink (created where missing when `create`), and the file's name in it.
 fn open_parent(target: &Target, create: bool) -> Result<(OwnedFd, OsString), Refusal> {
@@ -288,7 +327,7 @@ fn existing_file(
 }
 
 /// A name beside the target that no command can have prepared: a random part, created O_EXCL.
-fn temp_name(name: &OsString) -> OsString {
+pub(crate) fn temp_name(name: &std::ffi::OsStr) -> OsString {
     let random = uuid::Uuid::new_v4().simple().to_string();
     let mut temp = OsString::from(".kh-upload-");
     temp.push(random.get(..12).unwrap_or(&random));

@@ -54,6 +54,7 @@ pub fn router(worker: Arc<Worker>, auth: AuthConfig) -> Router {
         .route("/v1/turns/end", post(end_turn))
         .route("/v1/status", get(status))
         .route("/v1/files", get(get_file).put(put_file))
+        .route("/v1/archive", get(get_archive).put(put_archive))
         .route_layer(axum::middleware::from_fn_with_state(auth, require_bearer));
     Router::new()
         .route("/healthz", get(healthz))
@@ -63,7 +64,7 @@ pub fn router(worker: Arc<Worker>, auth: AuthConfig) -> Router {
             Refusal::new(
                 StatusCode::NOT_FOUND,
                 code::NOT_FOUND,
-                "no such route: the worker serves POST /v1/exec, POST /v1/turns/end, GET /v1/status, PUT and GET /v1/files, GET /healthz, GET /readyz",
+                "no such route: the worker serves POST /v1/exec, POST /v1/turns/end, GET /v1/status, PUT and GET /v1/files and /v1/archive, GET /healthz, GET /readyz",
             )
         })
         .method_not_allowed_fallback(|| async {
@@ -192,6 +193,41 @@ async fn get_file(
         HeaderValue::from_static("application/octet-stream"),
     );
     headers.insert(CONTENT_LENGTH, HeaderValue::from(size));
+    Ok(response)
+}
+
+/// `PUT /v1/archive?path=…`: the tar body is unpacked into the directory (see `archive`).
+async fn put_archive(
+    State(worker): State<Arc<Worker>>,
+    query: Result<Query<FileQuery>, QueryRejection>,
+    headers: HeaderMap,
+    raw: Body,
+) -> Result<Response, Refusal> {
+    let path = file_query(query)?;
+    let running = worker.clone();
+    let task = tokio::spawn(async move { running.put_archive(&path, &headers, raw).await });
+    match task.await {
+        Ok(result) => result.map(|r| Json(r).into_response()),
+        Err(e) => Err(task_failed(&worker, "upload", &e)),
+    }
+}
+
+/// `GET /v1/archive?path=…`: the directory as a tar, streamed as it is walked.
+async fn get_archive(
+    State(worker): State<Arc<Worker>>,
+    query: Result<Query<FileQuery>, QueryRejection>,
+) -> Result<Response, Refusal> {
+    let path = file_query(query)?;
+    let target = worker.archive_target(&path).await?;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::task::spawn_blocking(move || super::archive::write_tar(&target, tx));
+    let chunks = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let mut response = Body::from_stream(chunks).into_response();
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/x-tar"));
     Ok(response)
 }
 

@@ -3,15 +3,15 @@
 //! logic the HTTP handlers call.
 
 use super::config::{SameSession, WorkerConfig};
-use super::files;
 use super::log::{keyed, Capture, LogForwarder, StartRecorder};
 use super::model::{
-    code, CommandCounts, EndTurnResponse, ExecRequest, ExecResponse, FileChangeSummary,
-    FileWritten, Status, TurnSummary,
+    code, ArchiveWritten, CommandCounts, EndTurnResponse, ExecRequest, ExecResponse,
+    FileChangeSummary, FileWritten, Status, TurnSummary,
 };
 use super::relock;
 use super::replay::{self, Replay};
 use super::tier0::TimedTier0;
+use super::{archive, files};
 use axum::http::StatusCode;
 use futures::FutureExt;
 use kube_harness_classify::{ClassifyOptions, Policy};
@@ -20,6 +20,7 @@ use kube_harness_runtime::{
     WorkspaceTracker,
 };
 use kube_harness_session_log::RunId;
+use kube_harness_workspace::FileChange;
 use kube_harness_workspace::WorkspaceSpec;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
@@ -452,24 +453,80 @@ impl Worker {
         })
     }
 
-    /// Writes one file (`PUT /v1/files?path=…`): the body is spooled first (a slow client holds
-    /// no session), then, between commands, placed in the worker's mounts and recorded as the open
-    /// turn's `harness.file.*` event with source `upload` (the turn is opened if none is). 403 on a
-    /// read-only path, 409 while the turn runs on Tier-1 (its copy of the workspace would not see
-    /// the file, and the merge-back would fight it).
+    /// Writes one file (`PUT /v1/files?path=…`): see [`Worker::upload`].
     pub async fn put_file(
         &self,
         path: &str,
         headers: &axum::http::HeaderMap,
         body: axum::body::Body,
     ) -> Result<FileWritten, Refusal> {
+        let target = files::resolve(&self.spec, path);
+        let limit = (self.config.max_file_bytes, "--max-file-bytes");
+        let up = self
+            .upload(target, headers, body, limit, |target, spooled| {
+                Ok(vec![files::place(&target, spooled)?.change])
+            })
+            .await?;
+        let change = up.changes.first().map(|c| c.change);
+        Ok(FileWritten {
+            path: path.to_string(),
+            change: match change {
+                Some(kube_harness_workspace::ChangeKind::Created) => "created",
+                _ => "modified",
+            }
+            .to_string(),
+            bytes: up.bytes,
+            events: up.events,
+            log_pending: up.log_pending,
+        })
+    }
+
+    /// Unpacks a tar into a directory (`PUT /v1/archive?path=…`): see [`Worker::upload`] and
+    /// `archive::extract` (checked whole before anything is written).
+    pub async fn put_archive(
+        &self,
+        path: &str,
+        headers: &axum::http::HeaderMap,
+        body: axum::body::Body,
+    ) -> Result<ArchiveWritten, Refusal> {
+        let target = files::resolve_dir(&self.spec, path);
+        let limit = (self.config.max_archive_bytes, "--max-archive-bytes");
+        let up = self
+            .upload(target, headers, body, limit, |target, spooled| {
+                archive::extract(&target, spooled.file)
+            })
+            .await?;
+        Ok(ArchiveWritten {
+            path: path.to_string(),
+            entries: up.changes.len() as u64,
+            bytes: up.bytes,
+            events: up.events,
+            log_pending: up.log_pending,
+        })
+    }
+
+    /// An upload: checked (403 on a read-only path), the body spooled first (a slow client holds
+    /// no session), then, between commands, `place`d in the worker's mounts and recorded as the
+    /// open turn's `harness.file.*` events with source `upload` (the turn is opened if none is).
+    /// 409 while the turn runs on Tier-1 (its copy of the workspace would not see the files, and
+    /// the merge-back would fight them).
+    async fn upload(
+        &self,
+        target: Result<files::Target, Refusal>,
+        headers: &axum::http::HeaderMap,
+        body: axum::body::Body,
+        (limit, flag): (u64, &str),
+        place: impl FnOnce(files::Target, files::Spooled) -> Result<Vec<FileChange>, Refusal>
+            + Send
+            + 'static,
+    ) -> Result<Uploaded, Refusal> {
         let checked = self.usable_tier0().and_then(|tier0| {
-            let target = files::resolve(&self.spec, path)?;
+            let target = target?;
             if !self.spec.is_writable(&target.harness) {
                 return Err(Refusal::new(
                     StatusCode::FORBIDDEN,
                     code::READ_ONLY,
-                    format!("{path} is read-only in this session"),
+                    format!("{} is read-only in this session", target.harness.display()),
                 ));
             }
             Ok((tier0, target, self.log_run(None)?))
@@ -483,7 +540,8 @@ impl Worker {
                 return Err(refusal);
             }
         };
-        let spooled = files::spool(headers, body, self.config.max_file_bytes).await?;
+        let spooled = files::spool(headers, body, limit, flag).await?;
+        let bytes = spooled.bytes;
         let mut slot = self.lock().await?;
         let _busy = BusyFlag::set(&self.busy);
         self.touch();
@@ -500,8 +558,7 @@ impl Worker {
         if open.turn.tier().await != 0 {
             return Err(escalated());
         }
-        let placing = target.clone();
-        let written = tokio::task::spawn_blocking(move || files::place(&placing, spooled))
+        let changes = tokio::task::spawn_blocking(move || place(target, spooled))
             .await
             .map_err(|e| {
                 Refusal::new(
@@ -510,7 +567,7 @@ impl Worker {
                     format!("the upload task failed: {e}"),
                 )
             })??;
-        open.turn.record_upload(&written.change).await;
+        open.turn.record_upload(&changes).await;
         let events = open.capture.take();
         open.files.record(&events);
         let log_pending = match &self.log {
@@ -520,14 +577,9 @@ impl Worker {
             }
             None => 0,
         };
-        Ok(FileWritten {
-            path: path.to_string(),
-            change: match written.change.change {
-                kube_harness_workspace::ChangeKind::Created => "created",
-                _ => "modified",
-            }
-            .to_string(),
-            bytes: written.bytes,
+        Ok(Uploaded {
+            changes,
+            bytes,
             events,
             log_pending,
         })
@@ -538,6 +590,21 @@ impl Worker {
     /// the turn ends).
     pub async fn open_file(&self, path: &str) -> Result<(std::fs::File, u64), Refusal> {
         let target = files::resolve(&self.spec, path)?;
+        self.between_commands().await?;
+        files::open(&target)
+    }
+
+    /// Checks a directory for `GET /v1/archive?path=…` between commands (409 while on Tier-1),
+    /// and returns it for the walk, which streams after the session is let go.
+    pub async fn archive_target(&self, path: &str) -> Result<files::Target, Refusal> {
+        let target = files::resolve_dir(&self.spec, path)?;
+        self.between_commands().await?;
+        files::require_dir(&target)?;
+        Ok(target)
+    }
+
+    /// Waits for the running command, if any; 409 when the turn is on a higher tier.
+    async fn between_commands(&self) -> Result<(), Refusal> {
         let slot = self.lock().await?;
         self.touch();
         if let Some(open) = &slot.turn {
@@ -545,7 +612,7 @@ impl Worker {
                 return Err(escalated());
             }
         }
-        files::open(&target)
+        Ok(())
     }
 
     fn usable_tier0(&self) -> Result<&Arc<TimedTier0>, Refusal> {
@@ -801,6 +868,14 @@ impl TurnFiles {
             }
         }
     }
+}
+
+/// What an upload placed and recorded.
+struct Uploaded {
+    changes: Vec<FileChange>,
+    bytes: u64,
+    events: Vec<TraceEvent>,
+    log_pending: usize,
 }
 
 /// Marks the worker busy while held.

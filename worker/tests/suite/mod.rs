@@ -7,6 +7,7 @@ mod api_files;
 mod api_replay;
 mod api_stream;
 mod api_support;
+mod attack_archive;
 mod attack_bodies;
 mod attack_file_events;
 mod attack_files;

@@ -1,0 +1,227 @@
+//! `PUT` and `GET /v1/archive`: a directory round-trips as tar, and hostile archives are refused
+//! whole with nothing written: entries that climb out, absolute ones, hard links, devices and
+//! fifos, entries below a symlink (the archive's own or one a command planted), a file where a
+//! directory is; a download never follows a symlink and leaves special files out.
+
+use super::api_support::{config, start, start_with};
+use kube_harness_worker::api::model::code;
+use kube_harness_worker::api::WorkerClientError;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn api_code(e: &WorkerClientError) -> (u16, &str) {
+    (e.status().unwrap_or(0), e.code().unwrap_or(""))
+}
+
+/// Every path under `dir` with what it is: file contents, `dir`, or `-> target`.
+fn tree(dir: &Path) -> BTreeMap<String, String> {
+    walkdir::WalkDir::new(dir)
+        .min_depth(1)
+        .follow_links(false)
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let rel = e.path().strip_prefix(dir).unwrap().display().to_string();
+            let ft = e.file_type();
+            let what = if ft.is_symlink() {
+                format!("-> {}", std::fs::read_link(e.path()).unwrap().display())
+            } else if ft.is_dir() {
+                "dir".to_string()
+            } else if ft.is_file() {
+                String::from_utf8_lossy(&std::fs::read(e.path()).unwrap()).into_owned()
+            } else {
+                "special".to_string()
+            };
+            (rel, what)
+        })
+        .collect()
+}
+
+/// One raw entry: name bytes, type, link name bytes, data.
+type RawEntry<'a> = (&'a [u8], tar::EntryType, &'a [u8], &'a [u8]);
+
+/// A tar with entries written raw: any name bytes and any type, as an attacker would.
+fn raw_tar(entries: &[RawEntry<'_>]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (name, kind, link, data) in entries {
+        let mut h = tar::Header::new_old();
+        h.as_old_mut().name[..name.len()].copy_from_slice(name);
+        h.as_old_mut().linkname[..link.len()].copy_from_slice(link);
+        h.set_entry_type(*kind);
+        h.set_mode(0o644);
+        h.set_size(data.len() as u64);
+        h.set_cksum();
+        b.append(&h, *data).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+#[tokio::test]
+async fn a_directory_round_trips_and_a_download_does_not_follow_symlinks() {
+    let w = start().await;
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "host secret").unwrap();
+    let src = w.host("/session/src");
+    std::fs::create_dir_all(src.join("a/b")).unwrap();
+    std::fs::write(src.join("top.txt"), "top").unwrap();
+    std::fs::write(src.join("a/b/deep.txt"), "deep").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret"), src.join("link")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), src.join("dirlink")).unwrap();
+    let fifo =
+        std::ffi::CString::new(src.join("fifo").into_os_string().into_encoded_bytes()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+
+    let mut tar_bytes = Vec::new();
+    w.client
+        .read_archive_into("/session/src", &mut tar_bytes)
+        .await
+        .unwrap();
+    // The archive holds the symlinks as symlinks (never their targets' contents) and no fifo.
+    let mut names = Vec::new();
+    let mut archive = tar::Archive::new(&tar_bytes[..]);
+    for e in archive.entries().unwrap() {
+        let mut e = e.unwrap();
+        let name = e.path().unwrap().display().to_string();
+        let mut body = String::new();
+        std::io::Read::read_to_string(&mut e, &mut body).unwrap();
+        assert!(!body.contains("host secret"), "{name} carried a host file");
+        names.push(name);
+    }
+    names.sort();
+    assert_eq!(
+        names,
+        ["a", "a/b", "a/b/deep.txt", "dirlink", "link", "top.txt"]
+    );
+
+    // Back in, elsewhere: the same tree (minus the fifo); the symlinks are symlinks again.
+    let up = w
+        .client
+        .write_archive("/session/copy", tar_bytes.clone())
+        .await
+        .unwrap();
+    assert_eq!(up.entries, 6);
+    assert!(up
+        .events
+        .iter()
+        .all(|e| e.data["source"] == "upload" || e.kind == "harness.file.truncated"));
+    let mut want = tree(&src);
+    want.remove("fifo");
+    assert_eq!(tree(&w.host("/session/copy")), want);
+    assert_eq!(tree(outside.path()).len(), 1, "nothing written outside");
+}
+
+#[tokio::test]
+async fn hostile_archives_are_refused_whole_and_write_nothing() {
+    let w = start().await;
+    std::fs::create_dir(w.host("/session/dst")).unwrap();
+    std::fs::write(w.host("/session/dst/kept"), "kept").unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    // A symlink a command planted in the session, to a host directory.
+    std::os::unix::fs::symlink(outside.path(), w.host("/session/dst/planted")).unwrap();
+    let ok: RawEntry = (b"fine.txt", tar::EntryType::Regular, b"", b"fine");
+    let cases: Vec<(&str, Vec<u8>, (u16, &str))> = vec![
+        (
+            "climbs out",
+            raw_tar(&[ok, (b"../../escape", tar::EntryType::Regular, b"", b"x")]),
+            (400, code::BAD_ARCHIVE),
+        ),
+        (
+            "absolute",
+            raw_tar(&[ok, (b"/etc/evil", tar::EntryType::Regular, b"", b"x")]),
+            (400, code::BAD_ARCHIVE),
+        ),
+        (
+            "hard link",
+            raw_tar(&[ok, (b"hl", tar::EntryType::Link, b"/etc/passwd", b"")]),
+            (400, code::BAD_ARCHIVE),
+        ),
+        (
+            "char device",
+            raw_tar(&[ok, (b"dev", tar::EntryType::Char, b"", b"")]),
+            (400, code::BAD_ARCHIVE),
+        ),
+        (
+            "fifo",
+            raw_tar(&[ok, (b"pipe", tar::EntryType::Fifo, b"", b"")]),
+            (400, code::BAD_ARCHIVE),
+        ),
+        (
+            "below its own symlink",
+            raw_tar(&[
+                ok,
+                (
+                    b"l",
+                    tar::EntryType::Symlink,
+                    outside.path().as_os_str().as_encoded_bytes(),
+                    b"",
+                ),
+                (b"l/x", tar::EntryType::Regular, b"", b"x"),
+            ]),
+            (400, code::BAD_ARCHIVE),
+        ),
+        (
+            "below a planted symlink",
+            raw_tar(&[ok, (b"planted/x", tar::EntryType::Regular, b"", b"x")]),
+            (400, code::BAD_PATH),
+        ),
+        (
+            "a file where a directory is",
+            raw_tar(&[ok, (b"kept/x", tar::EntryType::Regular, b"", b"x")]),
+            (409, code::NOT_A_FILE),
+        ),
+        (
+            "garbage",
+            b"this is not a tar archive at all, but it is long enough to look at it".repeat(20),
+            (400, code::BAD_ARCHIVE),
+        ),
+    ];
+    let before = tree(&w.host("/session"));
+    for (what, tar_bytes, want) in cases {
+        let e = w
+            .client
+            .write_archive("/session/dst", tar_bytes)
+            .await
+            .expect_err(what);
+        assert_eq!(api_code(&e), want, "{what}: {e}");
+        assert_eq!(tree(&w.host("/session")), before, "{what} wrote something");
+        assert!(tree(outside.path()).is_empty(), "{what} wrote outside");
+    }
+    // A read-only mount, a path through the planted symlink, a download of it.
+    let e = w
+        .client
+        .write_archive("/.agents", raw_tar(&[ok]))
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(&e), (403, code::READ_ONLY));
+    let e = w
+        .client
+        .write_archive("/session/dst/planted", raw_tar(&[ok]))
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(&e), (400, code::BAD_PATH), "{e}");
+    let e = w
+        .client
+        .read_archive_into("/session/dst/planted", &mut Vec::new())
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(&e), (400, code::BAD_PATH), "{e}");
+    assert!(tree(outside.path()).is_empty());
+}
+
+#[tokio::test]
+async fn an_archive_over_the_limit_is_413_and_writes_nothing() {
+    let (tmp, mut cfg) = config();
+    cfg.max_archive_bytes = 64 * 1024;
+    let w = start_with(tmp, cfg).await;
+    let big = vec![b'x'; 100 * 1024];
+    let e = w
+        .client
+        .write_archive(
+            "/session",
+            raw_tar(&[(b"big", tar::EntryType::Regular, b"", &big)]),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(&e), (413, code::PAYLOAD_TOO_LARGE), "{e}");
+    assert!(tree(&w.host("/session")).is_empty());
+}
