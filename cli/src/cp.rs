@@ -1,5 +1,6 @@
-//! `kube-harness cp [-n NS] SESSION:/session/x ./x` and back, as `kubectl cp` does: one file,
-//! streamed both ways through the worker's `PUT`/`GET /v1/files` (docs/worker-api.md, "Files").
+//! `kube-harness cp [-n NS] SESSION:/session/x ./x` and back, as `kubectl cp` does: a file
+//! through the worker's `PUT`/`GET /v1/files`, a directory as one tar through `/v1/archive`
+//! (docs/worker-api.md, "Files"), streamed both ways.
 //! With `--worker-url` and `--token-file` it talks to a worker directly (a local
 //! `kube-harness worker`, or one reached another way) instead of finding the session through the
 //! API server.
@@ -103,9 +104,12 @@ async fn copy(args: CpArgs) -> anyhow::Result<ExitCode> {
 
 async fn put(worker: &WorkerClient, local: &Path, remote: &str) -> anyhow::Result<()> {
     let meta = std::fs::metadata(local).with_context(|| format!("{}", local.display()))?;
+    if meta.is_dir() {
+        return put_dir(worker, local, remote).await;
+    }
     if !meta.is_file() {
         bail!(
-            "{} is not a regular file: cp moves one file (a directory as a tar is not built yet)",
+            "{} is neither a regular file nor a directory",
             local.display()
         );
     }
@@ -119,9 +123,65 @@ async fn put(worker: &WorkerClient, local: &Path, remote: &str) -> anyhow::Resul
     Ok(())
 }
 
+/// A local directory as one tar (symlinks as symlinks), spooled, then unpacked by the worker.
+async fn put_dir(worker: &WorkerClient, local: &Path, remote: &str) -> anyhow::Result<()> {
+    let spool = tempfile::tempfile().context("spooling the directory")?;
+    let dir = local.to_path_buf();
+    let spool = tokio::task::spawn_blocking(move || -> anyhow::Result<std::fs::File> {
+        let mut builder = tar::Builder::new(spool);
+        builder.follow_symlinks(false);
+        builder
+            .append_dir_all(".", &dir)
+            .with_context(|| format!("packing {}", dir.display()))?;
+        let mut spool = builder.into_inner()?;
+        std::io::Seek::rewind(&mut spool)?;
+        Ok(spool)
+    })
+    .await??;
+    worker
+        .write_archive(remote, tokio::fs::File::from_std(spool))
+        .await
+        .with_context(|| format!("writing {remote}"))?;
+    Ok(())
+}
+
 /// Downloads into a new file beside `local` and renames it into place: an interrupted copy
-/// leaves nothing half-written at the name.
+/// leaves nothing half-written at the name. A remote directory comes as a tar, unpacked into
+/// `local` (created if missing; the tar crate keeps every entry inside it).
 async fn get(worker: &WorkerClient, remote: &str, local: &Path) -> anyhow::Result<()> {
+    match get_file(worker, remote, local).await {
+        Err(e)
+            if e.downcast_ref::<kube_harness_worker::protocol::WorkerClientError>()
+                .and_then(|e| e.code())
+                == Some("not-a-file") =>
+        {
+            get_dir(worker, remote, local).await
+        }
+        other => other,
+    }
+}
+
+async fn get_dir(worker: &WorkerClient, remote: &str, local: &Path) -> anyhow::Result<()> {
+    let spool = tempfile::tempfile().context("spooling the archive")?;
+    let mut out = tokio::fs::File::from_std(spool.try_clone()?);
+    worker
+        .read_archive_into(remote, &mut out)
+        .await
+        .with_context(|| format!("reading {remote}"))?;
+    drop(out);
+    let dst = local.to_path_buf();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let mut spool = spool;
+        std::io::Seek::rewind(&mut spool)?;
+        std::fs::create_dir_all(&dst)?;
+        tar::Archive::new(spool)
+            .unpack(&dst)
+            .with_context(|| format!("unpacking into {}", dst.display()))
+    })
+    .await?
+}
+
+async fn get_file(worker: &WorkerClient, remote: &str, local: &Path) -> anyhow::Result<()> {
     let local = if local.is_dir() {
         let name = Path::new(remote)
             .file_name()

@@ -232,6 +232,32 @@ fn cp_moves_a_file_in_and_out() {
         .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+    // A directory, both ways, as one tar.
+    let tree = tmp.path().join("tree");
+    std::fs::create_dir_all(tree.join("a/b")).unwrap();
+    std::fs::write(tree.join("a/b/deep.txt"), "deep").unwrap();
+    std::os::unix::fs::symlink("a/b/deep.txt", tree.join("link")).unwrap();
+    let o = cp(tree.to_str().unwrap(), "cli-s:/session/tree");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(root.join("session/tree/a/b/deep.txt")).unwrap(),
+        "deep"
+    );
+    assert!(std::fs::symlink_metadata(root.join("session/tree/link"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let back = tmp.path().join("back");
+    let o = cp("cli-s:/session/tree", back.to_str().unwrap());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(back.join("a/b/deep.txt")).unwrap(),
+        "deep"
+    );
+    assert_eq!(
+        std::fs::read_link(back.join("link")).unwrap(),
+        std::path::Path::new("a/b/deep.txt")
+    );
     // Climbing out: refused by the worker.
     let o = cp(up.to_str().unwrap(), "cli-s:/session/../etc/x");
     assert_eq!(o.status.code(), Some(2));

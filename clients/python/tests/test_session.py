@@ -101,3 +101,23 @@ def test_the_async_session_has_the_same_surface(worker):
             assert (await s.status())["turns"] == 1
 
     asyncio.run(run())
+
+
+def test_directories_round_trip_as_tar(worker, tmp_path):
+    src = tmp_path / "src"
+    (src / "a" / "b").mkdir(parents=True)
+    (src / "top.txt").write_text("top")
+    (src / "a" / "b" / "deep.txt").write_text("deep")
+    (src / "link").symlink_to("top.txt")
+    with kh.Session(worker.url, TOKEN) as s:
+        up = s.upload_dir(src, "/session/proj")
+        assert up["entries"] == 5
+        assert s.exec("cat /session/proj/a/b/deep.txt /session/proj/link").stdout == "deeptop"
+        s.exec("echo new > /session/proj/made-there.txt")
+        out = tmp_path / "out"
+        s.download_dir("/session/proj", out)
+        assert (out / "made-there.txt").read_text() == "new\n"
+        assert (out / "a" / "b" / "deep.txt").read_text() == "deep"
+        assert (out / "link").is_symlink()
+        with pytest.raises(kh.NotFound):
+            s.download_dir("/session/none", tmp_path / "none")

@@ -203,6 +203,10 @@ fn plan(target: &Target, spool: &mut std::fs::File) -> Result<BTreeMap<PathBuf, 
             return Err(bad_archive(&format!("more than {MAX_ENTRIES} entries")));
         }
         let raw = entry.path_bytes().into_owned();
+        // `./` itself (what `tar -C dir -cf - .` starts with) is the target directory.
+        if entry.header().entry_type() == tar::EntryType::Directory && is_own_root(&raw) {
+            continue;
+        }
         let rel = plain_path(&raw).ok_or_else(|| {
             bad_archive(&format!(
                 "entry {:?}: not a plain relative path",
@@ -275,6 +279,14 @@ fn plan(target: &Target, spool: &mut std::fs::File) -> Result<BTreeMap<PathBuf, 
         plan.insert(rel, planned);
     }
     Ok(plan)
+}
+
+/// `.`, `./`, `.//`: the archive's own root.
+fn is_own_root(raw: &[u8]) -> bool {
+    !raw.is_empty()
+        && raw.iter().all(|b| *b == b'.' || *b == b'/')
+        && raw.first() == Some(&b'.')
+        && !raw.windows(2).any(|w| w == b"..")
 }
 
 /// `raw` as a relative path of plain names (`./` prefixes dropped); `None` for anything else.

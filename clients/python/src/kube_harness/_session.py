@@ -7,6 +7,9 @@ safe (the worker answers a completed step from its session log).
 """
 
 import json
+import os
+import tarfile
+import tempfile
 from typing import Any, AsyncIterator, BinaryIO, Dict, Iterator, Optional, Union
 
 import httpx
@@ -143,6 +146,36 @@ class Session:
             _raise_for(response.status_code, response.content)
         return response.content
 
+    def upload_dir(self, local_dir: Union[str, "os.PathLike[str]"], path: str) -> Dict[str, Any]:
+        """Uploads a local directory into the session's directory `path` (created if missing) as
+        one tar (PUT /v1/archive): symlinks go as symlinks. Returns the worker's answer
+        (entries, bytes, events)."""
+        with tempfile.TemporaryFile() as spool:
+            _pack(local_dir, spool)
+            spool.seek(0)
+            return self._json(
+                "PUT",
+                "/v1/archive",
+                params=_files_params(path),
+                content=_chunks(spool),
+                headers={"Content-Type": "application/x-tar"},
+            )
+
+    def download_dir(self, path: str, local_dir: Union[str, "os.PathLike[str]"]) -> None:
+        """Downloads the session's directory `path` into `local_dir` (created if missing). The tar
+        is unpacked with the "data" filter: no absolute paths, no `..`, no links out of it."""
+        with tempfile.TemporaryFile() as spool:
+            try:
+                with self._client.stream("GET", "/v1/archive", params=_files_params(path)) as r:
+                    if r.status_code != 200:
+                        _raise_for(r.status_code, r.read())
+                    for block in r.iter_bytes():
+                        spool.write(block)
+            except httpx.HTTPError as e:
+                raise TransportError(str(e)) from e
+            spool.seek(0)
+            _unpack(spool, local_dir)
+
     def end_turn(self, run_id: Optional[str] = None) -> Optional[TurnSummary]:
         """Ends the open turn (a Tier-1 sandbox merges back and is released); None when no turn
         was open."""
@@ -253,6 +286,22 @@ class AsyncSession:
         if response.status_code != 200:
             _raise_for(response.status_code, response.content)
         return response.json()
+
+
+def _pack(local_dir: Union[str, "os.PathLike[str]"], out: BinaryIO) -> None:
+    """A tar of the directory's contents (names relative to it; symlinks not followed)."""
+    root = os.fspath(local_dir)
+    if not os.path.isdir(root):
+        raise NotADirectoryError(root)
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name in sorted(os.listdir(root)):
+            tar.add(os.path.join(root, name), arcname=name, recursive=True)
+
+
+def _unpack(spool: BinaryIO, local_dir: Union[str, "os.PathLike[str]"]) -> None:
+    os.makedirs(local_dir, exist_ok=True)
+    with tarfile.open(fileobj=spool, mode="r:") as tar:
+        tar.extractall(local_dir, filter="data")
 
 
 def _chunks(file: BinaryIO, size: int = 512 * 1024) -> Iterator[bytes]:
