@@ -162,6 +162,19 @@ fn file_query(query: Result<Query<FileQuery>, QueryRejection>) -> Result<String,
     })
 }
 
+/// Runs `work` in its own task, so that it completes (and is logged) even if the client goes or
+/// the server stops waiting, and answers its result as JSON.
+async fn in_own_task<T: serde::Serialize + Send + 'static>(
+    worker: &Worker,
+    what: &str,
+    work: impl Future<Output = Result<T, Refusal>> + Send + 'static,
+) -> Result<Response, Refusal> {
+    match tokio::spawn(work).await {
+        Ok(result) => result.map(|r| Json(r).into_response()),
+        Err(e) => Err(task_failed(worker, what, &e)),
+    }
+}
+
 /// `PUT /v1/files?path=…`: the raw body becomes the file (see `files`). Its own task, like a
 /// command: once the body is in, the write completes and is recorded even if the client goes.
 async fn put_file(
@@ -172,11 +185,10 @@ async fn put_file(
 ) -> Result<Response, Refusal> {
     let path = file_query(query)?;
     let running = worker.clone();
-    let task = tokio::spawn(async move { running.put_file(&path, &headers, raw).await });
-    match task.await {
-        Ok(result) => result.map(|r| Json(r).into_response()),
-        Err(e) => Err(task_failed(&worker, "upload", &e)),
-    }
+    in_own_task(&worker, "upload", async move {
+        running.put_file(&path, &headers, raw).await
+    })
+    .await
 }
 
 /// `GET /v1/files?path=…`: the file as a raw body, streamed, with its length.
@@ -205,11 +217,10 @@ async fn put_archive(
 ) -> Result<Response, Refusal> {
     let path = file_query(query)?;
     let running = worker.clone();
-    let task = tokio::spawn(async move { running.put_archive(&path, &headers, raw).await });
-    match task.await {
-        Ok(result) => result.map(|r| Json(r).into_response()),
-        Err(e) => Err(task_failed(&worker, "upload", &e)),
-    }
+    in_own_task(&worker, "upload", async move {
+        running.put_archive(&path, &headers, raw).await
+    })
+    .await
 }
 
 /// `GET /v1/archive?path=…`: the directory as a tar, streamed as it is walked.
@@ -263,13 +274,8 @@ async fn exec(
     if wants_stream(&headers) {
         return Ok(super::stream::exec(worker, req));
     }
-    // Its own task: the command completes (and is logged) even if this request is dropped.
     let running = worker.clone();
-    let task = tokio::spawn(async move { running.exec(req).await });
-    match task.await {
-        Ok(result) => result.map(|r| Json(r).into_response()),
-        Err(e) => Err(task_failed(&worker, "exec", &e)),
-    }
+    in_own_task(&worker, "exec", async move { running.exec(req).await }).await
 }
 
 /// `Accept: application/x-ndjson` asks for the streamed exec.
@@ -338,11 +344,10 @@ async fn end_turn(
         RunId::parse(run).map_err(|e| bad_request(format!("runId: {}", e.message)))?;
     }
     let running = worker.clone();
-    let task = tokio::spawn(async move { running.end_turn(req.run_id).await });
-    match task.await {
-        Ok(result) => result.map(|r| Json(r).into_response()),
-        Err(e) => Err(task_failed(&worker, "end-turn", &e)),
-    }
+    in_own_task(&worker, "end-turn", async move {
+        running.end_turn(req.run_id).await
+    })
+    .await
 }
 
 /// Serves until `shutdown` completes, then: stops accepting, answers queued commands 503, lets
