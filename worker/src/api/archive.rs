@@ -17,7 +17,7 @@
 
 use super::files::{self, Target};
 use super::model::code;
-use super::state::Refusal;
+use super::refusal::Refusal;
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use kube_harness_workspace::safe_fs::{self, WalkError};

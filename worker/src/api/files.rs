@@ -11,7 +11,7 @@
 //! replaced, never written through. Past the size limit the answer is 413 and nothing is written.
 
 use super::model::code;
-use super::state::Refusal;
+use super::refusal::Refusal;
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode};
 use futures::StreamExt;

@@ -12,6 +12,7 @@ pub mod config;
 pub mod escalation;
 pub mod files;
 pub mod log;
+pub mod refusal;
 pub mod replay;
 pub mod server;
 pub mod state;

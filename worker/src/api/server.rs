@@ -7,10 +7,10 @@
 //! does not cut a command off: it finishes, and its events still reach the session log.
 
 use super::model::{
-    code, EndTurnRequest, ErrorBody, ErrorDetail, ExecRequest, Health, MAX_KEY_LEN,
-    MAX_SCRIPT_BYTES, NDJSON,
+    code, EndTurnRequest, ExecRequest, Health, MAX_KEY_LEN, MAX_SCRIPT_BYTES, NDJSON,
 };
-use super::state::{Broken, NotReady, Refusal, Worker};
+use super::refusal::Refusal;
+use super::state::{NotReady, Worker};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, Request, State};
@@ -27,21 +27,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-
-impl IntoResponse for Refusal {
-    fn into_response(self) -> Response {
-        if self.status.is_server_error() {
-            tracing::warn!(code = self.code, "{}", self.message);
-        }
-        let body = ErrorBody {
-            error: ErrorDetail {
-                code: self.code.to_string(),
-                message: self.message,
-            },
-        };
-        (self.status, Json(body)).into_response()
-    }
-}
 
 fn bad_request(message: impl Into<String>) -> Refusal {
     Refusal::new(StatusCode::BAD_REQUEST, code::BAD_REQUEST, message)
@@ -125,27 +110,6 @@ async fn readyz(State(worker): State<Arc<Worker>>) -> Response {
     }
 }
 
-/// A request task that panicked outside the runtime (which `Worker` catches itself): what it
-/// held is unknown, so the worker is marked broken for good and says so, rather than answering
-/// 500 now and whatever that state causes later.
-/// (A task that was cancelled, not panicked, means the runtime is shutting down.)
-pub(super) fn task_failed(worker: &Worker, what: &str, e: &tokio::task::JoinError) -> Refusal {
-    if !e.is_panic() {
-        return Refusal::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            code::SHUTTING_DOWN,
-            format!("the {what} task was cancelled: the worker is shutting down"),
-        );
-    }
-    let broken = Broken::Worker(format!("the {what} task panicked"));
-    tracing::error!("{}", broken.reason());
-    worker.set_broken(broken);
-    worker
-        .broken()
-        .map(|b| b.refusal())
-        .unwrap_or_else(|| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", what))
-}
-
 /// `?path=/session/…` of the file routes.
 #[derive(serde::Deserialize)]
 struct FileQuery {
@@ -171,7 +135,7 @@ async fn in_own_task<T: serde::Serialize + Send + 'static>(
 ) -> Result<Response, Refusal> {
     match tokio::spawn(work).await {
         Ok(result) => result.map(|r| Json(r).into_response()),
-        Err(e) => Err(task_failed(worker, what, &e)),
+        Err(e) => Err(worker.task_failed(what, &e)),
     }
 }
 

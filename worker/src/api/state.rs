@@ -8,6 +8,7 @@ use super::model::{
     code, ArchiveWritten, CommandCounts, EndTurnResponse, ExecRequest, ExecResponse,
     FileChangeSummary, FileWritten, Status, TurnSummary,
 };
+use super::refusal::Refusal;
 use super::relock;
 use super::replay::{self, Replay};
 use super::tier0::TimedTier0;
@@ -28,24 +29,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// An error answered to the client: status, stable code, message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub status: StatusCode,
-    pub code: &'static str,
-    pub message: String,
-}
-
-impl Refusal {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Refusal {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-}
 
 /// Why the worker takes no commands: `/readyz` answers 503 with it (`worker-broken` for
 /// [`NotReady::Broken`], `not-ready` otherwise).
@@ -274,6 +257,26 @@ impl Worker {
         if !matches!(*current, Some(Broken::Worker(_))) {
             *current = Some(broken);
         }
+    }
+
+    /// A request task that panicked outside the runtime (which `Worker` catches itself): what it
+    /// held is unknown, so the worker is marked broken for good and says so, rather than
+    /// answering 500 now and whatever that state causes later. (A task that was cancelled, not
+    /// panicked, means the runtime is shutting down.)
+    pub fn task_failed(&self, what: &str, e: &tokio::task::JoinError) -> Refusal {
+        if !e.is_panic() {
+            return Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                code::SHUTTING_DOWN,
+                format!("the {what} task was cancelled: the worker is shutting down"),
+            );
+        }
+        let broken = Broken::Worker(format!("the {what} task panicked"));
+        tracing::error!("{}", broken.reason());
+        self.set_broken(broken);
+        self.broken()
+            .map(|b| b.refusal())
+            .unwrap_or_else(|| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", what))
     }
 
     /// Lifts a turn's quarantine (its turn was ended); whether there was one.

@@ -11,8 +11,8 @@
 //! write fails, not when the command ends.
 
 use super::model::{ErrorDetail, ExecRequest, ExecResponse, ExecStreamLine, NDJSON};
-use super::server::task_failed;
-use super::state::{Refusal, Worker};
+use super::refusal::Refusal;
+use super::state::Worker;
 use axum::body::{Body, Bytes};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::HeaderValue;
@@ -92,7 +92,7 @@ impl Streaming {
                     let line = match done {
                         Ok(Ok(response)) => ExecStreamLine::Result(response),
                         Ok(Err(refusal)) => error_line(refusal),
-                        Err(e) => error_line(task_failed(&self.worker, "exec", &e)),
+                        Err(e) => error_line(self.worker.task_failed("exec", &e)),
                     };
                     return Some(encode(&line));
                 }
