@@ -213,6 +213,10 @@ pub mod code {
     /// An uploaded tar with an entry that is not a plain relative file, directory or symlink,
     /// or one that lies below a symlink or a file.
     pub const BAD_ARCHIVE: &str = "bad-archive";
+    /// An upload's body sent nothing for a while (`408`): nothing was written.
+    pub const BODY_TIMEOUT: &str = "body-timeout";
+    /// Too many uploads are being received at once (`429`): try again.
+    pub const UPLOADS_BUSY: &str = "uploads-busy";
     /// The worker's own filesystem work failed (disk full, permissions).
     pub const IO_FAILED: &str = "io-failed";
 }

@@ -367,3 +367,65 @@ fn a_working_directory_that_cannot_be_entered_starts_the_command_in_home() {
         }
     }
 }
+
+/// A setuid or setgid file left in the workspace would run as the command's uid (root on a local
+/// host) for anyone on the host who reaches the workspace; no_new_privs only holds inside the
+/// sandbox. Every way of setting those bits is refused: chmod, install, cp -p of a setuid
+/// binary, open(O_CREAT) and mknod with the bits, python's os.chmod; the plain modes still work.
+/// (Found by an outside attack on the files API, issue 14.)
+#[test]
+fn no_command_can_leave_a_setuid_or_setgid_file() {
+    let data = Data::new();
+    for (presentation, sb, cwd) in both(&data) {
+        let o = run(
+            &sb,
+            &cwd,
+            r#"cd /session 2>/dev/null || true
+cat /usr/bin/id > f && chmod 755 f && echo plain-ok
+chmod 4755 f; echo "chmod:$?"
+chmod u+s f; echo "u+s:$?"
+chmod g+s f; echo "g+s:$?"
+install -m 4755 /usr/bin/id i 2>/dev/null; echo "install:$?"
+cp -p /usr/bin/passwd p 2>/dev/null; echo "cp-p:$?"
+python3 -c 'import os; os.chmod("f", 0o4755)' 2>/dev/null; echo "py-chmod:$?"
+python3 -c 'import os; os.open("o", os.O_CREAT|os.O_WRONLY, 0o4755)' 2>/dev/null; echo "py-open:$?"
+python3 -c 'import os, stat; os.mknod("n", 0o4755 | stat.S_IFREG)' 2>/dev/null; echo "py-mknod:$?"
+chmod 1777 f; echo "sticky:$?"
+"#,
+        );
+        let out = text(&o.stdout);
+        assert!(out.contains("plain-ok"), "{presentation}: {}", show(&o));
+        for refused in [
+            "chmod:1",
+            "u+s:1",
+            "g+s:1",
+            "py-chmod:1",
+            "py-open:1",
+            "py-mknod:1",
+        ] {
+            assert!(
+                out.contains(refused),
+                "{presentation}: {refused}: {}",
+                show(&o)
+            );
+        }
+        assert!(out.contains("sticky:0"), "{presentation}: {}", show(&o));
+        // Whatever the tools reported, nothing in the workspace has a setuid or setgid bit.
+        for entry in std::fs::read_dir(data.path("session")).unwrap() {
+            let path = entry.unwrap().path();
+            let mode = std::os::unix::fs::PermissionsExt::mode(
+                &path.symlink_metadata().unwrap().permissions(),
+            );
+            assert_eq!(
+                mode & 0o6000,
+                0,
+                "{presentation}: {} has mode {mode:o}",
+                path.display()
+            );
+        }
+        // Emptied, not replaced: the other sandbox's landlock rules hold this directory.
+        for entry in std::fs::read_dir(data.path("session")).unwrap() {
+            std::fs::remove_file(entry.unwrap().path()).unwrap();
+        }
+    }
+}

@@ -399,8 +399,9 @@ fn place(
             let temp = files::temp_name(name);
             let mut out = safe_fs::create_file_mode_at(&parent, &temp, *mode)
                 .map_err(|e| io_failed(target, "creating a file", &e))?;
-            let copied = spool
-                .seek(SeekFrom::Start(*offset))
+            // The archive's permission bits exactly (whatever the umask), never setuid.
+            let copied = safe_fs::chmod_fd(&out, *mode)
+                .and_then(|()| spool.seek(SeekFrom::Start(*offset)))
                 .and_then(|_| std::io::copy(&mut (&mut *spool).take(*size), &mut out))
                 .and_then(|n| {
                     if n == *size {

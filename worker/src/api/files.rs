@@ -25,8 +25,15 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use tokio::io::AsyncWriteExt;
 
-/// Mode of a file the API creates (an overwritten file keeps its own).
+/// Mode of a file the API creates (an overwritten file keeps its own, but for the setuid, setgid
+/// and sticky bits, which are never written).
 const NEW_FILE_MODE: u32 = 0o644;
+/// The permission bits a placed file may have.
+const PERMISSION_BITS: u32 = 0o777;
+/// The kernel's limit on one name (NAME_MAX).
+const NAME_MAX: usize = 255;
+/// Default of how long an upload's body may send nothing before it is refused (408).
+pub const BODY_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
 /// Mode of a parent directory the API creates.
 const NEW_DIR_MODE: u32 = 0o755;
 
@@ -81,6 +88,9 @@ fn resolve_in(spec: &WorkspaceSpec, path: &str, root_ok: bool) -> Result<Target,
             "only plain names between slashes (no `..`, `.` or `//`)",
         ));
     }
+    if path.split('/').any(|c| c.len() > NAME_MAX) {
+        return Err(bad(&format!("a name is longer than {NAME_MAX} bytes")));
+    }
     let Some(mount) = spec.mount_for(harness) else {
         let roots: Vec<String> = spec
             .mounts
@@ -129,6 +139,7 @@ pub async fn spool(
     body: Body,
     limit: u64,
     flag: &str,
+    idle: std::time::Duration,
 ) -> Result<Spooled, Refusal> {
     let mut stream = body.into_data_stream();
     let too_large = || {
@@ -152,7 +163,19 @@ pub async fn spool(
     let file = tempfile::tempfile().map_err(io)?;
     let mut out = tokio::fs::File::from_std(file.try_clone().map_err(io)?);
     let mut bytes: u64 = 0;
-    while let Some(chunk) = stream.next().await {
+    loop {
+        let next = tokio::time::timeout(idle, stream.next())
+            .await
+            .map_err(|_| {
+                Refusal::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    code::BODY_TIMEOUT,
+                    format!("the body sent nothing for {:?}; nothing was written", idle),
+                )
+            })?;
+        let Some(chunk) = next else {
+            break;
+        };
         let chunk = chunk.map_err(|e| {
             Refusal::new(
                 StatusCode::BAD_REQUEST,
@@ -171,6 +194,53 @@ pub async fn spool(
     Ok(Spooled { file, bytes })
 }
 
+/// Checks the directories on the way to `target` that exist (none may be a symlink or a file)
+/// and returns those that do not, shallowest first: what a `place` creates, and removes again if
+/// it then fails. Cheap enough to run before the body is read, so a bad path is refused at once.
+pub fn missing_parents(target: &Target) -> Result<Vec<PathBuf>, Refusal> {
+    let Some((parent_rel, _)) = safe_fs::split_last(&target.rel) else {
+        return Err(not_a_file(target));
+    };
+    missing_dirs(target, parent_rel)
+}
+
+/// The directories of `dir` (relative to the target's mount) that do not exist, shallowest
+/// first; 400 when one that exists is a symlink or not a directory.
+pub fn missing_dirs(target: &Target, dir: &Path) -> Result<Vec<PathBuf>, Refusal> {
+    let parent_rel = dir;
+    let root = safe_fs::open_root(&target.mount.backing_path)
+        .map_err(|e| io_failed(target, "opening its mount", &e))?;
+    let mut prefix = PathBuf::new();
+    let mut missing = Vec::new();
+    for component in parent_rel.components() {
+        prefix.push(component);
+        if !missing.is_empty() {
+            missing.push(prefix.clone());
+            continue;
+        }
+        match safe_fs::open_dir_beneath(&root, &prefix) {
+            Ok(_) => {}
+            Err(WalkError::Missing) => missing.push(prefix.clone()),
+            Err(e) => return Err(walk_refusal(target, e)),
+        }
+    }
+    Ok(missing)
+}
+
+/// Removes the directories a failed `place` created (deepest first; only while empty).
+fn remove_created(target: &Target, created: &[PathBuf]) {
+    let Ok(root) = safe_fs::open_root(&target.mount.backing_path) else {
+        return;
+    };
+    for dir in created.iter().rev() {
+        if let Some((parent, name)) = safe_fs::split_last(dir) {
+            if let Ok(parent) = safe_fs::open_dir_beneath(&root, parent) {
+                let _ = safe_fs::unlink_at(&parent, name, true);
+            }
+        }
+    }
+}
+
 /// A refused upload's body: lingered over (bounded), so that the client reads the refusal.
 pub async fn discard(headers: &HeaderMap, body: Body) {
     body::refuse(headers, &mut body.into_data_stream()).await;
@@ -181,24 +251,37 @@ pub async fn discard(headers: &HeaderMap, body: Body) {
 /// body is copied to a new file beside the target, synced, and renamed over the name.
 pub fn place(target: &Target, spooled: Spooled) -> Result<Written, Refusal> {
     let Spooled { mut file, bytes } = spooled;
-    let (parent, name) = open_parent(target, true)?;
-    let existing = existing_file(&parent, &name, target)?;
-    let mode = existing.map_or(NEW_FILE_MODE, |(mode, _)| mode);
-    let temp = temp_name(&name);
-    let mut out = safe_fs::create_file_mode_at(&parent, &temp, mode)
-        .map_err(|e| io_failed(target, "creating the upload", &e))?;
-    let copied = file
-        .seek(SeekFrom::Start(0))
-        .and_then(|_| std::io::copy(&mut file, &mut out))
-        .and_then(|_| out.sync_data());
-    if let Err(e) = copied {
-        let _ = safe_fs::unlink_at(&parent, &temp, false);
-        return Err(io_failed(target, "writing the upload", &e));
-    }
+    let created = missing_parents(target)?;
+    let placed = (|| {
+        let (parent, name) = open_parent(target, true)?;
+        let existing = existing_file(&parent, &name, target)?;
+        let mode = existing.map_or(NEW_FILE_MODE, |(mode, _)| mode & PERMISSION_BITS);
+        let temp = temp_name(&name);
+        let mut out = safe_fs::create_file_mode_at(&parent, &temp, mode)
+            .map_err(|e| io_failed(target, "creating the upload", &e))?;
+        // The exact mode, whatever the worker's umask.
+        let copied = safe_fs::chmod_fd(&out, mode)
+            .and_then(|()| file.seek(SeekFrom::Start(0)))
+            .and_then(|_| std::io::copy(&mut file, &mut out))
+            .and_then(|_| out.sync_data());
+        if let Err(e) = copied {
+            let _ = safe_fs::unlink_at(&parent, &temp, false);
+            return Err(io_failed(target, "writing the upload", &e));
+        }
+        Ok((parent, name, temp, existing, mode))
+    })();
+    let (parent, name, temp, existing, mode) = match placed {
+        Ok(placed) => placed,
+        Err(refusal) => {
+            remove_created(target, &created);
+            return Err(refusal);
+        }
+    };
     // A directory cannot have taken the name since (the session is held, and only commands
     // write the workspace), but if one did, the rename refuses and the temp file goes.
     if let Err(e) = safe_fs::rename_at(&parent, &temp, &name) {
         let _ = safe_fs::unlink_at(&parent, &temp, false);
+        remove_created(target, &created);
         return Err(match e.raw_os_error() {
             Some(libc::EISDIR) | Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => {
                 is_a_directory(target)
@@ -285,26 +368,7 @@ fn open_parent(target: &Target, create: bool) -> Result<(OwnedFd, OsString), Ref
     } else {
         safe_fs::open_dir_beneath(&root, parent_rel)
     };
-    let parent = parent.map_err(|e| match e {
-        WalkError::Missing => not_found(target),
-        WalkError::Blocked => Refusal::new(
-            StatusCode::BAD_REQUEST,
-            code::BAD_PATH,
-            format!(
-                "path {}: a directory on the way is a symlink, which is not followed",
-                target.harness.display()
-            ),
-        ),
-        WalkError::NotDir => Refusal::new(
-            StatusCode::BAD_REQUEST,
-            code::BAD_PATH,
-            format!(
-                "path {}: something on the way is not a directory",
-                target.harness.display()
-            ),
-        ),
-        other => io_failed(target, "opening its directory", &other.into_io()),
-    })?;
+    let parent = parent.map_err(|e| walk_refusal(target, e))?;
     Ok((parent, name.to_os_string()))
 }
 
@@ -336,6 +400,29 @@ pub(crate) fn temp_name(name: &std::ffi::OsStr) -> OsString {
     let short: String = name.to_string_lossy().chars().take(32).collect();
     temp.push(short.replace('/', "_"));
     temp
+}
+
+fn walk_refusal(target: &Target, e: WalkError) -> Refusal {
+    match e {
+        WalkError::Missing => not_found(target),
+        WalkError::Blocked => Refusal::new(
+            StatusCode::BAD_REQUEST,
+            code::BAD_PATH,
+            format!(
+                "path {}: a directory on the way is a symlink, which is not followed",
+                target.harness.display()
+            ),
+        ),
+        WalkError::NotDir => Refusal::new(
+            StatusCode::BAD_REQUEST,
+            code::BAD_PATH,
+            format!(
+                "path {}: something on the way is not a directory",
+                target.harness.display()
+            ),
+        ),
+        other => io_failed(target, "opening its directory", &other.into_io()),
+    }
 }
 
 fn not_found(target: &Target) -> Refusal {

@@ -12,8 +12,7 @@ use super::model::{
 use super::refusal::Refusal;
 use super::state::{NotReady, Worker};
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, Request, State};
+use axum::extract::{RawQuery, Request, State};
 use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -110,20 +109,36 @@ async fn readyz(State(worker): State<Arc<Worker>>) -> Response {
     }
 }
 
-/// `?path=/session/…` of the file routes.
-#[derive(serde::Deserialize)]
-struct FileQuery {
-    path: String,
-}
-
-fn file_query(query: Result<Query<FileQuery>, QueryRejection>) -> Result<String, Refusal> {
-    query.map(|Query(q)| q.path).map_err(|e| {
+/// `?path=` of the file routes, decoded strictly: its percent-escapes (and `+` for a space, as
+/// form encoding writes it) must make UTF-8, and `path` must be given once. A lossy decoding
+/// would let two different requests name one file (issue 14's outside attack).
+fn file_query(raw: Option<String>) -> Result<String, Refusal> {
+    let bad = |why: &str| {
         Refusal::new(
             StatusCode::BAD_REQUEST,
             code::BAD_PATH,
-            format!("the file routes take ?path=<harness path>: {e}"),
+            format!("the file routes take ?path=<harness path>: {why}"),
         )
-    })
+    };
+    let mut found = None;
+    for pair in raw.as_deref().unwrap_or("").split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key != "path" {
+            continue;
+        }
+        if found.is_some() {
+            return Err(bad("`path` is given twice"));
+        }
+        let plus_as_space: Vec<u8> = value
+            .bytes()
+            .map(|b| if b == b'+' { b' ' } else { b })
+            .collect();
+        let decoded = percent_encoding::percent_decode(&plus_as_space)
+            .decode_utf8()
+            .map_err(|_| bad("the path is not UTF-8 once decoded"))?;
+        found = Some(decoded.into_owned());
+    }
+    found.ok_or_else(|| bad("`path` is missing"))
 }
 
 /// Runs `work` in its own task, so that it completes (and is logged) even if the client goes or
@@ -143,7 +158,7 @@ async fn in_own_task<T: serde::Serialize + Send + 'static>(
 /// command: once the body is in, the write completes and is recorded even if the client goes.
 async fn put_file(
     State(worker): State<Arc<Worker>>,
-    query: Result<Query<FileQuery>, QueryRejection>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     raw: Body,
 ) -> Result<Response, Refusal> {
@@ -158,7 +173,7 @@ async fn put_file(
 /// `GET /v1/files?path=…`: the file as a raw body, streamed, with its length.
 async fn get_file(
     State(worker): State<Arc<Worker>>,
-    query: Result<Query<FileQuery>, QueryRejection>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, Refusal> {
     let path = file_query(query)?;
     let (file, size) = worker.open_file(&path).await?;
@@ -175,7 +190,7 @@ async fn get_file(
 /// `PUT /v1/archive?path=…`: the tar body is unpacked into the directory (see `archive`).
 async fn put_archive(
     State(worker): State<Arc<Worker>>,
-    query: Result<Query<FileQuery>, QueryRejection>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     raw: Body,
 ) -> Result<Response, Refusal> {
@@ -190,7 +205,7 @@ async fn put_archive(
 /// `GET /v1/archive?path=…`: the directory as a tar, streamed as it is walked.
 async fn get_archive(
     State(worker): State<Arc<Worker>>,
-    query: Result<Query<FileQuery>, QueryRejection>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, Refusal> {
     let path = file_query(query)?;
     let target = worker.archive_target(&path).await?;

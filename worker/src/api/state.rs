@@ -138,6 +138,8 @@ pub struct Worker {
     log: Option<Arc<LogForwarder>>,
     slot: tokio::sync::Mutex<Slot>,
     busy: AtomicBool,
+    /// Uploads being spooled at once (see [`UPLOADS_AT_ONCE`]).
+    uploads: tokio::sync::Semaphore,
     shutting_down: AtomicBool,
     /// Set by a caught panic (see [`Broken`]).
     broken: Mutex<Option<Broken>>,
@@ -206,6 +208,7 @@ impl Worker {
                 exec_counter: 0,
             }),
             busy: AtomicBool::new(false),
+            uploads: tokio::sync::Semaphore::new(UPLOADS_AT_ONCE),
             shutting_down: AtomicBool::new(false),
             broken: Mutex::new(None),
             tracking,
@@ -463,7 +466,10 @@ impl Worker {
         headers: &axum::http::HeaderMap,
         body: axum::body::Body,
     ) -> Result<FileWritten, Refusal> {
-        let target = files::resolve(&self.spec, path);
+        let target = files::resolve(&self.spec, path).and_then(|t| {
+            files::missing_parents(&t)?;
+            Ok(t)
+        });
         let limit = (self.config.max_file_bytes, "--max-file-bytes");
         let up = self
             .upload(target, headers, body, limit, |target, spooled| {
@@ -492,7 +498,10 @@ impl Worker {
         headers: &axum::http::HeaderMap,
         body: axum::body::Body,
     ) -> Result<ArchiveWritten, Refusal> {
-        let target = files::resolve_dir(&self.spec, path);
+        let target = files::resolve_dir(&self.spec, path).and_then(|t| {
+            files::missing_dirs(&t, &t.rel)?;
+            Ok(t)
+        });
         let limit = (self.config.max_archive_bytes, "--max-archive-bytes");
         let up = self
             .upload(target, headers, body, limit, |target, spooled| {
@@ -543,7 +552,17 @@ impl Worker {
                 return Err(refusal);
             }
         };
-        let spooled = files::spool(headers, body, limit, flag).await?;
+        // Spools are bounded in number as well as size (each may be `limit` bytes of the
+        // worker's temp directory): a third concurrent upload is told to try again.
+        let Ok(_spooling) = self.uploads.try_acquire() else {
+            files::discard(headers, body).await;
+            return Err(Refusal::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                code::UPLOADS_BUSY,
+                format!("{UPLOADS_AT_ONCE} uploads are being received; try again"),
+            ));
+        };
+        let spooled = files::spool(headers, body, limit, flag, self.config.body_idle).await?;
         let bytes = spooled.bytes;
         let mut slot = self.lock().await?;
         let _busy = BusyFlag::set(&self.busy);
@@ -872,6 +891,9 @@ impl TurnFiles {
         }
     }
 }
+
+/// How many uploads may be spooled at once (each up to its limit in the temp directory).
+pub const UPLOADS_AT_ONCE: usize = 2;
 
 /// What an upload placed and recorded.
 struct Uploaded {

@@ -269,3 +269,150 @@ async fn files_are_409_while_the_turn_runs_on_tier1() {
         .await
         .unwrap();
 }
+
+/// Round 2 of issue 14 (an outside attack with the docs and the binary): what it found, each
+/// now refused or fixed.
+mod round2 {
+    use super::super::api_support::{config, start, start_with, TOKEN};
+    use super::api_code;
+    use kube_harness_worker::api::model::code;
+    use std::io::{Read, Write};
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::{Duration, Instant};
+
+    /// F1, F6: an overwritten file keeps its permission bits exactly (no umask), never setuid,
+    /// setgid or sticky: a setuid-root file prepared in the session and overwritten by a client
+    /// would otherwise run as root for anyone on the host.
+    #[tokio::test]
+    async fn an_overwritten_file_keeps_its_permissions_but_never_setuid() {
+        let w = start().await;
+        for (before, after) in [
+            (0o6755, 0o755),
+            (0o4777, 0o777),
+            (0o0666, 0o666),
+            (0o1777, 0o777),
+        ] {
+            let host = w.host("/session/prepared");
+            std::fs::write(&host, "old").unwrap();
+            std::fs::set_permissions(&host, std::fs::Permissions::from_mode(before)).unwrap();
+            let put = w
+                .client
+                .write_file("/session/prepared", b"#!/bin/sh\nid\n".to_vec())
+                .await
+                .unwrap();
+            assert_eq!(put.change, "modified");
+            let mode = std::fs::metadata(&host).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, after, "{before:o} became {mode:o}");
+        }
+    }
+
+    /// F4, F7: names over 255 bytes and paths that are not UTF-8 once decoded are 400 and make
+    /// nothing (no parent directories left behind); `path` twice is 400.
+    #[tokio::test]
+    async fn bad_names_are_400_and_leave_no_directories() {
+        let w = start().await;
+        let long = format!("/session/junkA/junkB/{}", "L".repeat(256));
+        let e = w.client.write_file(&long, b"x".to_vec()).await.unwrap_err();
+        assert_eq!(api_code(&e), (400, code::BAD_PATH), "{e}");
+        assert!(
+            !w.host("/session/junkA").exists(),
+            "a parent was left behind"
+        );
+        for query in [
+            "path=/session/%FF",
+            "path=/session/%C0%AE%C0%AE/x",
+            "path=/session/a&path=/session/b",
+            "other=1",
+        ] {
+            let r = reqwest::Client::new()
+                .put(format!("{}/v1/files?{query}", w.base_url))
+                .bearer_auth(TOKEN)
+                .body("x")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 400, "{query}");
+            let body: serde_json::Value = r.json().await.unwrap();
+            assert_eq!(body["error"]["code"], code::BAD_PATH, "{query}");
+        }
+        assert_eq!(std::fs::read_dir(w.host("/session")).unwrap().count(), 0);
+        // A `+` is a space, as form encoding writes it; `%2B` is a plus.
+        w.client
+            .write_file("/session/a b+c", b"x".to_vec())
+            .await
+            .unwrap();
+        assert!(w.host("/session/a b+c").exists());
+    }
+
+    /// Opens an upload that declares `declared` bytes and sends `sent`, then stalls; returns the
+    /// socket (the caller reads the answer).
+    fn stalled_upload(
+        base_url: &str,
+        path: &str,
+        declared: usize,
+        sent: usize,
+    ) -> std::net::TcpStream {
+        let addr = base_url.trim_start_matches("http://");
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            s,
+            "PUT /v1/files?path={path} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {TOKEN}\r\ncontent-length: {declared}\r\n\r\n"
+        )
+        .unwrap();
+        s.write_all(&vec![b'x'; sent]).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s
+    }
+
+    fn status_of(s: &mut std::net::TcpStream) -> u16 {
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).unwrap();
+        String::from_utf8_lossy(&head[9..12]).parse().unwrap()
+    }
+
+    /// F2, F3: a body that stops sending is refused after the idle time (nothing written); at
+    /// most two uploads are received at once (the third is told to try again); a path through
+    /// a symlink is refused before the body is read (answered once the server has lingered over
+    /// what the client still sends, at most 5 s, so that the client reads the answer).
+    #[tokio::test]
+    async fn stalled_or_piled_up_uploads_are_refused_in_bounded_time() {
+        let (tmp, mut cfg) = config();
+        cfg.body_idle = Duration::from_secs(1);
+        let w = start_with(tmp, cfg).await;
+        let base = w.base_url.clone();
+        let (statuses, third, early, took) = tokio::task::spawn_blocking(move || {
+            let mut a = stalled_upload(&base, "/session/a", 1_000_000, 10);
+            let mut b = stalled_upload(&base, "/session/b", 1_000_000, 10);
+            std::thread::sleep(Duration::from_millis(200));
+            let mut c = stalled_upload(&base, "/session/c", 1_000_000, 10);
+            let third = status_of(&mut c);
+            let started = Instant::now();
+            let statuses = [status_of(&mut a), status_of(&mut b)];
+            let took = started.elapsed();
+            (statuses, third, (), took)
+        })
+        .await
+        .unwrap();
+        let _ = early;
+        assert_eq!(third, 429, "a third concurrent upload");
+        assert_eq!(statuses, [408, 408]);
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        for name in ["a", "b", "c"] {
+            assert!(!w.host(&format!("/session/{name}")).exists());
+        }
+        // A path through a symlink: 400 at once, before the body.
+        std::os::unix::fs::symlink("/tmp", w.host("/session/ldir")).unwrap();
+        let base = w.base_url.clone();
+        let (status, took) = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let mut s = stalled_upload(&base, "/session/ldir/x", 1_000_000, 10);
+            (status_of(&mut s), started.elapsed())
+        })
+        .await
+        .unwrap();
+        assert_eq!(status, 400);
+        // Answered after at most the kit's lingering over the unsent rest (5 s), so that the
+        // client reads the answer; not after the whole body.
+        assert!(took < Duration::from_secs(7), "{took:?}");
+    }
+}
