@@ -34,6 +34,9 @@ use tokio::sync::mpsc;
 pub const MAX_ENTRIES: usize = 200_000;
 /// Directory depth below the archive's root.
 const MAX_DEPTH: usize = 256;
+/// The kernel's limits on one name and on a symlink's target.
+const NAME_MAX: usize = 255;
+const PATH_MAX: usize = 4096;
 /// Bytes per chunk sent to the client.
 const CHUNK: usize = 256 << 10;
 
@@ -171,13 +174,17 @@ enum Planned {
 /// it (blocking: run off the async threads; the caller holds the session). Returns the changes.
 pub fn extract(target: &Target, mut spool: std::fs::File) -> Result<Vec<FileChange>, Refusal> {
     let plan = plan(target, &mut spool)?;
+    let created = files::missing_dirs(target, &target.rel)?;
     let root = safe_fs::open_root(&target.mount.backing_path)
         .map_err(|e| io_failed(target, "opening its mount", &e))?;
     let base = safe_fs::ensure_dir_beneath(&root, &target.rel, 0o755, false)
         .map_err(|e| walk_refusal(target, &target.rel, e))?;
     // Checked against what is there before anything is written.
     for (rel, entry) in &plan {
-        check_existing(target, &base, rel, entry)?;
+        if let Err(refusal) = check_existing(target, &base, rel, entry) {
+            files::remove_created(target, &created);
+            return Err(refusal);
+        }
     }
     let mut changes = Vec::with_capacity(plan.len());
     for (rel, entry) in &plan {
@@ -188,8 +195,9 @@ pub fn extract(target: &Target, mut spool: std::fs::File) -> Result<Vec<FileChan
 }
 
 fn plan(target: &Target, spool: &mut std::fs::File) -> Result<BTreeMap<PathBuf, Planned>, Refusal> {
-    spool
-        .seek(SeekFrom::Start(0))
+    let spool_len = spool
+        .seek(SeekFrom::End(0))
+        .and_then(|len| spool.seek(SeekFrom::Start(0)).map(|_| len))
         .map_err(|e| io_failed(target, "reading the spool", &e))?;
     let mut archive = tar::Archive::new(&mut *spool);
     let entries = archive
@@ -209,7 +217,7 @@ fn plan(target: &Target, spool: &mut std::fs::File) -> Result<BTreeMap<PathBuf, 
         }
         let rel = plain_path(&raw).ok_or_else(|| {
             bad_archive(&format!(
-                "entry {:?}: not a plain relative path",
+                "entry {:?}: not a plain relative UTF-8 path of names of at most 255 bytes",
                 String::from_utf8_lossy(&raw)
             ))
         })?;
@@ -230,17 +238,33 @@ fn plan(target: &Target, spool: &mut std::fs::File) -> Result<BTreeMap<PathBuf, 
         let mode = header.mode().unwrap_or(0o644) & 0o777;
         let planned = match header.entry_type() {
             tar::EntryType::Directory => Planned::Dir { mode: mode | 0o700 },
-            tar::EntryType::Regular | tar::EntryType::Continuous => Planned::File {
-                mode,
-                mtime: header.mtime().unwrap_or(0),
-                offset: entry.raw_file_position(),
-                size: entry.size(),
-            },
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                let (offset, size) = (entry.raw_file_position(), entry.size());
+                // The whole file must be in the archive before anything is written.
+                if offset.checked_add(size).is_none_or(|end| end > spool_len) {
+                    return Err(bad_archive(&format!(
+                        "the archive ends inside {} ({size} bytes declared)",
+                        rel.display()
+                    )));
+                }
+                Planned::File {
+                    mode,
+                    mtime: header.mtime().unwrap_or(0),
+                    offset,
+                    size,
+                }
+            }
             tar::EntryType::Symlink => {
                 let target = entry
                     .link_name_bytes()
                     .map(|l| OsStr::from_bytes(&l).to_os_string())
                     .ok_or_else(|| bad_archive(&format!("symlink {} has no target", rel.display())))?;
+                if target.is_empty() || target.len() >= PATH_MAX {
+                    return Err(bad_archive(&format!(
+                        "symlink {}: its target is empty or {PATH_MAX} bytes or longer",
+                        rel.display()
+                    )));
+                }
                 symlinks.insert(rel.clone());
                 Planned::Symlink { target }
             }
@@ -289,9 +313,13 @@ fn is_own_root(raw: &[u8]) -> bool {
         && !raw.windows(2).any(|w| w == b"..")
 }
 
-/// `raw` as a relative path of plain names (`./` prefixes dropped); `None` for anything else.
+/// `raw` as a relative path of plain names (`./` prefixes dropped), UTF-8 (the events name it),
+/// each name at most 255 bytes; `None` for anything else.
 fn plain_path(raw: &[u8]) -> Option<PathBuf> {
-    if raw.contains(&0) {
+    if raw.contains(&0) || std::str::from_utf8(raw).is_err() {
+        return None;
+    }
+    if raw.split(|b| *b == b'/').any(|name| name.len() > NAME_MAX) {
         return None;
     }
     let path = Path::new(OsStr::from_bytes(raw));

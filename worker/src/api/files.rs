@@ -228,7 +228,7 @@ pub fn missing_dirs(target: &Target, dir: &Path) -> Result<Vec<PathBuf>, Refusal
 }
 
 /// Removes the directories a failed `place` created (deepest first; only while empty).
-fn remove_created(target: &Target, created: &[PathBuf]) {
+pub(crate) fn remove_created(target: &Target, created: &[PathBuf]) {
     let Ok(root) = safe_fs::open_root(&target.mount.backing_path) else {
         return;
     };

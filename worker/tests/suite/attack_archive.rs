@@ -225,3 +225,64 @@ async fn an_archive_over_the_limit_is_413_and_writes_nothing() {
     assert_eq!(api_code(&e), (413, code::PAYLOAD_TOO_LARGE), "{e}");
     assert!(tree(&w.host("/session")).is_empty());
 }
+
+/// Round 3 of issue 14's outside attack: archives that were refused only half-way (after
+/// writing) are refused whole now, and a refused upload leaves no new directory behind.
+#[tokio::test]
+async fn archives_refused_half_way_before_are_refused_whole() {
+    let w = start().await;
+    std::fs::create_dir(w.host("/session/c5")).unwrap();
+    std::fs::write(w.host("/session/c5/keep"), "old").unwrap();
+    // Complete entries, then a tar cut inside a later file's data.
+    let whole = raw_tar(&[
+        (b"keep", tar::EntryType::Regular, b"", b"CLOBBERED"),
+        (b"zz", tar::EntryType::Regular, b"", &[b'B'; 5000]),
+    ]);
+    let cut = whole[..512 + 512 + 512 + 700].to_vec();
+    let long_link = vec![b'x'; 5000];
+    let long_name = vec![b'n'; 256];
+    let cases: Vec<(&str, &str, Vec<u8>)> = vec![
+        ("cut inside a file", "/session/c5", cut),
+        ("a symlink target over PATH_MAX", "/session/c5", {
+            let mut b = tar::Builder::new(Vec::new());
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_size(9);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, "keep", &b"CLOBBERED"[..]).unwrap();
+            let mut l = tar::Header::new_gnu();
+            l.set_entry_type(tar::EntryType::Symlink);
+            l.set_size(0);
+            b.append_link(&mut l, "zlink", std::str::from_utf8(&long_link).unwrap())
+                .unwrap();
+            b.into_inner().unwrap()
+        }),
+        ("a name over 255 bytes", "/session/new-target", {
+            let mut b = tar::Builder::new(Vec::new());
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_size(1);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, std::str::from_utf8(&long_name).unwrap(), &b"x"[..])
+                .unwrap();
+            b.into_inner().unwrap()
+        }),
+        (
+            "a name that is not UTF-8",
+            "/session/new-target",
+            raw_tar(&[(b"b\xff", tar::EntryType::Regular, b"", b"x")]),
+        ),
+    ];
+    let before = tree(&w.host("/session"));
+    for (what, path, body) in cases {
+        let e = w.client.write_archive(path, body).await.expect_err(what);
+        assert_eq!(api_code(&e), (400, code::BAD_ARCHIVE), "{what}: {e}");
+        assert_eq!(tree(&w.host("/session")), before, "{what} wrote something");
+    }
+    assert_eq!(
+        std::fs::read_to_string(w.host("/session/c5/keep")).unwrap(),
+        "old"
+    );
+}
