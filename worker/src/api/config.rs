@@ -45,8 +45,8 @@ pub struct WorkerConfig {
     pub max_file_bytes: u64,
     /// Largest tar `PUT /v1/archive` accepts (413 beyond, nothing written).
     pub max_archive_bytes: u64,
-    /// How long an upload's body may send nothing before it is refused (408).
-    pub body_idle: Duration,
+    /// How an upload's body must keep coming (408 otherwise).
+    pub body_pace: super::files::BodyPace,
     /// stdout/stderr beyond this go to `/artifacts/trace/…` (see `TurnConfig`).
     pub inline_output_limit: usize,
     /// At most this many `harness.file.*` events per command and per merge-back (then one
@@ -78,7 +78,7 @@ impl WorkerConfig {
             max_body_bytes: 256 * 1024,
             max_file_bytes: worker_args::DEFAULT_MAX_FILE_BYTES,
             max_archive_bytes: worker_args::DEFAULT_MAX_ARCHIVE_BYTES,
-            body_idle: super::files::BODY_IDLE,
+            body_pace: super::files::BodyPace::default(),
             inline_output_limit: 16 * 1024,
             max_file_events: worker_args::DEFAULT_MAX_FILE_EVENTS,
             max_file_event_bytes: worker_args::DEFAULT_MAX_FILE_EVENT_BYTES,

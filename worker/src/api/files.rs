@@ -32,8 +32,38 @@ const NEW_FILE_MODE: u32 = 0o644;
 const PERMISSION_BITS: u32 = 0o777;
 /// The kernel's limit on one name (NAME_MAX).
 const NAME_MAX: usize = 255;
-/// Default of how long an upload's body may send nothing before it is refused (408).
-pub const BODY_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
+/// How an upload's body must keep coming, or be refused with 408 and nothing written: never
+/// silent for `idle`, and after `grace`, on average at least `min_rate` bytes a second (a client
+/// that drips a byte now and then would otherwise hold one of the upload slots for as long as it
+/// likes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyPace {
+    pub idle: std::time::Duration,
+    pub grace: std::time::Duration,
+    pub min_rate: u64,
+}
+
+impl Default for BodyPace {
+    fn default() -> Self {
+        BodyPace {
+            idle: std::time::Duration::from_secs(30),
+            grace: std::time::Duration::from_secs(30),
+            min_rate: 16 * 1024,
+        }
+    }
+}
+
+impl BodyPace {
+    /// How long to wait for the next chunk, `bytes` having come in `elapsed`.
+    fn wait(&self, bytes: u64, elapsed: std::time::Duration) -> std::time::Duration {
+        // The next byte is due when the average would otherwise fall below the minimum.
+        let due_secs = (bytes.saturating_add(1) as f64) / (self.min_rate.max(1) as f64);
+        let due = self
+            .grace
+            .saturating_add(std::time::Duration::from_secs_f64(due_secs.min(1e9)));
+        self.idle.min(due.saturating_sub(elapsed))
+    }
+}
 /// Mode of a parent directory the API creates.
 const NEW_DIR_MODE: u32 = 0o755;
 
@@ -139,7 +169,7 @@ pub async fn spool(
     body: Body,
     limit: u64,
     flag: &str,
-    idle: std::time::Duration,
+    pace: BodyPace,
 ) -> Result<Spooled, Refusal> {
     let mut stream = body.into_data_stream();
     let too_large = || {
@@ -163,14 +193,22 @@ pub async fn spool(
     let file = tempfile::tempfile().map_err(io)?;
     let mut out = tokio::fs::File::from_std(file.try_clone().map_err(io)?);
     let mut bytes: u64 = 0;
+    let started = std::time::Instant::now();
     loop {
-        let next = tokio::time::timeout(idle, stream.next())
+        let wait = pace.wait(bytes, started.elapsed());
+        let next = tokio::time::timeout(wait, stream.next())
             .await
             .map_err(|_| {
                 Refusal::new(
                     StatusCode::REQUEST_TIMEOUT,
                     code::BODY_TIMEOUT,
-                    format!("the body sent nothing for {:?}; nothing was written", idle),
+                    format!(
+                        "the body stalled ({bytes} bytes in {:?}: silent for {:?}, or under {} bytes/s after {:?}); nothing was written",
+                        started.elapsed(),
+                        pace.idle,
+                        pace.min_rate,
+                        pace.grace
+                    ),
                 )
             })?;
         let Some(chunk) = next else {

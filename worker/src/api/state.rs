@@ -562,7 +562,7 @@ impl Worker {
                 format!("{UPLOADS_AT_ONCE} uploads are being received; try again"),
             ));
         };
-        let spooled = files::spool(headers, body, limit, flag, self.config.body_idle).await?;
+        let spooled = files::spool(headers, body, limit, flag, self.config.body_pace).await?;
         let bytes = spooled.bytes;
         let mut slot = self.lock().await?;
         let _busy = BusyFlag::set(&self.busy);

@@ -344,6 +344,37 @@ mod round2 {
         assert!(w.host("/session/a b+c").exists());
     }
 
+    /// Round 3, F3: a client that drips a byte now and then, never silent for the idle time,
+    /// is refused once its average falls under the minimum rate after the grace period.
+    #[tokio::test]
+    async fn a_dripping_upload_is_refused_for_its_pace() {
+        let (tmp, mut cfg) = config();
+        cfg.body_pace.idle = Duration::from_secs(5);
+        cfg.body_pace.grace = Duration::from_secs(1);
+        cfg.body_pace.min_rate = 1000;
+        let w = start_with(tmp, cfg).await;
+        let base = w.base_url.clone();
+        let (status, took) = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let mut s = stalled_upload(&base, "/session/drip", 1_000_000, 1);
+            let mut dripper = s.try_clone().unwrap();
+            std::thread::spawn(move || {
+                for _ in 0..20 {
+                    std::thread::sleep(Duration::from_millis(400));
+                    if dripper.write_all(b"x").is_err() {
+                        return;
+                    }
+                }
+            });
+            (status_of(&mut s), started.elapsed())
+        })
+        .await
+        .unwrap();
+        assert_eq!(status, 408);
+        assert!(took < Duration::from_secs(8), "{took:?}");
+        assert!(!w.host("/session/drip").exists());
+    }
+
     /// Opens an upload that declares `declared` bytes and sends `sent`, then stalls; returns the
     /// socket (the caller reads the answer).
     fn stalled_upload(
@@ -377,7 +408,7 @@ mod round2 {
     #[tokio::test]
     async fn stalled_or_piled_up_uploads_are_refused_in_bounded_time() {
         let (tmp, mut cfg) = config();
-        cfg.body_idle = Duration::from_secs(1);
+        cfg.body_pace.idle = Duration::from_secs(1);
         let w = start_with(tmp, cfg).await;
         let base = w.base_url.clone();
         let (statuses, third, took) = tokio::task::spawn_blocking(move || {
