@@ -245,12 +245,11 @@ pub fn missing_parents(target: &Target) -> Result<Vec<PathBuf>, Refusal> {
 /// The directories of `dir` (relative to the target's mount) that do not exist, shallowest
 /// first; 400 when one that exists is a symlink or not a directory.
 pub fn missing_dirs(target: &Target, dir: &Path) -> Result<Vec<PathBuf>, Refusal> {
-    let parent_rel = dir;
     let root = safe_fs::open_root(&target.mount.backing_path)
         .map_err(|e| io_failed(target, "opening its mount", &e))?;
     let mut prefix = PathBuf::new();
     let mut missing = Vec::new();
-    for component in parent_rel.components() {
+    for component in dir.components() {
         prefix.push(component);
         if !missing.is_empty() {
             missing.push(prefix.clone());
@@ -293,7 +292,7 @@ pub fn place(target: &Target, spooled: Spooled) -> Result<Written, Refusal> {
     let placed = (|| {
         let (parent, name) = open_parent(target, true)?;
         let existing = existing_file(&parent, &name, target)?;
-        let mode = existing.map_or(NEW_FILE_MODE, |(mode, _)| mode & PERMISSION_BITS);
+        let mode = existing.map_or(NEW_FILE_MODE, |mode| mode & PERMISSION_BITS);
         let temp = temp_name(&name);
         let mut out = safe_fs::create_file_mode_at(&parent, &temp, mode)
             .map_err(|e| io_failed(target, "creating the upload", &e))?;
@@ -410,18 +409,18 @@ fn open_parent(target: &Target, create: bool) -> Result<(OwnedFd, OsString), Ref
     Ok((parent, name.to_os_string()))
 }
 
-/// The mode and size of the regular file at `name`, if there is one; a directory there is 409,
+/// The mode of the regular file at `name`, if there is one; a directory there is 409,
 /// and anything else (a symlink, a fifo) is replaced by the rename, never followed.
 fn existing_file(
     parent: &OwnedFd,
     name: &OsString,
     target: &Target,
-) -> Result<Option<(u32, u64)>, Refusal> {
+) -> Result<Option<u32>, Refusal> {
     match safe_fs::stat_at(parent, name) {
         Ok(None) => Ok(None),
         Ok(Some(st)) => match st.st_mode & libc::S_IFMT {
             libc::S_IFDIR => Err(is_a_directory(target)),
-            libc::S_IFREG => Ok(Some((st.st_mode & 0o7777, st.st_size as u64))),
+            libc::S_IFREG => Ok(Some(st.st_mode & 0o7777)),
             _ => Ok(None),
         },
         Err(e) => Err(io_failed(target, "looking at the file", &e)),
