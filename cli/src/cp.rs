@@ -5,13 +5,12 @@
 //! `kube-harness worker`, or one reached another way) instead of finding the session through the
 //! API server.
 
+use crate::reach::{connect, Direct, Via};
 use anyhow::{bail, Context};
 use clap::Args;
-use kube_harness_client::SessionHandle;
 use kube_harness_worker::protocol::WorkerClient;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 #[derive(Args)]
 pub struct CpArgs {
@@ -25,12 +24,11 @@ pub struct CpArgs {
     /// How long to wait for the session to be Ready (waking it if hibernated).
     #[arg(long, default_value_t = 180)]
     wait: u64,
-    /// Talk to this worker URL directly (with --token-file) instead of through the API server.
-    #[arg(long, requires = "token_file")]
-    worker_url: Option<String>,
-    /// The worker's bearer token, for --worker-url.
-    #[arg(long, requires = "worker_url")]
-    token_file: Option<PathBuf>,
+    /// Route to the worker.
+    #[arg(long, value_enum, default_value_t = Via::Auto)]
+    via: Via,
+    #[command(flatten)]
+    direct: Direct,
 }
 
 /// One side of a copy.
@@ -74,23 +72,10 @@ async fn copy(args: CpArgs) -> anyhow::Result<ExitCode> {
         }
     };
     // The tunnel (when there is one) lives as long as this.
-    let (worker, _connected) = match (&args.worker_url, &args.token_file) {
-        (Some(url), Some(token_file)) => {
-            let token = std::fs::read_to_string(token_file)
-                .with_context(|| format!("reading {}", token_file.display()))?;
-            (WorkerClient::new(url, token.trim())?, None)
-        }
-        _ => {
-            let client = kube::Client::try_default()
-                .await
-                .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
-            let namespace = args
-                .namespace
-                .clone()
-                .unwrap_or_else(|| client.default_namespace().to_string());
-            let connected = SessionHandle::new(client, namespace, &session)
-                .connect(Duration::from_secs(args.wait))
-                .await?;
+    let (worker, _connected) = match args.direct.client()? {
+        Some(worker) => (worker, None),
+        None => {
+            let connected = connect(args.namespace.clone(), &session, args.wait, args.via).await?;
             (connected.worker.clone(), Some(connected))
         }
     };

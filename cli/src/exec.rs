@@ -1,16 +1,16 @@
 //! `kube-harness exec [-n NS] SESSION [--json] -- SCRIPT`: run one command in a HarnessSession
-//! from anywhere the kubeconfig reaches, and exit with its exit code.
+//! from anywhere the kubeconfig reaches (from a pod, at the session's in-cluster address), and
+//! exit with its exit code.
 
+use crate::reach::{connect, Via};
 use anyhow::Context;
 use clap::Args;
-use kube_harness_client::{Connected, SessionHandle};
 use kube_harness_worker::protocol::worker_api::{
     EndTurnRequest, EndTurnResponse, ExecRequest, ExecStreamLine,
 };
 use kube_harness_worker::protocol::WorkerClient;
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::Duration;
 
 #[derive(Args)]
 pub struct ExecArgs {
@@ -34,6 +34,9 @@ pub struct ExecArgs {
     /// How long to wait for the session to be Ready (waking it if hibernated).
     #[arg(long, default_value_t = 180)]
     wait: u64,
+    /// Route to the worker.
+    #[arg(long, value_enum, default_value_t = Via::Auto)]
+    via: Via,
     /// End the turn after the command: a Tier-1 sandbox merges its changes back and is released,
     /// and the turn's usage event is written (with `--json`, the turn summary is printed too).
     #[arg(long)]
@@ -49,7 +52,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
-    let connected = connect(args.namespace, &args.session, args.wait).await?;
+    let connected = connect(args.namespace, &args.session, args.wait, args.via).await?;
     let mut request = ExecRequest::new(args.script.join(" "));
     request.run_id = args.run_id.clone();
     request.step_key = args.step_key;
@@ -86,13 +89,36 @@ async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
         // What did not stream: a higher tier's output, and the runtime's notes after it.
         std::io::stdout().write_all(rest(&response.outcome.stdout, &streamed.out).as_bytes())?;
         std::io::stderr().write_all(rest(&response.outcome.stderr, &streamed.err).as_bytes())?;
+        for (name, file) in [
+            ("stdout", &response.stdout_file),
+            ("stderr", &response.stderr_file),
+        ] {
+            if let Some(f) = file {
+                let whole = if f.complete {
+                    "all of it"
+                } else {
+                    "its first part"
+                };
+                eprintln!(
+                    "kube-harness: {name} outgrew the result's cap; {whole} ({} bytes) is kept at {} in session {}",
+                    f.bytes, f.path, args.session
+                );
+            }
+        }
+        for problem in &response.output_problems {
+            eprintln!("kube-harness: {problem}");
+        }
     }
     Ok(ExitCode::from(
         response.outcome.exit_code.clamp(0, 255) as u8
     ))
 }
 
-/// The output printed while the command ran.
+/// How much of each streamed output is remembered to tell what of the result did not stream:
+/// more than the result's 1 MiB cap, and a bound on the client's memory however much streams.
+const REMEMBERED: usize = 2 << 20;
+
+/// The start of the output printed while the command ran (up to [`REMEMBERED`] bytes).
 #[derive(Default)]
 struct Streamed {
     out: String,
@@ -108,7 +134,11 @@ impl Streamed {
         };
         let _ = sink.write_all(text.as_bytes());
         let _ = sink.flush();
-        kept.push_str(text);
+        let mut room = REMEMBERED.saturating_sub(kept.len()).min(text.len());
+        while !text.is_char_boundary(room) {
+            room -= 1;
+        }
+        kept.push_str(&text[..room]);
     }
 }
 
@@ -120,17 +150,6 @@ fn rest<'a>(result: &'a str, streamed: &str) -> &'a str {
         return "";
     }
     result.strip_prefix(streamed).unwrap_or(result)
-}
-
-/// Finds the session (in `namespace`, default the kubeconfig's), waits up to `wait` seconds for it
-/// to be Ready (waking it), and opens a tunnel to its worker.
-async fn connect(namespace: Option<String>, session: &str, wait: u64) -> anyhow::Result<Connected> {
-    let client = kube::Client::try_default()
-        .await
-        .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
-    let namespace = namespace.unwrap_or_else(|| client.default_namespace().to_string());
-    let handle = SessionHandle::new(client, namespace, session);
-    Ok(handle.connect(Duration::from_secs(wait)).await?)
 }
 
 /// Ends the session's open turn (no-op when none is open).
@@ -163,11 +182,14 @@ pub struct EndTurnArgs {
     /// How long to wait for the session to be Ready.
     #[arg(long, default_value_t = 180)]
     wait: u64,
+    /// Route to the worker.
+    #[arg(long, value_enum, default_value_t = Via::Auto)]
+    via: Via,
 }
 
 pub fn run_end_turn(args: EndTurnArgs) -> anyhow::Result<ExitCode> {
     tokio::runtime::Runtime::new()?.block_on(async move {
-        let connected = connect(args.namespace, &args.session, args.wait).await?;
+        let connected = connect(args.namespace, &args.session, args.wait, args.via).await?;
         let ended = end_turn(&connected.worker, &args.session, args.run_id).await?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&ended)?);

@@ -17,6 +17,8 @@ mod exec;
 mod ledger;
 mod local;
 mod operator;
+mod ping;
+mod reach;
 mod session_log;
 mod sessions;
 mod toggles;
@@ -58,6 +60,8 @@ enum Command {
     Cp(cp::CpArgs),
     /// List HarnessSessions with phase, readiness, tier and usage.
     Sessions(sessions::SessionsArgs),
+    /// Run `true` in a session over each route and print the round trip's p50, p95 and max.
+    Ping(ping::PingArgs),
     /// The Tier-0 worker of one session: serves exec, end-turn and status over HTTP.
     Worker(worker::WorkerArgs),
 }
@@ -65,7 +69,7 @@ enum Command {
 /// The name kubectl runs a plugin by (`kubectl harness …` → `kubectl-harness …`).
 const PLUGIN_NAME: &str = "kubectl-harness";
 /// What the plugin offers: the commands for reaching sessions, not the server roles.
-const PLUGIN_COMMANDS: [&str; 4] = ["exec", "sessions", "cp", "end-turn"];
+const PLUGIN_COMMANDS: [&str; 5] = ["exec", "sessions", "cp", "end-turn", "ping"];
 
 /// The command line as a kubectl plugin: `kubectl harness` in help and errors, and only the
 /// session commands (any other is an unrecognised subcommand, exit 2).
@@ -80,7 +84,7 @@ fn plugin_command() -> clap::Command {
     clap::Command::new(PLUGIN_NAME)
         .bin_name("kubectl harness")
         .version(env!("CARGO_PKG_VERSION"))
-        .about("Reach Kube Harness sessions from kubectl: exec, sessions, cp, end-turn")
+        .about("Reach Kube Harness sessions from kubectl: exec, sessions, cp, end-turn, ping")
         .subcommand_required(true)
         .arg_required_else_help(true)
         .subcommands(offered)
@@ -118,6 +122,7 @@ fn main() -> ExitCode {
         Command::EndTurn(args) => exec::run_end_turn(args),
         Command::Cp(args) => cp::run(args),
         Command::Sessions(args) => sessions::run(args),
+        Command::Ping(args) => ping::run(args),
     };
     match result {
         Ok(code) => code,

@@ -17,6 +17,8 @@ pub enum ClientError {
     NoToken(String),
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    #[error("HarnessSession {0} shows no in-cluster address (status.address) yet")]
+    NoAddress(String),
     #[error("port-forward: {0}")]
     Tunnel(String),
     #[error(transparent)]

@@ -23,11 +23,67 @@ pub struct SessionHandle {
     name: String,
 }
 
-/// A worker reachable through a tunnel; keep it alive while using `worker`.
+/// A connected worker; keep this alive while using `worker` (it holds the tunnel, if any).
 pub struct Connected {
     pub worker: WorkerClient,
     pub session: HarnessSession,
-    _tunnel: Tunnel,
+    /// The route taken: [`Route::Address`] or [`Route::PortForward`].
+    pub route: Route,
+    _tunnel: Option<Tunnel>,
+}
+
+/// How a client reaches the worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Route {
+    /// In a pod, the session's in-cluster address when it answers within [`PROBE_TIMEOUT`];
+    /// anywhere else (or when it does not answer) the port-forward.
+    #[default]
+    Auto,
+    /// The in-cluster address (`status.address`), directly; only from inside the cluster.
+    Address,
+    /// The API server's port-forward to the worker pod; works from anywhere the kubeconfig
+    /// reaches.
+    PortForward,
+}
+
+impl Route {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Route::Auto => "auto",
+            Route::Address => "address",
+            Route::PortForward => "port-forward",
+        }
+    }
+}
+
+/// How long [`Route::Auto`] waits for a TCP connection to the in-cluster address before it falls
+/// back to the port-forward (a NetworkPolicy that does not admit the pod drops the SYN, so a
+/// refusal shows only as silence).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Whether this process runs in a Kubernetes pod (the in-cluster Service environment and a
+/// service account token), where cluster DNS names resolve.
+pub fn in_pod() -> bool {
+    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+        && std::path::Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
+}
+
+/// `host:port` of an `http://host:port` address.
+fn authority(address: &str) -> &str {
+    let rest = address.split_once("://").map_or(address, |(_, r)| r);
+    rest.split('/').next().unwrap_or(rest)
+}
+
+/// Whether a TCP connection to the address opens within [`PROBE_TIMEOUT`].
+async fn answers(address: &str) -> bool {
+    matches!(
+        tokio::time::timeout(
+            PROBE_TIMEOUT,
+            tokio::net::TcpStream::connect(authority(address))
+        )
+        .await,
+        Ok(Ok(_))
+    )
 }
 
 impl SessionHandle {
@@ -113,10 +169,42 @@ impl SessionHandle {
             .ok_or_else(|| ClientError::NoToken(self.name.clone()))
     }
 
-    /// Ready, token, tunnel: a worker client for the session.
+    /// Ready, token, route: a worker client for the session, by [`Route::Auto`].
     pub async fn connect(&self, timeout: Duration) -> Result<Connected, ClientError> {
+        self.connect_via(timeout, Route::Auto).await
+    }
+
+    /// Ready, token, then the worker by `route`.
+    pub async fn connect_via(
+        &self,
+        timeout: Duration,
+        route: Route,
+    ) -> Result<Connected, ClientError> {
         let session = self.ready(timeout).await?;
         let token = self.token(&session).await?;
+        let address = session.status.as_ref().and_then(|s| s.address.clone());
+        let direct = match (route, address) {
+            (Route::PortForward, _) => None,
+            (Route::Address, Some(a)) => Some(a),
+            (Route::Address, None) => return Err(ClientError::NoAddress(self.name.clone())),
+            (Route::Auto, Some(a)) if in_pod() => {
+                if answers(&a).await {
+                    Some(a)
+                } else {
+                    tracing::warn!(address = %a, "the session's in-cluster address does not answer (is this pod admitted by its spec.access?); using the port-forward");
+                    None
+                }
+            }
+            (Route::Auto, _) => None,
+        };
+        if let Some(address) = direct {
+            return Ok(Connected {
+                worker: WorkerClient::new(address, token)?,
+                session,
+                route: Route::Address,
+                _tunnel: None,
+            });
+        }
         let pod = session
             .status
             .as_ref()
@@ -132,7 +220,8 @@ impl SessionHandle {
         Ok(Connected {
             worker,
             session,
-            _tunnel: tunnel,
+            route: Route::PortForward,
+            _tunnel: Some(tunnel),
         })
     }
 }

@@ -2,7 +2,9 @@
 # The Python SDK's tests: pytest against a real `kube-harness worker` on loopback. Installs httpx
 # and pytest from PyPI into a virtualenv kept under the cache directory (reused when present).
 #
-#   KH_BIN=target/debug/kube-harness bash clients/python/test.sh
+#   KH_BIN=target/debug/kube-harness bash clients/python/test.sh [PYTEST ARGS...]
+#
+# Arguments go to pytest in place of `tests` (the cluster e2e runs `tests/test_cluster.py`).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${KH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kube-harness}"
@@ -16,4 +18,5 @@ if ! "$venv/bin/python" -c 'import httpx, pytest' 2>/dev/null; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check 'httpx>=0.27,<1' 'pytest>=8'
 fi
 cd "$here"
-KH_BIN="$(realpath "$KH_BIN")" PYTHONPATH="$here/src" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests
+[ $# -gt 0 ] || set -- tests
+KH_BIN="$(realpath "$KH_BIN")" PYTHONPATH="$here/src" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"

@@ -3,7 +3,9 @@
 # `kube-harness worker` on loopback. Dependencies come from the npm registry (package-lock.json),
 # with npm's cache kept under the cache directory.
 #
-#   KH_BIN=target/debug/kube-harness bash clients/typescript/test.sh
+#   KH_BIN=target/debug/kube-harness bash clients/typescript/test.sh [TEST FILES...]
+#
+# Arguments go to `node --test` in place of `test/` (the cluster e2e runs `test/cluster.test.js`).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${KH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kube-harness}"
@@ -13,4 +15,6 @@ cd "$here"
 if [ ! -x node_modules/.bin/tsc ]; then
   npm ci --no-audit --no-fund --cache "$cache/npm" --loglevel=error
 fi
-KH_BIN="$(realpath "$KH_BIN")" npm test --silent
+npm run build --silent
+[ $# -gt 0 ] || set -- test/
+KH_BIN="$(realpath "$KH_BIN")" node --test "$@"

@@ -6,6 +6,7 @@ use crate::condition::Condition;
 /// Annotation on a HarnessSession asking the operator to wake it from hibernation: an RFC 3339
 /// time, newer than when it hibernated. `kube-harness exec` sets it.
 pub const WAKE_ANNOTATION: &str = "kubeharness.dev/wake-requested";
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +33,12 @@ use serde::{Deserialize, Serialize};
         name = "Tier0-Share",
         type_ = "string",
         json_path = ".status.usage.tier0Share"
+    ),
+    printcolumn(
+        name = "Address",
+        type_ = "string",
+        json_path = ".status.address",
+        priority = 1
     ),
     printcolumn(
         name = "Endpoint",
@@ -74,6 +81,41 @@ pub struct HarnessSessionSpec {
     /// How long the session lives and when an idle session hibernates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifetime: Option<Lifetime>,
+    /// Which pods in the cluster may connect to the worker API at `status.address` (its token is
+    /// still required). Unset: pods in the session's namespace labelled
+    /// `kubeharness.dev/client=true`. The API server's port-forward works either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<Access>,
+}
+
+/// Label a pod in the session's namespace carries to reach sessions whose `spec.access` is unset.
+pub const CLIENT_LABEL: (&str, &str) = ("kubeharness.dev/client", "true");
+
+/// In-cluster clients of the worker API: the ingress rules of the session's NetworkPolicy.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Access {
+    /// Peers admitted to the worker's port, as NetworkPolicy peers: podSelector alone selects pods
+    /// in the session's namespace, namespaceSelector alone every pod in the namespaces it selects,
+    /// both the selected pods in the selected namespaces. Empty: no pod but the operator.
+    #[serde(default)]
+    #[schemars(length(max = 16))]
+    pub clients: Vec<AccessClient>,
+}
+
+/// One admitted peer.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(validation = kube::core::Rule::new(
+    "has(self.podSelector) || has(self.namespaceSelector)"
+).message("a client must set podSelector, namespaceSelector or both"))]
+#[serde(rename_all = "camelCase")]
+pub struct AccessClient {
+    /// Pods admitted (in the session's namespace unless namespaceSelector is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<LabelSelector>,
+    /// Namespaces whose pods are admitted (all of their pods unless podSelector is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
 }
 
 fn default_worker_tier() -> String {
@@ -251,9 +293,13 @@ pub struct HarnessSessionStatus {
     /// Ready, Hibernated, Escalated and Degraded, each with a stable reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
-    /// host:port of the worker API inside the cluster.
+    /// host:port of the worker pod's API (its pod IP: changes when the pod is replaced).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_endpoint: Option<String>,
+    /// Stable in-cluster URL of the worker API (the session's Service), set while Ready; pods
+    /// that `spec.access` admits connect here with the session's token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
     /// Name of the current worker pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_pod: Option<String>,

@@ -9,6 +9,8 @@ pub const FINALIZER: &str = "kubeharness.dev/cleanup";
 pub const SESSION: &str = "kubeharness.dev/session";
 /// Label: the role of a pod (worker).
 pub const ROLE: &str = "kubeharness.dev/role";
+/// Value of [`ROLE`] on worker pods.
+pub const ROLE_WORKER: &str = "worker";
 /// Annotation on the worker pod: hash of the spec it was built from (a change recreates it).
 pub const SPEC_HASH: &str = "kubeharness.dev/spec-hash";
 /// Annotation on a HarnessSession: set by `kube-harness exec` to wake a hibernated session.
@@ -31,6 +33,23 @@ pub fn workspace_pvc(session: &str) -> String {
 /// Token Secret of a session (keys `token` and, with a session log, `session-log-token`).
 pub fn token_secret(session: &str) -> String {
     format!("{session}-token")
+}
+/// Service in front of a session's worker pod: `<session>-worker` when that is a DNS-1035 label
+/// (a Service name must be one), else `hs-<hash of the name>-worker`.
+pub fn worker_service(session: &str) -> String {
+    let plain = format!("{session}-worker");
+    let dns_1035 = plain.len() <= 63
+        && plain.starts_with(|c: char| c.is_ascii_lowercase())
+        && plain
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if dns_1035 {
+        return plain;
+    }
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(session.as_bytes());
+    let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    format!("hs-{hex}-worker")
 }
 /// NetworkPolicy of a session's pods.
 pub fn network_policy(session: &str) -> String {

@@ -133,7 +133,7 @@ impl WorkerClient {
                 let line: ExecStreamLine = serde_json::from_slice(&line)
                     .map_err(|e| WorkerClientError::Decode(format!("a stream line: {e}")))?;
                 match line {
-                    ExecStreamLine::Result(response) => return Ok(response),
+                    ExecStreamLine::Result(response) => return Ok(*response),
                     ExecStreamLine::Error { status, error } => {
                         return Err(WorkerClientError::Api {
                             status,

@@ -72,6 +72,30 @@ pub struct ExecResponse {
     /// stream is empty and `truncated` is set.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replay_problems: Vec<String>,
+    /// Streamed exec only: the file holding all of stdout, when it outgrew the result's cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_file: Option<OutputFile>,
+    /// Streamed exec only: the same for stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_file: Option<OutputFile>,
+    /// Streamed exec only: why output past the cap was not (wholly) kept, one line per stream.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_problems: Vec<String>,
+}
+
+/// A stream's whole output, kept under `/artifacts/trace/` when it outgrew the result's cap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputFile {
+    /// Harness path of the file (`/artifacts/trace/<id>.stdout.txt`).
+    pub path: String,
+    /// Bytes in the file.
+    pub bytes: u64,
+    /// SHA-256 of the file's bytes, hex.
+    pub sha256: String,
+    /// The file holds all the stream printed; false when it stopped at `--max-file-bytes` or a
+    /// write failed.
+    pub complete: bool,
 }
 
 /// The media type that asks `POST /v1/exec` to stream (`Accept: application/x-ndjson`).
@@ -92,7 +116,7 @@ pub enum ExecStreamLine {
         data: String,
     },
     Keepalive,
-    Result(ExecResponse),
+    Result(Box<ExecResponse>),
     /// A refusal after the stream started (`status` is what the plain exec would have answered).
     Error {
         status: u16,

@@ -38,7 +38,9 @@ OPERATOR_CLUSTER_RULES = {
 } | {
     ("networking.k8s.io", "networkpolicies", v)
     for v in ["get", "list", "watch", "create", "patch", "delete"]
-} | {("events.k8s.io", "events", v) for v in ["create", "patch"]}
+} | {("", "services", v) for v in ["create", "patch"]} | {
+    ("events.k8s.io", "events", v) for v in ["create", "patch"]
+}
 
 OPERATOR_NAMESPACE_RULES = {
     ("coordination.k8s.io", "leases", v) for v in ["get", "create", "update", "patch"]

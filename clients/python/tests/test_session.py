@@ -39,6 +39,19 @@ def test_stream_yields_output_as_it_comes_then_the_result(worker):
         assert (result.stdout, result.exit_code) == ("1\n2\n3\n", 0)
 
 
+def test_streamed_output_past_the_cap_is_named_in_the_result_and_reads_back_whole(worker):
+    with kh.Session(worker.url, TOKEN) as s:
+        script = "python3 -c 'import sys; sys.stdout.write(\"y\\n\" * 1048576)'"
+        items = list(s.stream(script))
+        streamed = "".join(i.data for i in items if isinstance(i, kh.Chunk) and i.type == "stdout")
+        result = items[-1]
+        assert len(streamed) == 2 << 20 and result.truncated
+        f = result.stdout_file
+        assert f and f["complete"] and f["bytes"] == 2 << 20, f
+        assert s.read_file(f["path"]) == streamed.encode()
+        assert result.stderr_file is None and result.output_problems == []
+
+
 def test_files_round_trip_and_refusals_are_typed(worker, tmp_path):
     data = bytes(range(256)) * 4096
     with kh.Session(worker.url, TOKEN) as s:

@@ -22,6 +22,21 @@ export interface ExecResult {
   replayed: boolean;
   events: unknown[];
   classification?: unknown;
+  /** Streamed exec only: where all of stdout went when it outgrew the result's 1 MiB cap. */
+  stdoutFile?: OutputFile;
+  /** The same for stderr. */
+  stderrFile?: OutputFile;
+  /** Why output past the cap was not (wholly) kept. */
+  outputProblems?: string[];
+}
+
+/** A stream's whole output, kept under /artifacts/trace/ (read it with readFile). */
+export interface OutputFile {
+  path: string;
+  bytes: number;
+  sha256: string;
+  /** False when the file stopped at the worker's --max-file-bytes or a write failed. */
+  complete: boolean;
 }
 
 /** Output of a streamed command as it was written. */

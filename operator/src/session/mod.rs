@@ -2,7 +2,9 @@
 //! (`resources` builds them, `observe` and `usage` read the worker), computes the status from what
 //! it observed ([`status`], pure), and writes it once.
 
+pub mod access;
 pub mod observe;
+pub mod owned;
 pub mod reconcile;
 pub mod resources;
 pub mod status;

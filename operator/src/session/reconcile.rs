@@ -3,7 +3,7 @@
 
 use super::observe::{worker_state, WorkerState};
 use super::status::{self, Escalation, Observed, Seen, Worker, WorkerTierProblem};
-use super::{resources, usage};
+use super::{access, resources, usage};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::events;
@@ -11,7 +11,7 @@ use crate::kube_util::{apply_owned, create_if_absent, delete_if_present, new_tok
 use crate::labels::{self, FINALIZER, MANAGER};
 use crate::tier1::pod::serving_selector;
 use crate::tier1::state::phase as tier1_phase;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -90,7 +90,7 @@ async fn cleanup(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> 
         &*session,
         false,
         "Deleting",
-        "worker pod and Tier-1 pods deleted; the workspace PVC, token Secret and NetworkPolicy follow by owner reference",
+        "worker pod and Tier-1 pods deleted; the workspace PVC, token Secret, NetworkPolicy and Service follow by owner reference",
         "Cleanup",
     )
     .await;
@@ -162,7 +162,7 @@ async fn apply(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> {
 }
 
 /// Step one: brings the child objects to what the session asks for (token Secret, workspace PVC,
-/// NetworkPolicy, worker pod: created, replaced when stale, deleted to hibernate) and reports
+/// NetworkPolicy, Service, worker pod: created, replaced when stale, deleted to hibernate) and reports
 /// what it found and did. Sets no status: that is [`status::status`]'s job.
 async fn ensure(
     session: &HarnessSession,
@@ -197,6 +197,12 @@ async fn ensure(
         &ctx.client,
         &ns,
         &resources::network_policy(session, &ctx.config),
+    )
+    .await?;
+    apply_owned::<Service>(
+        &ctx.client,
+        &ns,
+        &access::worker_service(session, ctx.config.worker_port),
     )
     .await?;
 
@@ -262,6 +268,7 @@ async fn ensure(
         token_secret: labels::token_secret(&name),
         worker_pod: pod_name,
         worker_port: ctx.config.worker_port,
+        address: access::address(session, ctx.config.worker_port),
         escalation,
         worker,
     })))

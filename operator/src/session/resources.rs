@@ -16,10 +16,10 @@ use k8s_openapi::api::networking::v1::{
     NetworkPolicyPort, NetworkPolicySpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::ByteString;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 use kube_harness_crds::session::SameSession;
 use kube_harness_crds::{HarnessSession, SandboxTierSpec};
 use kube_harness_protocol::worker_args::{self, Escalation, WorkerArgs};
@@ -48,27 +48,8 @@ pub fn worker_uid(session: &HarnessSession) -> i64 {
     WORKER_UID_BASE + (u64::from_le_bytes(first) % WORKER_UID_SPAN as u64) as i64
 }
 
-/// Labels on everything a session owns; the pod selector of its NetworkPolicy.
-pub fn session_labels(session: &HarnessSession) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (labels::SESSION.into(), session.name_any()),
-        (labels::MANAGED_BY.0.into(), labels::MANAGED_BY.1.into()),
-    ])
-}
-
-fn owner(session: &HarnessSession) -> Vec<OwnerReference> {
-    session.controller_owner_ref(&()).into_iter().collect()
-}
-
-fn meta(session: &HarnessSession, name: String) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name),
-        namespace: session.namespace(),
-        labels: Some(session_labels(session)),
-        owner_references: Some(owner(session)),
-        ..ObjectMeta::default()
-    }
-}
+use super::owned::meta;
+pub use super::owned::session_labels;
 
 /// The session's session-log scope, `NAMESPACE:UID`: its worker's runs are this and `this:…`, and
 /// its session-log token reaches nothing else. `None` only for an object never stored (no UID).
@@ -207,12 +188,17 @@ pub fn network_policy(session: &HarnessSession, config: &OperatorConfig) -> Netw
                 ..LabelSelector::default()
             }),
             policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            // The operator (usage polls), and the in-cluster clients `spec.access` admits.
             ingress: Some(vec![NetworkPolicyIngressRule {
-                from: Some(vec![NetworkPolicyPeer {
-                    namespace_selector: operator_ns(),
-                    pod_selector: pods(labels::OPERATOR_POD),
-                    ..NetworkPolicyPeer::default()
-                }]),
+                from: Some(
+                    std::iter::once(NetworkPolicyPeer {
+                        namespace_selector: operator_ns(),
+                        pod_selector: pods(labels::OPERATOR_POD),
+                        ..NetworkPolicyPeer::default()
+                    })
+                    .chain(super::access::client_peers(session))
+                    .collect(),
+                ),
                 ports: Some(vec![port(i32::from(config.worker_port), "TCP")]),
             }]),
             egress: Some(egress),
@@ -356,7 +342,7 @@ pub fn worker_pod(
         template.image.clone()
     };
     let mut labels = session_labels(session);
-    labels.insert(labels::ROLE.into(), "worker".into());
+    labels.insert(labels::ROLE.into(), labels::ROLE_WORKER.into());
     labels.insert(labels::NAME_WORKER.0.into(), labels::NAME_WORKER.1.into());
     let probe = |path: &str, period: i32| Probe {
         http_get: Some(HTTPGetAction {

@@ -41,6 +41,8 @@ pub struct Seen {
     pub worker_pod: String,
     /// Port of the worker API, for the endpoint.
     pub worker_port: u16,
+    /// The Service's URL, shown as `status.address` while the worker is Ready.
+    pub address: String,
     pub escalation: Escalation,
     pub worker: Worker,
 }
@@ -130,7 +132,7 @@ pub fn status(
     let (state, report) = match &seen.worker {
         Worker::Hibernating => {
             status.phase = Some(Phase::Hibernated);
-            status.worker_endpoint = None;
+            unreachable(&mut status);
             status.worker_pod = None;
             return (status, None);
         }
@@ -145,7 +147,7 @@ pub fn status(
             );
             apply_report(&mut status, report);
             status.phase = Some(Phase::Hibernated);
-            status.worker_endpoint = None;
+            unreachable(&mut status);
             status.worker_pod = None;
             set(&mut status, types::HIBERNATED, true, reasons::IDLE_TIMEOUT, "no command for idleHibernateSeconds: the worker pod was deleted and the workspace PVC kept; the next exec wakes the session".into());
             set(
@@ -180,6 +182,7 @@ pub fn status(
     let requeue = match state {
         WorkerState::Ready { ip } => {
             status.worker_endpoint = Some(format!("{ip}:{}", seen.worker_port));
+            status.address = Some(seen.address.clone());
             if let Some(report) = report {
                 apply_report(&mut status, report);
             }
@@ -196,7 +199,7 @@ pub fn status(
             READY_REQUEUE
         }
         WorkerState::Starting { reason } => {
-            status.worker_endpoint = None;
+            unreachable(&mut status);
             status.phase = Some(Phase::Provisioning);
             set(
                 &mut status,
@@ -209,7 +212,7 @@ pub fn status(
             WAIT_REQUEUE
         }
         WorkerState::Failing { reason, message } => {
-            status.worker_endpoint = None;
+            unreachable(&mut status);
             status.phase = Some(Phase::Failed);
             set(
                 &mut status,
@@ -228,7 +231,7 @@ pub fn status(
             WAIT_REQUEUE
         }
         WorkerState::Gone => {
-            status.worker_endpoint = None;
+            unreachable(&mut status);
             status.phase = Some(Phase::Provisioning);
             set(
                 &mut status,
@@ -245,6 +248,12 @@ pub fn status(
         status.current_tier = Some(level);
     }
     (status, Some(requeue))
+}
+
+/// No worker answers: neither its pod IP nor the Service's address is shown.
+fn unreachable(status: &mut HarnessSessionStatus) {
+    status.worker_endpoint = None;
+    status.address = None;
 }
 
 /// The worker's own figures: usage, the tier it runs at, its last activity.

@@ -80,6 +80,18 @@ async fn apply_worker_policy(server: &mut Handle) -> Seen {
         json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "demo-worker"}})).await
 }
 
+/// The session's Service apply; returns what the operator sent.
+async fn apply_worker_service(server: &mut Handle) -> Seen {
+    expect(
+        server,
+        "PATCH",
+        &format!("/api/v1/namespaces/{NS}/services/demo-worker"),
+        200,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "demo-worker"}}),
+    )
+    .await
+}
+
 /// The worker pod looked up (absent) and created; returns the pod the operator sent.
 async fn create_worker_pod(server: &mut Handle) -> Seen {
     expect(
@@ -187,6 +199,27 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
     assert!(
         egress.iter().all(|r| r.get("to").is_some()),
         "no allow-all egress rule"
+    );
+    // Ingress: the operator, and (spec.access unset) the session namespace's labelled clients.
+    let from = &np.body["spec"]["ingress"][0]["from"];
+    assert_eq!(from.as_array().unwrap().len(), 2, "{from}");
+    assert_eq!(
+        from[1],
+        json!({"podSelector": {"matchLabels": {"kubeharness.dev/client": "true"}}})
+    );
+
+    let svc = apply_worker_service(&mut server).await;
+    assert_eq!(svc.content_type, "application/apply-patch+yaml");
+    assert_eq!(svc.body["spec"]["type"], "ClusterIP");
+    assert_eq!(
+        svc.body["spec"]["selector"],
+        json!({"kubeharness.dev/session": "demo", "kubeharness.dev/role": "worker",
+               "app.kubernetes.io/managed-by": "kube-harness-operator"})
+    );
+    assert_eq!(svc.body["spec"]["ports"][0]["port"], 8080);
+    assert_eq!(
+        svc.body["metadata"]["ownerReferences"][0]["kind"],
+        "HarnessSession"
     );
 
     let pod = create_worker_pod(&mut server).await;
@@ -397,6 +430,7 @@ async fn escalating_reconcile(
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-token"}, "data": {"token": "dG9r"}})).await;
     apply_workspace(&mut server).await;
     let np = apply_worker_policy(&mut server).await;
+    apply_worker_service(&mut server).await;
     let pod = create_worker_pod(&mut server).await;
     let args = pod.body["spec"]["containers"][0]["args"].clone();
     let status = patch_session_status(&mut server).await;

@@ -39,6 +39,80 @@ fn network_on_allows_all_egress_and_off_allows_only_dns_and_the_session_log() {
     );
 }
 
+/// The NetworkPolicy's ingress peers besides the operator's (the first).
+fn clients(spec: serde_json::Value) -> Vec<serde_json::Value> {
+    let np = resources::network_policy(&session(spec), &OperatorConfig::for_namespace("kh"));
+    let ingress = np.spec.unwrap().ingress.unwrap();
+    assert_eq!(ingress.len(), 1, "one ingress rule, the worker port only");
+    assert_eq!(ingress[0].ports.as_ref().unwrap().len(), 1);
+    let from = ingress[0].from.clone().unwrap();
+    let operator = serde_json::to_value(&from[0]).unwrap();
+    assert_eq!(
+        operator,
+        json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kh"}},
+               "podSelector": {"matchLabels": {"app.kubernetes.io/name": "kube-harness-operator"}}})
+    );
+    from[1..]
+        .iter()
+        .map(|p| serde_json::to_value(p).unwrap())
+        .collect()
+}
+
+#[test]
+fn access_admits_the_labelled_clients_by_default_and_exactly_the_listed_peers_otherwise() {
+    let labelled = json!({"podSelector": {"matchLabels": {"kubeharness.dev/client": "true"}}});
+    assert_eq!(clients(json!({})), vec![labelled]);
+    assert_eq!(
+        clients(json!({"access": {"clients": []}})),
+        Vec::<serde_json::Value>::new()
+    );
+    let agents = json!({"podSelector": {"matchLabels": {"app": "agent"}}});
+    let team = json!({"namespaceSelector": {"matchLabels": {"team": "a"}},
+                      "podSelector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["x"]}]}});
+    assert_eq!(
+        clients(json!({"access": {"clients": [agents, team]}})),
+        vec![agents.clone(), team.clone()]
+    );
+    // A peer with neither selector (refused by the CRD's CEL rule) would admit the whole
+    // namespace: it is dropped, never passed on as an empty peer.
+    assert_eq!(
+        clients(json!({"access": {"clients": [{}, agents]}})),
+        vec![agents]
+    );
+}
+
+#[test]
+fn the_service_selects_only_the_worker_pod_and_its_name_is_always_a_dns_label() {
+    use kube_harness_operator::labels::worker_service;
+    use kube_harness_operator::session::access;
+    let s = session(json!({}));
+    let svc = access::worker_service(&s, 8080);
+    assert_eq!(svc.metadata.name.as_deref(), Some("s1-worker"));
+    let spec = svc.spec.unwrap();
+    let selector = spec.selector.unwrap();
+    assert_eq!(selector["kubeharness.dev/role"], "worker");
+    assert_eq!(selector["kubeharness.dev/session"], "s1");
+    assert_eq!(spec.ports.unwrap()[0].port, 8080);
+    assert_eq!(access::address(&s, 8080), "http://s1-worker.ns.svc:8080");
+    // Session names that are no DNS-1035 label (too long, a leading digit, dots) get a hashed one.
+    for name in ["0abc", &"a".repeat(60), "a.b", "x".repeat(57).as_str()] {
+        let got = worker_service(name);
+        assert!(
+            got.len() <= 63 && got.starts_with("hs-") && got.ends_with("-worker"),
+            "{name}: {got}"
+        );
+        assert_ne!(
+            got,
+            worker_service(&format!("{name}z")),
+            "distinct names, distinct Services"
+        );
+    }
+    assert_eq!(
+        worker_service(&"x".repeat(56)),
+        format!("{}-worker", "x".repeat(56))
+    );
+}
+
 #[test]
 fn the_worker_pod_spec_follows_the_session_and_changes_hash_with_it() {
     let config = OperatorConfig::for_namespace("kh");

@@ -241,7 +241,7 @@ async fn a_killed_worker_fails_the_command_and_the_session_recovers() {
 
 #[tokio::test]
 #[ignore = "needs a cluster with the chart installed"]
-async fn deleting_a_session_removes_pod_pvc_secret_and_policy() {
+async fn deleting_a_session_removes_pod_pvc_secret_policy_and_service() {
     with_namespace("del", |client, ns| async move {
         demo(&client, &ns, "del").await;
         Api::<HarnessSession>::namespaced(client.clone(), &ns)
@@ -274,6 +274,10 @@ async fn deleting_a_session_removes_pod_pvc_secret_and_policy() {
                             .get_opt("del-worker")
                             .await?
                             .map(|_| "networkpolicy"),
+                        Api::<Service>::namespaced(c.clone(), &ns)
+                            .get_opt("del-worker")
+                            .await?
+                            .map(|_| "service"),
                         Api::<HarnessSession>::namespaced(c.clone(), &ns)
                             .get_opt("del")
                             .await?

@@ -15,6 +15,7 @@ pub mod log;
 pub mod refusal;
 pub mod replay;
 pub mod server;
+mod spill;
 pub mod state;
 mod stream;
 pub mod tier0;

@@ -68,6 +68,9 @@ fn recorded(payload: &Map<String, Value>, spec: &WorkspaceSpec, run: &str) -> Ex
         run_id: run.to_string(),
         log_pending: 0,
         replay_problems,
+        stdout_file: None,
+        stderr_file: None,
+        output_problems: Vec::new(),
     };
     let done: CommandCompleted = match serde_json::from_value(Value::Object(payload.clone())) {
         Ok(done) => done,

@@ -456,7 +456,19 @@ impl Worker {
             run_id: run,
             log_pending,
             replay_problems: Vec::new(),
+            stdout_file: None,
+            stderr_file: None,
+            output_problems: Vec::new(),
         })
+    }
+
+    /// Keeps a streamed command's output past the result's cap ([`super::spill`]).
+    pub(super) fn spill(&self) -> super::spill::Spill {
+        super::spill::Spill::new(
+            &self.spec,
+            kube_harness_sandbox::Limits::default().max_output_bytes,
+            self.config.max_file_bytes,
+        )
     }
 
     /// Writes one file (`PUT /v1/files?path=…`): see [`Worker::upload`].

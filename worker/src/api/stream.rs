@@ -6,12 +6,14 @@
 //! as a plain exec does, and reaches its output through a bounded channel: a client that reads
 //! slowly slows the command down within its time limit. A client that goes away drops the
 //! channel's receiver, which cancels the command (the sandbox kills its tree; the events say
-//! "the command was cancelled"). Silences are broken by a `keepalive` line every
+//! "the command was cancelled"). Output past the result's cap is kept whole in /artifacts
+//! ([`super::spill`]). Silences are broken by a `keepalive` line every
 //! [`KEEPALIVE`], so that a client that went away during a silent command is noticed when the
 //! write fails, not when the command ends.
 
 use super::model::{ErrorDetail, ExecRequest, ExecResponse, ExecStreamLine, NDJSON};
 use super::refusal::Refusal;
+use super::spill::Spill;
 use super::state::Worker;
 use axum::body::{Body, Bytes};
 use axum::http::header::CONTENT_TYPE;
@@ -34,6 +36,7 @@ pub fn exec(worker: Arc<Worker>, req: ExecRequest) -> Response {
     let running = worker.clone();
     let task = tokio::spawn(async move { running.exec_streaming(req, Some(tx)).await });
     let state = Streaming {
+        spill: Some(worker.spill()),
         worker,
         rx,
         task: Some(task),
@@ -58,6 +61,8 @@ struct Streaming {
     task: Option<JoinHandle<Result<ExecResponse, Refusal>>>,
     out: Utf8Carry,
     err: Utf8Carry,
+    /// Output past the result's cap, kept in /artifacts; taken when the result is written.
+    spill: Option<Spill>,
 }
 
 impl Streaming {
@@ -72,6 +77,9 @@ impl Streaming {
             };
             match chunk {
                 Some(chunk) => {
+                    if let Some(spill) = &mut self.spill {
+                        spill.push(chunk.stream, &chunk.data);
+                    }
                     let (carry, text_of) = match chunk.stream {
                         OutputStream::Stdout => {
                             (&mut self.out, stdout as fn(String) -> ExecStreamLine)
@@ -90,7 +98,15 @@ impl Streaming {
                     let done = task.await;
                     self.task = None;
                     let line = match done {
-                        Ok(Ok(response)) => ExecStreamLine::Result(response),
+                        Ok(Ok(mut response)) => {
+                            if let Some(spill) = self.spill.take() {
+                                let (out, err, problems) = spill.finish();
+                                response.stdout_file = out;
+                                response.stderr_file = err;
+                                response.output_problems = problems;
+                            }
+                            ExecStreamLine::Result(Box::new(response))
+                        }
                         Ok(Err(refusal)) => error_line(refusal),
                         Err(e) => error_line(self.worker.task_failed("exec", &e)),
                     };

@@ -58,7 +58,7 @@ async fn output_arrives_as_it_is_written_and_the_result_comes_last() {
             }
             ExecStreamLine::Stderr { data } => assert_eq!(data, "done\n"),
             ExecStreamLine::Keepalive => {}
-            ExecStreamLine::Result(result) => break result,
+            ExecStreamLine::Result(result) => break *result,
             other => panic!("unexpected line {other:?}"),
         }
     };

@@ -1,8 +1,9 @@
 """Typed errors. A command that ran and failed is not an error: it is an ExecResult with its exit
 code. These are for what the caller must handle differently: a refusal by the worker (ApiError
-and its subclasses, one per stable error code) or a worker that could not be reached."""
+and its subclasses, one per stable error code), a worker that could not be reached
+(TransportError), or a session on a cluster that could not be reached (ClusterError)."""
 
-from typing import Dict, Optional, Type
+from typing import Any, Dict, Optional, Type
 
 
 class KubeHarnessError(Exception):
@@ -12,6 +13,34 @@ class KubeHarnessError(Exception):
 class TransportError(KubeHarnessError):
     """The worker could not be reached, or the connection broke mid-answer. A command's fate is
     then unknown: retry with a step_key to find out (the worker replays a completed step)."""
+
+
+class ClusterError(KubeHarnessError):
+    """Reaching a session on a cluster failed (Session.from_kubeconfig): kubectl failed or could
+    not be run, the session's token Secret is unusable, or the port-forward did not start.
+    `stderr` is kubectl's, when it said something."""
+
+    def __init__(self, message: str, stderr: str = ""):
+        super().__init__(message)
+        self.stderr = stderr
+
+
+class SessionNotFound(ClusterError):
+    """There is no HarnessSession of that name (in that namespace)."""
+
+
+class NotReadyError(ClusterError):
+    """The session did not become Ready (with a worker pod) in time."""
+
+    def __init__(self, name: str, timeout: float, phase: Optional[str], ready: Dict[str, Any]):
+        self.phase = phase
+        self.reason = ready.get("reason")
+        self.condition_message = ready.get("message")
+        why = f"{self.reason}: {self.condition_message}" if ready else "no Ready condition yet"
+        phase_text = phase or "none"
+        super().__init__(
+            f"HarnessSession {name!r} not Ready after {timeout:g} s (phase {phase_text}; {why})"
+        )
 
 
 class ApiError(KubeHarnessError):

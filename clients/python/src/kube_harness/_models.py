@@ -26,6 +26,12 @@ class ExecResult:
     replayed: bool = False
     events: List[Dict[str, Any]] = field(default_factory=list)
     classification: Optional[Dict[str, Any]] = None
+    #: Streamed exec only: where all of stdout (stderr) went when it outgrew the result's 1 MiB
+    #: cap: {"path": "/artifacts/trace/…", "bytes": n, "sha256": hex, "complete": bool}.
+    stdout_file: Optional[Dict[str, Any]] = None
+    stderr_file: Optional[Dict[str, Any]] = None
+    #: Why output past the cap was not (wholly) kept.
+    output_problems: List[str] = field(default_factory=list)
     type: str = "result"
 
     @classmethod
@@ -41,6 +47,9 @@ class ExecResult:
             replayed=body.get("replayed", False),
             events=body.get("events", []),
             classification=body.get("classification"),
+            stdout_file=body.get("stdoutFile"),
+            stderr_file=body.get("stderrFile"),
+            output_problems=body.get("outputProblems", []),
         )
 
 

@@ -3,22 +3,37 @@
 Both speak the worker API (docs/worker-api.md): POST /v1/exec (plain, or streamed as NDJSON
 with Accept: application/x-ndjson), PUT/GET /v1/files, POST /v1/turns/end, GET /v1/status.
 Nothing is retried here: an exec without a step_key is not idempotent; with one, retrying is
-safe (the worker answers a completed step from its session log).
+safe (the worker answers a completed step from its session log). from_kubeconfig finds a
+session on a cluster with kubectl (_kube.py).
 """
 
+import asyncio
 import json
 import os
 import tarfile
 import tempfile
-from typing import Any, AsyncIterator, BinaryIO, Dict, Iterator, Optional, Union
+from typing import (
+    Any,
+    AsyncIterator,
+    BinaryIO,
+    Dict,
+    Iterator,
+    Optional,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+)
 
 import httpx
 
+from . import _kube
 from ._errors import TransportError, api_error
 from ._models import Chunk, ExecResult, FileWritten, TurnSummary
 
 NDJSON = "application/x-ndjson"
 Data = Union[bytes, BinaryIO]
+S = TypeVar("S", "Session", "AsyncSession")
 
 
 def _exec_body(
@@ -75,6 +90,24 @@ class Session:
             # No overall limit: a command may run up to the worker's own.
             timeout=httpx.Timeout(None, connect=connect_timeout),
         )
+        self._forward: Optional[_kube.PortForward] = None
+
+    @classmethod
+    def from_kubeconfig(
+        cls,
+        name: str,
+        namespace: Optional[str] = None,
+        *,
+        kubectl: Optional[str] = None,
+        timeout: float = 180.0,
+    ) -> "Session":
+        """The HarnessSession `name` on the cluster of the ambient kubeconfig, through `kubectl`
+        (the argument, else $KH_KUBECTL, else `kubectl` on PATH; namespace None: kubectl's
+        current one). Wakes it if hibernated and waits up to `timeout` seconds for Ready
+        (NotReadyError), reads its token Secret, and reaches its worker at its in-cluster address
+        from inside a pod, else through `kubectl port-forward`, which close() stops.
+        SessionNotFound when there is no such session, ClusterError when kubectl fails."""
+        return _attach(cls, *_kube.connect(name, namespace, kubectl, timeout))
 
     def __enter__(self) -> "Session":
         return self
@@ -83,7 +116,12 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        self._client.close()
+        """Closes the connections, and stops the port-forward of from_kubeconfig if any."""
+        try:
+            self._client.close()
+        finally:
+            if self._forward is not None:
+                self._forward.close()
 
     def exec(
         self,
@@ -205,6 +243,28 @@ class AsyncSession:
             headers={"Authorization": f"Bearer {token}"},
             timeout=httpx.Timeout(None, connect=connect_timeout),
         )
+        self._forward: Optional[_kube.PortForward] = None
+
+    @classmethod
+    async def from_kubeconfig(
+        cls,
+        name: str,
+        namespace: Optional[str] = None,
+        *,
+        kubectl: Optional[str] = None,
+        timeout: float = 180.0,
+    ) -> "AsyncSession":
+        """Session.from_kubeconfig, awaited (kubectl's calls run in a worker thread)."""
+        job = asyncio.ensure_future(
+            asyncio.to_thread(_kube.connect, name, namespace, kubectl, timeout)
+        )
+        try:
+            found = await asyncio.shield(job)
+        except asyncio.CancelledError:
+            # The thread runs on: stop the port-forward it may still open.
+            job.add_done_callback(_close_abandoned)
+            raise
+        return _attach(cls, *found)
 
     async def __aenter__(self) -> "AsyncSession":
         return self
@@ -213,7 +273,12 @@ class AsyncSession:
         await self.close()
 
     async def close(self) -> None:
-        await self._client.aclose()
+        """Closes the connections, and stops the port-forward of from_kubeconfig if any."""
+        try:
+            await self._client.aclose()
+        finally:
+            if self._forward is not None:
+                self._forward.close()
 
     async def exec(
         self,
@@ -286,6 +351,25 @@ class AsyncSession:
         if response.status_code != 200:
             _raise_for(response.status_code, response.content)
         return response.json()
+
+
+def _attach(
+    cls: Type[S], url: str, token: str, forward: Optional[_kube.PortForward]
+) -> S:
+    """A session of class `cls` at `url` that owns `forward` (closed with it, or now on error)."""
+    try:
+        session = cls(url, token)
+    except BaseException:
+        if forward is not None:
+            forward.close()
+        raise
+    session._forward = forward
+    return session
+
+
+def _close_abandoned(job: "asyncio.Future[Tuple[str, str, Optional[_kube.PortForward]]]") -> None:
+    if not job.cancelled() and job.exception() is None and job.result()[2] is not None:
+        job.result()[2].close()
 
 
 def _pack(local_dir: Union[str, "os.PathLike[str]"], out: BinaryIO) -> None:

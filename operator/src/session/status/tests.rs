@@ -22,6 +22,8 @@ fn report(tier: u8, busy: bool) -> WorkerReport {
     }
 }
 
+const ADDRESS: &str = "http://s-worker.ns.svc:8080";
+
 fn running(state: WorkerState, report: Option<WorkerReport>) -> Worker {
     Worker::Running { state, report }
 }
@@ -37,6 +39,7 @@ fn seen(escalation: Escalation, worker: Worker) -> Observed {
         token_secret: "s-token".into(),
         worker_pod: "s-worker".into(),
         worker_port: PORT,
+        address: ADDRESS.into(),
         escalation,
         worker,
     }))
@@ -332,6 +335,12 @@ fn status_follows_the_observations() {
             got.worker_endpoint.as_deref(),
             want.endpoint,
             "{name}: endpoint"
+        );
+        // The Service's address is shown exactly when the pod's endpoint is.
+        assert_eq!(
+            got.address.as_deref(),
+            want.endpoint.map(|_| ADDRESS),
+            "{name}: address"
         );
         assert_eq!(got.worker_pod.as_deref(), want.worker_pod, "{name}: pod");
         assert_eq!(got.current_tier, want.current_tier, "{name}: currentTier");

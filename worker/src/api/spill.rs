@@ -1,0 +1,166 @@
+//! A streamed exec's output kept whole: once a stream outgrows the result's cap (1 MiB, the
+//! sandbox's `max_output_bytes`), everything it printed, from its first byte, goes to a file
+//! under `/artifacts/trace/` (where the trace keeps its large payloads, so the file is no file
+//! event of the command's), and the result names the file (`stdoutFile`, `stderrFile`).
+//!
+//! Commands can write `/artifacts`: the directory is opened beneath the mount's trusted root and
+//! the file created new, never through a symlink (`safe_fs`); one planted in the way means the
+//! output is not kept, and the result's `note` says so. A file stops growing at
+//! `--max-file-bytes` (`complete: false`); the stream to the client goes on.
+
+use kube_harness_protocol::worker_api::OutputFile;
+use kube_harness_sandbox::OutputStream;
+use kube_harness_workspace::safe_fs;
+use kube_harness_workspace::spec::{WorkspaceSpec, ARTIFACTS};
+use sha2::{Digest, Sha256};
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Both streams of one command.
+pub struct Spill {
+    /// Backing directory of the writable `/artifacts` mount, if the session has one.
+    artifacts: Option<PathBuf>,
+    /// Bytes a stream may reach before it is kept in a file.
+    cap: usize,
+    /// Largest file written.
+    max_bytes: u64,
+    /// Shared by both files' names, so they sort together.
+    id: String,
+    out: StreamSpill,
+    err: StreamSpill,
+}
+
+/// One stream: its first `cap` bytes in memory until it outgrows them, then a file.
+#[derive(Default)]
+struct StreamSpill {
+    held: Vec<u8>,
+    file: Option<(File, String)>,
+    hash: Sha256,
+    seen: u64,
+    written: u64,
+    /// A write failed: the file holds only the first `written` bytes.
+    cut: bool,
+    /// Why the output is not (wholly) kept; once set, nothing more is written.
+    failed: Option<String>,
+}
+
+impl Spill {
+    pub fn new(spec: &WorkspaceSpec, cap: usize, max_bytes: u64) -> Spill {
+        let artifacts = spec
+            .mounts
+            .iter()
+            .find(|m| m.harness_path == Path::new(ARTIFACTS) && m.writable)
+            .map(|m| m.backing_path.clone());
+        let random = uuid::Uuid::new_v4().simple().to_string();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        Spill {
+            artifacts,
+            cap,
+            max_bytes,
+            id: format!("{nanos:x}-{}", &random[..12]),
+            out: StreamSpill::default(),
+            err: StreamSpill::default(),
+        }
+    }
+
+    /// Takes one chunk of a stream's output, as it streams to the client.
+    pub fn push(&mut self, stream: OutputStream, data: &[u8]) {
+        let (s, name) = match stream {
+            OutputStream::Stdout => (&mut self.out, "stdout"),
+            OutputStream::Stderr => (&mut self.err, "stderr"),
+        };
+        s.seen = s.seen.saturating_add(data.len() as u64);
+        if s.failed.is_some() {
+            return;
+        }
+        if s.file.is_none() {
+            if s.held.len().saturating_add(data.len()) <= self.cap {
+                s.held.extend_from_slice(data);
+                return;
+            }
+            match create(
+                self.artifacts.as_deref(),
+                &format!("{}.{name}.txt", self.id),
+            ) {
+                Ok(file) => {
+                    s.file = Some(file);
+                    let held = std::mem::take(&mut s.held);
+                    s.write(&held, self.max_bytes);
+                }
+                Err(why) => {
+                    s.failed = Some(format!(
+                        "{name} outgrew the result's cap but was not kept: {why}"
+                    ));
+                    s.held = Vec::new();
+                    return;
+                }
+            }
+        }
+        s.write(data, self.max_bytes);
+    }
+
+    /// The files written (stdout, stderr) and a note for each stream that could not be kept.
+    pub fn finish(self) -> (Option<OutputFile>, Option<OutputFile>, Vec<String>) {
+        let mut notes = Vec::new();
+        let mut done = |s: StreamSpill| {
+            if let Some(why) = s.failed {
+                notes.push(why);
+            }
+            let (mut file, path) = s.file?;
+            let _ = file.flush();
+            Some(OutputFile {
+                path,
+                bytes: s.written,
+                sha256: hex::encode(s.hash.finalize()),
+                complete: !s.cut && s.written == s.seen,
+            })
+        };
+        let out = done(self.out);
+        let err = done(self.err);
+        (out, err, notes)
+    }
+}
+
+impl StreamSpill {
+    fn write(&mut self, data: &[u8], max_bytes: u64) {
+        let room = max_bytes.saturating_sub(self.written);
+        let take = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        let Some((file, path)) = &mut self.file else {
+            return;
+        };
+        let part = &data[..take];
+        if part.is_empty() {
+            return;
+        }
+        match file.write_all(part) {
+            Ok(()) => {
+                self.hash.update(part);
+                self.written = self.written.saturating_add(part.len() as u64);
+            }
+            Err(e) => {
+                // What was written stays, named in the result with `complete: false`.
+                self.failed = Some(format!(
+                    "writing {path} failed after {} bytes: {e}",
+                    self.written
+                ));
+                self.cut = true;
+            }
+        }
+    }
+}
+
+/// Creates `/artifacts/trace/<name>` new, beneath the mount's root, never through a symlink.
+fn create(artifacts: Option<&Path>, name: &str) -> Result<(File, String), String> {
+    let root = artifacts.ok_or("the session has no writable /artifacts")?;
+    let root = safe_fs::open_root(root).map_err(|e| format!("opening /artifacts: {e}"))?;
+    let dir = safe_fs::ensure_dir_beneath(&root, Path::new("trace"), 0o755, false)
+        .map_err(|e| format!("/artifacts/trace is not a plain directory ({e})"))?;
+    let file = safe_fs::create_file_mode_at(&dir, OsStr::new(name), 0o644)
+        .map_err(|e| format!("creating /artifacts/trace/{name}: {e}"))?;
+    Ok((file, format!("{ARTIFACTS}/trace/{name}")))
+}
