@@ -1,6 +1,6 @@
 //! `kube-harness ping [-n NS] SESSION [--count N] [--route R,...]`: run `true` in the session over
 //! each route, interleaved, and print the round trip's p50, p95 and max. It tells an agent's
-//! operator which route a pod gets and what it costs (docs/operator.md, "Measured").
+//! operator which route a pod gets and what it costs (docs/operator.md, "In-cluster data path").
 
 use crate::reach::{self, Direct};
 use anyhow::{bail, Context};

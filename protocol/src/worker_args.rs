@@ -226,7 +226,8 @@ pub struct WorkerArgs {
     )]
     pub max_archive_bytes: u64,
     /// Largest file accepted by `PUT /v1/files`, in bytes (413 beyond, and nothing written).
-    /// Streamed to disk as it arrives, never held in memory.
+    /// Streamed to disk as it arrives, never held in memory. Also the most a streamed exec keeps
+    /// of one output stream under /artifacts/trace/.
     #[arg(
         long,
         env = "KH_WORKER_MAX_FILE_BYTES",

@@ -2,7 +2,7 @@
 //! stable address agents connect to, and the peers `spec.access` admits to the worker's port.
 //!
 //! A Service per session rather than one router: kube-proxy forwards in the kernel, so a request
-//! costs what a direct pod-IP connection costs (docs/operator.md, "Measured"); a
+//! costs what a direct pod-IP connection costs (docs/operator.md, "In-cluster data path"); a
 //! router adds a userspace hop, a shared bottleneck and one more thing to fail for every session.
 
 use crate::labels;
