@@ -96,10 +96,13 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
-        let worker = Arc::new(Worker::new(config, next_tier)?);
+        // Listening first: the kubelet probes readiness the moment it sees the container run,
+        // and a connection that waits in the backlog while the sandbox is checked is answered
+        // (ready) within that probe, where a refused one would wait for the next probe period.
         let listener = api::bind(args.listen)
             .await
             .with_context(|| format!("binding {}", args.listen))?;
+        let worker = Arc::new(Worker::new(config, next_tier)?);
         api::serve(listener, worker, auth, api::shutdown_signal())
             .await
             .context("serving")
@@ -144,10 +147,11 @@ fn run_agent(args: WorkerArgs, connections: ConnectionLimits) -> anyhow::Result<
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
-        let agent = Arc::new(Agent::new(config)?);
+        // Listening first, as the worker does (a readiness probe waits instead of failing).
         let listener = api::bind(args.listen)
             .await
             .with_context(|| format!("binding {}", args.listen))?;
+        let agent = Arc::new(Agent::new(config)?);
         tracing::info!(addr = %args.listen, "Tier-1 agent listening");
         tier1::agent_http::serve_with(listener, agent, auth, connections, api::shutdown_signal())
             .await

@@ -6,6 +6,7 @@ pub mod harness;
 pub mod namespace;
 pub mod node;
 pub mod pods;
+pub mod startup;
 pub mod stats;
 pub mod tiers;
 pub mod wait;

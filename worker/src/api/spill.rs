@@ -143,12 +143,18 @@ impl StreamSpill {
                 self.written = self.written.saturating_add(part.len() as u64);
             }
             Err(e) => {
-                // What was written stays, named in the result with `complete: false`.
+                // What was written stays, named in the result with `complete: false`; a chunk
+                // written in part is cut off, so the file is exactly `written` bytes (what the
+                // hash covers). If even that fails, the file is not named at all.
+                let cut_back = file.set_len(self.written).is_ok();
                 self.failed = Some(format!(
                     "writing {path} failed after {} bytes: {e}",
                     self.written
                 ));
                 self.cut = true;
+                if !cut_back {
+                    self.file = None;
+                }
             }
         }
     }

@@ -93,8 +93,18 @@ impl Streaming {
                         return Some(encode(&text_of(text)));
                     }
                 }
-                // Every sender is gone: the command is over; its answer is the last line.
+                // Every sender is gone: the command is over. A character left unfinished at the
+                // end of either stream goes out (as U+FFFD) first; its answer is the last line.
                 None => {
+                    for (carry, text_of) in [
+                        (&mut self.out, stdout as fn(String) -> ExecStreamLine),
+                        (&mut self.err, stderr as fn(String) -> ExecStreamLine),
+                    ] {
+                        let text = carry.finish();
+                        if !text.is_empty() {
+                            return Some(encode(&text_of(text)));
+                        }
+                    }
                     let done = task.await;
                     self.task = None;
                     let line = match done {
@@ -150,6 +160,11 @@ fn encode(line: &ExecStreamLine) -> Bytes {
 struct Utf8Carry(Vec<u8>);
 
 impl Utf8Carry {
+    /// What is held back (an unfinished character at the end of the output), as text.
+    fn finish(&mut self) -> String {
+        String::from_utf8_lossy(&std::mem::take(&mut self.0)).into_owned()
+    }
+
     fn push(&mut self, data: &[u8]) -> String {
         self.0.extend_from_slice(data);
         let mut text = String::new();
@@ -192,5 +207,9 @@ mod tests {
         assert_eq!(carry.push(&euro[1..]), "€");
         assert_eq!(carry.push(&[0xff, b'b']), "\u{fffd}b");
         assert_eq!(carry.push(b""), "");
+        // An unfinished character at the very end is given out when the stream ends.
+        assert_eq!(carry.push(&[b'c', euro[0], euro[1]]), "c");
+        assert_eq!(carry.finish(), "\u{fffd}");
+        assert_eq!(carry.finish(), "");
     }
 }

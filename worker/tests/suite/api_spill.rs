@@ -133,3 +133,11 @@ async fn a_planted_symlink_or_file_at_artifacts_trace_keeps_nothing_and_writes_n
     );
     assert_eq!(std::fs::read(w.host("/artifacts/trace")).unwrap(), b"x\n");
 }
+
+#[tokio::test]
+async fn an_unfinished_character_at_the_end_still_streams() {
+    let w = start().await;
+    let (text, r) = streamed(&w.client, r"printf 'abc\303'").await;
+    assert_eq!(text, "abc\u{fffd}", "what streamed is what the result says");
+    assert_eq!(r.outcome.stdout, "abc\u{fffd}");
+}

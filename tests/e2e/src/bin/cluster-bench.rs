@@ -11,6 +11,7 @@ use kube_harness_client::SessionHandle;
 use kube_harness_crds::HarnessSession;
 use kube_harness_e2e::harness::{self, kube_harness, kubectl};
 use kube_harness_e2e::namespace::with_namespace;
+use kube_harness_e2e::startup;
 use kube_harness_e2e::stats::{env_usize, summary};
 use kube_harness_protocol::worker_api::ExecRequest;
 use std::time::{Duration, Instant};
@@ -33,6 +34,28 @@ async fn main() {
             api.delete(&name, &DeleteParams::default()).await.unwrap();
         }
         summary("created -> Ready", ready);
+
+        let traced = env_usize("KH_BENCH_TRACED", 10);
+        println!("\n== where created -> Ready goes ({traced} sessions, watch times from the create)");
+        let mut by_milestone: std::collections::BTreeMap<&str, Vec<Duration>> = Default::default();
+        for i in 0..traced {
+            let name = format!("t{i}");
+            let seen = startup::trace(&client, &ns, &name, Duration::from_secs(180)).await;
+            let line: Vec<String> = startup::MILESTONES
+                .iter()
+                .map(|m| format!("{m} {:>5} ms", seen.get(m).map_or(-1, |d| d.as_millis() as i64)))
+                .collect();
+            println!("  {name}: {}", line.join(" | "));
+            for (m, d) in seen {
+                by_milestone.entry(m).or_default().push(d);
+            }
+            api.delete(&name, &DeleteParams::default()).await.unwrap();
+        }
+        for m in startup::MILESTONES {
+            if let Some(samples) = by_milestone.remove(m) {
+                summary(&format!("  {m}"), samples);
+            }
+        }
 
         println!("\n== exec round trip of `true` ({execs} each, same worker pod, same run)");
         harness::apply_example(&client, &ns, "demo.yaml", "rt").await.unwrap();
