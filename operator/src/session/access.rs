@@ -24,14 +24,17 @@ pub fn worker_selector(session: &HarnessSession) -> BTreeMap<String, String> {
     ])
 }
 
-/// The session's Service: ClusterIP, the worker port, only the session's worker pod (and only
-/// while it is ready, so a replaced pod is never half-reached).
+/// The session's Service: ClusterIP, the worker port, only the session's worker pod. Its address
+/// is published before the kubelet's readiness probe passes, since the session is Ready as soon
+/// as the worker itself answers ready (the reconcile asks it); a worker that cannot serve
+/// answers 503 with why.
 pub fn worker_service(session: &HarnessSession, port: u16) -> Service {
     Service {
         metadata: super::owned::meta(session, labels::worker_service(&session.name_any())),
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
             selector: Some(worker_selector(session)),
+            publish_not_ready_addresses: Some(true),
             ports: Some(vec![ServicePort {
                 name: Some("worker-api".into()),
                 port: i32::from(port),

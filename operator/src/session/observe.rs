@@ -56,3 +56,15 @@ pub fn worker_state(pod: &Pod) -> WorkerState {
         },
     }
 }
+
+/// The pod's IP once every container runs (none waiting or ended), whether or not the kubelet's
+/// readiness probe has passed yet: the address at which the operator can ask the worker itself.
+pub fn started_ip(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let statuses = status.container_statuses.as_ref()?;
+    let all_running = !statuses.is_empty()
+        && statuses
+            .iter()
+            .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+    all_running.then(|| status.pod_ip.clone()).flatten()
+}

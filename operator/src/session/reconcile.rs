@@ -1,7 +1,7 @@
 //! Reconciling one HarnessSession: its token Secret, workspace PVC, NetworkPolicy and worker pod;
 //! idle hibernation and waking; TTL; status by server-side apply with an Event per change.
 
-use super::observe::{worker_state, WorkerState};
+use super::observe::{started_ip, worker_state, WorkerState};
 use super::status::{self, Escalation, Observed, Seen, Worker, WorkerTierProblem};
 use super::{access, resources, usage};
 use crate::context::Context;
@@ -236,9 +236,29 @@ async fn ensure(
             .unwrap_or(WorkerState::Starting {
                 reason: "WorkerStarting".into(),
             });
+        let port = ctx.config.worker_port;
+        // The kubelet's readiness probe runs once a period and sometimes misses the start (a
+        // whole second lost, docs/performance.md): once the container runs, the worker's own
+        // answer is as good. No poll loop: a worker not ready yet is seen again when the probe
+        // passes (a pod watch event).
+        let early = match (&state, pod.as_ref().and_then(started_ip)) {
+            (WorkerState::Starting { .. }, Some(ip)) => usage::poll(&ip, port, &token)
+                .await
+                .filter(|r| r.ready)
+                .map(|report| (ip, report)),
+            _ => None,
+        };
+        let (state, polled) = match early {
+            Some((ip, report)) => (WorkerState::Ready { ip }, Some(report)),
+            None => (state, None),
+        };
         match state {
             WorkerState::Ready { ip } => {
-                match usage::poll(&ip, ctx.config.worker_port, &token).await {
+                let report = match polled {
+                    Some(report) => Some(report),
+                    None => usage::poll(&ip, port, &token).await,
+                };
+                match report {
                     Some(report)
                         if !report.busy && idle_expired(session, &report.last_activity) =>
                     {

@@ -14,6 +14,8 @@ pub struct WorkerReport {
     pub tier: u8,
     pub busy: bool,
     pub last_activity: String,
+    /// The worker's own readiness (what its `/readyz` says).
+    pub ready: bool,
 }
 
 /// Asks the worker at `ip:port` for its status; `None` when it does not answer within
@@ -49,5 +51,6 @@ pub async fn poll(ip: &str, port: u16, token: &str) -> Option<WorkerReport> {
         tier: status.tier,
         busy: status.busy,
         last_activity: status.last_activity,
+        ready: status.ready,
     })
 }

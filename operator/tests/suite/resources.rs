@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use kube_harness_crds::condition::reasons;
 use kube_harness_crds::{HarnessSession, SandboxTierSpec};
-use kube_harness_operator::session::observe::{worker_state, WorkerState};
+use kube_harness_operator::session::observe::{started_ip, worker_state, WorkerState};
 use kube_harness_operator::session::resources;
 use kube_harness_operator::{tier, OperatorConfig};
 use kube_harness_protocol::worker_args::{Escalation, SameSession, WorkerArgs};
@@ -93,6 +93,11 @@ fn the_service_selects_only_the_worker_pod_and_its_name_is_always_a_dns_label() 
     assert_eq!(selector["kubeharness.dev/role"], "worker");
     assert_eq!(selector["kubeharness.dev/session"], "s1");
     assert_eq!(spec.ports.unwrap()[0].port, 8080);
+    assert_eq!(
+        spec.publish_not_ready_addresses,
+        Some(true),
+        "the address works once the worker itself answers ready"
+    );
     assert_eq!(access::address(&s, 8080), "http://s1-worker.ns.svc:8080");
     // Session names that are no DNS-1035 label (too long, a leading digit, dots) get a hashed one.
     for name in ["0abc", &"a".repeat(60), "a.b", "x".repeat(57).as_str()] {
@@ -221,6 +226,24 @@ fn worker_states_are_read_from_pod_status() {
         worker_state(&pod(json!({"phase": "Running"}))),
         WorkerState::Starting { .. }
     ));
+    // Running with an IP before the readiness probe passed: still Starting for the kubelet, but
+    // the operator may ask the worker itself at that IP; not while a container waits or ended.
+    let container = |state: serde_json::Value| json!({"name": "worker", "image": "i", "imageID": "", "ready": false, "restartCount": 0, "state": state});
+    let running = pod(json!({"phase": "Running", "podIP": "10.0.0.6",
+        "containerStatuses": [container(json!({"running": {}}))]}));
+    assert!(matches!(
+        worker_state(&running),
+        WorkerState::Starting { .. }
+    ));
+    assert_eq!(started_ip(&running).as_deref(), Some("10.0.0.6"));
+    for not_yet in [
+        json!({"phase": "Pending", "podIP": "10.0.0.6", "containerStatuses": [container(json!({"waiting": {"reason": "ContainerCreating"}}))]}),
+        json!({"phase": "Running", "podIP": "10.0.0.6", "containerStatuses": [container(json!({"terminated": {"exitCode": 1}}))]}),
+        json!({"phase": "Running", "containerStatuses": [container(json!({"running": {}}))]}),
+        json!({"phase": "Running", "podIP": "10.0.0.6", "containerStatuses": []}),
+    ] {
+        assert_eq!(started_ip(&pod(not_yet.clone())), None, "{not_yet}");
+    }
 }
 
 #[test]

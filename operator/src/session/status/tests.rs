@@ -19,6 +19,7 @@ fn report(tier: u8, busy: bool) -> WorkerReport {
         tier,
         busy,
         last_activity: "2025-01-01T00:00:00Z".into(),
+        ready: true,
     }
 }
 
