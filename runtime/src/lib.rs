@@ -13,6 +13,7 @@ pub mod event;
 pub mod executor;
 pub mod state;
 pub mod tier0;
+pub mod trace_file;
 pub mod tracker;
 pub mod turn;
 

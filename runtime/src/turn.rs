@@ -551,29 +551,17 @@ impl Turn {
         if text.len() <= self.config.inline_output_limit {
             return (Some(text.to_string()), None, false);
         }
-        let artifacts = self.config.workspace.mounts.iter().find(|m| {
-            m.harness_path == Path::new(kube_harness_workspace::spec::ARTIFACTS) && m.writable
-        });
-        // The artifacts mount is written by commands: below its (trusted) root, `trace/` is
-        // opened or created without following a symlink, and the file is created new
-        // (O_EXCL|O_NOFOLLOW). A `trace` a command replaced by a symlink or a file gets the
-        // output inline and truncated instead.
-        let stored = artifacts.and_then(|m| {
-            use kube_harness_workspace::safe_fs;
-            let root = safe_fs::open_root(&m.backing_path).ok()?;
-            let dir = safe_fs::ensure_dir_beneath(&root, Path::new("trace"), 0o755, false).ok()?;
-            let file_name = format!("{}.{field}.txt", uuid_like());
-            let name = std::ffi::OsStr::new(&file_name);
-            let mut file = safe_fs::create_file_mode_at(&dir, name, 0o644).ok()?;
-            if std::io::Write::write_all(&mut file, text.as_bytes()).is_err() {
-                let _ = safe_fs::unlink_at(&dir, name, false);
-                return None;
-            }
-            Some(format!(
-                "{}/trace/{file_name}",
-                kube_harness_workspace::spec::ARTIFACTS
-            ))
-        });
+        // A `trace` a command replaced by a symlink or a file (or no writable /artifacts) gets
+        // the output inline and truncated instead.
+        let stored = crate::trace_file::create(&self.config.workspace, &format!("{field}.txt"))
+            .ok()
+            .and_then(|mut payload| {
+                if std::io::Write::write_all(&mut payload.file, text.as_bytes()).is_err() {
+                    payload.discard();
+                    return None;
+                }
+                Some(payload.path)
+            });
         match stored {
             Some(content_ref) => {
                 let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(text.as_bytes()));
@@ -597,21 +585,6 @@ impl Turn {
     fn is_trace_payload(&self, path: &Path) -> bool {
         path.starts_with(Path::new(kube_harness_workspace::spec::ARTIFACTS).join("trace"))
     }
-}
-
-/// A unique, sortable name for a trace payload: time in nanoseconds, the process id and a random
-/// part (so a command cannot guess the next name and plant something there first).
-fn uuid_like() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let random = uuid::Uuid::new_v4().simple().to_string();
-    format!(
-        "{nanos:x}-{:x}-{}",
-        std::process::id(),
-        random.get(..8).unwrap_or(&random)
-    )
 }
 
 /// A refusal in the seed's shape: exit 126 and one `kube-harness:` stderr line.

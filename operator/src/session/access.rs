@@ -17,11 +17,9 @@ use std::collections::BTreeMap;
 
 /// Labels of the session's worker pod that no other pod carries: the Service's selector.
 pub fn worker_selector(session: &HarnessSession) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (labels::SESSION.into(), session.name_any()),
-        (labels::ROLE.into(), labels::ROLE_WORKER.into()),
-        (labels::MANAGED_BY.0.into(), labels::MANAGED_BY.1.into()),
-    ])
+    let mut labels = super::owned::session_labels(session);
+    labels.insert(labels::ROLE.into(), labels::ROLE_WORKER.into());
+    labels
 }
 
 /// The session's Service: ClusterIP, the worker port, only the session's worker pod. Its address

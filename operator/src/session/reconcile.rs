@@ -241,16 +241,14 @@ async fn ensure(
         // whole second lost, docs/performance.md): once the container runs, the worker's own
         // answer is as good. No poll loop: a worker not ready yet is seen again when the probe
         // passes (a pod watch event).
-        let early = match (&state, pod.as_ref().and_then(started_ip)) {
-            (WorkerState::Starting { .. }, Some(ip)) => usage::poll(&ip, port, &token)
-                .await
-                .filter(|r| r.ready)
-                .map(|report| (ip, report)),
-            _ => None,
-        };
-        let (state, polled) = match early {
-            Some((ip, report)) => (WorkerState::Ready { ip }, Some(report)),
-            None => (state, None),
+        let (state, polled) = match (&state, pod.as_ref().and_then(started_ip)) {
+            (WorkerState::Starting { .. }, Some(ip)) => {
+                match usage::poll(&ip, port, &token).await.filter(|r| r.ready) {
+                    Some(report) => (WorkerState::Ready { ip }, Some(report)),
+                    None => (state, None),
+                }
+            }
+            _ => (state, None),
         };
         match state {
             WorkerState::Ready { ip } => {

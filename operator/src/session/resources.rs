@@ -341,8 +341,8 @@ pub fn worker_pod(
     } else {
         template.image.clone()
     };
-    let mut labels = session_labels(session);
-    labels.insert(labels::ROLE.into(), labels::ROLE_WORKER.into());
+    // The Service's selector, so the Service always finds exactly this pod.
+    let mut labels = super::access::worker_selector(session);
     labels.insert(labels::NAME_WORKER.0.into(), labels::NAME_WORKER.1.into());
     let probe = |path: &str, period: i32| Probe {
         http_get: Some(HTTPGetAction {

@@ -9,25 +9,21 @@
 //! `--max-file-bytes` (`complete: false`); the stream to the client goes on.
 
 use kube_harness_protocol::worker_api::OutputFile;
+use kube_harness_runtime::trace_file;
 use kube_harness_sandbox::OutputStream;
-use kube_harness_workspace::safe_fs;
-use kube_harness_workspace::spec::{WorkspaceSpec, ARTIFACTS};
+use kube_harness_workspace::spec::WorkspaceSpec;
 use sha2::{Digest, Sha256};
-use std::ffi::OsStr;
 use std::fs::File;
 use std::io::Write;
-use std::path::{Path, PathBuf};
 
 /// Both streams of one command.
 pub struct Spill {
-    /// Backing directory of the writable `/artifacts` mount, if the session has one.
-    artifacts: Option<PathBuf>,
+    /// The session's mounts: where `/artifacts` is.
+    spec: WorkspaceSpec,
     /// Bytes a stream may reach before it is kept in a file.
     cap: usize,
     /// Largest file written.
     max_bytes: u64,
-    /// Shared by both files' names, so they sort together.
-    id: String,
     out: StreamSpill,
     err: StreamSpill,
 }
@@ -48,21 +44,10 @@ struct StreamSpill {
 
 impl Spill {
     pub fn new(spec: &WorkspaceSpec, cap: usize, max_bytes: u64) -> Spill {
-        let artifacts = spec
-            .mounts
-            .iter()
-            .find(|m| m.harness_path == Path::new(ARTIFACTS) && m.writable)
-            .map(|m| m.backing_path.clone());
-        let random = uuid::Uuid::new_v4().simple().to_string();
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
         Spill {
-            artifacts,
+            spec: spec.clone(),
             cap,
             max_bytes,
-            id: format!("{nanos:x}-{}", &random[..12]),
             out: StreamSpill::default(),
             err: StreamSpill::default(),
         }
@@ -83,12 +68,9 @@ impl Spill {
                 s.held.extend_from_slice(data);
                 return;
             }
-            match create(
-                self.artifacts.as_deref(),
-                &format!("{}.{name}.txt", self.id),
-            ) {
-                Ok(file) => {
-                    s.file = Some(file);
+            match trace_file::create(&self.spec, &format!("{name}.txt")) {
+                Ok(created) => {
+                    s.file = Some((created.file, created.path));
                     let held = std::mem::take(&mut s.held);
                     s.write(&held, self.max_bytes);
                 }
@@ -158,15 +140,4 @@ impl StreamSpill {
             }
         }
     }
-}
-
-/// Creates `/artifacts/trace/<name>` new, beneath the mount's root, never through a symlink.
-fn create(artifacts: Option<&Path>, name: &str) -> Result<(File, String), String> {
-    let root = artifacts.ok_or("the session has no writable /artifacts")?;
-    let root = safe_fs::open_root(root).map_err(|e| format!("opening /artifacts: {e}"))?;
-    let dir = safe_fs::ensure_dir_beneath(&root, Path::new("trace"), 0o755, false)
-        .map_err(|e| format!("/artifacts/trace is not a plain directory ({e})"))?;
-    let file = safe_fs::create_file_mode_at(&dir, OsStr::new(name), 0o644)
-        .map_err(|e| format!("creating /artifacts/trace/{name}: {e}"))?;
-    Ok((file, format!("{ARTIFACTS}/trace/{name}")))
 }
