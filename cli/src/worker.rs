@@ -30,6 +30,45 @@ fn connections(args: &WorkerArgs) -> anyhow::Result<ConnectionLimits> {
 }
 
 pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
+    check_limits(&args)?;
+    let connections = connections(&args)?;
+    if args.tier == 1 {
+        return run_agent(args, connections);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        // Listening first: the kubelet probes readiness the moment it sees the container run,
+        // and a connection that waits in the backlog while the sandbox is checked is answered
+        // (ready) within that probe, where a refused one would wait for the next probe period.
+        let listener = api::bind(args.listen)
+            .await
+            .with_context(|| format!("binding {}", args.listen))?;
+        if let Some(pool_token) = &args.adopt_token_file {
+            let pool_auth = AuthConfig::from_token_file(pool_token)?;
+            let root = args.workspace_root.clone();
+            let bind: api::adopt::Bind = Box::new(move |req| adopt(&root, req));
+            return api::adopt::serve_pooled(
+                listener,
+                pool_auth,
+                connections,
+                bind,
+                api::shutdown_signal(),
+            )
+            .await
+            .context("serving");
+        }
+        let (worker, auth) = session_worker(&args, None)?;
+        api::serve(listener, worker, auth, api::shutdown_signal())
+            .await
+            .context("serving")
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn check_limits(args: &WorkerArgs) -> anyhow::Result<()> {
     if args.command_timeout == 0 || args.command_timeout > args.max_timeout {
         anyhow::bail!("--command-timeout must be 1..=--max-timeout seconds");
     }
@@ -38,13 +77,44 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
             "--max-body-bytes, --max-archive-bytes and --max-file-bytes must be at least 1"
         );
     }
-    let connections = connections(&args)?;
-    if args.tier == 1 {
-        return run_agent(args, connections);
+    Ok(())
+}
+
+/// A warm worker's adoption: the session's arguments as if they had been the command line,
+/// its tokens written where those arguments say, its skills under `.agents`; then the same
+/// worker a cold start builds. The pooled worker's own root is kept (it is the pod's layout).
+fn adopt(
+    root: &std::path::Path,
+    req: &api::model::AdoptRequest,
+) -> Result<(Arc<Worker>, AuthConfig), String> {
+    let mut args = WorkerArgs::parse_flags(&req.args).map_err(|e| e.to_string())?;
+    if args.tier != 0 {
+        return Err("only a Tier-0 worker can be adopted".into());
     }
+    args.workspace_root = root.to_path_buf();
+    args.adopt_token_file = None;
+    check_limits(&args).map_err(|e| e.to_string())?;
+    api::adopt::write_secret(&args.token_file, &req.token)?;
+    match (&args.session_log_token_file, &req.session_log_token) {
+        (Some(path), Some(token)) => api::adopt::write_secret(path, token)?,
+        (None, None) => {}
+        _ => return Err("--session-log-token-file and the session-log token come together".into()),
+    }
+    api::adopt::write_skills(&root.join(".agents"), &req.skills)?;
+    let settings = api::model::adoption_settings(req);
+    session_worker(&args, Some(settings)).map_err(|e| format!("{e:#}"))
+}
+
+/// The session's worker and its bearer auth, from settings whose files exist. `adoption`: the
+/// digest of the adoption that bound them, if any (reported by /v1/status).
+fn session_worker(
+    args: &WorkerArgs,
+    adoption: Option<String>,
+) -> anyhow::Result<(Arc<Worker>, AuthConfig)> {
+    let connections = connections(args)?;
     let auth = AuthConfig::from_token_file(&args.token_file)?;
     let next_tier = match args.escalation {
-        Escalation::Pod => Some(pod_tier(&args)?),
+        Escalation::Pod => Some(pod_tier(args)?),
         Escalation::None => None,
     };
     let session_log = match (&args.session_log_url, &args.session_log_token_file) {
@@ -71,13 +141,13 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         kube_harness_session_log::RunId::parse(scope)
             .map_err(|e| anyhow::anyhow!("--session-log-run-scope {scope:?}: {}", e.message))?;
     }
-    let mut config = WorkerConfig::new(args.session, args.workspace_root);
+    let mut config = WorkerConfig::new(args.session.clone(), args.workspace_root.clone());
     config.runtime = RuntimeToggles {
         python: args.python,
         javascript: args.javascript,
         network: args.network,
     };
-    config.deny_commands = args.deny_command;
+    config.deny_commands = args.deny_command.clone();
     config.same_session = args.same_session;
     config.session_log = session_log;
     config.command_timeout = Duration::from_secs(args.command_timeout);
@@ -91,23 +161,8 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     if let Some(max) = args.max_body_bytes {
         config.max_body_bytes = max;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(async move {
-        // Listening first: the kubelet probes readiness the moment it sees the container run,
-        // and a connection that waits in the backlog while the sandbox is checked is answered
-        // (ready) within that probe, where a refused one would wait for the next probe period.
-        let listener = api::bind(args.listen)
-            .await
-            .with_context(|| format!("binding {}", args.listen))?;
-        let worker = Arc::new(Worker::new(config, next_tier)?);
-        api::serve(listener, worker, auth, api::shutdown_signal())
-            .await
-            .context("serving")
-    })?;
-    Ok(ExitCode::SUCCESS)
+    config.adoption = adoption;
+    Ok((Arc::new(Worker::new(config, next_tier)?), auth))
 }
 
 /// `--escalation pod`: Tier-1 pods from the operator, the worker's token as the bearer.

@@ -300,9 +300,14 @@ pub struct HarnessSessionStatus {
     /// that `spec.access` admits connect here with the session's token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
-    /// Name of the current worker pod.
+    /// Name of the current worker pod: `<name>-worker`, or the warm-pool pod the session
+    /// adopted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_pod: Option<String>,
+    /// Name of the PersistentVolumeClaim holding the workspace: `<name>-workspace`, or the
+    /// adopted warm-pool pod's claim (which the session then owns and keeps across hibernation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_claim: Option<String>,
     /// Name of the Secret holding the worker API token (key `token`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_secret: Option<String>,

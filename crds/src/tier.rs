@@ -49,8 +49,11 @@ use std::collections::BTreeMap;
     "self.level > 0 || !has(self.template.env) || size(self.template.env) == 0"
 ).message("env is for escalation tiers (level 1 and up); the Tier-0 worker gives commands an empty environment").field_path(".template.env"))]
 #[x_kube(validation = kube::core::Rule::new(
-    "self.level > 0 || !has(self.warmPool) || self.warmPool.size == 0"
-).message("warm pools are for escalation tiers (level 1 and up); level-0 worker pods are per session").field_path(".warmPool.size"))]
+    "self.level > 0 || !has(self.warmPool) || self.warmPool.size == 0 || (has(self.warmPool.namespaces) && size(self.warmPool.namespaces) > 0)"
+).message("a level-0 warm pool keeps worker pods in the namespaces of the sessions it serves: list them in warmPool.namespaces").field_path(".warmPool.namespaces"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "self.level == 0 || !has(self.warmPool) || !has(self.warmPool.namespaces) || size(self.warmPool.namespaces) == 0"
+).message("warmPool.namespaces is for level-0 pools; an escalation tier's warm pods live in the operator's namespace").field_path(".warmPool.namespaces"))]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxTierSpec {
     /// The tier level: 0 is the Tier-0 worker tier, 1 and up are escalation tiers.
@@ -214,8 +217,11 @@ pub enum EgressMode {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct WarmPool {
-    /// Number of ready, unclaimed pods to keep (0: no pool; every escalation starts a pod).
-    /// Set through /scale by `kubectl scale sandboxtier/<name> --replicas N` or an HPA.
+    /// Number of ready, unclaimed pods to keep (0: no pool). Escalation tiers (level 1 and up):
+    /// prepared Tier-1 pods an escalation claims instead of starting one. Level 0: pre-started
+    /// worker pods, each with its workspace PVC, kept in every namespace of `namespaces`, that a
+    /// new HarnessSession adopts instead of waiting for a cold start. Set through /scale by
+    /// `kubectl scale sandboxtier/<name> --replicas N` or an HPA.
     #[serde(default)]
     #[schemars(range(min = 0, max = 100))]
     pub size: u32,
@@ -225,6 +231,13 @@ pub struct WarmPool {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 1073741824))]
     pub max_workspace_bytes: Option<u64>,
+    /// Level 0 only: the namespaces whose new sessions this pool serves; `size` worker pods are
+    /// kept in each (they count against that namespace's quota). Required when a level-0 pool
+    /// has a size; must be empty for escalation tiers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = kube::core::Rule::new("self.all(n, self.exists_one(m, m == n))").message("namespaces must not repeat"))]
+    pub namespaces: Vec<String>,
 }
 
 /// What the operator found when it checked the tier.
@@ -240,7 +253,8 @@ pub struct SandboxTierStatus {
     /// The capability matrix version the tier was checked against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matrix_version: Option<String>,
-    /// Unclaimed warm pods that are ready now (the /scale status replicas).
+    /// Unclaimed warm pods that are ready now (the /scale status replicas). Level 0: the
+    /// fewest ready in any one of its namespaces, so that it compares with `size`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm_ready: Option<u32>,
     /// Unclaimed warm pods built from the current template (ready or still starting); fewer than

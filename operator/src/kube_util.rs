@@ -86,6 +86,18 @@ pub async fn secret_token(api: &Api<Secret>, name: &str) -> Result<Option<String
 }
 
 /// A fresh random token (256 bits, hex), for a worker or a Tier-1 agent.
+/// 16 hex digits of a SHA-256 over `parts` (each ended by a NUL, so no two lists share one): a
+/// name or label value derived from arbitrary strings.
+pub fn short_hash(parts: &[&str]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0u8]);
+    }
+    hex::encode(&h.finalize()[..8])
+}
+
 pub fn new_token() -> String {
     use rand::RngCore;
     let mut bytes = [0u8; 32];

@@ -16,6 +16,7 @@ pub mod server;
 pub mod session;
 pub mod tier;
 pub mod tier1;
+pub mod warm;
 
 pub use config::OperatorConfig;
 pub use context::Context;

@@ -37,6 +37,19 @@ pub struct OpenLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StartLabels {
+    /// `warm` (adopted a warm pod) or `cold`.
+    pub source: &'static str,
+    /// Why a tier with a warm pool started cold; `none` otherwise.
+    pub miss_reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TierLabel {
+    pub tier: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     pub reason: String,
 }
@@ -60,6 +73,8 @@ pub struct Metrics {
     pub leader: Gauge,
     tier1_opens: Family<OpenLabels, Counter>,
     tier1_failures: Family<ReasonLabel, Counter>,
+    session_starts: Family<StartLabels, Counter>,
+    warm_ready: Family<TierLabel, Gauge>,
     figures: Mutex<HashMap<String, SessionFigures>>,
 }
 
@@ -123,8 +138,22 @@ impl Default for Metrics {
             "Tier-1 sandboxes reported Failed to a worker, by reason (counted once per session change)",
             tier1_failures.clone(),
         );
+        let session_starts = Family::<StartLabels, Counter>::default();
+        let warm_ready = Family::<TierLabel, Gauge>::default();
+        registry.register(
+            "session_starts",
+            "Worker pods started for sessions: adopted from a level-0 warm pool, or cold (with the miss reason when the tier has a pool)",
+            session_starts.clone(),
+        );
+        registry.register(
+            "warm_pool_ready",
+            "Idle, ready warm pods of a level-0 tier, over all the namespaces it serves",
+            warm_ready.clone(),
+        );
         Metrics {
             registry,
+            session_starts,
+            warm_ready,
             tier1_opens,
             tier1_failures,
             reconciles,
@@ -211,6 +240,25 @@ impl Metrics {
                 reason: reason.to_string(),
             })
             .inc();
+    }
+
+    /// A session's worker pod started: adopted warm (`miss` None) or cold.
+    pub fn session_started(&self, warm: bool, miss: Option<&'static str>) {
+        self.session_starts
+            .get_or_create(&StartLabels {
+                source: if warm { "warm" } else { "cold" },
+                miss_reason: miss.unwrap_or("none"),
+            })
+            .inc();
+    }
+
+    /// Idle ready warm pods of a level-0 tier.
+    pub fn warm_pool(&self, tier: &str, ready: u32) {
+        self.warm_ready
+            .get_or_create(&TierLabel {
+                tier: tier.to_string(),
+            })
+            .set(i64::from(ready));
     }
 
     /// The text exposition of every metric.

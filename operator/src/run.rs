@@ -133,6 +133,23 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
                 .map(|t| ObjectRef::<SandboxTier>::new(t))
         },
     )
+    // Level-0 warm pods (in the namespaces their pools serve) requeue their tier, the owner of
+    // the idle ones; an adopted pod is its session's and no longer counts.
+    .watches(
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default().labels(&format!(
+            "{},{}={}",
+            crate::labels::POOL,
+            crate::labels::ROLE,
+            crate::labels::ROLE_WORKER
+        )),
+        |pod: Pod| {
+            pod.owner_references()
+                .iter()
+                .find(|o| o.kind == "SandboxTier")
+                .map(|o| ObjectRef::<SandboxTier>::new(&o.name))
+        },
+    )
     .graceful_shutdown_on(stopped(stop_rx.clone()))
     .run(tier::reconcile, tier::error_policy, ctx.clone())
     .for_each(|r| async move {

@@ -126,32 +126,21 @@ pub async fn reconcile(tier: Arc<SandboxTier>, ctx: Arc<Context>) -> Result<Acti
         )
         .await?;
         let pool = tier1::pool::reconcile(&tier, &ctx, ready).await?;
-        let (degraded, why, note) = match &pool.failing {
-            Some((reason, message)) => (
-                true,
-                reasons::POOL_PODS_FAILING,
-                format!("{reason}: {message}"),
-            ),
-            None => (false, reasons::AS_EXPECTED, "nothing is wrong".to_string()),
-        };
-        if condition::set(
-            &mut status.conditions,
-            types::DEGRADED,
-            degraded,
-            why,
-            note.clone(),
-            generation,
-        ) && (degraded
-            || tier
-                .status
-                .as_ref()
-                .is_some_and(|s| condition::is_true(&s.conditions, types::DEGRADED)))
-        {
-            crate::events::publish(&ctx, &*tier, degraded, why, &note, "Pool").await;
-        }
+        set_degraded(&ctx, &tier, &mut status, pool.failing.as_ref()).await;
         status.warm_ready = Some(pool.ready);
         status.warm_updated = Some(pool.updated);
         status.selector = Some(tier1::pod::pool_selector(&tier.name_any()));
+        if pool.ready < tier.spec.warm_pool.size {
+            requeue = Duration::from_secs(30);
+        }
+    }
+    if tier.spec.level == 0 {
+        // The level-0 warm pool: worker pods in the namespaces it serves.
+        let pool = crate::warm::pool::reconcile(&tier, &ctx, ready).await?;
+        set_degraded(&ctx, &tier, &mut status, pool.failing.as_ref()).await;
+        status.warm_ready = Some(pool.ready);
+        status.warm_updated = Some(pool.updated);
+        status.selector = Some(crate::warm::objects::idle_selector(&tier.name_any()));
         if pool.ready < tier.spec.warm_pool.size {
             requeue = Duration::from_secs(30);
         }
@@ -167,6 +156,39 @@ pub async fn reconcile(tier: Arc<SandboxTier>, ctx: Arc<Context>) -> Result<Acti
     ctx.metrics
         .reconciled("sandboxtier", started.elapsed().as_secs_f64());
     Ok(Action::requeue(requeue))
+}
+
+/// Degraded from a pool's failing pod (or namespace), with an Event when it turns on, and when
+/// it turns off after having been on.
+async fn set_degraded(
+    ctx: &Context,
+    tier: &SandboxTier,
+    status: &mut SandboxTierStatus,
+    failing: Option<&(String, String)>,
+) {
+    let (degraded, why, note) = match failing {
+        Some((reason, message)) => (
+            true,
+            reasons::POOL_PODS_FAILING,
+            format!("{reason}: {message}"),
+        ),
+        None => (false, reasons::AS_EXPECTED, "nothing is wrong".to_string()),
+    };
+    if condition::set(
+        &mut status.conditions,
+        types::DEGRADED,
+        degraded,
+        why,
+        note.clone(),
+        tier.metadata.generation,
+    ) && (degraded
+        || tier
+            .status
+            .as_ref()
+            .is_some_and(|s| condition::is_true(&s.conditions, types::DEGRADED)))
+    {
+        crate::events::publish(ctx, tier, degraded, why, &note, "Pool").await;
+    }
 }
 
 async fn write_status(ctx: &Context, name: &str, status: &SandboxTierStatus) -> Result<()> {

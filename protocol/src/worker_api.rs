@@ -183,6 +183,11 @@ pub struct Status {
     /// RFC 3339, UTC: the last exec or end-turn (the start time before any).
     pub last_activity: String,
     pub ready: bool,
+    /// A worker adopted from a warm pool: [`adoption_settings`] of what it was bound to, so the
+    /// operator can check the pod serves exactly its session before calling it Ready. Absent on
+    /// a worker started for its session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -243,6 +248,12 @@ pub mod code {
     pub const UPLOADS_BUSY: &str = "uploads-busy";
     /// The worker's own filesystem work failed (disk full, permissions).
     pub const IO_FAILED: &str = "io-failed";
+    /// A pooled worker was already adopted, or an adoption of it failed (it is one-use).
+    pub const ALREADY_ADOPTED: &str = "already-adopted";
+    /// An adoption's arguments, tokens or skills could not be bound.
+    pub const ADOPTION_FAILED: &str = "adoption-failed";
+    /// A pooled worker that no session has adopted yet serves nothing else.
+    pub const NOT_ADOPTED: &str = "not-adopted";
 }
 
 /// The answer to `PUT /v1/archive?path=…`: how many entries were placed, and their events.
@@ -277,4 +288,73 @@ pub struct FileWritten {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// `POST /v1/adopt`: binds a pooled worker (started with `--adopt-token-file`, before any session
+/// existed) to one session, once. The bearer is the pool's token, never a session's. Everything
+/// session-specific travels here; the worker then runs exactly as one started with these
+/// arguments and files (docs/operator.md "Warm pool").
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdoptRequest {
+    /// `kube-harness worker` arguments for the session (`WorkerArgs::to_args`); `--listen` and
+    /// `--adopt-token-file` are ignored (the pooled worker keeps its socket and cannot be adopted
+    /// twice), `--token-file` and `--session-log-token-file` name where the tokens below go.
+    pub args: Vec<String>,
+    /// The session's bearer token (written to `--token-file`).
+    pub token: String,
+    /// The session's session-log token (written to `--session-log-token-file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_log_token: Option<String>,
+    /// The session's skills, written under `/.agents` before the first command.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skills: Vec<SkillFile>,
+}
+
+impl std::fmt::Debug for AdoptRequest {
+    /// Without the tokens: a request may be logged.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdoptRequest")
+            .field("args", &self.args)
+            .field("skills", &self.skills.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One file under `/.agents`: `path` relative to it (plain names, no `..`), content base64.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SkillFile {
+    pub path: String,
+    pub content_base64: String,
+}
+
+/// `POST /v1/adopt`'s answer: the session now served and [`adoption_settings`] of the request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdoptResponse {
+    pub session: String,
+    pub settings: String,
+}
+
+/// A digest of everything an adoption binds but the tokens (which the operator proves by using
+/// them): the arguments and the skills, length-prefixed so that no two requests share one.
+pub fn adoption_settings(req: &AdoptRequest) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    field(b"args");
+    for a in &req.args {
+        field(a.as_bytes());
+    }
+    field(b"skills");
+    for s in &req.skills {
+        field(s.path.as_bytes());
+        field(s.content_base64.as_bytes());
+    }
+    let digest = h.finalize();
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -122,6 +122,11 @@ pub struct WorkerArgs {
     /// File holding the bearer token clients must send (the session's Secret, mounted).
     #[arg(long, env = "KH_WORKER_TOKEN_FILE", value_name = "FILE")]
     pub token_file: PathBuf,
+    /// Start pooled: serve nothing but `POST /v1/adopt` (with the bearer token in this file, the
+    /// warm pool's) until one session adopts the worker, which then writes --token-file and runs
+    /// as if started with the adoption's arguments. Set by the operator on warm-pool pods.
+    #[arg(long, env = "KH_WORKER_ADOPT_TOKEN_FILE", value_name = "FILE")]
+    pub adopt_token_file: Option<PathBuf>,
     /// The session's name: the default session log run id, reported by /v1/status.
     #[arg(long, env = "KH_WORKER_SESSION", default_value = DEFAULT_SESSION)]
     pub session: String,
@@ -299,6 +304,7 @@ impl WorkerArgs {
         WorkerArgs {
             listen: DEFAULT_LISTEN,
             token_file: token_file.into(),
+            adopt_token_file: None,
             session: DEFAULT_SESSION.into(),
             tier: 0,
             python: toggles.python,
@@ -368,6 +374,10 @@ impl WorkerArgs {
                 self.session_log_token_file.as_deref().map(path),
             ),
             ("session-log-run-scope", self.session_log_run_scope.clone()),
+            (
+                "adopt-token-file",
+                self.adopt_token_file.as_deref().map(path),
+            ),
         ];
         for (name, value) in options {
             if let Some(value) = value {
@@ -455,25 +465,35 @@ fn path(p: &std::path::Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
+/// `kube-harness worker`'s shape, for [`WorkerArgs::parse_flags`].
+#[derive(clap::Parser)]
+struct FlagsOnly {
+    #[command(flatten)]
+    worker: WorkerArgs,
+}
+
+impl WorkerArgs {
+    /// Parses rendered flags ([`WorkerArgs::to_args`]) as the binary does, but blind to the
+    /// `KH_WORKER_*` variables of this process: a warm worker's adoption must bind exactly the
+    /// arguments it was sent, whatever its pod's environment says.
+    pub fn parse_flags(args: &[String]) -> Result<WorkerArgs, clap::Error> {
+        use clap::{CommandFactory, FromArgMatches};
+        let command = FlagsOnly::command().mut_args(|a| a.env(clap::builder::Resettable::Reset));
+        let matches = command
+            .try_get_matches_from(std::iter::once("worker".into()).chain(args.iter().cloned()))?;
+        Ok(FlagsOnly::from_arg_matches(&matches)?.worker)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::{CommandFactory, FromArgMatches, Parser};
+    use clap::CommandFactory;
 
-    /// The binary's shape: `kube-harness worker …`.
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        worker: WorkerArgs,
-    }
+    type Cli = FlagsOnly;
 
-    /// Parses as the binary does, but blind to `KH_WORKER_*` variables the test process may
-    /// have (clap reads them when the command is built).
     fn parse(args: &[String]) -> Result<WorkerArgs, clap::Error> {
-        let command = Cli::command().mut_args(|a| a.env(clap::builder::Resettable::Reset));
-        let matches = command
-            .try_get_matches_from(std::iter::once("worker".into()).chain(args.iter().cloned()))?;
-        Ok(Cli::from_arg_matches(&matches)?.worker)
+        WorkerArgs::parse_flags(args)
     }
 
     #[test]
@@ -487,6 +507,7 @@ mod tests {
         let args = WorkerArgs {
             listen: "127.0.0.1:9000".parse().unwrap(),
             token_file: "/run/token".into(),
+            adopt_token_file: Some("/run/pool/token".into()),
             session: "s-1".into(),
             tier: 1,
             python: false,

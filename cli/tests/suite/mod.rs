@@ -1,5 +1,6 @@
 //! The integration tests of this crate as modules of one test binary (one link on two cores).
 
+mod adopt_pooled;
 mod attack_carried;
 mod attack_file_event_bytes;
 mod attack_local;

@@ -11,6 +11,7 @@ use crate::kube_util::{apply_owned, create_if_absent, delete_if_present, new_tok
 use crate::labels::{self, FINALIZER, MANAGER};
 use crate::tier1::pod::serving_selector;
 use crate::tier1::state::phase as tier1_phase;
+use crate::warm;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -82,7 +83,7 @@ fn key(session: &HarnessSession) -> String {
 async fn cleanup(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> {
     let ns = session.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    delete_worker(&pods, &session).await?;
+    delete_worker(&pods, &worker_pod_name(&session)).await?;
     // Tier-1 pods live in the operator's namespace: no owner reference can reach them.
     crate::tier1::sweep::delete_for_session(ctx, &ns, &session.name_any()).await?;
     events::publish(
@@ -190,9 +191,22 @@ async fn ensure(
     };
     let escalation = observe_escalation(session, ctx, &tiers).await?;
 
-    let token = ensure_secret(session, ctx).await?;
-    apply_owned::<PersistentVolumeClaim>(&ctx.client, &ns, &resources::workspace_pvc(session))
-        .await?;
+    let tokens = ensure_secret(session, ctx).await?;
+    let token = tokens.token.clone();
+    // The workspace: the session's own PVC, or the warm pod's it adopted (status keeps which).
+    let own_claim = labels::workspace_pvc(&name);
+    let mut claim = old
+        .workspace_claim
+        .clone()
+        .unwrap_or_else(|| own_claim.clone());
+    // A session's first worker may be a warm pod (with its own PVC); later ones (after
+    // hibernation, a spec change, a lost pod) are the session's.
+    let first = old.worker_pod.is_none() && old.workspace_claim.is_none();
+    let may_adopt = first && worker_tier.spec.warm_pool.size > 0;
+    if claim == own_claim && !may_adopt {
+        apply_owned::<PersistentVolumeClaim>(&ctx.client, &ns, &resources::workspace_pvc(session))
+            .await?;
+    }
     apply_owned::<NetworkPolicy>(
         &ctx.client,
         &ns,
@@ -207,7 +221,7 @@ async fn ensure(
     .await?;
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let pod_name = labels::worker_pod(&name);
+    let mut pod_name = worker_pod_name(session);
     let existing = pods.get_opt(&pod_name).await?;
     let worker = if hibernating(session, old) {
         // Hibernation: an idle worker is deleted, the PVC stays; a wake request brings it back.
@@ -219,16 +233,88 @@ async fn ensure(
         Worker::Hibernating
     } else {
         let config_maps = skills_config_maps(session, ctx).await?;
-        let desired = resources::worker_pod(session, &worker_tier.spec, &ctx.config, &config_maps);
+        let uid = if claim == own_claim {
+            resources::worker_uid(session)
+        } else {
+            let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+            warm::adopt::claim_uid(claims.get_opt(&claim).await?.as_ref())
+                .unwrap_or_else(|| resources::worker_uid(session))
+        };
+        let desired = |claim: &str, uid: i64| {
+            resources::worker_pod_with(
+                session,
+                &worker_tier.spec,
+                &ctx.config,
+                &config_maps,
+                claim,
+                uid,
+            )
+        };
         let pod = match existing {
-            Some(pod) if stale(&pod, &desired) => {
+            Some(pod) if stale(&pod, &desired(&claim, uid)) => {
                 if pod.metadata.deletion_timestamp.is_none() {
                     pods.delete(&pod_name, &DeleteParams::default()).await?;
                 }
                 None
             }
             Some(pod) => Some(pod),
-            None => create_if_absent(&pods, &desired).await?,
+            None => {
+                let tokens = warm::adopt::Tokens {
+                    token: tokens.token.clone(),
+                    session_log: tokens.session_log.clone(),
+                };
+                let outcome = if may_adopt {
+                    warm::adopt::adopt(session, &worker_tier, ctx, &tokens, &config_maps, |c, u| {
+                        desired(c, u)
+                            .annotations()
+                            .get(labels::SPEC_HASH)
+                            .cloned()
+                            .unwrap_or_default()
+                    })
+                    .await?
+                } else {
+                    warm::adopt::Outcome::NoPool
+                };
+                match outcome {
+                    warm::adopt::Outcome::Adopted(pod) => {
+                        ctx.metrics.session_started(true, None);
+                        pod_name = pod.name_any();
+                        claim = warm::objects::claim_name(&pod_name);
+                        Some(*pod)
+                    }
+                    miss => {
+                        let miss = match miss {
+                            warm::adopt::Outcome::Miss(why) => {
+                                events::publish(
+                                    ctx,
+                                    session,
+                                    false,
+                                    "WarmPoolMiss",
+                                    &format!("no warm worker pod adopted ({why}); starting one"),
+                                    "Start",
+                                )
+                                .await;
+                                Some(why)
+                            }
+                            _ => None,
+                        };
+                        pod_name = labels::worker_pod(&name);
+                        if may_adopt {
+                            apply_owned::<PersistentVolumeClaim>(
+                                &ctx.client,
+                                &ns,
+                                &resources::workspace_pvc(session),
+                            )
+                            .await?;
+                        }
+                        let created = create_if_absent(&pods, &desired(&claim, uid)).await?;
+                        if created.is_some() {
+                            ctx.metrics.session_started(false, miss);
+                        }
+                        created
+                    }
+                }
+            }
         };
         let state = pod
             .as_ref()
@@ -241,9 +327,17 @@ async fn ensure(
         // whole second lost, docs/performance.md): once the container runs, the worker's own
         // answer is as good. No poll loop: a worker not ready yet is seen again when the probe
         // passes (a pod watch event).
+        // An adopted pod serves this session only once it reports this session's adoption.
+        let adopted = pod
+            .as_ref()
+            .and_then(|p| p.annotations().get(warm::objects::ADOPTED).cloned());
+        let bound = |r: &usage::WorkerReport| adopted.is_none() || r.settings == adopted;
         let (state, polled) = match (&state, pod.as_ref().and_then(started_ip)) {
             (WorkerState::Starting { .. }, Some(ip)) => {
-                match usage::poll(&ip, port, &token).await.filter(|r| r.ready) {
+                match usage::poll(&ip, port, &token)
+                    .await
+                    .filter(|r| r.ready && bound(r))
+                {
                     Some(report) => (WorkerState::Ready { ip }, Some(report)),
                     None => (state, None),
                 }
@@ -257,10 +351,25 @@ async fn ensure(
                     None => usage::poll(&ip, port, &token).await,
                 };
                 match report {
+                    // An adopted pod that does not answer is not known to serve this session.
+                    None if adopted.is_some() => Worker::Running {
+                        state: WorkerState::Starting {
+                            reason: "WorkerStarting".into(),
+                        },
+                        report: None,
+                    },
+                    Some(report) if !bound(&report) => {
+                        // Not the adoption this session made: never serve it.
+                        delete_worker(&pods, &pod_name).await?;
+                        Worker::Running {
+                            state: WorkerState::Gone,
+                            report: None,
+                        }
+                    }
                     Some(report)
                         if !report.busy && idle_expired(session, &report.last_activity) =>
                     {
-                        delete_worker(&pods, session).await?;
+                        delete_worker(&pods, &pod_name).await?;
                         Worker::IdledOut { report }
                     }
                     report => Worker::Running {
@@ -270,7 +379,7 @@ async fn ensure(
                 }
             }
             WorkerState::Gone => {
-                delete_worker(&pods, session).await?;
+                delete_worker(&pods, &pod_name).await?;
                 Worker::Running {
                     state: WorkerState::Gone,
                     report: None,
@@ -285,6 +394,7 @@ async fn ensure(
     Ok(Observed::Session(Box::new(Seen {
         token_secret: labels::token_secret(&name),
         worker_pod: pod_name,
+        workspace_claim: claim,
         worker_port: ctx.config.worker_port,
         address: access::address(session, ctx.config.worker_port),
         escalation,
@@ -331,13 +441,19 @@ async fn observe_escalation(
 }
 
 /// The session's token Secret: created once with a random token, never rotated by a reconcile
-/// (that would lock out callers mid-session). Returns the token.
-async fn ensure_secret(session: &HarnessSession, ctx: &Context) -> Result<String> {
+/// (that would lock out callers mid-session). Returns the token and the session-log token.
+async fn ensure_secret(session: &HarnessSession, ctx: &Context) -> Result<SessionTokens> {
     let ns = session.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     let name = labels::token_secret(&session.name_any());
     if let Some(existing) = secrets.get_opt(&name).await? {
-        return token_of(&existing).ok_or(Error::MissingField("token Secret key `token`"));
+        let token = token_of(&existing).ok_or(Error::MissingField("token Secret key `token`"))?;
+        let session_log = existing
+            .data
+            .as_ref()
+            .and_then(|d| d.get("session-log-token"))
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned());
+        return Ok(SessionTokens { token, session_log });
     }
     // Never the session log's own token: one scoped to this session's runs, which is all a user
     // who can read this Secret, or the worker pod, can then reach.
@@ -354,15 +470,34 @@ async fn ensure_secret(session: &HarnessSession, ctx: &Context) -> Result<String
     let token = new_token();
     let secret = resources::token_secret(session, &token, log_token.as_deref());
     match create_if_absent(&secrets, &secret).await? {
-        Some(_) => Ok(token),
+        Some(_) => Ok(SessionTokens {
+            token,
+            session_log: log_token,
+        }),
         // Another reconcile created it first: use theirs.
         None => Box::pin(ensure_secret(session, ctx)).await,
     }
 }
 
-/// Deletes the session's worker pod; already gone is fine.
-async fn delete_worker(pods: &Api<Pod>, session: &HarnessSession) -> Result<()> {
-    Ok(delete_if_present(pods, &labels::worker_pod(&session.name_any())).await?)
+/// The session's bearer token and its session-log token (with a session log).
+struct SessionTokens {
+    token: String,
+    session_log: Option<String>,
+}
+
+/// The session's current worker pod: the one status names (an adopted warm pod keeps its own
+/// name), else `<name>-worker`.
+pub fn worker_pod_name(session: &HarnessSession) -> String {
+    session
+        .status
+        .as_ref()
+        .and_then(|s| s.worker_pod.clone())
+        .unwrap_or_else(|| labels::worker_pod(&session.name_any()))
+}
+
+/// Deletes a worker pod; already gone is fine.
+async fn delete_worker(pods: &Api<Pod>, name: &str) -> Result<()> {
+    Ok(delete_if_present(pods, name).await?)
 }
 
 /// The session log token from the operator's Secret, if a session log is configured.

@@ -313,7 +313,7 @@ fn skills_volume(session: &HarnessSession, config_maps: &[ConfigMap]) -> Volume 
     }
 }
 
-fn mount(name: &str, path: &str, sub_path: Option<&str>, read_only: bool) -> VolumeMount {
+pub fn mount(name: &str, path: &str, sub_path: Option<&str>, read_only: bool) -> VolumeMount {
     VolumeMount {
         name: name.into(),
         mount_path: path.into(),
@@ -325,25 +325,102 @@ fn mount(name: &str, path: &str, sub_path: Option<&str>, read_only: bool) -> Vol
 
 /// The Tier-0 worker pod: restricted Pod Security (non-root, read-only root filesystem, no
 /// privilege escalation, no capabilities, RuntimeDefault seccomp), no ServiceAccount token, no
-/// service links (nothing about the cluster in its environment), the workspace PVC at the
-/// canonical paths, skills read-only at /.agents, and a writable /tmp.
+/// service links (nothing about the cluster in its environment), the workspace PVC `claim` at the
+/// canonical paths, skills read-only at /.agents, and a writable /tmp. `uid`: [`worker_uid`], or
+/// the uid of the warm-pool pod whose claim the session adopted (its files are that uid's).
+pub fn worker_pod_with(
+    session: &HarnessSession,
+    tier: &SandboxTierSpec,
+    config: &OperatorConfig,
+    config_maps: &[ConfigMap],
+    claim: &str,
+    uid: i64,
+) -> Pod {
+    let name = session.name_any();
+    // The Service's selector, so the Service always finds exactly this pod.
+    let mut labels = super::access::worker_selector(session);
+    labels.insert(labels::NAME_WORKER.0.into(), labels::NAME_WORKER.1.into());
+    let spec = worker_pod_spec(
+        tier,
+        config,
+        WorkerPodParts {
+            args: worker_args(session, config),
+            uid,
+            claim: claim.to_string(),
+            agents: (skills_volume(session, config_maps), false),
+            token: (
+                Volume {
+                    name: "token".into(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(labels::token_secret(&name)),
+                        default_mode: Some(0o440),
+                        ..SecretVolumeSource::default()
+                    }),
+                    ..Volume::default()
+                },
+                false,
+            ),
+            extra: None,
+        },
+    );
+    let hash = spec_hash(&spec);
+    Pod {
+        metadata: ObjectMeta {
+            labels: Some(labels),
+            annotations: Some(BTreeMap::from([(labels::SPEC_HASH.into(), hash)])),
+            ..meta(session, labels::worker_pod(&name))
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+/// [`worker_pod_with`] the session's own PVC and uid (a session that adopted no warm pod).
 pub fn worker_pod(
     session: &HarnessSession,
     tier: &SandboxTierSpec,
     config: &OperatorConfig,
     config_maps: &[ConfigMap],
 ) -> Pod {
-    let name = session.name_any();
-    let uid = worker_uid(session);
+    let claim = labels::workspace_pvc(&session.name_any());
+    worker_pod_with(
+        session,
+        tier,
+        config,
+        config_maps,
+        &claim,
+        worker_uid(session),
+    )
+}
+
+/// What differs between a session's own worker pod and a warm pool's (`crate::warm`).
+pub struct WorkerPodParts {
+    /// The container's arguments (`worker …`).
+    pub args: Vec<String>,
+    pub uid: i64,
+    /// The workspace PVC.
+    pub claim: String,
+    /// The `agents` volume (/.agents), and whether the worker may write it (a pool pod's, which
+    /// its adoption fills; commands never can).
+    pub agents: (Volume, bool),
+    /// The `token` volume (TOKEN_DIR), and whether the worker may write it (likewise).
+    pub token: (Volume, bool),
+    /// One more volume and its mount (a pool pod's adoption token).
+    pub extra: Option<(Volume, VolumeMount)>,
+}
+
+/// The worker pod's spec, from the tier's template and the parts that differ.
+pub fn worker_pod_spec(
+    tier: &SandboxTierSpec,
+    config: &OperatorConfig,
+    parts: WorkerPodParts,
+) -> PodSpec {
     let template = &tier.template;
     let image = if template.image.is_empty() {
         config.worker_image.clone()
     } else {
         template.image.clone()
     };
-    // The Service's selector, so the Service always finds exactly this pod.
-    let mut labels = super::access::worker_selector(session);
-    labels.insert(labels::NAME_WORKER.0.into(), labels::NAME_WORKER.1.into());
     let probe = |path: &str, period: i32| Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.into()),
@@ -354,6 +431,38 @@ pub fn worker_pod(
         failure_threshold: Some(3),
         ..Probe::default()
     };
+    let mut mounts = vec![
+        mount("workspace", "/session", Some("session"), false),
+        mount("workspace", "/artifacts", Some("artifacts"), false),
+        mount("workspace", "/persistent", Some("persistent"), false),
+        mount("agents", "/.agents", None, !parts.agents.1),
+        mount("tmp", "/tmp", None, false),
+        mount("token", TOKEN_DIR, None, !parts.token.1),
+    ];
+    let mut volumes = vec![
+        Volume {
+            name: "workspace".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: parts.claim,
+                read_only: Some(false),
+            }),
+            ..Volume::default()
+        },
+        parts.agents.0,
+        Volume {
+            name: "tmp".into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: Some(Quantity("256Mi".into())),
+                ..EmptyDirVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        parts.token.0,
+    ];
+    if let Some((volume, at)) = parts.extra {
+        volumes.push(volume);
+        mounts.push(at);
+    }
     let container = Container {
         name: "worker".into(),
         image: Some(image),
@@ -361,7 +470,7 @@ pub fn worker_pod(
             .image_pull_policy
             .map(|p| format!("{p:?}"))
             .or(Some("IfNotPresent".into())),
-        args: Some(worker_args(session, config)),
+        args: Some(parts.args),
         env: Some(vec![
             EnvVar {
                 name: "TMPDIR".into(),
@@ -388,47 +497,12 @@ pub fn worker_pod(
         resources: template.resources.clone(),
         security_context: Some(SecurityContext {
             read_only_root_filesystem: Some(true),
-            ..restricted_container(uid)
+            ..restricted_container(parts.uid)
         }),
-        volume_mounts: Some(vec![
-            mount("workspace", "/session", Some("session"), false),
-            mount("workspace", "/artifacts", Some("artifacts"), false),
-            mount("workspace", "/persistent", Some("persistent"), false),
-            mount("agents", "/.agents", None, true),
-            mount("tmp", "/tmp", None, false),
-            mount("token", TOKEN_DIR, None, true),
-        ]),
+        volume_mounts: Some(mounts),
         ..Container::default()
     };
-    let volumes = vec![
-        Volume {
-            name: "workspace".into(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: labels::workspace_pvc(&name),
-                read_only: Some(false),
-            }),
-            ..Volume::default()
-        },
-        skills_volume(session, config_maps),
-        Volume {
-            name: "tmp".into(),
-            empty_dir: Some(EmptyDirVolumeSource {
-                size_limit: Some(Quantity("256Mi".into())),
-                ..EmptyDirVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
-        Volume {
-            name: "token".into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(labels::token_secret(&name)),
-                default_mode: Some(0o440),
-                ..SecretVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
-    ];
-    let spec = PodSpec {
+    PodSpec {
         containers: vec![container],
         volumes: Some(volumes),
         automount_service_account_token: Some(false),
@@ -438,23 +512,13 @@ pub fn worker_pod(
         runtime_class_name: template.runtime_class_name.clone(),
         node_selector: (!template.node_selector.is_empty()).then(|| template.node_selector.clone()),
         tolerations: (!template.tolerations.is_empty()).then(|| template.tolerations.clone()),
-        security_context: Some(restricted_pod(uid)),
+        security_context: Some(restricted_pod(parts.uid)),
         ..PodSpec::default()
-    };
-    let hash = spec_hash(&spec);
-    Pod {
-        metadata: ObjectMeta {
-            labels: Some(labels),
-            annotations: Some(BTreeMap::from([(labels::SPEC_HASH.into(), hash)])),
-            ..meta(session, labels::worker_pod(&name))
-        },
-        spec: Some(spec),
-        status: None,
     }
 }
 
 /// Hash of a pod spec: the operator recreates the worker when the spec it would build changes.
-fn spec_hash(spec: &PodSpec) -> String {
+pub fn spec_hash(spec: &PodSpec) -> String {
     let bytes = serde_json::to_vec(spec).unwrap_or_default();
     hex::encode(&Sha256::digest(bytes)[..8])
 }

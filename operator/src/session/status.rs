@@ -39,6 +39,8 @@ pub struct Seen {
     pub token_secret: String,
     /// Name of the worker pod (whether or not it exists).
     pub worker_pod: String,
+    /// Name of the workspace PVC.
+    pub workspace_claim: String,
     /// Port of the worker API, for the endpoint.
     pub worker_port: u16,
     /// The Service's URL, shown as `status.address` while the worker is Ready.
@@ -129,6 +131,7 @@ pub fn status(
     };
     let serving_level = escalation(&mut status, generation, &seen.escalation);
     status.token_secret = Some(seen.token_secret.clone());
+    status.workspace_claim = Some(seen.workspace_claim.clone());
     let (state, report) = match &seen.worker {
         Worker::Hibernating => {
             status.phase = Some(Phase::Hibernated);

@@ -16,6 +16,8 @@ pub struct WorkerReport {
     pub last_activity: String,
     /// The worker's own readiness (what its `/readyz` says).
     pub ready: bool,
+    /// An adopted worker's adoption digest.
+    pub settings: Option<String>,
 }
 
 /// Asks the worker at `ip:port` for its status; `None` when it does not answer within
@@ -52,5 +54,6 @@ pub async fn poll(ip: &str, port: u16, token: &str) -> Option<WorkerReport> {
         busy: status.busy,
         last_activity: status.last_activity,
         ready: status.ready,
+        settings: status.settings,
     })
 }

@@ -3,6 +3,7 @@
 //! Security, no ServiceAccount token, nothing of the worker's environment).
 
 use crate::config::OperatorConfig;
+use crate::kube_util::short_hash;
 use crate::kube_util::{restricted_container as restricted, restricted_pod};
 use crate::labels;
 use k8s_openapi::api::core::v1::{
@@ -21,7 +22,6 @@ use kube::{Resource, ResourceExt};
 use kube_harness_crds::tier::EgressMode;
 use kube_harness_crds::SandboxTier;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
 /// Port of the Tier-1 agent API in the pod.
@@ -74,15 +74,6 @@ pub struct Serving {
     pub turn: String,
     pub worker_uid: Option<String>,
     pub miss_reason: Option<MissReason>,
-}
-
-fn short_hash(parts: &[&str]) -> String {
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update(p.as_bytes());
-        h.update([0u8]);
-    }
-    hex::encode(&h.finalize()[..8])
 }
 
 /// Label value for a turn id: any string the worker sends becomes 16 hex digits.

@@ -99,13 +99,14 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Vec<String>> {
         };
         let key = (ns.clone(), name.clone());
         if !sessions.contains_key(&key) {
-            let exists = Api::<HarnessSession>::namespaced(ctx.client.clone(), &ns)
+            let found = Api::<HarnessSession>::namespaced(ctx.client.clone(), &ns)
                 .get_opt(&name)
                 .await?
-                .is_some_and(|s| s.metadata.deletion_timestamp.is_none());
-            let worker = if exists {
+                .filter(|s| s.metadata.deletion_timestamp.is_none());
+            let exists = found.is_some();
+            let worker = if let Some(session) = &found {
                 Api::<Pod>::namespaced(ctx.client.clone(), &ns)
-                    .get_opt(&labels::worker_pod(&name))
+                    .get_opt(&crate::session::reconcile::worker_pod_name(session))
                     .await?
                     .filter(|p| p.metadata.deletion_timestamp.is_none())
                     .as_ref()

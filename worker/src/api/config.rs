@@ -61,6 +61,9 @@ pub struct WorkerConfig {
     /// How long a client may take to send a request head, how long an idle connection stays
     /// open, and how many connections may be open at once (docs/worker-api.md "Connections").
     pub connections: ConnectionLimits,
+    /// Set on a worker adopted from a warm pool: the digest of what the adoption bound
+    /// (`worker_api::adoption_settings`), reported by `/v1/status` for the operator to check.
+    pub adoption: Option<String>,
 }
 
 impl WorkerConfig {
@@ -84,6 +87,7 @@ impl WorkerConfig {
             max_file_event_bytes: worker_args::DEFAULT_MAX_FILE_EVENT_BYTES,
             shutdown_grace: Duration::from_secs(worker_args::DEFAULT_SHUTDOWN_GRACE_SECS),
             connections: ConnectionLimits::default(),
+            adoption: None,
         }
     }
 

@@ -7,6 +7,7 @@
     clippy::arithmetic_side_effects
 )]
 
+pub mod adopt;
 pub mod archive;
 pub mod config;
 pub mod escalation;

@@ -337,23 +337,47 @@ pub async fn serve(
     auth: AuthConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let grace = worker.config().shutdown_grace;
     let app = router(worker.clone(), auth);
-    let (fired_tx, fired_rx) = tokio::sync::oneshot::channel::<tokio::time::Instant>();
-    let (at_tx, at_rx) = tokio::sync::watch::channel(None::<tokio::time::Instant>);
-    let signal_worker = worker.clone();
-    let signal = async move {
-        shutdown.await;
-        signal_worker.begin_shutdown();
-        let _ = fired_tx.send(tokio::time::Instant::now());
-    };
+    let connections = worker.config().connections;
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, session = worker.config().session, "worker listening");
     }
-    let server =
-        kube_harness_service_kit::serve_with(listener, app, worker.config().connections, signal);
+    serve_app(
+        listener,
+        app,
+        connections,
+        move || Some(worker.clone()),
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve`] for an app whose worker may come later (a pooled worker, [`super::adopt`]): the
+/// shutdown steps apply to the worker `current` returns when the signal fires, if any.
+pub(crate) async fn serve_app(
+    listener: TcpListener,
+    app: Router,
+    connections: kube_harness_service_kit::ConnectionLimits,
+    current: impl Fn() -> Option<Arc<Worker>> + Send + Sync + 'static,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let current = Arc::new(current);
+    let (fired_tx, fired_rx) =
+        tokio::sync::oneshot::channel::<(tokio::time::Instant, Option<Arc<Worker>>)>();
+    let signal_current = current.clone();
+    let signal = async move {
+        shutdown.await;
+        let worker = signal_current();
+        if let Some(w) = &worker {
+            w.begin_shutdown();
+        }
+        let _ = fired_tx.send((tokio::time::Instant::now(), worker));
+    };
+    let server = kube_harness_service_kit::serve_with(listener, app, connections, signal);
+    let (at_tx, at_rx) = tokio::sync::watch::channel(None::<tokio::time::Instant>);
     let deadline = async move {
-        if let Ok(at) = fired_rx.await {
+        if let Ok((at, worker)) = fired_rx.await {
+            let grace = worker.map_or(Duration::ZERO, |w| w.config().shutdown_grace);
             let _ = at_tx.send(Some(at));
             match at.checked_add(grace) {
                 Some(end) => tokio::time::sleep_until(end).await,
@@ -367,7 +391,11 @@ pub async fn serve(
         served = server => served?,
         _ = deadline => tracing::warn!("shutdown grace passed with requests in flight"),
     }
+    let Some(worker) = current() else {
+        return Ok(());
+    };
     // What is left of the grace period (at least a second) for the running command to let go.
+    let grace = worker.config().shutdown_grace;
     let signalled = (*at_rx.borrow()).unwrap_or_else(tokio::time::Instant::now);
     let left = grace
         .saturating_sub(signalled.elapsed())

@@ -311,6 +311,7 @@ impl Worker {
             refusals: c.refusals.load(Ordering::SeqCst),
             last_activity: rfc3339(c.last_activity_ms.load(Ordering::SeqCst)),
             ready: self.readiness().is_ok(),
+            settings: self.config.adoption.clone(),
         }
     }
 

@@ -20,6 +20,7 @@ fn report(tier: u8, busy: bool) -> WorkerReport {
         busy,
         last_activity: "2025-01-01T00:00:00Z".into(),
         ready: true,
+        settings: None,
     }
 }
 
@@ -39,6 +40,7 @@ fn seen(escalation: Escalation, worker: Worker) -> Observed {
     Observed::Session(Box::new(Seen {
         token_secret: "s-token".into(),
         worker_pod: "s-worker".into(),
+        workspace_claim: "s-workspace".into(),
         worker_port: PORT,
         address: ADDRESS.into(),
         escalation,

@@ -1,0 +1,305 @@
+//! A new session adopting a warm pod: pick a ready idle pod of its worker tier's pool in its
+//! namespace, claim it (a resourceVersion-conditioned patch, so two sessions never get one pod),
+//! hand it and its PVC to the session (labels, owner), and bind the session to the pooled worker
+//! (`POST /v1/adopt` with the pool's token). The session is Ready only once the worker reports the
+//! same adoption digest (checked by the session reconcile). Any miss starts the session cold,
+//! with its reason counted.
+
+use super::objects::{self, ADOPTED, CLAIM_UID, POOL_WORKSPACE_SIZE};
+use crate::context::Context;
+use crate::error::Result;
+use crate::kube_util::{delete_if_present, pod_condition, secret_token};
+use crate::labels;
+use crate::session::resources;
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+use kube_harness_crds::{HarnessSession, SandboxTier};
+use kube_harness_protocol::worker_api::{
+    adoption_settings, AdoptRequest, AdoptResponse, SkillFile,
+};
+use serde_json::json;
+use std::time::Duration;
+
+/// How long the pooled worker may take to answer the adoption.
+const ADOPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Candidates tried when other sessions claim the same pods first.
+const CLAIM_TRIES: usize = 3;
+
+/// What the warm pool did for a new session.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The tier keeps no pool: a cold start, and no miss.
+    NoPool,
+    /// A cold start, for this reason (a metric label and an Event).
+    Miss(&'static str),
+    /// This pod (claimed, owned and bound) is the session's worker now.
+    Adopted(Box<Pod>),
+}
+
+/// The session's secrets, as the adoption hands them over.
+pub struct Tokens {
+    pub token: String,
+    pub session_log: Option<String>,
+}
+
+/// Tries to give `session` a warm pod of `tier`. `desired_hash(claim, uid)`: the spec hash of the
+/// worker pod the session would get with that claim and uid (a later spec change then replaces
+/// the adopted pod as it would a cold one).
+pub async fn adopt(
+    session: &HarnessSession,
+    tier: &SandboxTier,
+    ctx: &Context,
+    tokens: &Tokens,
+    config_maps: &[ConfigMap],
+    desired_hash: impl Fn(&str, i64) -> String,
+) -> Result<Outcome> {
+    let pool = &tier.spec.warm_pool;
+    if pool.size == 0 {
+        return Ok(Outcome::NoPool);
+    }
+    let ns = session.namespace().unwrap_or_default();
+    let name = session.name_any();
+    if !pool.namespaces.contains(&ns) {
+        return Ok(Outcome::Miss("namespace-not-served"));
+    }
+    let ws = &session.spec.workspace;
+    if ws.size != POOL_WORKSPACE_SIZE || ws.storage_class_name.is_some() {
+        return Ok(Outcome::Miss("workspace-differs"));
+    }
+    let Some(req) = request(session, ctx, tokens, config_maps) else {
+        return Ok(Outcome::Miss("skills-missing"));
+    };
+    let settings = adoption_settings(&req);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let all = pods
+        .list(&ListParams::default().labels(&objects::pool_selector(&tier.name_any())))
+        .await?
+        .items;
+    let uid = session.meta().uid.clone().unwrap_or_default();
+    // A pod this session claimed before: the operator stopped between the claim and the status.
+    let mine = all.iter().find(|p| {
+        p.labels().get(labels::SESSION) == Some(&name)
+            && p.owner_references().iter().any(|o| o.uid == uid)
+    });
+    let resumed = mine.is_some();
+    let pod = match mine {
+        Some(p) => p.clone(),
+        None => {
+            let hash = objects::template_hash(tier, &ctx.config);
+            let idle: Vec<&Pod> = all
+                .iter()
+                .filter(|p| {
+                    p.labels().get(labels::CLAIMED).map(String::as_str) == Some("false")
+                        && p.labels().get(labels::TEMPLATE_HASH) == Some(&hash)
+                        && p.metadata.deletion_timestamp.is_none()
+                })
+                .collect();
+            let mut ready: Vec<&Pod> = idle
+                .iter()
+                .copied()
+                .filter(|p| ready_ip(p).is_some())
+                .collect();
+            if ready.is_empty() {
+                return Ok(Outcome::Miss(if idle.is_empty() {
+                    "pool-empty"
+                } else {
+                    "pool-starting"
+                }));
+            }
+            // Concurrent sessions start at different pods.
+            let first = crate::kube_util::short_hash(&[&uid])
+                .bytes()
+                .fold(0usize, |a, b| a.wrapping_mul(31).wrapping_add(b as usize))
+                % ready.len();
+            ready.rotate_left(first);
+            let mut claimed = None;
+            for candidate in ready.into_iter().take(CLAIM_TRIES) {
+                let claim = objects::claim_name(&candidate.name_any());
+                let pod_uid = objects::pod_uid(&candidate.name_any());
+                match claim_pod(
+                    &pods,
+                    candidate,
+                    session,
+                    &settings,
+                    &desired_hash(&claim, pod_uid),
+                )
+                .await
+                {
+                    Ok(p) => {
+                        claimed = Some(p);
+                        break;
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            match claimed {
+                Some(p) => p,
+                None => return Ok(Outcome::Miss("contention")),
+            }
+        }
+    };
+    hand_over_claim(ctx, session, &pod).await?;
+    let Some(ip) = ready_ip(&pod) else {
+        // Claimed before (resumed) and not serving: replace it with a cold start.
+        delete_if_present(&pods, &pod.name_any()).await?;
+        return Ok(Outcome::Miss("adoption-failed"));
+    };
+    let pool_token = secret_token(
+        &Api::<Secret>::namespaced(ctx.client.clone(), &ns),
+        &objects::pool_object_name(&tier.name_any()),
+    )
+    .await?;
+    let bound = match pool_token {
+        Some(t) => bind(&ip, ctx.config.worker_port, t.trim(), &req, resumed).await,
+        None => Err("the pool's Secret is gone".into()),
+    };
+    match bound {
+        Ok(()) => Ok(Outcome::Adopted(Box::new(pod))),
+        Err(why) => {
+            tracing::warn!(session = %name, pod = %pod.name_any(), %why, "adoption failed; starting cold");
+            delete_if_present(&pods, &pod.name_any()).await?;
+            Ok(Outcome::Miss("adoption-failed"))
+        }
+    }
+}
+
+/// The IP of a pod whose readiness probe passes.
+fn ready_ip(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    pod_condition(status, "Ready", "True")?;
+    status.pod_ip.clone().filter(|ip| !ip.is_empty())
+}
+
+/// The adoption request: the session's worker arguments, tokens and skills. `None` when a
+/// skills ConfigMap is missing (the cold pod then reports it, as the kubelet sees it).
+fn request(
+    session: &HarnessSession,
+    ctx: &Context,
+    tokens: &Tokens,
+    config_maps: &[ConfigMap],
+) -> Option<AdoptRequest> {
+    let mut skills = Vec::new();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    for skill in &session.spec.workspace.skills {
+        let cm = config_maps
+            .iter()
+            .find(|c| c.name_any() == skill.config_map)?;
+        let dir = skill
+            .path
+            .clone()
+            .unwrap_or_else(|| skill.config_map.clone());
+        for (key, value) in cm.data.iter().flatten() {
+            skills.push(SkillFile {
+                path: format!("{dir}/{key}"),
+                content_base64: b64.encode(value),
+            });
+        }
+        for (key, value) in cm.binary_data.iter().flatten() {
+            skills.push(SkillFile {
+                path: format!("{dir}/{key}"),
+                content_base64: b64.encode(&value.0),
+            });
+        }
+    }
+    Some(AdoptRequest {
+        args: resources::worker_settings(session, &ctx.config).to_args(),
+        token: tokens.token.clone(),
+        session_log_token: tokens.session_log.clone(),
+        skills,
+    })
+}
+
+/// Claims `pod` for the session: labels, owner and the adoption digest, conditioned on the
+/// resourceVersion the list returned (409 when another session got there first).
+async fn claim_pod(
+    pods: &Api<Pod>,
+    pod: &Pod,
+    session: &HarnessSession,
+    settings: &str,
+    spec_hash: &str,
+) -> std::result::Result<Pod, kube::Error> {
+    let mut labels = resources::session_labels(session);
+    labels.insert(labels::CLAIMED.into(), "true".into());
+    let owner: Vec<_> = session.controller_owner_ref(&()).into_iter().collect();
+    let patch = json!({
+        "metadata": {
+            "resourceVersion": pod.resource_version(),
+            "labels": labels,
+            "annotations": { ADOPTED: settings, labels::SPEC_HASH: spec_hash },
+            "ownerReferences": owner,
+        }
+    });
+    pods.patch(
+        &pod.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+}
+
+/// The pod's PVC becomes the session's: its labels and owner (so it outlives the pod, through
+/// hibernation, and goes with the session).
+async fn hand_over_claim(ctx: &Context, session: &HarnessSession, pod: &Pod) -> Result<()> {
+    let ns = session.namespace().unwrap_or_default();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let owner: Vec<_> = session.controller_owner_ref(&()).into_iter().collect();
+    let patch = json!({
+        "metadata": {
+            "labels": resources::session_labels(session),
+            "ownerReferences": owner,
+        }
+    });
+    claims
+        .patch(
+            &objects::claim_name(&pod.name_any()),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// `POST /v1/adopt`. Already adopted is fine only for a claim this session made before (the
+/// operator stopped after binding it; the status check decides); a pod someone else adopted
+/// while it sat in the pool is a failure.
+async fn bind(
+    ip: &str,
+    port: u16,
+    pool_token: &str,
+    req: &AdoptRequest,
+    resumed: bool,
+) -> std::result::Result<(), String> {
+    let client = reqwest::Client::builder()
+        .timeout(ADOPT_TIMEOUT)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let response = client
+        .post(format!("http://{ip}:{port}/v1/adopt"))
+        .bearer_auth(pool_token)
+        .json(req)
+        .send()
+        .await
+        .map_err(|e| format!("POST /v1/adopt: {e}"))?;
+    let status = response.status();
+    if status == reqwest::StatusCode::CONFLICT && resumed {
+        return Ok(());
+    }
+    if !status.is_success() {
+        let body = response.text().await.unwrap_or_default();
+        return Err(format!("POST /v1/adopt answered {status}: {body}"));
+    }
+    let answer: AdoptResponse = response.json().await.map_err(|e| e.to_string())?;
+    if answer.settings != adoption_settings(req) {
+        return Err("the worker bound other settings than sent".into());
+    }
+    Ok(())
+}
+
+/// The uid the worker pods of `claim` run as: the warm pod's that first used it, or the
+/// session's own for its own claim.
+pub fn claim_uid(claim: Option<&PersistentVolumeClaim>) -> Option<i64> {
+    claim?.annotations().get(CLAIM_UID)?.parse().ok()
+}
