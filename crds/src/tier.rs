@@ -233,10 +233,9 @@ pub struct WarmPool {
     pub max_workspace_bytes: Option<u64>,
     /// Level 0 only: the namespaces whose new sessions this pool serves; `size` worker pods are
     /// kept in each (they count against that namespace's quota). Required when a level-0 pool
-    /// has a size; must be empty for escalation tiers.
+    /// has a size; must be empty for escalation tiers. A namespace listed twice counts once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
-    #[x_kube(validation = kube::core::Rule::new("self.all(n, self.exists_one(m, m == n))").message("namespaces must not repeat"))]
     pub namespaces: Vec<String>,
 }
 

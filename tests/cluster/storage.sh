@@ -4,7 +4,23 @@
 # Each PV directory is mode 0777 so a non-root pod (the worker runs as 65532) can write, and the
 # sub-directories the kubelet creates for subPath mounts inherit that mode. Test-cluster only: on
 # kind the local-path provisioner does this job. Env: KH_PV_COUNT (default 64).
+# `storage.sh recycle`: makes every Released PV of the pool Available again (its directory emptied,
+# its claimRef dropped), for benchmarks that create and delete more PVCs than the pool holds.
 . "$(dirname "$0")/lib.sh"
+
+if [[ ${1:-} == recycle ]]; then
+  n=0
+  while read -r pv phase dir; do
+    [[ $phase == Released && -n $dir && $dir == "$KH_STATE/pv/"* ]] || continue
+    find "$dir" -mindepth 1 -delete
+    kh_kubectl patch pv "$pv" --type json -p '[{"op":"remove","path":"/spec/claimRef"}]' >/dev/null ||
+      die "recycling PV $pv failed"
+    n=$((n + 1))
+  done < <(kh_kubectl get pv -l kubeharness.dev/test-pool=true \
+    -o jsonpath='{range .items[*]}{.metadata.name} {.status.phase} {.spec.hostPath.path}{"\n"}{end}')
+  log "storage: $n released PVs made available again"
+  exit 0
+fi
 
 count=${KH_PV_COUNT:-64}
 root="$KH_STATE/pv"

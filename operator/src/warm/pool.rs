@@ -35,7 +35,8 @@ pub struct PoolStatus {
 pub async fn reconcile(tier: &SandboxTier, ctx: &Context, valid: bool) -> Result<PoolStatus> {
     let name = tier.name_any();
     let want = if valid { tier.spec.warm_pool.size } else { 0 };
-    let served = &tier.spec.warm_pool.namespaces;
+    let served: std::collections::BTreeSet<String> =
+        tier.spec.warm_pool.namespaces.iter().cloned().collect();
     let mut out = PoolStatus {
         ready: u32::MAX,
         updated: u32::MAX,
@@ -60,7 +61,7 @@ pub async fn reconcile(tier: &SandboxTier, ctx: &Context, valid: bool) -> Result
     if want == 0 {
         return Ok(PoolStatus::default());
     }
-    for ns in served {
+    for ns in &served {
         match namespace(tier, ctx, ns, want).await {
             Ok((ready, updated, failing)) => {
                 out.ready = out.ready.min(ready);

@@ -5,3 +5,4 @@ mod resources;
 mod support;
 mod tier1_objects;
 mod tier_api;
+mod warm_objects;

@@ -105,3 +105,37 @@ enum Seen {
     Pod(Box<Event<Pod>>),
     Session(Box<Event<HarnessSession>>),
 }
+
+/// Creates `session` in `ns` and returns how long after the create call returned a watch saw it
+/// Ready (the watch starts before the create, so nothing is missed).
+pub async fn time_to_ready(
+    client: &Client,
+    ns: &str,
+    session: &HarnessSession,
+    timeout: Duration,
+) -> Duration {
+    let name = kube::ResourceExt::name_any(session);
+    let sessions: Api<HarnessSession> = Api::namespaced(client.clone(), ns);
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = watcher::watcher(sessions.clone(), cfg).boxed();
+    // The first event (the empty initial list) says the watch is established.
+    let _ = tokio::time::timeout(Duration::from_secs(10), events.next()).await;
+    sessions
+        .create(&Default::default(), session)
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    loop {
+        let event = tokio::select! {
+            e = events.next() => e,
+            () = &mut deadline => panic!("session {name} not Ready in {timeout:?}"),
+        };
+        if let Some(Ok(Event::Apply(hs) | Event::InitApply(hs))) = event {
+            if is_true(&hs.status.unwrap_or_default().conditions, types::READY) {
+                return start.elapsed();
+            }
+        }
+    }
+}

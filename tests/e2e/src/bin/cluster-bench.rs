@@ -33,7 +33,9 @@ async fn main() {
             ready.push(start.elapsed());
             api.delete(&name, &DeleteParams::default()).await.unwrap();
         }
-        summary("created -> Ready", ready);
+        if !ready.is_empty() {
+            summary("created -> Ready", ready);
+        }
 
         let traced = env_usize("KH_BENCH_TRACED", 10);
         println!("\n== where created -> Ready goes ({traced} sessions, watch times from the create)");
@@ -55,6 +57,11 @@ async fn main() {
             if let Some(samples) = by_milestone.remove(m) {
                 summary(&format!("  {m}"), samples);
             }
+        }
+
+        let warm = env_usize("KH_BENCH_WARM", 10);
+        if warm > 0 {
+            warm_against_cold(&client, &ns, warm).await;
         }
 
         println!("\n== exec round trip of `true` ({execs} each, same worker pod, same run)");
@@ -97,4 +104,55 @@ async fn main() {
         );
     })
     .await;
+}
+
+/// A session adopting a warm pod against a cold one, interleaved: created -> Ready as a watch
+/// sees it. The warm tier is the chart's `tier0` with a pool of 3 in `ns`; each warm sample waits
+/// until the pool is full again, so every adoption finds a ready pod.
+async fn warm_against_cold(client: &kube::Client, ns: &str, n: usize) {
+    use kube_harness_crds::SandboxTier;
+    println!("\n== created -> Ready, warm (level-0 warm pool of 3) against cold, interleaved, {n} each");
+    let tiers: Api<SandboxTier> = Api::all(client.clone());
+    let mut spec = tiers.get("tier0").await.unwrap().spec;
+    spec.warm_pool.size = 3;
+    spec.warm_pool.namespaces = vec![ns.to_string()];
+    let tier = SandboxTier::new("bench-warm", spec);
+    kube_harness_e2e::tiers::with_tier(client, tier, || async {
+        let sessions: Api<HarnessSession> = Api::namespaced(client.clone(), ns);
+        let (mut warm, mut cold) = (Vec::new(), Vec::new());
+        for i in 0..n {
+            pool_full(client, "bench-warm", 3).await;
+            let mut s = harness::example_session("demo.yaml", &format!("w{i}")).unwrap();
+            s.spec.worker_tier = "bench-warm".into();
+            warm.push(startup::time_to_ready(client, ns, &s, Duration::from_secs(180)).await);
+            let s = harness::example_session("demo.yaml", &format!("c{i}")).unwrap();
+            cold.push(startup::time_to_ready(client, ns, &s, Duration::from_secs(180)).await);
+            for name in [format!("w{i}"), format!("c{i}")] {
+                sessions.delete(&name, &DeleteParams::default()).await.unwrap();
+            }
+            println!("  {i}: warm {:?}, cold {:?}", warm[i], cold[i]);
+        }
+        let (w50, w95) = summary("warm (adopted)", warm);
+        let (c50, c95) = summary("cold", cold);
+        println!(
+            "ratios warm/cold: p50 {:.3}, p95 {:.3}",
+            w50.as_secs_f64() / c50.as_secs_f64(),
+            w95.as_secs_f64() / c95.as_secs_f64()
+        );
+    })
+    .await;
+}
+
+/// Waits until the tier reports its pool full and ready.
+async fn pool_full(client: &kube::Client, tier: &str, size: u32) {
+    let tiers: Api<kube_harness_crds::SandboxTier> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let t = tiers.get(tier).await.unwrap();
+        if t.status.and_then(|s| s.warm_ready) == Some(size) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the warm pool of {tier} never filled");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
