@@ -133,8 +133,8 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
                 .map(|t| ObjectRef::<SandboxTier>::new(t))
         },
     )
-    // Level-0 warm pods (in the namespaces their pools serve) requeue their tier, the owner of
-    // the idle ones; an adopted pod is its session's and no longer counts.
+    // Level-0 warm pods (in the namespaces their pools serve) requeue their tier, idle or just
+    // claimed (a claim empties a place in the pool).
     .watches(
         Api::<Pod>::all(client.clone()),
         watcher::Config::default().labels(&format!(
@@ -144,10 +144,9 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
             crate::labels::ROLE_WORKER
         )),
         |pod: Pod| {
-            pod.owner_references()
-                .iter()
-                .find(|o| o.kind == "SandboxTier")
-                .map(|o| ObjectRef::<SandboxTier>::new(&o.name))
+            pod.annotations()
+                .get(crate::warm::objects::POOL_TIER)
+                .map(|t| ObjectRef::<SandboxTier>::new(t))
         },
     )
     .graceful_shutdown_on(stopped(stop_rx.clone()))

@@ -14,6 +14,8 @@ kh_kubectl wait --for condition=established --timeout=60s \
   crd/harnesssessions.kubeharness.dev crd/sandboxtiers.kubeharness.dev >/dev/null
 kh_kubectl create namespace "$ns" --dry-run=client -o yaml | kh_kubectl apply -f - >/dev/null
 kh_kubectl label --overwrite namespace "$ns" pod-security.kubernetes.io/enforce=restricted >/dev/null
+existed=no
+helm status kube-harness -n "$ns" >/dev/null 2>&1 && existed=yes
 log "helm upgrade --install kube-harness ($ns)"
 if ! helm upgrade --install kube-harness "$chart" -n "$ns" \
   --set image.pullPolicy=Never --wait --timeout 5m >/dev/null; then
@@ -21,5 +23,16 @@ if ! helm upgrade --install kube-harness "$chart" -n "$ns" \
   kh_kubectl -n "$ns" describe pods 2>&1 | tail -n 60 >&2 || true
   kh_kubectl -n "$ns" logs -l app.kubernetes.io/name=kube-harness-operator --tail=50 >&2 || true
   die "helm install of the chart failed"
+fi
+# The image keeps its tag (`:dev`) when images.sh rebuilds it, so upgrading a running release
+# changes no pod spec and the old binary would keep running: restart the deployments then.
+if [[ $existed == yes ]]; then
+  for deploy in $(kh_kubectl -n "$ns" get deploy -o name); do
+    kh_kubectl -n "$ns" rollout restart "$deploy" >/dev/null
+  done
+  for deploy in $(kh_kubectl -n "$ns" get deploy -o name); do
+    kh_kubectl -n "$ns" rollout status "$deploy" --timeout 5m >/dev/null || die "$deploy did not roll out"
+  done
+  log "restarted the release's deployments (the image may have changed under its tag)"
 fi
 log "chart installed: $(kh_kubectl -n "$ns" get deploy -o name | tr '\n' ' ')"

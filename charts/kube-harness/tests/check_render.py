@@ -29,7 +29,7 @@ OPERATOR_CLUSTER_RULES = {
 } | {
     ("kubeharness.dev", "sandboxtiers/status", v) for v in ["get", "patch", "update"]
 } | {
-    ("", "pods", v) for v in ["get", "list", "watch", "create", "delete"]
+    ("", "pods", v) for v in ["get", "list", "watch", "create", "patch", "delete"]
 } | {
     ("", "persistentvolumeclaims", v)
     for v in ["get", "list", "watch", "create", "patch", "delete"]
@@ -44,7 +44,7 @@ OPERATOR_CLUSTER_RULES = {
 
 OPERATOR_NAMESPACE_RULES = {
     ("coordination.k8s.io", "leases", v) for v in ["get", "create", "update", "patch"]
-} | {("", "secrets", "get"), ("", "pods", "patch")}
+} | {("", "secrets", "get")}
 
 USER_RULES = {
     ("kubeharness.dev", "harnesssessions", v)
@@ -512,13 +512,13 @@ def mutate_tier_api_open(docs):
     np["spec"]["ingress"][1]["from"] = [{"namespaceSelector": {}}]
 
 
-def mutate_pod_patch_cluster_wide(docs):
+def mutate_pod_update_cluster_wide(docs):
     for r in cluster_role(docs)["rules"]:
         if r["resources"] == ["pods"]:
-            r["verbs"] = r["verbs"] + ["patch"]
+            r["verbs"] = r["verbs"] + ["update"]
 
 
-MUTATIONS = [mutate_tier_api_open, mutate_pod_patch_cluster_wide, mutate_rw_root, mutate_privesc, mutate_caps, mutate_seccomp, mutate_root, mutate_wildcard,
+MUTATIONS = [mutate_tier_api_open, mutate_pod_update_cluster_wide, mutate_rw_root, mutate_privesc, mutate_caps, mutate_seccomp, mutate_root, mutate_wildcard,
              mutate_secret_list, mutate_extra_rule, mutate_args, mutate_worker_label, mutate_netpol,
              mutate_tier_image]
 

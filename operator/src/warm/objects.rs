@@ -31,6 +31,9 @@ pub const CLAIM_UID: &str = "kubeharness.dev/uid";
 /// Annotation on an adopted pod: the digest of its adoption
 /// (`worker_api::adoption_settings`), which the worker must report before the session is Ready.
 pub const ADOPTED: &str = "kubeharness.dev/adopted-settings";
+/// Annotation on a warm pod: the tier whose pool it was started for (its pool label may be a
+/// hash), so that its claim, too, requeues the tier and the pool refills at once.
+pub const POOL_TIER: &str = "kubeharness.dev/pool-tier";
 /// Workspace size of a warm pod's PVC: the HarnessSession default. A session asking for another
 /// size or a storage class starts cold (miss reason `workspace-differs`).
 pub const POOL_WORKSPACE_SIZE: &str = "1Gi";
@@ -235,6 +238,7 @@ pub fn pool_pod(tier: &SandboxTier, name: &str, namespace: &str, config: &Operat
             name: Some(name.into()),
             namespace: Some(namespace.into()),
             labels: Some(labels),
+            annotations: Some(BTreeMap::from([(POOL_TIER.into(), tier.name_any())])),
             owner_references: Some(tier_owner(tier)),
             ..ObjectMeta::default()
         },
