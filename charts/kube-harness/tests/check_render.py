@@ -54,6 +54,8 @@ USER_RULES = {
 
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "SandboxTier"}
 WORKER_LABEL = {"app.kubernetes.io/managed-by": "kube-harness-operator"}
+# The chart's Grafana dashboard (set by main from the chart directory).
+DASHBOARD = None
 
 
 class Checker:
@@ -89,6 +91,7 @@ class Checker:
             self.store_service(component, store_env)
         self.network_policies()
         self.tiers()
+        self.monitoring()
         return self.errors
 
     # -- every object -------------------------------------------------------------------------
@@ -348,6 +351,74 @@ class Checker:
             want = [{"namespaceSelector": {}, "podSelector": {"matchLabels": dict(WORKER_LABEL, **{"kubeharness.dev/role": "worker"})}}]
             self.check(rule.get("from") == want, f"operator tier API from {rule.get('from')}, want {want}")
 
+    # -- ServiceMonitor and Grafana dashboard (opt-in) ------------------------------------------
+    def monitoring(self):
+        fn, ns = self.x["fullname"], self.x["namespace"]
+        want = self.x.get("serviceMonitor")
+        monitors = self.find("ServiceMonitor")
+        if want is None:
+            self.check(not monitors, "ServiceMonitor rendered although metrics.serviceMonitor.enabled=false")
+        else:
+            sm = self.one("ServiceMonitor", f"{fn}-operator")
+            if sm:
+                self.monitor(sm, want, ns, fn)
+        dashboards = [c for c in self.find("ConfigMap") if "grafana_dashboard" in c["metadata"].get("labels", {})]
+        want = self.x.get("dashboard")
+        if want is None:
+            self.check(not dashboards, "dashboard ConfigMap rendered although metrics.dashboard.enabled=false")
+            return
+        cm = self.one("ConfigMap", f"{fn}-dashboard")
+        if not cm:
+            return
+        labels = cm["metadata"].get("labels", {})
+        self.check(labels.get("grafana_dashboard") == "1", f"dashboard ConfigMap: grafana_dashboard label {labels.get('grafana_dashboard')!r}")
+        for k, v in want.get("labels", {}).items():
+            self.check(labels.get(k) == v, f"dashboard ConfigMap: label {k}={labels.get(k)!r}, want {v!r}")
+        got_annotations = cm["metadata"].get("annotations", {})
+        self.check(got_annotations == want.get("annotations", {}), f"dashboard ConfigMap annotations {got_annotations}")
+        data = cm.get("data", {})
+        self.check(list(data) == ["kube-harness.json"], f"dashboard ConfigMap keys {list(data)}")
+        try:
+            board = json.loads(data.get("kube-harness.json", ""))
+        except ValueError as e:
+            self.fail(f"dashboard ConfigMap: not JSON: {e}")
+            return
+        with open(DASHBOARD) as f:
+            self.check(board == json.load(f), "dashboard ConfigMap differs from dashboards/kube-harness.json")
+        panels = board.get("panels", [])
+        self.check(panels, "dashboard without panels")
+        ids = [p.get("id") for p in panels]
+        self.check(len(set(ids)) == len(ids), f"dashboard panel ids repeat: {ids}")
+        for p in panels:
+            targets = p.get("targets", [])
+            self.check(targets and all(t.get("expr", "").strip() for t in targets),
+                       f"dashboard panel {p.get('title')!r}: a target without an expression")
+            self.check(p.get("datasource", {}).get("uid") == "${datasource}",
+                       f"dashboard panel {p.get('title')!r}: datasource {p.get('datasource')}")
+
+    def monitor(self, sm, want, ns, fn):
+        self.check(sm["apiVersion"] == "monitoring.coreos.com/v1", f"ServiceMonitor apiVersion {sm['apiVersion']}")
+        labels = sm["metadata"].get("labels", {})
+        for k, v in want.get("labels", {}).items():
+            self.check(labels.get(k) == v, f"ServiceMonitor label {k}={labels.get(k)!r}, want {v!r}")
+        spec = sm["spec"]
+        self.check(spec.get("namespaceSelector") == {"matchNames": [ns]}, f"ServiceMonitor namespaceSelector {spec.get('namespaceSelector')}")
+        sel = spec.get("selector", {}).get("matchLabels", {})
+        picked = [s["metadata"]["name"] for s in self.find("Service")
+                  if sel and all(s["metadata"].get("labels", {}).get(k) == v for k, v in sel.items())]
+        self.check(picked == [f"{fn}-operator-metrics"], f"ServiceMonitor selects Services {picked}, want only the metrics Service")
+        endpoints = spec.get("endpoints", [])
+        if not self.check(len(endpoints) == 1, f"ServiceMonitor endpoints {endpoints}"):
+            return
+        ep = endpoints[0]
+        svc = self.find("Service", f"{fn}-operator-metrics")
+        ports = {p["name"]: p for p in svc[0]["spec"]["ports"]} if svc else {}
+        self.check(ep.get("port") in ports and ports[ep["port"]]["port"] == 8000,
+                   f"ServiceMonitor port {ep.get('port')!r} is not the metrics Service's port 8000 ({list(ports)})")
+        self.check(ep.get("path") == "/metrics", f"ServiceMonitor path {ep.get('path')!r}")
+        self.check(ep.get("interval") == want.get("interval", "30s"), f"ServiceMonitor interval {ep.get('interval')!r}")
+        self.check(ep.get("scrapeTimeout") == want.get("scrapeTimeout"), f"ServiceMonitor scrapeTimeout {ep.get('scrapeTimeout')!r}")
+
     # -- SandboxTiers -------------------------------------------------------------------------
     def tiers(self):
         tiers = {d["metadata"]["name"]: d for d in self.find("SandboxTier")}
@@ -518,6 +589,48 @@ def mutate_pod_update_cluster_wide(docs):
             r["verbs"] = r["verbs"] + ["update"]
 
 
+def mutate_add_service_monitor(docs):
+    docs.append({"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+                 "metadata": copy.deepcopy(deployments(docs)[0]["metadata"]), "spec": {}})
+
+
+def service_monitor(docs):
+    return next(d for d in docs if d["kind"] == "ServiceMonitor")
+
+
+def dashboard_map(docs):
+    return next(d for d in docs if d["kind"] == "ConfigMap" and "grafana_dashboard" in d["metadata"].get("labels", {}))
+
+
+def mutate_monitor_port(docs):
+    service_monitor(docs)["spec"]["endpoints"][0]["port"] = "tier-api"
+
+
+def mutate_monitor_selects_tier_api(docs):
+    service_monitor(docs)["spec"]["selector"]["matchLabels"].pop("kubeharness.dev/metrics")
+
+
+def mutate_dashboard_json(docs):
+    cm = dashboard_map(docs)
+    cm["data"]["kube-harness.json"] = cm["data"]["kube-harness.json"][:-2]
+
+
+def mutate_dashboard_panel(docs):
+    cm = dashboard_map(docs)
+    board = json.loads(cm["data"]["kube-harness.json"])
+    board["panels"][0]["targets"][0]["expr"] = ""
+    cm["data"]["kube-harness.json"] = json.dumps(board)
+
+
+def mutate_dashboard_label(docs):
+    dashboard_map(docs)["metadata"]["labels"]["grafana_dashboard"] = "0"
+
+
+# Applied when the rendering has a ServiceMonitor and a dashboard (metrics.*.enabled), instead of
+# mutate_add_service_monitor.
+MONITORING_MUTATIONS = [mutate_monitor_port, mutate_monitor_selects_tier_api, mutate_dashboard_json,
+                        mutate_dashboard_panel, mutate_dashboard_label]
+
 MUTATIONS = [mutate_tier_api_open, mutate_pod_update_cluster_wide, mutate_rw_root, mutate_privesc, mutate_caps, mutate_seccomp, mutate_root, mutate_wildcard,
              mutate_secret_list, mutate_extra_rule, mutate_args, mutate_worker_label, mutate_netpol,
              mutate_tier_image]
@@ -545,11 +658,15 @@ def main(argv):
     with open(argv[1]) as f:
         expect = json.load(f)
     schemas = load_crd_schemas(argv[2])
+    global DASHBOARD
+    DASHBOARD = f"{argv[2]}/../dashboards/kube-harness.json"
     if not self_test:
         errors = Checker(docs, expect).run() + validate_objects(docs, schemas, argv[0])
         return report(errors, f"{argv[0]}: {len(docs)} objects pass")
     errors = []
-    for mutate in MUTATIONS:
+    monitored = any(d["kind"] == "ServiceMonitor" for d in docs)
+    mutations = MUTATIONS + (MONITORING_MUTATIONS if monitored else [mutate_add_service_monitor])
+    for mutate in mutations:
         broken = copy.deepcopy(docs)
         mutate(broken)
         caught = Checker(broken, expect).run()
@@ -560,7 +677,7 @@ def main(argv):
     bad_tier[0]["spec"]["levle"] = 1
     if len(validate_objects(bad_tier, schemas, "self-test")) != 2:
         errors.append("self-test: the CRD validator missed a bad enum or an unknown field")
-    return report(errors, f"self-test: all {len(MUTATIONS) + 1} deliberate breakages caught")
+    return report(errors, f"self-test: all {len(mutations) + 1} deliberate breakages caught")
 
 
 def report(errors, ok_message):

@@ -40,12 +40,20 @@ postgres:
   existingSecret: kube-harness-postgres
   key: url
 EOF
-for values in "" "$tmp/values-postgres.yaml"; do
+cat >"$tmp/values-monitoring.yaml" <<'EOF'
+metrics:
+  serviceMonitor: {enabled: true, labels: {release: prometheus}, interval: 15s, scrapeTimeout: 10s}
+  dashboard: {enabled: true, labels: {team: agents}, annotations: {grafana_folder: Kube Harness}}
+networkPolicy:
+  metricsFrom:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}
+EOF
+for values in "" "$tmp/values-postgres.yaml" "$tmp/values-monitoring.yaml"; do
   if "$HELM" lint --strict --kube-version "$kube_version" "$chart" ${values:+-f "$values"} >"$tmp/lint.out" 2>&1; then
-    pass "helm lint --strict ${values:+(postgres values)}"
+    pass "helm lint --strict ${values:+($(basename "$values"))}"
   else
     cat "$tmp/lint.out"
-    fail "helm lint --strict ${values:+(postgres values)}"
+    fail "helm lint --strict ${values:+($(basename "$values"))}"
   fi
 done
 
@@ -77,6 +85,14 @@ case_ defaults kube-harness kube-harness "$defaults"
 case_ postgres kube-harness kube-harness \
   "$("$PY" -c 'import json,sys; d=json.loads(sys.argv[1]); d["postgres"]={"secret":"kube-harness-postgres","key":"url"}; print(json.dumps(d))' "$defaults")" \
   -f "$tmp/values-postgres.yaml"
+
+# The ServiceMonitor and the dashboard ConfigMap: rendered only when enabled (defaults: neither).
+case_ monitoring kube-harness kube-harness \
+  "$("$PY" -c 'import json,sys; d=json.loads(sys.argv[1]); d["serviceMonitor"]={"labels":{"release":"prometheus"},"interval":"15s","scrapeTimeout":"10s"}; d["dashboard"]={"labels":{"team":"agents"},"annotations":{"grafana_folder":"Kube Harness"}}; d["metricsFrom"]=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]; print(json.dumps(d))' "$defaults")" \
+  -f "$tmp/values-monitoring.yaml"
+case_ monitor-only kube-harness kube-harness \
+  "$("$PY" -c 'import json,sys; d=json.loads(sys.argv[1]); d["serviceMonitor"]={}; print(json.dumps(d))' "$defaults")" \
+  --set metrics.serviceMonitor.enabled=true
 
 cat >"$tmp/values-custom.yaml" <<'EOF'
 image:
@@ -128,6 +144,18 @@ if "$PY" "$here/check_render.py" --self-test "$tmp/defaults.yaml" "$tmp/defaults
 else
   fail "check_render.py self-test"
 fi
+if "$PY" "$here/check_render.py" --self-test "$tmp/monitoring.yaml" "$tmp/monitoring.expect.json" "$crds"; then
+  pass "check_render.py catches deliberate breakages of the ServiceMonitor and dashboard"
+else
+  fail "check_render.py self-test (monitoring)"
+fi
+# The dashboard parses (the operator's metrics test checks every series it queries against the
+# operator's registry).
+if "$PY" -c 'import json,sys; b=json.load(open(sys.argv[1])); assert b["panels"] and b["uid"]' "$chart/dashboards/kube-harness.json"; then
+  pass "dashboards/kube-harness.json parses"
+else
+  fail "dashboards/kube-harness.json"
+fi
 
 # -- the token is kept across upgrades (lookup), and fresh per install --------------------------
 a=$(grep -A1 '^data:' "$tmp/defaults.yaml" | grep token | head -1)
@@ -167,6 +195,10 @@ reject extra-tier-bad-name "name" 'tiers: {extraTiers: [{name: Rust_Tier, level:
 reject postgres-key-type "key" 'postgres: {existingSecret: pg, key: 3}'
 reject digest "digest" 'image: {digest: latest}'
 reject prepared-max-bytes "preparedMaxBytes" 'operator: {tierApi: {preparedMaxBytes: -1}}'
+reject service-monitor-bool "enabled" 'metrics: {serviceMonitor: {enabled: "yes"}}'
+reject service-monitor-interval "interval" 'metrics: {serviceMonitor: {interval: 30}}'
+reject service-monitor-interval-unit "interval" 'metrics: {serviceMonitor: {interval: 30 seconds}}'
+reject dashboard-typo "dashbord" 'metrics: {dashbord: {enabled: true}}'
 
 # -- NOTES.txt renders (helm template skips it; include it from a copy of the chart) -------------
 cp -r "$chart" "$tmp/notes-chart"

@@ -138,7 +138,12 @@ async fn apply(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> {
     );
     if old.phase != Some(Phase::Ready) && phase == Phase::Ready {
         if let Some(since) = provisioning_started(&session) {
-            ctx.metrics.provisioned(since);
+            // An adopted warm pod keeps its own name; every other worker is `<name>-worker`.
+            let warm = status
+                .worker_pod
+                .as_deref()
+                .is_some_and(|pod| pod != labels::worker_pod(&name));
+            ctx.metrics.provisioned(warm, since);
         }
     }
     if status != old {

@@ -224,6 +224,9 @@ async fn open(
     };
     let view = state::sandbox(&pod, &req.turn, None);
     ctx.metrics.tier1_opened(view.source_label(), miss);
+    if let Some(uid) = pod.metadata.uid.as_deref() {
+        ctx.metrics.escalation_opened(uid);
+    }
     let note = format!(
         "turn {}: Tier-1 pod {} of SandboxTier {} (source {}{})",
         req.turn,
@@ -293,7 +296,10 @@ async fn answer(
     let mut view = state::sandbox(pod, turn, None);
     if view.phase == Phase::Ready {
         match open::token(ctx, view.pod_name()).await? {
-            Some(token) => view.token = Some(token),
+            Some(token) => {
+                view.token = Some(token);
+                observe_ready(ctx, pod, &view);
+            }
             // Ready without its Secret cannot serve: the worker keeps polling until the sweep
             // or a DELETE ends it.
             None => {
@@ -313,4 +319,25 @@ async fn answer(
         report::set(ctx, ns, session, &update, None).await;
     }
     Ok(Json(view))
+}
+
+/// The escalation latency of a sandbox answered Ready for the first time (see
+/// [`crate::metrics::Metrics::escalation_ready`]): from this replica's open, else, for an
+/// ordinary pod opened by another replica, from the pod's creation.
+fn observe_ready(ctx: &Context, pod: &Pod, view: &Sandbox) {
+    let Some(uid) = pod.metadata.uid.as_deref() else {
+        return;
+    };
+    let created_ago = match view.source {
+        Some(kube_harness_protocol::tier1::Source::Ordinary) => {
+            pod.metadata.creation_timestamp.as_ref().map(|t| {
+                k8s_openapi::jiff::Timestamp::now()
+                    .duration_since(t.0)
+                    .as_secs_f64()
+            })
+        }
+        _ => None,
+    };
+    ctx.metrics
+        .escalation_ready(uid, view.source_label(), created_ago);
 }

@@ -109,5 +109,7 @@ pub async fn reconcile(tier: &SandboxTier, ctx: &Context, valid: bool) -> Result
         out.created += 1;
         out.updated += 1;
     }
+    ctx.metrics.tier1_idle(&name, out.updated);
+    ctx.metrics.warm_pool(&name, out.ready);
     Ok(out)
 }

@@ -1,6 +1,7 @@
 //! The leader's sweep of Tier-1 pods whose turn is over without a DELETE: the session is gone,
 //! its worker pod was replaced since the pod was opened (the worker that held the turn died), or
-//! the pod itself ended. Idle pool pods are the pool's business, not the sweep's.
+//! the pod itself ended. Idle pool pods are the pool's business, not the sweep's (it only counts
+//! them for the `tier1_pods` gauge).
 
 use super::open;
 use super::state::{self, Phase};
@@ -75,26 +76,28 @@ pub fn worker_identity(worker: &Pod) -> Option<String> {
     Some(format!("{uid}/{restarts}"))
 }
 
-/// One sweep; returns the names of the pods deleted.
+/// One sweep; returns the names of the pods deleted. Its list of every Tier-1 pod (idle pool pods
+/// are only counted) also sets the `tier1_pods` gauge.
 pub async fn sweep(ctx: &Context) -> crate::Result<Vec<String>> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    let selector = format!(
-        "{}={},{}",
-        labels::ROLE,
-        labels::ROLE_TIER1,
-        labels::SESSION
-    );
-    let serving = pods
+    let selector = format!("{}={}", labels::ROLE, labels::ROLE_TIER1);
+    let all = pods
         .list(&ListParams::default().labels(&selector))
         .await?
         .items;
     let mut sessions: HashMap<(String, String), (bool, Option<String>)> = HashMap::new();
     let mut deleted = Vec::new();
-    for pod in serving {
+    let mut alive: HashMap<(String, &'static str), u32> = HashMap::new();
+    for pod in all {
+        let tier = pod.labels().get(labels::TIER).cloned().unwrap_or_default();
         let (Some(ns), Some(name)) = (
             pod.labels().get(labels::SESSION_NAMESPACE).cloned(),
             pod.labels().get(labels::SESSION).cloned(),
         ) else {
+            let pooled = !pod.labels().contains_key(labels::SESSION);
+            if pooled && pod.metadata.deletion_timestamp.is_none() {
+                *alive.entry((tier, "idle")).or_default() += 1;
+            }
             continue;
         };
         let key = (ns.clone(), name.clone());
@@ -121,8 +124,11 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Vec<String>> {
             tracing::info!(pod = %pod.name_any(), session = %format!("{ns}/{name}"), %why, "deleting a Tier-1 pod");
             open::delete(ctx, &pod.name_any()).await?;
             deleted.push(pod.name_any());
+        } else if pod.metadata.deletion_timestamp.is_none() {
+            *alive.entry((tier, "serving")).or_default() += 1;
         }
     }
+    ctx.metrics.tier1_pods(&alive);
     Ok(deleted)
 }
 

@@ -13,6 +13,7 @@ pub mod config;
 pub mod escalation;
 pub mod files;
 pub mod log;
+pub mod metrics;
 pub mod refusal;
 pub mod replay;
 pub mod server;

@@ -37,6 +37,7 @@ pub fn router(worker: Arc<Worker>, auth: AuthConfig) -> Router {
         .route("/v1/exec", post(exec))
         .route("/v1/turns/end", post(end_turn))
         .route("/v1/status", get(status))
+        .route("/metrics", get(metrics))
         .route("/v1/files", get(get_file).put(put_file))
         .route("/v1/archive", get(get_archive).put(put_archive))
         .route_layer(axum::middleware::from_fn_with_state(auth, require_bearer));
@@ -48,7 +49,7 @@ pub fn router(worker: Arc<Worker>, auth: AuthConfig) -> Router {
             Refusal::new(
                 StatusCode::NOT_FOUND,
                 code::NOT_FOUND,
-                "no such route: the worker serves POST /v1/exec, POST /v1/turns/end, GET /v1/status, PUT and GET /v1/files and /v1/archive, GET /healthz, GET /readyz",
+                "no such route: the worker serves POST /v1/exec, POST /v1/turns/end, GET /v1/status, PUT and GET /v1/files and /v1/archive, GET /metrics, GET /healthz, GET /readyz",
             )
         })
         .method_not_allowed_fallback(|| async {
@@ -223,6 +224,15 @@ async fn get_archive(
 
 async fn status(State(worker): State<Arc<Worker>>) -> Response {
     Json(worker.status()).into_response()
+}
+
+/// `GET /metrics`: behind the bearer, as `/v1/status` (see [`super::metrics`] for why).
+async fn metrics(State(worker): State<Arc<Worker>>) -> Response {
+    (
+        [(CONTENT_TYPE, super::metrics::CONTENT_TYPE)],
+        worker.metrics_text(),
+    )
+        .into_response()
 }
 
 /// The body, read as it arrives and bounded by `--max-body-bytes`: 413 beyond (after lingering

@@ -4,6 +4,7 @@
 
 use super::config::{SameSession, WorkerConfig};
 use super::log::{keyed, Capture, LogForwarder, StartRecorder};
+use super::metrics::{LogFailure, WorkerMetrics};
 use super::model::{
     code, ArchiveWritten, CommandCounts, EndTurnResponse, ExecRequest, ExecResponse,
     FileChangeSummary, FileWritten, Status, TurnSummary,
@@ -146,6 +147,8 @@ pub struct Worker {
     /// Whether the turns' file tracking works (part of readiness).
     tracking: kube_harness_runtime::TrackingHealth,
     counters: Counters,
+    /// What `GET /metrics` reports.
+    metrics: WorkerMetrics,
     /// Distinguishes this process's idempotency keys from a restarted worker's.
     instance: String,
 }
@@ -216,6 +219,7 @@ impl Worker {
                 last_activity_ms: AtomicU64::new(now_ms()),
                 ..Counters::default()
             },
+            metrics: WorkerMetrics::default(),
             instance: format!("w{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
             config,
         })
@@ -315,6 +319,19 @@ impl Worker {
         }
     }
 
+    /// The `GET /metrics` exposition.
+    pub fn metrics_text(&self) -> String {
+        let c = &self.counters;
+        self.metrics.encode(
+            self.busy.load(Ordering::SeqCst),
+            c.tier.load(Ordering::SeqCst) as u8,
+        )
+    }
+
+    pub(super) fn metrics(&self) -> &WorkerMetrics {
+        &self.metrics
+    }
+
     async fn lock(&self) -> Result<tokio::sync::MutexGuard<'_, Slot>, Refusal> {
         let guard = match self.config.same_session {
             SameSession::Queue => self.slot.lock().await,
@@ -358,7 +375,10 @@ impl Worker {
         let _busy = BusyFlag::set(&self.busy);
         self.touch();
         if let Some(log) = &self.log {
-            log.flush_pending().await.map_err(log_down)?;
+            log.flush_pending().await.map_err(|e| {
+                self.metrics.log_failed(LogFailure::Start);
+                log_down(e)
+            })?;
             if let Some(step) = &req.step_key {
                 match replay::lookup(log, &self.spec, &run, step)
                     .await
@@ -419,6 +439,7 @@ impl Worker {
         let executed = match stepped {
             Ok(Ok(executed)) => executed,
             Ok(Err(not_run)) => {
+                self.metrics.log_failed(LogFailure::Start);
                 if let (Some(log), Some(key)) = (&self.log, &started_key) {
                     log.mark_not_run(&run, key);
                 }
@@ -447,6 +468,9 @@ impl Worker {
             (Some(log), Some(rest)) => log.enqueue_and_flush(rest).await,
             _ => 0,
         };
+        if log_pending > 0 {
+            self.metrics.log_failed(LogFailure::Queued);
+        }
         Ok(ExecResponse {
             outcome: executed.outcome,
             classification: req
@@ -612,6 +636,9 @@ impl Worker {
             }
             None => 0,
         };
+        if log_pending > 0 {
+            self.metrics.log_failed(LogFailure::Queued);
+        }
         Ok(Uploaded {
             changes,
             bytes,
@@ -718,8 +745,12 @@ impl Worker {
         let events = capture.take();
         if let Some(log) = &self.log {
             let prefix = format!("{}:{turn_id}:end", self.instance);
-            log.enqueue_and_flush(keyed(&run, &prefix, &events, 0))
+            let pending = log
+                .enqueue_and_flush(keyed(&run, &prefix, &events, 0))
                 .await;
+            if pending > 0 {
+                self.metrics.log_failed(LogFailure::Queued);
+            }
         }
         let ((cwd, env), usage) = match ended {
             Ok(ended) => ended,
@@ -744,6 +775,7 @@ impl Worker {
         files.record(&events);
         self.counters.turns.fetch_add(1, Ordering::SeqCst);
         self.counters.tier.store(0, Ordering::SeqCst);
+        self.metrics.turn_ended();
         Ok(EndTurnResponse {
             turn: Some(TurnSummary {
                 turn_id,
@@ -829,6 +861,7 @@ impl Worker {
             match e.payload() {
                 Ok(Payload::CommandCompleted(done)) => {
                     open.commands = open.commands.saturating_add(1);
+                    self.metrics.command(done.tier, done.duration_ms);
                     match done.tier {
                         0 => c.tier0.fetch_add(1, Ordering::SeqCst),
                         _ => c.tier1.fetch_add(1, Ordering::SeqCst),
@@ -836,6 +869,7 @@ impl Worker {
                 }
                 Ok(Payload::TierRefused(_)) => {
                     c.refusals.fetch_add(1, Ordering::SeqCst);
+                    self.metrics.refused();
                 }
                 Ok(Payload::TierEscalated(up)) => {
                     c.tier.store(u64::from(up.to_tier), Ordering::SeqCst);

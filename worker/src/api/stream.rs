@@ -77,6 +77,8 @@ impl Streaming {
             };
             match chunk {
                 Some(chunk) => {
+                    let is_stdout = matches!(chunk.stream, OutputStream::Stdout);
+                    self.worker.metrics().streamed(is_stdout, chunk.data.len());
                     if let Some(spill) = &mut self.spill {
                         spill.push(chunk.stream, &chunk.data);
                     }
@@ -111,6 +113,11 @@ impl Streaming {
                         Ok(Ok(mut response)) => {
                             if let Some(spill) = self.spill.take() {
                                 let (out, err, problems) = spill.finish();
+                                for (is_stdout, file) in [(true, &out), (false, &err)] {
+                                    if let Some(file) = file {
+                                        self.worker.metrics().kept(is_stdout, file.bytes);
+                                    }
+                                }
                                 response.stdout_file = out;
                                 response.stderr_file = err;
                                 response.output_problems = problems;
