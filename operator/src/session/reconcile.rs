@@ -124,6 +124,7 @@ async fn apply(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> {
     }
 
     let observed = ensure(&session, ctx, &old).await?;
+    tracing::debug!(session = %name, "ensured");
     let (status, requeue) = status::status(&old, session.metadata.generation, &observed);
 
     let phase = status.phase.unwrap_or(Phase::Pending);
@@ -148,6 +149,7 @@ async fn apply(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> {
     }
     if status != old {
         write_status(ctx, &ns, &name, session.resource_version(), &status).await?;
+        tracing::debug!(session = %name, "status written");
         for c in events::changed(&old.conditions, &status.conditions) {
             let note = format!("{} is {}: {}", c.type_, c.status, c.message);
             events::publish(
@@ -196,8 +198,6 @@ async fn ensure(
     };
     let escalation = observe_escalation(session, ctx, &tiers).await?;
 
-    let tokens = ensure_secret(session, ctx).await?;
-    let token = tokens.token.clone();
     // The workspace: the session's own PVC, or the warm pod's it adopted (status keeps which).
     let own_claim = labels::workspace_pvc(&name);
     let mut claim = old
@@ -208,6 +208,9 @@ async fn ensure(
     // hibernation, a spec change, a lost pod) are the session's.
     let first = old.worker_pod.is_none() && old.workspace_claim.is_none();
     let may_adopt = first && worker_tier.spec.warm_pool.size > 0;
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut pod_name = worker_pod_name(session);
+    let tokens = ensure_secret(session, ctx).await?;
     if claim == own_claim && !may_adopt {
         apply_owned::<PersistentVolumeClaim>(&ctx.client, &ns, &resources::workspace_pvc(session))
             .await?;
@@ -224,10 +227,10 @@ async fn ensure(
         &access::worker_service(session, ctx.config.worker_port),
     )
     .await?;
-
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut pod_name = worker_pod_name(session);
     let existing = pods.get_opt(&pod_name).await?;
+    tracing::debug!(session = %name, "ensure: secret, pvc, policy, service, pod");
+    let token = tokens.token.clone();
+
     let worker = if hibernating(session, old) {
         // Hibernation: an idle worker is deleted, the PVC stays; a wake request brings it back.
         if let Some(pod) = &existing {

@@ -72,9 +72,17 @@ pub async fn adopt(
         return Ok(Outcome::Miss("skills-missing"));
     };
     let settings = adoption_settings(&req);
+    let started = std::time::Instant::now();
+    let step = |what: &str| tracing::debug!(session = %name, ms = started.elapsed().as_secs_f64() * 1e3, "adoption: {what}");
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let all = pods
-        .list(&ListParams::default().labels(&objects::pool_selector(&tier.name_any())))
+        // From the API server's watch cache (resourceVersion 0): a pod it shows idle that is not
+        // any more fails its claim (409) and the next one is tried.
+        .list(
+            &ListParams::default()
+                .match_any()
+                .labels(&objects::pool_selector(&tier.name_any())),
+        )
         .await?
         .items;
     let uid = session.meta().uid.clone().unwrap_or_default();
@@ -141,7 +149,9 @@ pub async fn adopt(
             }
         }
     };
+    step("claimed");
     hand_over_claim(ctx, session, &pod).await?;
+    step("claim handed over");
     let Some(ip) = ready_ip(&pod) else {
         // Claimed before (resumed) and not serving: replace it with a cold start.
         delete_if_present(&pods, &pod.name_any()).await?;
@@ -152,12 +162,16 @@ pub async fn adopt(
         &objects::pool_object_name(&tier.name_any()),
     )
     .await?;
+    step("pool token read");
     let bound = match pool_token {
         Some(t) => bind(&ip, ctx.config.worker_port, t.trim(), &req, resumed).await,
         None => Err("the pool's Secret is gone".into()),
     };
     match bound {
-        Ok(()) => Ok(Outcome::Adopted(Box::new(pod))),
+        Ok(()) => {
+            step("bound");
+            Ok(Outcome::Adopted(Box::new(pod)))
+        }
         Err(why) => {
             tracing::warn!(session = %name, pod = %pod.name_any(), %why, "adoption failed; starting cold");
             delete_if_present(&pods, &pod.name_any()).await?;

@@ -51,14 +51,24 @@ fn a_warm_pod_is_the_session_worker_pod_without_a_session() {
     let uid = sc.run_as_user.unwrap();
     assert_eq!(uid, objects::pod_uid("kh-warm-abc"));
     assert!(uid >= resources::WORKER_UID_BASE);
-    assert_ne!(uid, resources::worker_uid(&session), "its own uid, not a session's");
-    assert_eq!(warm.spec.as_ref().unwrap().automount_service_account_token, Some(false));
+    assert_ne!(
+        uid,
+        resources::worker_uid(&session),
+        "its own uid, not a session's"
+    );
+    assert_eq!(
+        warm.spec.as_ref().unwrap().automount_service_account_token,
+        Some(false)
+    );
 
     // A pooled worker: no session in its arguments, its adoption token mounted.
     let args = w.args.clone().unwrap();
     assert_eq!(args[0], "worker");
     let parsed = WorkerArgs::parse_flags(&args[1..]).unwrap();
-    assert_eq!(parsed.session, "session", "no session name before the adoption");
+    assert_eq!(
+        parsed.session, "session",
+        "no session name before the adoption"
+    );
     assert_eq!(
         parsed.adopt_token_file.as_deref(),
         Some(std::path::Path::new("/var/run/kube-harness/pool/token"))
@@ -78,7 +88,10 @@ fn a_warm_pod_is_the_session_worker_pod_without_a_session() {
     assert_eq!(mount("pool-token").read_only, Some(true));
     let volumes = warm.spec.as_ref().unwrap().volumes.clone().unwrap();
     let token = volumes.iter().find(|v| v.name == "token").unwrap();
-    assert_eq!(token.empty_dir.as_ref().unwrap().medium.as_deref(), Some("Memory"));
+    assert_eq!(
+        token.empty_dir.as_ref().unwrap().medium.as_deref(),
+        Some("Memory")
+    );
     let ws = volumes.iter().find(|v| v.name == "workspace").unwrap();
     assert_eq!(
         ws.persistent_volume_claim.as_ref().unwrap().claim_name,
@@ -91,7 +104,10 @@ fn a_warm_pod_is_the_session_worker_pod_without_a_session() {
     assert_eq!(labels["kubeharness.dev/role"], "worker");
     assert!(!labels.contains_key("kubeharness.dev/session"));
     let owner = &warm.metadata.owner_references.as_ref().unwrap()[0];
-    assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("SandboxTier", "t-uid"));
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("SandboxTier", "t-uid")
+    );
 }
 
 #[test]
@@ -101,7 +117,10 @@ fn the_claim_records_the_uid_and_is_owned_by_its_pod() {
     let mut warm = objects::pool_pod(&t, "kh-warm-abc", "team-a", &config);
     warm.metadata.uid = Some("pod-uid".into());
     let claim = objects::pool_claim(&t, &warm);
-    assert_eq!(claim.metadata.name.as_deref(), Some("kh-warm-abc-workspace"));
+    assert_eq!(
+        claim.metadata.name.as_deref(),
+        Some("kh-warm-abc-workspace")
+    );
     assert_eq!(
         claim.metadata.annotations.as_ref().unwrap()[objects::CLAIM_UID],
         objects::pod_uid("kh-warm-abc").to_string()
@@ -111,7 +130,10 @@ fn the_claim_records_the_uid_and_is_owned_by_its_pod() {
         Some(objects::pod_uid("kh-warm-abc"))
     );
     let owner = &claim.metadata.owner_references.as_ref().unwrap()[0];
-    assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("Pod", "pod-uid"));
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("Pod", "pod-uid")
+    );
 }
 
 #[test]
@@ -120,13 +142,21 @@ fn only_the_operator_reaches_an_idle_warm_pod_and_it_reaches_nothing() {
     let np = objects::pool_network_policy(&level0(), "team-a", &config);
     let spec = np.spec.unwrap();
     let selector = spec.pod_selector.unwrap().match_labels.unwrap();
-    assert_eq!(selector["kubeharness.dev/claimed"], "false", "an adopted pod leaves it");
+    assert_eq!(
+        selector["kubeharness.dev/claimed"], "false",
+        "an adopted pod leaves it"
+    );
     assert_eq!(spec.egress, Some(vec![]));
     let from = spec.ingress.unwrap()[0].from.clone().unwrap();
     assert_eq!(from.len(), 1);
     let pods = from[0].pod_selector.clone().unwrap().match_labels.unwrap();
     assert_eq!(pods["app.kubernetes.io/name"], "kube-harness-operator");
-    let nss = from[0].namespace_selector.clone().unwrap().match_labels.unwrap();
+    let nss = from[0]
+        .namespace_selector
+        .clone()
+        .unwrap()
+        .match_labels
+        .unwrap();
     assert_eq!(nss["kubernetes.io/metadata.name"], "kh");
 }
 
@@ -138,7 +168,10 @@ fn a_template_change_makes_warm_pods_stale_and_long_names_still_label() {
     b.spec.template.image = "w:2".into();
     let mut c = level0();
     c.spec.warm_pool.size = 5;
-    assert_ne!(objects::template_hash(&a, &config), objects::template_hash(&b, &config));
+    assert_ne!(
+        objects::template_hash(&a, &config),
+        objects::template_hash(&b, &config)
+    );
     assert_eq!(
         objects::template_hash(&a, &config),
         objects::template_hash(&c, &config),

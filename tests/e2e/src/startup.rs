@@ -120,10 +120,7 @@ pub async fn time_to_ready(
     let mut events = watcher::watcher(sessions.clone(), cfg).boxed();
     // The first event (the empty initial list) says the watch is established.
     let _ = tokio::time::timeout(Duration::from_secs(10), events.next()).await;
-    sessions
-        .create(&Default::default(), session)
-        .await
-        .unwrap();
+    sessions.create(&Default::default(), session).await.unwrap();
     let start = Instant::now();
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);

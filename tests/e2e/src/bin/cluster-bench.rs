@@ -111,7 +111,9 @@ async fn main() {
 /// until the pool is full again, so every adoption finds a ready pod.
 async fn warm_against_cold(client: &kube::Client, ns: &str, n: usize) {
     use kube_harness_crds::SandboxTier;
-    println!("\n== created -> Ready, warm (level-0 warm pool of 3) against cold, interleaved, {n} each");
+    println!(
+        "\n== created -> Ready, warm (level-0 warm pool of 3) against cold, interleaved, {n} each"
+    );
     let tiers: Api<SandboxTier> = Api::all(client.clone());
     let mut spec = tiers.get("tier0").await.unwrap().spec;
     spec.warm_pool.size = 3;
@@ -128,7 +130,10 @@ async fn warm_against_cold(client: &kube::Client, ns: &str, n: usize) {
             let s = harness::example_session("demo.yaml", &format!("c{i}")).unwrap();
             cold.push(startup::time_to_ready(client, ns, &s, Duration::from_secs(180)).await);
             for name in [format!("w{i}"), format!("c{i}")] {
-                sessions.delete(&name, &DeleteParams::default()).await.unwrap();
+                sessions
+                    .delete(&name, &DeleteParams::default())
+                    .await
+                    .unwrap();
             }
             println!("  {i}: warm {:?}, cold {:?}", warm[i], cold[i]);
         }
@@ -152,7 +157,10 @@ async fn pool_full(client: &kube::Client, tier: &str, size: u32) {
         if t.status.and_then(|s| s.warm_ready) == Some(size) {
             return;
         }
-        assert!(Instant::now() < deadline, "the warm pool of {tier} never filled");
+        assert!(
+            Instant::now() < deadline,
+            "the warm pool of {tier} never filled"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
