@@ -29,3 +29,13 @@ pub fn meta(session: &HarnessSession, name: String) -> ObjectMeta {
         ..ObjectMeta::default()
     }
 }
+
+/// The session's current worker pod: the one status names (an adopted warm pod keeps its own
+/// name), else `<name>-worker`.
+pub fn worker_pod_name(session: &HarnessSession) -> String {
+    session
+        .status
+        .as_ref()
+        .and_then(|s| s.worker_pod.clone())
+        .unwrap_or_else(|| labels::worker_pod(&session.name_any()))
+}

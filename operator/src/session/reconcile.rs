@@ -2,6 +2,7 @@
 //! idle hibernation and waking; TTL; status by server-side apply with an Event per change.
 
 use super::observe::{started_ip, worker_state, WorkerState};
+use super::owned::worker_pod_name;
 use super::status::{self, Escalation, Observed, Seen, Worker, WorkerTierProblem};
 use super::{access, resources, usage};
 use crate::context::Context;
@@ -491,16 +492,6 @@ async fn ensure_secret(session: &HarnessSession, ctx: &Context) -> Result<Sessio
 struct SessionTokens {
     token: String,
     session_log: Option<String>,
-}
-
-/// The session's current worker pod: the one status names (an adopted warm pod keeps its own
-/// name), else `<name>-worker`.
-pub fn worker_pod_name(session: &HarnessSession) -> String {
-    session
-        .status
-        .as_ref()
-        .and_then(|s| s.worker_pod.clone())
-        .unwrap_or_else(|| labels::worker_pod(&session.name_any()))
 }
 
 /// Deletes a worker pod; already gone is fine.

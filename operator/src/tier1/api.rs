@@ -193,7 +193,7 @@ async fn open(
     }
     let workers: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let worker_uid = workers
-        .get_opt(&crate::session::reconcile::worker_pod_name(&session_obj))
+        .get_opt(&crate::session::owned::worker_pod_name(&session_obj))
         .await?
         .as_ref()
         .and_then(super::sweep::worker_identity);

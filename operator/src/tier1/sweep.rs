@@ -109,7 +109,7 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Vec<String>> {
             let exists = found.is_some();
             let worker = if let Some(session) = &found {
                 Api::<Pod>::namespaced(ctx.client.clone(), &ns)
-                    .get_opt(&crate::session::reconcile::worker_pod_name(session))
+                    .get_opt(&crate::session::owned::worker_pod_name(session))
                     .await?
                     .filter(|p| p.metadata.deletion_timestamp.is_none())
                     .as_ref()
