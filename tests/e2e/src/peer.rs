@@ -160,27 +160,47 @@ pub async fn installed(client: &Client) -> Result<bool> {
     Ok(true)
 }
 
-/// Waits until no pod of `ns` is terminating, so that one sample's teardown does not run during
-/// the next sample's start.
-pub async fn no_pod_terminating(client: &Client, ns: &str, timeout: Duration) -> Result<()> {
+/// Waits until every pod of `ns` is Ready and none is terminating: one sample's teardown, and a
+/// warm pool's refill after the last claim, are over before the next sample starts. (A pool's
+/// replacement pod exists by then: the teardown of the claimed pod takes longer than its
+/// controller takes to notice the claim.)
+pub async fn pods_settled(client: &Client, ns: &str, timeout: Duration) -> Result<()> {
     use k8s_openapi::api::core::v1::Pod;
     use kube::ResourceExt;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    wait::until(&format!("no terminating pod in {ns}"), timeout, || async {
-        let going: Vec<String> = pods
-            .list(&Default::default())
-            .await?
-            .items
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_some())
-            .map(|p| p.name_any())
-            .collect();
-        Ok(if going.is_empty() {
-            Check::Done(())
-        } else {
-            Check::Pending(format!("terminating: {going:?}"))
-        })
-    })
+    wait::until(
+        &format!("every pod in {ns} Ready, none terminating"),
+        timeout,
+        || async {
+            let busy: Vec<String> = pods
+                .list(&Default::default())
+                .await?
+                .items
+                .into_iter()
+                .filter_map(|p| {
+                    let ready = p
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| {
+                            c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                        });
+                    if p.metadata.deletion_timestamp.is_some() {
+                        Some(format!("{} terminating", p.name_any()))
+                    } else if !ready {
+                        Some(format!("{} not Ready", p.name_any()))
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            Ok(if busy.is_empty() {
+                Check::Done(())
+            } else {
+                Check::Pending(busy.join(", "))
+            })
+        },
+    )
     .await
 }
 

@@ -127,9 +127,9 @@ impl Side {
 
 struct Row {
     what: &'static str,
-    ours_label: &'static str,
+    ours_label: String,
     ours: Side,
-    theirs_label: &'static str,
+    theirs_label: String,
     theirs: Side,
 }
 
@@ -393,6 +393,14 @@ async fn theirs_warm(
     })
 }
 
+/// `label`, and how many of the side's samples a pool served.
+fn from_pool(label: &str, served: usize, side: &Side) -> String {
+    if side.samples.is_empty() {
+        return label.into();
+    }
+    format!("{label} ({served} of {} from the pool)", side.samples.len())
+}
+
 fn line(side: &str, name: &str, r: &Result<Start, String>) {
     match r {
         Ok(s) => println!(
@@ -406,9 +414,10 @@ fn line(side: &str, name: &str, r: &Result<Start, String>) {
     }
 }
 
-/// Waits for this sample's pods to go, so teardown does not overlap the next start.
+/// Waits for this sample's pods to go (and the pools' new pods to be Ready), so that neither
+/// overlaps the next start.
 async fn settle(client: &Client, ns: &str) {
-    if let Err(e) = peer::no_pod_terminating(client, ns, TEARDOWN).await {
+    if let Err(e) = peer::pods_settled(client, ns, TEARDOWN).await {
         eprintln!("warning: {e}");
     }
 }
@@ -514,23 +523,23 @@ async fn bench(client: Client, ns: String, rows: &mut Vec<Row>, n: usize, execs:
     }
     rows.push(Row {
         what: "cold start, create returned -> Ready seen (watch)",
-        ours_label: "HarnessSession",
+        ours_label: "HarnessSession".into(),
         ours: oc,
-        theirs_label: "Sandbox",
+        theirs_label: "Sandbox".into(),
         theirs: tc,
     });
     rows.push(Row {
         what: "cold start, server side (creationTimestamp -> Ready transition, 1 s steps)",
-        ours_label: "HarnessSession",
+        ours_label: "HarnessSession".into(),
         ours: oc_server,
-        theirs_label: "Sandbox",
+        theirs_label: "Sandbox".into(),
         theirs: tc_server,
     });
     rows.push(Row {
         what: "cold start, create returned -> its pod Ready seen",
-        ours_label: "worker pod",
+        ours_label: "worker pod".into(),
         ours: oc_pod,
-        theirs_label: "Sandbox pod",
+        theirs_label: "Sandbox pod".into(),
         theirs: tc_pod,
     });
 
@@ -621,18 +630,22 @@ async fn bench(client: Client, ns: String, rows: &mut Vec<Row>, n: usize, execs:
     );
     rows.push(Row {
         what: "warm start, create returned -> Ready seen (watch)",
-        ours_label: "HarnessSession, level-0 warm pool",
+        ours_label: from_pool("HarnessSession, level-0 warm pool", ow_pool, &ow),
         ours: ow,
-        theirs_label: "SandboxClaim, SandboxWarmPool",
+        theirs_label: from_pool("SandboxClaim, SandboxWarmPool", tw_pool, &tw),
         theirs: tw,
     });
     rows.push(Row {
         what: "warm start, server side (1 s steps)",
-        ours_label: "HarnessSession",
+        ours_label: "HarnessSession".into(),
         ours: ow_server,
-        theirs_label: "SandboxClaim",
+        theirs_label: "SandboxClaim".into(),
         theirs: tw_server,
     });
+
+    // Both pools go before the round trips, so their pods are not running beside them.
+    let _ = peer::delete(&client, &ns, &peer::warm_pool(), "bench").await;
+    settle(&client, &ns).await;
 
     // --- round trip ------------------------------------------------------------------------
     println!("\n== round trip of `true` ({execs} each, interleaved)");
@@ -727,23 +740,23 @@ async fn bench(client: Client, ns: String, rows: &mut Vec<Row>, n: usize, execs:
     let (theirs_twice, theirs_thrice) = (baseline(), baseline());
     rows.push(Row {
         what: "round trip of `true`",
-        ours_label: "worker API (port-forward kept open)",
+        ours_label: "worker API (port-forward kept open)".into(),
         ours: api_rt,
-        theirs_label: "kubectl exec into their pod",
+        theirs_label: "kubectl exec into their pod".into(),
         theirs: kubectl_theirs,
     });
     rows.push(Row {
         what: "round trip of `true`",
-        ours_label: "kubectl exec into our worker pod",
+        ours_label: "kubectl exec into our worker pod".into(),
         ours: kubectl_ours,
-        theirs_label: "kubectl exec into their pod",
+        theirs_label: "kubectl exec into their pod".into(),
         theirs: theirs_twice,
     });
     rows.push(Row {
         what: "round trip of `true`",
-        ours_label: "kube-harness exec (new process: lookup, tunnel, exec)",
+        ours_label: "kube-harness exec (new process: lookup, tunnel, exec)".into(),
         ours: cli_rt,
-        theirs_label: "kubectl exec into their pod",
+        theirs_label: "kubectl exec into their pod".into(),
         theirs: theirs_thrice,
     });
     drop(watch);
@@ -751,7 +764,7 @@ async fn bench(client: Client, ns: String, rows: &mut Vec<Row>, n: usize, execs:
 
 /// Which side goes first in sample `i`: ours in even samples, theirs in odd ones.
 fn order(i: usize) -> [bool; 2] {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         [true, false]
     } else {
         [false, true]
