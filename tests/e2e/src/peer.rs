@@ -218,6 +218,8 @@ type SeenMap = HashMap<(String, String), Seen>;
 /// not the API's second-resolution transition times; the same for every kind, so the two sides
 /// are timed alike. The watches end when this is dropped.
 pub struct ReadyWatch {
+    client: Client,
+    ns: String,
     seen: Arc<Mutex<SeenMap>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -256,7 +258,12 @@ impl ReadyWatch {
                 }
             }));
         }
-        let watch = ReadyWatch { seen, tasks };
+        let watch = ReadyWatch {
+            client: client.clone(),
+            ns: ns.to_string(),
+            seen,
+            tasks,
+        };
         let n = kinds.len();
         wait::until(
             &format!("{n} watches in {ns} to list the namespace"),
@@ -281,7 +288,8 @@ impl ReadyWatch {
     }
 
     /// Waits (bounded) until `name` of kind `ar` has been seen Ready. The time returned is when
-    /// the watch event arrived, not when this noticed it.
+    /// the watch event arrived, not when this noticed it. A timeout quotes the object's
+    /// conditions as the API server has them then.
     pub async fn wait(&self, ar: &ApiResource, name: &str, timeout: Duration) -> Result<Seen> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -289,14 +297,44 @@ impl ReadyWatch {
                 return Ok(s);
             }
             if Instant::now() >= deadline {
+                let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), &self.ns, ar);
+                let last = match api.get_opt(name).await {
+                    Ok(Some(o)) => describe(&o),
+                    Ok(None) => "not found".into(),
+                    Err(e) => format!("reading it: {e}"),
+                };
                 return Err(E2eError::Timeout {
                     what: format!("{} {name} Ready", ar.kind),
                     secs: timeout.as_secs(),
-                    last: "no Ready event from the watch".into(),
+                    last,
                 });
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+}
+
+/// An object's phase and conditions in one line, for failure messages.
+pub fn describe(obj: &DynamicObject) -> String {
+    let status = &obj.data["status"];
+    let mut out = match status["phase"].as_str() {
+        Some(p) => format!("phase {p}"),
+        None => String::new(),
+    };
+    for c in status["conditions"].as_array().into_iter().flatten() {
+        let field = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+        out.push_str(&format!(
+            "; {}={} {}: {}",
+            field("type"),
+            field("status"),
+            field("reason"),
+            field("message")
+        ));
+    }
+    if out.is_empty() {
+        "no status".into()
+    } else {
+        out.trim_start_matches("; ").to_string()
     }
 }
 

@@ -57,6 +57,8 @@ fn pool_fill_timeout() -> Duration {
 /// Longest wait for one sample's pods to go before the next sample starts.
 const TEARDOWN: Duration = Duration::from_secs(90);
 const POOL: u32 = 3;
+/// A side whose first this many starts all fail is not tried again in that phase.
+const GIVE_UP: usize = 2;
 
 /// One measurement's samples for one side, or why there are none.
 #[derive(Default)]
@@ -84,6 +86,18 @@ fn record_start(
 }
 
 impl Side {
+    /// Whether to take another sample: not once the side is unavailable, or after its first
+    /// `GIVE_UP` starts all failed (it is then marked unavailable, quoting the last failure).
+    fn keep_going(&mut self) -> bool {
+        if self.unavailable.is_none() && self.samples.is_empty() && self.failures.len() >= GIVE_UP {
+            let last = self.failures.last().cloned().unwrap_or_default();
+            self.unavailable = Some(format!(
+                "its first {GIVE_UP} starts failed; the last: {last}"
+            ));
+        }
+        self.unavailable.is_none()
+    }
+
     fn record<T>(&mut self, r: Result<T, String>, take: impl FnOnce(&T) -> Option<Duration>) {
         match r {
             Ok(v) => {
@@ -505,13 +519,13 @@ async fn bench(client: Client, ns: String, rows: &mut Vec<Row>, n: usize, execs:
     let (mut oc_pod, mut tc_pod) = (Side::default(), Side::default());
     for i in 0..n {
         for ours_turn in order(i) {
-            if ours_turn {
+            if ours_turn && oc.keep_going() {
                 let name = format!("c{i}");
                 let r = ours_start(&client, &ns, &watch, &name, &tier0_name).await;
                 line("ours", &name, &r);
                 record_start(&mut oc, &mut oc_server, Some(&mut oc_pod), r);
                 ours_delete(&client, &ns, &name).await;
-            } else {
+            } else if !ours_turn && tc.keep_going() {
                 let name = format!("s{i}");
                 let r = theirs_cold(&client, &ns, &watch, &name, &pod_spec).await;
                 line("theirs", &name, &r);
@@ -521,6 +535,11 @@ async fn bench(client: Client, ns: String, rows: &mut Vec<Row>, n: usize, execs:
             settle(&client, &ns).await;
         }
     }
+    for (from, to) in [(&oc, &mut oc_server), (&tc, &mut tc_server)] {
+        to.unavailable = from.unavailable.clone();
+    }
+    oc_pod.unavailable = oc.unavailable.clone();
+    tc_pod.unavailable = tc.unavailable.clone();
     rows.push(Row {
         what: "cold start, create returned -> Ready seen (watch)",
         ours_label: "HarnessSession".into(),
@@ -584,7 +603,7 @@ async fn bench(client: Client, ns: String, rows: &mut Vec<Row>, n: usize, execs:
         }
         for i in 0..n {
             for ours_turn in order(i) {
-                if ours_turn && ow.unavailable.is_none() {
+                if ours_turn && ow.keep_going() {
                     let name = format!("w{i}");
                     let r = match pool_full(&tiers, &tier_name, "warmReady", POOL).await {
                         Ok(()) => ours_start(&client, &ns, &watch, &name, &tier_name).await,
@@ -594,7 +613,7 @@ async fn bench(client: Client, ns: String, rows: &mut Vec<Row>, n: usize, execs:
                     ow_pool += usize::from(r.as_ref().is_ok_and(|s| s.from_pool));
                     record_start(&mut ow, &mut ow_server, None, r);
                     ours_delete(&client, &ns, &name).await;
-                } else if !ours_turn && tw.unavailable.is_none() {
+                } else if !ours_turn && tw.keep_going() {
                     let name = format!("k{i}");
                     let r = match pool_full(&pools, "bench", "readyReplicas", POOL).await {
                         Ok(()) => theirs_warm(&client, &ns, &watch, &name, "bench").await,
