@@ -334,11 +334,13 @@ async fn ours_start(
         .wait(&pod_resource(), &worker, Duration::from_secs(5))
         .await
         .ok();
+    let from_pool = !worker.is_empty() && worker != format!("{name}-worker");
     Ok(Start {
         seen: since(t0, seen.at),
         server: peer::server_side(&seen.object),
-        pod_ready: pod.map(|p| since(t0, p.at)),
-        from_pool: !worker.is_empty() && worker != format!("{name}-worker"),
+        // An adopted pool pod was Ready long before: nothing to time.
+        pod_ready: pod.filter(|_| !from_pool).map(|p| since(t0, p.at)),
+        from_pool,
     })
 }
 
