@@ -28,8 +28,7 @@
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
-    ValidationDirective,
+    ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, ValidationDirective,
 };
 use kube::{Api, Client};
 use kube_harness_client::SessionHandle;
@@ -273,16 +272,32 @@ fn our_commit() -> String {
     )
 }
 
+/// Which operator serves the sessions: the holder of its leader Lease, and that pod's image when
+/// it is a pod of the release (an operator run outside the cluster is named as such).
 async fn operator_image(client: &Client) -> String {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &release_namespace());
-    let list = pods
-        .list(&ListParams::default().labels("app.kubernetes.io/name=kube-harness-operator"))
-        .await;
-    list.ok()
-        .and_then(|l| l.items.into_iter().next())
+    use k8s_openapi::api::coordination::v1::Lease;
+    let ns = release_namespace();
+    let holder = Api::<Lease>::namespaced(client.clone(), &ns)
+        .get_opt("kube-harness-operator")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity);
+    let Some(holder) = holder else {
+        return "unknown (no leader Lease kube-harness-operator)".into();
+    };
+    let pod = Api::<Pod>::namespaced(client.clone(), &ns)
+        .get_opt(&holder)
+        .await
+        .ok()
+        .flatten();
+    match pod
         .and_then(|p| p.status?.container_statuses?.into_iter().next())
         .map(|c| format!("{} ({})", c.image, c.image_id))
-        .unwrap_or_else(|| "unknown (no operator pod found)".into())
+    {
+        Some(image) => format!("pod {holder}, image {image}"),
+        None => format!("{holder} (leader, not a pod of the release: run outside the cluster)"),
+    }
 }
 
 /// A started object: when the watch saw it Ready, from the create call's return; server side;
@@ -810,7 +825,7 @@ async fn main() {
     let mut rows = Vec::new();
     let mut load_after = String::new();
     let versions = format!(
-        "Kubernetes {}; Kube Harness checkout {}, operator pod image {}; agent-sandbox {}",
+        "Kubernetes {}; Kube Harness checkout {}, operator {}; agent-sandbox {}",
         client
             .apiserver_version()
             .await
