@@ -5,6 +5,7 @@
 pub mod harness;
 pub mod namespace;
 pub mod node;
+pub mod peer;
 pub mod pods;
 pub mod startup;
 pub mod stats;
