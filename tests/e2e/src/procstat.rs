@@ -59,7 +59,11 @@ pub fn find_pod_process(uid: &str, comm: &str) -> Option<u32> {
     let underscored = format!("pod{}", uid.replace('-', "_"));
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
             continue;
         };
         let Ok(cgroup) = std::fs::read_to_string(entry.path().join("cgroup")) else {

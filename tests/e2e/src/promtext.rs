@@ -199,10 +199,16 @@ weird{msg="a \"quoted\", value}"} 1.5e3
     fn sums_group_by_labels_and_deltas_drop_unchanged_keys() {
         let s = parse(TEXT);
         assert_eq!(sum(&s, "apiserver_request_total", &[("verb", "GET")]), 12.0);
-        let by = sum_by(&s, "apiserver_request_total", &["verb", "resource", "subresource"]);
+        let by = sum_by(
+            &s,
+            "apiserver_request_total",
+            &["verb", "resource", "subresource"],
+        );
         assert_eq!(by[&vec!["GET".into(), "pods".into(), String::new()]], 12.0);
         let mut later = by.clone();
-        *later.get_mut(&vec!["POST".into(), "pods".into(), "binding".into()]).unwrap() += 7.0;
+        *later
+            .get_mut(&vec!["POST".into(), "pods".into(), "binding".into()])
+            .unwrap() += 7.0;
         let d = delta(&by, &later);
         assert_eq!(d.len(), 1);
         assert_eq!(d.values().next(), Some(&7.0));

@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::core::v1::{HostPathVolumeSource, Node};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::serde::de::DeserializeOwned;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
@@ -20,7 +21,6 @@ use kube::{Api, Client, Resource, ResourceExt};
 use kube_harness_crds::condition::{is_true, types};
 use kube_harness_crds::tier::SandboxTierSpec;
 use kube_harness_crds::{HarnessSession, SandboxTier};
-use k8s_openapi::serde::de::DeserializeOwned;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::future::Future;
@@ -242,9 +242,7 @@ impl FirstSeen {
         let task = tokio::spawn({
             let seen = seen.clone();
             async move {
-                let mut events = watcher::watcher(api, config)
-                    .default_backoff()
-                    .boxed();
+                let mut events = watcher::watcher(api, config).default_backoff().boxed();
                 while let Some(event) = events.next().await {
                     if let Ok(Event::Apply(obj) | Event::InitApply(obj)) = event {
                         if ready(&obj) {

@@ -137,10 +137,7 @@ async fn bench(client: &Client, ns: &str, run: &str, cfg: &Config) -> Result<()>
         "API requests per object (create..Ready)",
         b.map(|b| format!("{:.1}", b.api_per_object)),
         format!("{:.1}", sessions.create.api_per_object),
-        ratio(
-            sessions.create.api_per_object,
-            b.map(|b| b.api_per_object),
-        ),
+        ratio(sessions.create.api_per_object, b.map(|b| b.api_per_object)),
     ));
     rows.push(Row::new(
         "delete -> every child gone",
@@ -161,11 +158,7 @@ async fn bench(client: &Client, ns: &str, run: &str, cfg: &Config) -> Result<()>
     rows.push(Row::new(
         "operator RSS peak (sampled / VmHWM)",
         None,
-        format!(
-            "{} / {} MiB",
-            mib(sessions.peak_rss),
-            mib(sessions.vm_hwm)
-        ),
+        format!("{} / {} MiB", mib(sessions.peak_rss), mib(sessions.vm_hwm)),
         "".into(),
     ));
     rows.push(Row::new(
@@ -190,7 +183,10 @@ async fn bench(client: &Client, ns: &str, run: &str, cfg: &Config) -> Result<()>
         "".into(),
     ));
     rows.push(Row::new(
-        &format!("all Ready, quiet {} s: API requests/s", cfg.steady.as_secs()),
+        &format!(
+            "all Ready, quiet {} s: API requests/s",
+            cfg.steady.as_secs()
+        ),
         None,
         format!("{:.1}", sessions.steady.api_per_sec),
         "".into(),
@@ -306,11 +302,7 @@ struct BarePhase {
     gone: Duration,
 }
 
-async fn bare_phase(
-    client: &Client,
-    ns: &str,
-    cfg: &Config,
-) -> Result<BarePhase> {
+async fn bare_phase(client: &Client, ns: &str, cfg: &Config) -> Result<BarePhase> {
     println!("-- baseline: {} bare pods", cfg.n);
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let label = "kubeharness.dev/scale-bare=true";
@@ -330,13 +322,18 @@ async fn bare_phase(
     let last = Instant::now();
     seen.wait_for(cfg.n, "bare pods Ready", cfg.timeout).await?;
     let times = seen.times();
-    let ready = times.last().map_or(Duration::ZERO, |t| t.saturating_duration_since(last));
+    let ready = times
+        .last()
+        .map_or(Duration::ZERO, |t| t.saturating_duration_since(last));
     let api1 = api_requests(client).await?;
     let (total, by_verb) = per_object(&api0, &api1, cfg.n as f64);
     drop(seen);
     let t = Instant::now();
-    pods.delete_collection(&DeleteParams::background(), &ListParams::default().labels(label))
-        .await?;
+    pods.delete_collection(
+        &DeleteParams::background(),
+        &ListParams::default().labels(label),
+    )
+    .await?;
     wait::until("bare pods gone", cfg.timeout, || async {
         let left = scale::count::<Pod>(client, ns, &ListParams::default().labels(label)).await?;
         Ok(if left == 0 {
@@ -475,14 +472,14 @@ async fn session_phase(
         cfg.n as f64 / created.as_secs_f64()
     );
     // A timeout is a result too: the figures say how far it got.
-    let waited = seen
-        .wait_for(cfg.n, "sessions Ready", cfg.timeout)
-        .await;
+    let waited = seen.wait_for(cfg.n, "sessions Ready", cfg.timeout).await;
     let times = seen.times();
     if let Err(e) = &waited {
         println!("   NOT ALL READY: {e}");
     }
-    let ready = times.last().map_or(Duration::ZERO, |t| t.saturating_duration_since(last));
+    let ready = times
+        .last()
+        .map_or(Duration::ZERO, |t| t.saturating_duration_since(last));
     let wall = start.elapsed();
     let cpu1 = sampler.now();
     let m1 = op.metrics().await?;
@@ -522,7 +519,11 @@ async fn session_phase(
         Instant::now(),
     );
     tokio::time::sleep(cfg.steady).await;
-    let (m3, api3, cpu3) = (op.metrics().await?, api_requests(client).await?, sampler.now());
+    let (m3, api3, cpu3) = (
+        op.metrics().await?,
+        api_requests(client).await?,
+        sampler.now(),
+    );
     let quiet = t2.elapsed().as_secs_f64();
     let (api_per_sec, by_verb) = per_object(&api2, &api3, quiet);
     let steady = Steady {
