@@ -74,6 +74,15 @@ struct Config {
 async fn bench(client: &Client, ns: &str, run: &str, cfg: &Config) -> Result<()> {
     let nodes = scale::fake_nodes(client).await?;
     let op = Operator::find(client).await?;
+    // Another replica (or someone's host process) holding the Lease would do the work unseen.
+    let leader = promtext::sum(&op.metrics().await?, "kube_harness_leader", &[]);
+    if leader != 1.0 {
+        return Err(E2eError::Failed(format!(
+            "the operator at {} does not hold the Lease (kube_harness_leader {leader}); see `kubectl -n {} get lease`",
+            op.metrics,
+            harness::release_namespace()
+        )));
+    }
     println!(
         "== scale: {} sessions on {} kwok nodes, {} creates in flight; operator pid {} ({}); load average {}",
         cfg.n,
