@@ -187,11 +187,11 @@ weird{msg="a \"quoted\", value}"} 1.5e3
     #[test]
     fn samples_labels_and_values_parse() {
         let s = parse(TEXT);
-        assert_eq!(s.len(), 7);
+        assert_eq!(s.len(), 8);
         assert_eq!(s[0].label("verb"), "GET");
         assert_eq!(s[0].value, 10.0);
-        assert_eq!(s[6].label("msg"), "a \"quoted\", value}");
-        assert_eq!(s[6].value, 1500.0);
+        assert_eq!(s[7].label("msg"), "a \"quoted\", value}");
+        assert_eq!(s[7].value, 1500.0);
         assert!(parse("garbage{ 1\nname{a=\"x\"} notanumber\n").is_empty());
     }
 

@@ -7,8 +7,9 @@ use crate::wait::{self, Check};
 use crate::{harness, E2eError, Result};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ObjectReference, PersistentVolume, PersistentVolumeSpec, Pod,
-    PodSecurityContext, PodSpec, SeccompProfile, SecurityContext, Toleration,
+    Capabilities, Container, ObjectReference, PersistentVolume, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeSpec, Pod, PodSecurityContext, PodSpec,
+    SeccompProfile, SecurityContext, Toleration, VolumeResourceRequirements,
 };
 use k8s_openapi::api::core::v1::{HostPathVolumeSource, Node};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -105,8 +106,8 @@ pub fn storage_class(name: &str, run: &str) -> StorageClass {
     }
 }
 
-/// A PV of `class` bound in advance (spec.claimRef) to claim `ns/claim`: the PV controller binds
-/// the two as soon as the claim exists. Its hostPath is never mounted (no kubelet runs the pods).
+/// A PV of `class` bound in advance (spec.claimRef) to claim `ns/claim`. Its hostPath is never
+/// mounted (no kubelet runs the pods).
 pub fn prebound_pv(name: &str, run: &str, class: &str, ns: &str, claim: &str) -> PersistentVolume {
     PersistentVolume {
         metadata: run_meta(name, run),
@@ -127,6 +128,31 @@ pub fn prebound_pv(name: &str, run: &str, class: &str, ns: &str, claim: &str) ->
             ..PersistentVolumeSpec::default()
         }),
         ..PersistentVolume::default()
+    }
+}
+
+/// The workspace claim the operator would make for session `session` of [`session`] (same spec:
+/// a claim's spec cannot change), made in advance and naming its PV. On this cluster the PV
+/// controller took minutes to bind some of 2,000 claims the operator made, even to PVs bound to
+/// them in advance ("Error finding provisioning plugin"): binding them before the timed part keeps
+/// the controller-manager's PV binder out of what the bench measures.
+pub fn bound_claim(session: &str, class: &str, pv: &str) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(format!("{session}-workspace")),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: Some(class.into()),
+            volume_name: Some(pv.into()),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
     }
 }
 
@@ -303,7 +329,7 @@ pub fn pod_ready(p: &Pod) -> bool {
 /// Objects left in `ns`: HarnessSessions, and the operator's pods, PVCs, Secrets, Services and
 /// NetworkPolicies (by its managed-by label), as `(kind, count)`.
 pub async fn children_left(client: &Client, ns: &str) -> Result<Vec<(&'static str, usize)>> {
-    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
+    use k8s_openapi::api::core::v1::{Secret, Service};
     use k8s_openapi::api::networking::v1::NetworkPolicy;
     let managed = ListParams::default().labels(MANAGED);
     let all = ListParams::default();
@@ -339,31 +365,115 @@ where
 /// could not delete instead of failing.
 pub async fn delete_run_objects(client: &Client, run: &str) {
     let lp = ListParams::default().labels(&format!("{RUN_LABEL}={run}"));
-    let dp = DeleteParams::background();
-    let report = |what: &str, r: std::result::Result<(), kube::Error>| {
-        if let Err(e) = r {
-            eprintln!("warning: deleting the run's {what}: {e}");
+    if let Err(e) = delete_all(&Api::<SandboxTier>::all(client.clone()), &lp, 4).await {
+        eprintln!("warning: deleting the run's SandboxTier: {e}");
+    }
+    if let Err(e) = delete_all(&Api::<PersistentVolume>::all(client.clone()), &lp, 16).await {
+        eprintln!("warning: deleting the run's PersistentVolumes: {e}");
+    }
+    if let Err(e) = delete_all(&Api::<StorageClass>::all(client.clone()), &lp, 4).await {
+        eprintln!("warning: deleting the run's StorageClass: {e}");
+    }
+}
+
+/// The names of the objects of `api` that match `lp`, listed in pages of 500.
+pub async fn names<K>(api: &Api<K>, lp: &ListParams) -> Result<Vec<String>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let mut out = Vec::new();
+    let mut page = lp.clone().limit(500);
+    loop {
+        let list = api.list_metadata(&page).await?;
+        out.extend(list.items.iter().map(|o| o.name_any()));
+        match list.metadata.continue_ {
+            Some(token) if !token.is_empty() => page = page.continue_token(&token),
+            _ => return Ok(out),
         }
-    };
-    report(
-        "SandboxTier",
-        Api::<SandboxTier>::all(client.clone())
-            .delete_collection(&dp, &lp)
-            .await
-            .map(|_| ()),
-    );
-    report(
-        "PersistentVolumes",
-        Api::<PersistentVolume>::all(client.clone())
-            .delete_collection(&dp, &lp)
-            .await
-            .map(|_| ()),
-    );
-    report(
-        "StorageClass",
-        Api::<StorageClass>::all(client.clone())
-            .delete_collection(&dp, &lp)
-            .await
-            .map(|_| ()),
-    );
+    }
+}
+
+/// Deletes every object of `api` that matches `lp`, one request each, at most `concurrency` at
+/// once: a delete-collection of thousands outlives the API server's request timeout on a small
+/// cluster. Retries what a loaded API server answers; already gone is fine. Returns how many it
+/// deleted.
+pub async fn delete_all<K>(api: &Api<K>, lp: &ListParams, concurrency: usize) -> Result<usize>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let names = names(api, lp).await?;
+    let n = names.len();
+    bounded(n, concurrency, |i| {
+        let name = names[i].clone();
+        async move {
+            let mut attempt = 0u32;
+            loop {
+                match api.delete(&name, &DeleteParams::background()).await {
+                    Ok(_) => return Ok(()),
+                    Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+                    Err(e) if attempt < 8 && retryable(&e) => {
+                        attempt += 1;
+                        tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    })
+    .await?;
+    Ok(n)
+}
+
+/// Waits until `n` claims in `ns` are Bound; returns how long that took.
+pub async fn wait_claims_bound(
+    client: &Client,
+    ns: &str,
+    n: usize,
+    timeout: Duration,
+) -> Result<Duration> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let start = Instant::now();
+    loop {
+        let mut bound = 0;
+        let mut page = ListParams::default().limit(500);
+        loop {
+            let list = api.list(&page).await?;
+            bound += list
+                .items
+                .iter()
+                .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+                .count();
+            match list.metadata.continue_ {
+                Some(token) if !token.is_empty() => page = page.continue_token(&token),
+                _ => break,
+            }
+        }
+        if bound >= n {
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() >= timeout {
+            return Err(E2eError::Timeout {
+                what: format!("{n} claims in {ns} Bound"),
+                secs: timeout.as_secs(),
+                last: format!("{bound} Bound"),
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Sessions in `ns` whose Ready condition is True, by a paginated list (a cross-check of the
+/// watch).
+pub async fn sessions_ready(client: &Client, ns: &str) -> Result<usize> {
+    let api: Api<HarnessSession> = Api::namespaced(client.clone(), ns);
+    let mut ready = 0;
+    let mut page = ListParams::default().limit(500);
+    loop {
+        let list = api.list(&page).await?;
+        ready += list.items.iter().filter(|s| session_ready(s)).count();
+        match list.metadata.continue_ {
+            Some(token) if !token.is_empty() => page = page.continue_token(&token),
+            _ => return Ok(ready),
+        }
+    }
 }

@@ -16,9 +16,9 @@
 //! KH_SCALE_OPERATOR_PID and KH_SCALE_OPERATOR_METRICS (its /metrics URL).
 
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use kube_harness_crds::{HarnessSession, SandboxTier};
@@ -49,10 +49,12 @@ async fn main() {
             .await;
         // Sessions first (their finalizers need the operator), then the run's cluster objects.
         let sessions: Api<HarnessSession> = Api::namespaced(client.clone(), &ns);
-        let _ = sessions
-            .delete_collection(&DeleteParams::background(), &ListParams::default())
-            .await;
-        let _ = wait_gone(&client, &ns, cfg.timeout).await;
+        if let Err(e) = scale::delete_all(&sessions, &ListParams::default(), 32).await {
+            eprintln!("warning: deleting the sessions: {e}");
+        }
+        if let Err(e) = wait_gone(&client, &ns, cfg.timeout).await {
+            eprintln!("warning: {e}");
+        }
         scale::delete_run_objects(&client, &run).await;
         match outcome {
             Ok(Ok(())) => {}
@@ -151,7 +153,11 @@ async fn bench(client: &Client, ns: &str, run: &str, cfg: &Config) -> Result<()>
     rows.push(Row::new(
         "delete -> every child gone",
         b.map(|b| secs(b.gone)),
-        secs(sessions.gone),
+        format!(
+            "{} (deletes sent in {})",
+            secs(sessions.gone),
+            secs(sessions.issued)
+        ),
         ratio(sessions.gone.as_secs_f64(), b.map(|b| b.gone.as_secs_f64())),
     ));
     rows.push(Row::new(
@@ -307,7 +313,7 @@ struct BarePhase {
     ready_p50: Duration,
     ready_p99: Duration,
     api_per_object: f64,
-    by_verb: Vec<((String, String), f64)>,
+    by_verb: Vec<VerbRow>,
     gone: Duration,
 }
 
@@ -338,11 +344,7 @@ async fn bare_phase(client: &Client, ns: &str, cfg: &Config) -> Result<BarePhase
     let (total, by_verb) = per_object(&api0, &api1, cfg.n as f64);
     drop(seen);
     let t = Instant::now();
-    pods.delete_collection(
-        &DeleteParams::background(),
-        &ListParams::default().labels(label),
-    )
-    .await?;
+    scale::delete_all(&pods, &ListParams::default().labels(label), cfg.concurrency).await?;
     wait::until("bare pods gone", cfg.timeout, || async {
         let left = scale::count::<Pod>(client, ns, &ListParams::default().labels(label)).await?;
         Ok(if left == 0 {
@@ -389,7 +391,7 @@ struct CreatePhase {
     ready_p99: Duration,
     wall: Duration,
     api_per_object: f64,
-    by_verb: Vec<((String, String), f64)>,
+    by_verb: Vec<VerbRow>,
     cpu: f64,
     reconciles: f64,
     errors: f64,
@@ -400,7 +402,7 @@ struct CreatePhase {
 /// All sessions Ready, nothing happening.
 struct Steady {
     api_per_sec: f64,
-    by_verb: Vec<((String, String), f64)>,
+    by_verb: Vec<VerbRow>,
     reconciles_per_sec: f64,
     cpu_share: f64,
 }
@@ -409,6 +411,8 @@ struct SessionPhase {
     create: CreatePhase,
     steady: Steady,
     gone: Duration,
+    /// How long sending the deletes took (one request per session).
+    issued: Duration,
     peak_rss: u64,
     vm_hwm: u64,
     total_reconciles: f64,
@@ -453,6 +457,19 @@ async fn session_phase(
         async move { scale::create_retrying(&pvs, &pv).await }
     })
     .await?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    scale::bounded(cfg.n, cfg.concurrency, |i| {
+        let claims = claims.clone();
+        let claim = scale::bound_claim(&name(i), &class, &format!("{run}-{i}"));
+        async move { scale::create_retrying(&claims, &claim).await }
+    })
+    .await?;
+    let binding = scale::wait_claims_bound(client, ns, cfg.n, cfg.timeout).await?;
+    println!(
+        "   {} workspace claims made and bound in advance ({} until the last was Bound)",
+        cfg.n,
+        secs(binding)
+    );
 
     let sessions: Api<HarnessSession> = Api::namespaced(client.clone(), ns);
     let seen = FirstSeen::start(
@@ -484,7 +501,10 @@ async fn session_phase(
     let waited = seen.wait_for(cfg.n, "sessions Ready", cfg.timeout).await;
     let times = seen.times();
     if let Err(e) = &waited {
-        println!("   NOT ALL READY: {e}");
+        println!(
+            "   NOT ALL READY: {e}; a list shows {} Ready",
+            scale::sessions_ready(client, ns).await?
+        );
     }
     let ready = times
         .last()
@@ -544,9 +564,8 @@ async fn session_phase(
 
     println!("   deleting the sessions");
     let t = Instant::now();
-    sessions
-        .delete_collection(&DeleteParams::background(), &ListParams::default())
-        .await?;
+    scale::delete_all(&sessions, &ListParams::default(), cfg.concurrency).await?;
+    let issued = t.elapsed();
     wait_gone(client, ns, cfg.timeout).await?;
     let gone = t.elapsed();
     let m4 = op.metrics().await?;
@@ -567,6 +586,7 @@ async fn session_phase(
         create,
         steady,
         gone,
+        issued,
         peak_rss: sampler.peak(),
         vm_hwm: sampler.now().peak_rss_bytes,
         total_reconciles: reconciles_in(&m4) - reconciles_in(&m0),
@@ -632,15 +652,18 @@ async fn api_requests(client: &Client) -> Result<BTreeMap<Vec<String>, f64>> {
     ))
 }
 
+/// ((verb, resource), requests per object or per second).
+type VerbRow = ((String, String), f64);
+
 /// Total requests between two reads divided by `per`, and the 16 largest (verb, resource) rows.
 fn per_object(
     before: &BTreeMap<Vec<String>, f64>,
     after: &BTreeMap<Vec<String>, f64>,
     per: f64,
-) -> (f64, Vec<((String, String), f64)>) {
+) -> (f64, Vec<VerbRow>) {
     let d = promtext::delta(before, after);
     let total: f64 = d.values().sum();
-    let mut rows: Vec<((String, String), f64)> = d
+    let mut rows: Vec<VerbRow> = d
         .into_iter()
         .map(|(k, v)| {
             let resource = match k[2].as_str() {
