@@ -32,8 +32,9 @@ where
 }
 
 /// Server-side apply of a namespaced object the operator owns (a session's, or a tier's
-/// NetworkPolicy), forcing its field manager's ownership.
-pub async fn apply_owned<K>(client: &Client, ns: &str, obj: &K) -> Result<()>
+/// NetworkPolicy), forcing its field manager's ownership. Returns the object's resourceVersion
+/// after the apply.
+pub async fn apply_owned<K>(client: &Client, ns: &str, obj: &K) -> Result<Option<String>>
 where
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -50,13 +51,14 @@ where
     let mut value = serde_json::to_value(obj)?;
     value["apiVersion"] = json!(K::api_version(&()));
     value["kind"] = json!(K::kind(&()));
-    api.patch(
-        &name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(value),
-    )
-    .await?;
-    Ok(())
+    let applied = api
+        .patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(value),
+        )
+        .await?;
+    Ok(applied.meta().resource_version.clone())
 }
 
 /// Deletes `name`; already gone (404) is fine.

@@ -3,6 +3,7 @@
 //! against the classifier's capability matrix), run by the replica that holds a Lease, with
 //! Prometheus metrics and health probes.
 
+pub mod cache;
 pub mod config;
 pub mod context;
 pub mod error;

@@ -304,39 +304,59 @@ impl Metrics {
     }
 
     /// Records a session's phase and command counts; `None` forgets the session (deleted).
+    /// Constant time: the gauges move by the difference to what the session had before, and the
+    /// command totals are kept under the key "" (no session's key), instead of recounting every
+    /// session on every reconcile.
     pub fn session(&self, key: &str, figures: Option<(Phase, u64, u64)>) {
+        const TOTALS: &str = "";
         let mut all = self.figures.lock().unwrap_or_else(|e| e.into_inner());
-        match figures {
-            Some((phase, tier0, total)) => {
-                all.insert(
-                    key.to_string(),
-                    SessionFigures {
-                        phase: Some(phase),
-                        tier0,
-                        total,
-                    },
-                );
+        if !all.contains_key(TOTALS) {
+            // Every phase is exported from the start, at 0.
+            for phase in PHASES {
+                self.sessions
+                    .get_or_create(&PhaseLabel {
+                        phase: phase.as_str(),
+                    })
+                    .set(0);
             }
-            None => {
-                all.remove(key);
-            }
+            all.insert(TOTALS.into(), SessionFigures::default());
         }
-        for phase in PHASES {
-            let n = all.values().filter(|f| f.phase == Some(phase)).count();
-            self.sessions
-                .get_or_create(&PhaseLabel {
-                    phase: phase.as_str(),
-                })
-                .set(n as i64);
+        let new = figures.map(|(phase, tier0, total)| SessionFigures {
+            phase: Some(phase),
+            tier0,
+            total,
+        });
+        let old = match new {
+            Some(f) if !key.is_empty() => all.insert(key.to_string(), f),
+            None if !key.is_empty() => all.remove(key),
+            _ => None,
+        };
+        let sums = all.entry(TOTALS.into()).or_default();
+        if let Some(old) = old {
+            sums.tier0 = sums.tier0.saturating_sub(old.tier0);
+            sums.total = sums.total.saturating_sub(old.total);
         }
-        let (tier0, total) = all
-            .values()
-            .fold((0, 0), |(a, b), f| (a + f.tier0, b + f.total));
-        self.tier0_share.set(if total == 0 {
+        if let Some(new) = new.filter(|_| !key.is_empty()) {
+            sums.tier0 += new.tier0;
+            sums.total += new.total;
+        }
+        self.tier0_share.set(if sums.total == 0 {
             0.0
         } else {
-            tier0 as f64 / total as f64
+            sums.tier0 as f64 / sums.total as f64
         });
+        let (was, now) = (old.and_then(|f| f.phase), new.and_then(|f| f.phase));
+        if was != now && !key.is_empty() {
+            for (phase, by) in [(was, -1), (now, 1)] {
+                if let Some(phase) = phase {
+                    self.sessions
+                        .get_or_create(&PhaseLabel {
+                            phase: phase.as_str(),
+                        })
+                        .inc_by(by);
+                }
+            }
+        }
     }
 
     /// A sandbox opened (a new pod created or claimed, not a repeated request).

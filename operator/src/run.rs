@@ -4,19 +4,26 @@
 use crate::config::OperatorConfig;
 use crate::context::Context;
 use crate::labels::MANAGED_BY;
-use crate::{leader, server, session, tier, tier1};
+use crate::{cache, leader, server, session, tier, tier1};
 use anyhow::Context as _;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::ListParams;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::Config as ControllerConfig;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{watcher, Controller};
+use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::ResourceExt;
 use kube::{Api, Client};
 use kube_harness_crds::{HarnessSession, SandboxTier};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::watch;
+
+/// Session reconciles run at once. Unbounded, 2,000 new sessions started thousands of reconciles
+/// whose requests the API server answered with 429 and timeouts (docs/performance.md, "Scale").
+pub const SESSION_RECONCILES: u16 = 32;
 
 pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let client = Client::try_default()
@@ -101,18 +108,51 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     });
 
     let managed = watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
-    let sessions = Controller::new(
+    let writers = ctx
+        .caches
+        .take_writers()
+        .context("the read caches were started twice")?;
+    // One watch of the worker pods both fills the cache the reconcile reads and triggers it.
+    let worker_pods = watcher(Api::<Pod>::all(client.clone()), managed.clone())
+        .default_backoff()
+        .modify(cache::slim_pod)
+        .reflect(writers.pods)
+        .touched_objects();
+    let mut sessions = Controller::new(
         Api::<HarnessSession>::all(client.clone()),
         watcher::Config::default(),
     )
-    .owns(Api::<Pod>::all(client.clone()), managed)
-    .graceful_shutdown_on(stopped(stop_rx.clone()))
-    .run(session::reconcile, session::error_policy, ctx.clone())
-    .for_each(|r| async move {
-        if let Err(e) = r {
-            tracing::debug!(error = %e, "session reconcile");
-        }
-    });
+    .with_config(ControllerConfig::default().concurrency(SESSION_RECONCILES))
+    .owns_stream(worker_pods);
+    if let Some(polled) = ctx.take_poll_triggers() {
+        sessions = sessions.reconcile_on(tokio_stream_of(polled));
+    }
+    let sessions = sessions
+        .graceful_shutdown_on(stopped(stop_rx.clone()))
+        .run(session::reconcile, session::error_policy, ctx.clone())
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "session reconcile");
+            }
+        });
+    // The tiers the reconcile reads, and the applied children whose changes it must not miss.
+    let tier_cache = watcher(
+        Api::<SandboxTier>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .modify(cache::slim)
+    .reflect(writers.tiers)
+    .take_until(stopped(stop_rx.clone()))
+    .for_each(|_| async {});
+    let claims = child_watch::<PersistentVolumeClaim>(
+        &ctx,
+        "PersistentVolumeClaim",
+        &managed,
+        stopped(stop_rx.clone()),
+    );
+    let policies =
+        child_watch::<NetworkPolicy>(&ctx, "NetworkPolicy", &managed, stopped(stop_rx.clone()));
     // Tier-1 pods (pool pods and serving ones) requeue their tier: a pool refills as soon as a
     // pod is claimed, becomes ready or goes away.
     let tier1_pods = watcher::Config::default().labels(&format!(
@@ -157,7 +197,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         }
     });
     let sweep = tier1::sweep::run(ctx.clone(), stopped(stop_rx.clone()));
-    futures::join!(sessions, tiers, sweep);
+    futures::join!(sessions, tiers, sweep, tier_cache, claims, policies);
     ctx.metrics.leader.set(0);
     let lost_lease = !*leading.borrow();
     lost.abort();
@@ -171,4 +211,43 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         anyhow::bail!("lost the Lease");
     }
     Ok(())
+}
+
+/// Sessions sent on `rx`, as a stream.
+fn tokio_stream_of<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<T>,
+) -> impl futures::Stream<Item = T> + Send + 'static {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// A metadata-only watch of the operator's children of kind `K`, telling the cache which of them
+/// changed or went ([`cache::Caches::observe_event`]).
+fn child_watch<K>(
+    ctx: &Arc<Context>,
+    kind: &'static str,
+    config: &watcher::Config,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> impl std::future::Future<Output = ()> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let ctx = ctx.clone();
+    // Metadata only: the resourceVersion is all the cache compares.
+    watcher(
+        Api::<PartialObjectMeta<K>>::all(ctx.client.clone()),
+        config.clone(),
+    )
+    .default_backoff()
+    .take_until(stop)
+    .for_each(move |event| {
+        if let Ok(event) = &event {
+            ctx.caches.observe_event(kind, event);
+        }
+        async {}
+    })
 }

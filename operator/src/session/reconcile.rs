@@ -5,6 +5,7 @@ use super::observe::{started_ip, worker_state, WorkerState};
 use super::owned::worker_pod_name;
 use super::status::{self, Escalation, Observed, Seen, Worker, WorkerTierProblem};
 use super::{access, resources, usage};
+use crate::cache::{self, Tokens};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::events;
@@ -19,6 +20,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use kube_harness_crds::condition::types;
 use kube_harness_crds::{HarnessSession, HarnessSessionStatus, Phase, SandboxTier};
@@ -32,14 +34,20 @@ pub async fn reconcile(session: Arc<HarnessSession>, ctx: Arc<Context>) -> Resul
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let api: Api<HarnessSession> = Api::namespaced(ctx.client.clone(), &ns);
-    let result = finalizer(&api, FINALIZER, session, |event| async {
+    let result = match finalizer(&api, FINALIZER, session, |event| async {
         match event {
             Finalizer::Apply(s) => apply(s, &ctx).await,
             Finalizer::Cleanup(s) => cleanup(s, &ctx).await,
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
+    {
+        Ok(action) => Ok(action),
+        // The session went while this reconcile ran (often a second cleanup, started from a
+        // cached copy, after the first removed the finalizer): nothing is left to do.
+        Err(e) if already_gone(&e) => Ok(Action::await_change()),
+        Err(e) => Err(Error::Finalizer(Box::new(e))),
+    };
     ctx.metrics
         .reconciled("harnesssession", started.elapsed().as_secs_f64());
     result
@@ -56,6 +64,15 @@ pub fn error_policy(session: Arc<HarnessSession>, error: &Error, ctx: Arc<Contex
     tracing::warn!(session = %session.name_any(), %error, "HarnessSession reconcile failed");
     ctx.metrics.failed("harnesssession", error.metric_label());
     Action::requeue(ctx.backoff(&key(&session)))
+}
+
+/// The finalizer patch found no session (404): it was deleted meanwhile.
+fn already_gone(error: &kube::runtime::finalizer::Error<Error>) -> bool {
+    use kube::runtime::finalizer::Error as F;
+    matches!(
+        error,
+        F::AddFinalizer(kube::Error::Api(e)) | F::RemoveFinalizer(kube::Error::Api(e)) if e.code == 404
+    )
 }
 
 /// A 409 from the resourceVersion-conditioned status write.
@@ -97,6 +114,8 @@ async fn cleanup(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> 
     )
     .await;
     ctx.metrics.session(&key(&session), None);
+    ctx.polls.forget(&ObjectRef::from_obj(&*session));
+    ctx.caches.forget_session(&key(&session));
     ctx.succeeded(&key(&session));
     Ok(Action::await_change())
 }
@@ -107,7 +126,20 @@ async fn cleanup(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> 
 async fn apply(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> {
     let ns = session.namespace().unwrap_or_default();
     let name = session.name_any();
-    let old = session.status.clone().unwrap_or_default();
+    // The session at hand may predate this operator's last status write (the watch has not
+    // brought it back yet): then that write is the status to build on, and its resourceVersion
+    // the one to condition the next write on.
+    let (old, read_version, built_on_write) = match ctx
+        .caches
+        .newer_status(&key(&session), session.metadata.resource_version.as_deref())
+    {
+        Some((status, version)) => (status, Some(version), true),
+        None => (
+            session.status.clone().unwrap_or_default(),
+            session.resource_version(),
+            false,
+        ),
+    };
 
     if ttl_expired(&session) {
         let api: Api<HarnessSession> = Api::namespaced(ctx.client.clone(), &ns);
@@ -149,7 +181,14 @@ async fn apply(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> {
         }
     }
     if status != old {
-        write_status(ctx, &ns, &name, session.resource_version(), &status).await?;
+        let written = write_status(ctx, &ns, &name, read_version.clone(), &status).await?;
+        ctx.caches.wrote_status(
+            &key(&session),
+            read_version,
+            built_on_write,
+            written,
+            &status,
+        );
         tracing::debug!(session = %name, "status written");
         for c in events::changed(&old.conditions, &status.conditions) {
             let note = format!("{} is {}: {}", c.type_, c.status, c.message);
@@ -165,6 +204,12 @@ async fn apply(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> {
         }
     }
     ctx.succeeded(&key(&session));
+    // A Ready session comes back when its worker is due for a poll: every 15 s while it answers,
+    // less and less often while it does not.
+    let requeue = match requeue {
+        Some(_) if phase == Phase::Ready => Some(ctx.polls.due_in(&ObjectRef::from_obj(&*session))),
+        r => r,
+    };
     Ok(requeue
         .map(Action::requeue)
         .unwrap_or_else(Action::await_change))
@@ -183,7 +228,7 @@ async fn ensure(
     let tiers: Api<SandboxTier> = Api::all(ctx.client.clone());
 
     // The level-0 tier that defines the worker pod.
-    let worker_tier = match tiers.get_opt(&session.spec.worker_tier).await? {
+    let worker_tier = match tier(ctx, &tiers, &session.spec.worker_tier).await? {
         Some(t) if t.spec.level == 0 => t,
         Some(t) => {
             return Ok(Observed::NoWorkerTier(WorkerTierProblem::NotLevelZero {
@@ -199,6 +244,8 @@ async fn ensure(
     };
     let escalation = observe_escalation(session, ctx, &tiers).await?;
 
+    let (tokens, secret_seen) = session_tokens(session, ctx).await?;
+    let token = tokens.token.clone();
     // The workspace: the session's own PVC, or the warm pod's it adopted (status keeps which).
     let own_claim = labels::workspace_pvc(&name);
     let mut claim = old
@@ -209,29 +256,30 @@ async fn ensure(
     // hibernation, a spec change, a lost pod) are the session's.
     let first = old.worker_pod.is_none() && old.workspace_claim.is_none();
     let may_adopt = first && worker_tier.spec.warm_pool.size > 0;
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut pod_name = worker_pod_name(session);
-    let tokens = ensure_secret(session, ctx).await?;
     if claim == own_claim && !may_adopt {
-        apply_owned::<PersistentVolumeClaim>(&ctx.client, &ns, &resources::workspace_pvc(session))
-            .await?;
+        apply_child::<PersistentVolumeClaim>(ctx, &ns, &resources::workspace_pvc(session)).await?;
     }
-    apply_owned::<NetworkPolicy>(
-        &ctx.client,
-        &ns,
-        &resources::network_policy(session, &ctx.config),
-    )
-    .await?;
-    apply_owned::<Service>(
-        &ctx.client,
+    apply_child::<NetworkPolicy>(ctx, &ns, &resources::network_policy(session, &ctx.config))
+        .await?;
+    apply_child::<Service>(
+        ctx,
         &ns,
         &access::worker_service(session, ctx.config.worker_port),
     )
     .await?;
-    let existing = pods.get_opt(&pod_name).await?;
-    tracing::debug!(session = %name, "ensure: secret, pvc, policy, service, pod");
-    let token = tokens.token.clone();
 
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut pod_name = old
+        .worker_pod
+        .clone()
+        .unwrap_or_else(|| labels::worker_pod(&name));
+    // A pod the cache does not hold yet though it exists (created a moment ago) meets a 409 on
+    // create below, which reads as "starting".
+    let existing = match ctx.caches.pod(&ns, &pod_name) {
+        Some(pod) => pod.map(|p| Pod::clone(&p)),
+        None => pods.get_opt(&pod_name).await?,
+    };
+    tracing::debug!(session = %name, "ensure: secret, pvc, policy, service, pod");
     let worker = if hibernating(session, old) {
         // Hibernation: an idle worker is deleted, the PVC stays; a wake request brings it back.
         if let Some(pod) = &existing {
@@ -309,12 +357,17 @@ async fn ensure(
                         };
                         pod_name = labels::worker_pod(&name);
                         if may_adopt {
-                            apply_owned::<PersistentVolumeClaim>(
-                                &ctx.client,
+                            apply_child::<PersistentVolumeClaim>(
+                                ctx,
                                 &ns,
                                 &resources::workspace_pvc(session),
                             )
                             .await?;
+                        }
+                        // The pod mounts the token Secret: make sure it is there (the tokens
+                        // may be remembered from a Secret deleted since).
+                        if !secret_seen {
+                            ensure_secret(session, ctx).await?;
                         }
                         let created = create_if_absent(&pods, &desired(&claim, uid)).await?;
                         if created.is_some() {
@@ -357,7 +410,21 @@ async fn ensure(
             WorkerState::Ready { ip } => {
                 let report = match polled {
                     Some(report) => Some(report),
-                    None => usage::poll(&ip, port, &token).await,
+                    // An adoption is confirmed by the worker's answer now.
+                    None if adopted.is_some() => usage::poll(&ip, port, &token).await,
+                    // Otherwise the latest background poll will do: a worker that does not
+                    // answer holds up no reconcile (docs/performance.md, "Scale").
+                    None => {
+                        ctx.polls
+                            .report(
+                                ObjectRef::from_obj(session),
+                                &ip,
+                                port,
+                                &token,
+                                ctx.report_wait,
+                            )
+                            .await
+                    }
                 };
                 match report {
                     // An adopted pod that does not answer is not known to serve this session.
@@ -378,8 +445,18 @@ async fn ensure(
                     Some(report)
                         if !report.busy && idle_expired(session, &report.last_activity) =>
                     {
-                        delete_worker(&pods, &pod_name).await?;
-                        Worker::IdledOut { report }
+                        // The report may be a poll old: only the worker's answer now decides.
+                        match usage::poll(&ip, port, &token).await {
+                            Some(now) if !now.busy && idle_expired(session, &now.last_activity) => {
+                                delete_worker(&pods, &pod_name).await?;
+                                ctx.polls.forget(&ObjectRef::from_obj(session));
+                                Worker::IdledOut { report: now }
+                            }
+                            now => Worker::Running {
+                                state: WorkerState::Ready { ip },
+                                report: now.or(Some(report)),
+                            },
+                        }
                     }
                     report => Worker::Running {
                         state: WorkerState::Ready { ip },
@@ -449,9 +526,69 @@ async fn observe_escalation(
     })
 }
 
+/// The session's tier: from the cache, else from the API server.
+async fn tier(
+    ctx: &Context,
+    tiers: &Api<SandboxTier>,
+    name: &str,
+) -> Result<Option<Arc<SandboxTier>>> {
+    if let Some(t) = ctx.caches.tier(name) {
+        return Ok(Some(t));
+    }
+    Ok(tiers.get_opt(name).await?.map(Arc::new))
+}
+
+/// Server-side apply of a child object, unless exactly this was applied last and the object has
+/// not changed since ([`cache::Caches::unchanged`]).
+async fn apply_child<K>(ctx: &Context, ns: &str, obj: &K) -> Result<()>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let key = cache::child_key(ns, obj);
+    let desired = serde_json::to_vec(obj)?;
+    if ctx.caches.unchanged(&key, &desired) {
+        return Ok(());
+    }
+    let version = apply_owned(&ctx.client, ns, obj).await?;
+    ctx.caches.applied(key, &desired, version);
+    Ok(())
+}
+
+/// The session's tokens: remembered from the Secret once read or created (they never change),
+/// else [`ensure_secret`]; `true` when the Secret was read or created just now.
+async fn session_tokens(session: &HarnessSession, ctx: &Context) -> Result<(SessionTokens, bool)> {
+    let uid = session.uid().unwrap_or_default();
+    if let Some(t) = ctx.caches.tokens(&key(session), &uid) {
+        let tokens = SessionTokens {
+            token: t.token,
+            session_log: t.session_log,
+        };
+        return Ok((tokens, false));
+    }
+    Ok((ensure_secret(session, ctx).await?, true))
+}
+
 /// The session's token Secret: created once with a random token, never rotated by a reconcile
-/// (that would lock out callers mid-session). Returns the token and the session-log token.
+/// (that would lock out callers mid-session). Returns the token and the session-log token, and
+/// remembers them.
 async fn ensure_secret(session: &HarnessSession, ctx: &Context) -> Result<SessionTokens> {
+    let tokens = ensure_secret_uncached(session, ctx).await?;
+    ctx.caches.remember_tokens(
+        &key(session),
+        Tokens {
+            uid: session.uid().unwrap_or_default(),
+            token: tokens.token.clone(),
+            session_log: tokens.session_log.clone(),
+        },
+    );
+    Ok(tokens)
+}
+
+async fn ensure_secret_uncached(session: &HarnessSession, ctx: &Context) -> Result<SessionTokens> {
     let ns = session.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     let name = labels::token_secret(&session.name_any());
@@ -484,7 +621,7 @@ async fn ensure_secret(session: &HarnessSession, ctx: &Context) -> Result<Sessio
             session_log: log_token,
         }),
         // Another reconcile created it first: use theirs.
-        None => Box::pin(ensure_secret(session, ctx)).await,
+        None => Box::pin(ensure_secret_uncached(session, ctx)).await,
     }
 }
 
@@ -530,7 +667,7 @@ async fn write_status(
     name: &str,
     resource_version: Option<String>,
     status: &HarnessSessionStatus,
-) -> Result<()> {
+) -> Result<Option<String>> {
     let api: Api<HarnessSession> = Api::namespaced(ctx.client.clone(), ns);
     let mut patch = json!({
         "apiVersion": "kubeharness.dev/v1alpha1",
@@ -540,13 +677,14 @@ async fn write_status(
     if let Some(rv) = resource_version {
         patch["metadata"] = json!({ "resourceVersion": rv });
     }
-    api.patch_status(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(patch),
-    )
-    .await?;
-    Ok(())
+    let written = api
+        .patch_status(
+            name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(patch),
+        )
+        .await?;
+    Ok(written.resource_version())
 }
 
 /// The pod must be replaced: built from another spec, or finished.

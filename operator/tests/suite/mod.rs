@@ -1,6 +1,7 @@
 //! The integration tests of this crate as modules of one test binary (one link on two cores).
 
 mod reconcile_mock;
+mod reconcile_scale;
 mod resources;
 mod support;
 mod tier1_objects;

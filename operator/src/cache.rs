@@ -1,0 +1,447 @@
+//! What the session reconcile reads without asking the API server: reflector stores of the
+//! SandboxTiers and the operator's worker pods (fed by watches the leader runs, see `run.rs`), the
+//! sessions' tokens once read, and a record of the child objects it last applied, so an unchanged
+//! PVC, NetworkPolicy or Service is not applied again. At 2,000 sessions the uncached reconcile
+//! made six requests every 15 s per Ready session and the API server answered 429
+//! (docs/performance.md, "Scale").
+//!
+//! A store may lag behind the API server or be empty (before its first list, in tests): every
+//! reader falls back to a request on a miss, and a stale hit is one the next watch event corrects.
+//! Cached pods keep their metadata and status only (the reconcile reads nothing else of an existing
+//! pod); cached objects lose their managedFields. Secrets are not watched (the operator may not
+//! list them: that would be every Secret of the cluster), so a session's tokens are remembered
+//! from the read or create that made them. Services are not watched either (no list permission);
+//! like every applied child, an unchanged one is applied again after [`APPLIED_TTL`] anyway.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use kube_harness_crds::{HarnessSessionStatus, SandboxTier};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long an applied child counts as unchanged without a watch event saying so: the backstop
+/// for a change no watch reports (Services are not watched).
+pub const APPLIED_TTL: Duration = Duration::from_secs(600);
+
+/// The writing halves of the stores, handed once to the watches that feed them.
+pub struct Writers {
+    pub tiers: reflector::store::Writer<SandboxTier>,
+    pub pods: reflector::store::Writer<Pod>,
+}
+
+/// The reconcile's read caches.
+pub struct Caches {
+    pub tiers: Store<SandboxTier>,
+    pub pods: Store<Pod>,
+    writers: Mutex<Option<Writers>>,
+    tokens: Mutex<HashMap<String, Tokens>>,
+    applied: Mutex<HashMap<ChildKey, Applied>>,
+    written: Mutex<HashMap<String, Written>>,
+}
+
+/// A session status the operator wrote, until the watch brings the session back with it.
+#[derive(Clone, Debug)]
+struct Written {
+    /// resourceVersions this write (and the ones it built on) replaced: a session still showing
+    /// one of them is older than `status`.
+    superseded: Vec<String>,
+    resource_version: String,
+    status: HarnessSessionStatus,
+}
+
+/// A child object by kind, namespace and name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct ChildKey {
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// What the operator last applied to a child and the resourceVersion the API server answered.
+#[derive(Clone, Debug, PartialEq)]
+struct Applied {
+    digest: [u8; 32],
+    resource_version: String,
+    at: Instant,
+}
+
+/// A session's worker API token and session-log token, as its Secret holds them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tokens {
+    /// The session's UID: a new session of the same name has other tokens.
+    pub uid: String,
+    pub token: String,
+    pub session_log: Option<String>,
+}
+
+impl Default for Caches {
+    fn default() -> Self {
+        let (tiers, tier_writer) = reflector::store();
+        let (pods, pod_writer) = reflector::store();
+        Caches {
+            tiers,
+            pods,
+            writers: Mutex::new(Some(Writers {
+                tiers: tier_writer,
+                pods: pod_writer,
+            })),
+            tokens: Mutex::new(HashMap::new()),
+            applied: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Caches {
+    /// The writers, once: the leader's watches take them when it starts its controllers.
+    pub fn take_writers(&self) -> Option<Writers> {
+        self.writers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    pub fn tier(&self, name: &str) -> Option<std::sync::Arc<SandboxTier>> {
+        self.tiers.get(&ObjectRef::new(name))
+    }
+
+    /// Worker pod `ns/name`: `Some(None)` when the cache has listed every pod and this one is not
+    /// among them, `None` when the cache cannot tell (not listed yet).
+    pub fn pod(&self, ns: &str, name: &str) -> Option<Option<std::sync::Arc<Pod>>> {
+        match self.pods.get(&ObjectRef::new(name).within(ns)) {
+            Some(pod) => Some(Some(pod)),
+            None if is_ready(&self.pods) => Some(None),
+            None => None,
+        }
+    }
+
+    /// The tokens remembered for session `key` with UID `uid`.
+    pub fn tokens(&self, key: &str, uid: &str) -> Option<Tokens> {
+        self.tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .filter(|t| t.uid == uid)
+            .cloned()
+    }
+
+    pub fn remember_tokens(&self, key: &str, tokens: Tokens) {
+        self.tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.to_string(), tokens);
+    }
+
+    /// Whether `desired` is exactly what was last applied to `key` and nobody changed the object
+    /// since (no watch event with another resourceVersion came in between).
+    pub fn unchanged(&self, key: &ChildKey, desired: &[u8]) -> bool {
+        self.applied
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .is_some_and(|a| a.digest == digest(desired) && a.at.elapsed() < APPLIED_TTL)
+    }
+
+    /// Notes that `desired` was applied to `key` and the object is now at `resource_version`.
+    pub fn applied(&self, key: ChildKey, desired: &[u8], resource_version: Option<String>) {
+        let mut all = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+        match resource_version {
+            Some(resource_version) => {
+                all.insert(
+                    key,
+                    Applied {
+                        digest: digest(desired),
+                        resource_version,
+                        at: Instant::now(),
+                    },
+                );
+            }
+            None => {
+                all.remove(&key);
+            }
+        }
+    }
+
+    /// A watch event for child `key`: unless it shows the version the operator applied last, the
+    /// object changed (or went) behind its back, and the next reconcile applies it again.
+    pub fn observed(&self, key: &ChildKey, resource_version: Option<&str>, deleted: bool) {
+        let mut all = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+        let keep = !deleted
+            && all
+                .get(key)
+                .is_some_and(|a| Some(a.resource_version.as_str()) == resource_version);
+        if !keep {
+            all.remove(key);
+        }
+    }
+
+    /// How many applied children are remembered.
+    pub fn applied_len(&self) -> usize {
+        self.applied.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Feeds [`Caches::observed`] from a watch of one child kind.
+    pub fn observe_event<K>(&self, kind: &'static str, event: &watcher::Event<K>)
+    where
+        K: Resource,
+    {
+        let (obj, deleted) = match event {
+            watcher::Event::Apply(o) | watcher::Event::InitApply(o) => (o, false),
+            watcher::Event::Delete(o) => (o, true),
+            // A relist: a child deleted while the watch was down sends no Delete, so every child
+            // of the kind is applied again once.
+            watcher::Event::Init => {
+                self.applied
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .retain(|k, _| k.kind != kind);
+                return;
+            }
+            watcher::Event::InitDone => return,
+        };
+        let key = ChildKey {
+            kind,
+            namespace: obj.meta().namespace.clone().unwrap_or_default(),
+            name: obj.meta().name.clone().unwrap_or_default(),
+        };
+        self.observed(&key, obj.meta().resource_version.as_deref(), deleted);
+    }
+}
+
+impl Caches {
+    /// The status the operator last wrote for session `key` and the resourceVersion it left,
+    /// when the session at hand (at `seen`) is older than that write: the watch has not brought
+    /// the write back yet. Building on it instead of the stale status avoids a status write that
+    /// could only fail with a conflict. `None` when the session at hand is current.
+    pub fn newer_status(
+        &self,
+        key: &str,
+        seen: Option<&str>,
+    ) -> Option<(HarnessSessionStatus, String)> {
+        let mut all = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let w = all.get(key)?;
+        if seen.is_some_and(|rv| w.superseded.iter().any(|s| s == rv)) {
+            return Some((w.status.clone(), w.resource_version.clone()));
+        }
+        // Caught up, or written by someone else since: the session at hand is what counts.
+        all.remove(key);
+        None
+    }
+
+    /// Notes a status write for session `key`: made on top of `based_on` (the resourceVersion
+    /// it was conditioned on; `built_on_memo` when that came from [`Caches::newer_status`]),
+    /// leaving `resource_version`.
+    pub fn wrote_status(
+        &self,
+        key: &str,
+        based_on: Option<String>,
+        built_on_memo: bool,
+        resource_version: Option<String>,
+        status: &HarnessSessionStatus,
+    ) {
+        let mut all = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let (Some(based_on), Some(resource_version)) = (based_on, resource_version) else {
+            all.remove(key);
+            return;
+        };
+        let mut superseded = match all.remove(key) {
+            Some(w) if built_on_memo => w.superseded,
+            _ => Vec::new(),
+        };
+        superseded.push(based_on);
+        // A handful is plenty: the watch catches up within a write or two.
+        if superseded.len() > 8 {
+            superseded.remove(0);
+        }
+        all.insert(
+            key.to_string(),
+            Written {
+                superseded,
+                resource_version,
+                status: status.clone(),
+            },
+        );
+    }
+
+    /// Forgets session `key` (deleted): its status write and tokens. Its children's records go
+    /// with their Delete events.
+    pub fn forget_session(&self, key: &str) {
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        self.tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+}
+
+/// Whether a store has had its first complete list.
+fn is_ready<K>(store: &Store<K>) -> bool
+where
+    K: kube::runtime::reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    use futures::FutureExt;
+    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
+}
+
+fn digest(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// What a cached object keeps: no managedFields (often the largest part of an object).
+pub fn slim<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
+/// What a cached pod keeps: its metadata and status.
+pub fn slim_pod(pod: &mut Pod) {
+    slim(pod);
+    pod.spec = None;
+}
+
+/// The name of a child object (for a [`ChildKey`]).
+pub fn child_key<K: Resource<DynamicType = ()>>(ns: &str, obj: &K) -> ChildKey {
+    ChildKey {
+        kind: kind_of::<K>(),
+        namespace: ns.to_string(),
+        name: obj.name_any(),
+    }
+}
+
+/// `K::kind` as a `&'static str` for the kinds the session applies.
+fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
+    match K::kind(&()).as_ref() {
+        "PersistentVolumeClaim" => "PersistentVolumeClaim",
+        "NetworkPolicy" => "NetworkPolicy",
+        "Service" => "Service",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ChildKey {
+        ChildKey {
+            kind: "Service",
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn an_applied_child_stays_unchanged_until_another_version_or_a_delete_is_seen() {
+        let c = Caches::default();
+        let k = key("a");
+        assert!(!c.unchanged(&k, b"v1"), "never applied");
+        c.applied(k.clone(), b"v1", Some("10".into()));
+        assert!(c.unchanged(&k, b"v1"));
+        assert!(!c.unchanged(&k, b"v2"), "a different desired object");
+        // The watch echoing the operator's own write keeps the record.
+        c.observed(&k, Some("10"), false);
+        assert!(c.unchanged(&k, b"v1"));
+        // Someone else's write: apply again.
+        c.observed(&k, Some("11"), false);
+        assert!(!c.unchanged(&k, b"v1"));
+        c.applied(k.clone(), b"v1", Some("12".into()));
+        c.observed(&k, Some("12"), true);
+        assert!(!c.unchanged(&k, b"v1"), "deleted");
+        // An apply whose answer had no resourceVersion is not remembered.
+        c.applied(k.clone(), b"v1", None);
+        assert_eq!(c.applied_len(), 0);
+        // Unwatched changes are caught by age.
+        c.applied(k.clone(), b"v1", Some("13".into()));
+        c.applied.lock().unwrap().get_mut(&k).unwrap().at -= APPLIED_TTL;
+        assert!(!c.unchanged(&k, b"v1"), "too old to trust");
+        // A relist of the kind forgets every record of it.
+        c.applied(k.clone(), b"v1", Some("14".into()));
+        c.observe_event::<k8s_openapi::api::core::v1::Service>("Service", &watcher::Event::Init);
+        assert_eq!(c.applied_len(), 0);
+    }
+
+    #[test]
+    fn tokens_belong_to_one_session_uid() {
+        let c = Caches::default();
+        let t = Tokens {
+            uid: "u1".into(),
+            token: "t".into(),
+            session_log: None,
+        };
+        c.remember_tokens("ns/a", t.clone());
+        assert_eq!(c.tokens("ns/a", "u1"), Some(t));
+        assert_eq!(
+            c.tokens("ns/a", "u2"),
+            None,
+            "a new session of the same name"
+        );
+        c.forget_session("ns/a");
+        assert_eq!(c.tokens("ns/a", "u1"), None);
+    }
+
+    #[test]
+    fn a_status_write_stands_in_for_the_session_until_the_watch_brings_it_back() {
+        let c = Caches::default();
+        let st = |phase| HarnessSessionStatus {
+            phase: Some(phase),
+            ..HarnessSessionStatus::default()
+        };
+        use kube_harness_crds::Phase;
+        assert!(c.newer_status("k", Some("1")).is_none(), "nothing written");
+        c.wrote_status(
+            "k",
+            Some("1".into()),
+            false,
+            Some("2".into()),
+            &st(Phase::Provisioning),
+        );
+        // The cache still shows version 1: the write is newer.
+        let (s, rv) = c.newer_status("k", Some("1")).unwrap();
+        assert_eq!((s.phase, rv.as_str()), (Some(Phase::Provisioning), "2"));
+        // A second write on top of the first, while the cache still shows 1, then 2.
+        c.wrote_status(
+            "k",
+            Some("2".into()),
+            true,
+            Some("3".into()),
+            &st(Phase::Ready),
+        );
+        assert_eq!(c.newer_status("k", Some("1")).unwrap().1, "3");
+        assert_eq!(c.newer_status("k", Some("2")).unwrap().1, "3");
+        // Caught up: the session itself counts, and the record goes.
+        assert!(c.newer_status("k", Some("3")).is_none());
+        assert!(c.newer_status("k", Some("1")).is_none());
+        // Someone else wrote (version 9): the session counts.
+        c.wrote_status(
+            "k",
+            Some("3".into()),
+            false,
+            Some("4".into()),
+            &st(Phase::Ready),
+        );
+        assert!(c.newer_status("k", Some("9")).is_none());
+        c.wrote_status(
+            "k",
+            Some("4".into()),
+            false,
+            Some("5".into()),
+            &st(Phase::Ready),
+        );
+        c.forget_session("k");
+        assert!(c.newer_status("k", Some("4")).is_none());
+    }
+
+    #[test]
+    fn the_writers_are_handed_out_once() {
+        let c = Caches::default();
+        assert!(c.take_writers().is_some());
+        assert!(c.take_writers().is_none());
+    }
+}
