@@ -27,6 +27,10 @@ use std::time::{Duration, Instant};
 /// for a change no watch reports (Services are not watched).
 pub const APPLIED_TTL: Duration = Duration::from_secs(600);
 
+/// How long the session log's server token, read from the operator's Secret, is reused for
+/// minting new sessions' scoped tokens: a rotated Secret is picked up within this.
+pub const SERVER_TOKEN_TTL: Duration = Duration::from_secs(30);
+
 /// The writing halves of the stores, handed once to the watches that feed them.
 pub struct Writers {
     pub tiers: reflector::store::Writer<SandboxTier>,
@@ -41,6 +45,7 @@ pub struct Caches {
     tokens: Mutex<HashMap<String, Tokens>>,
     applied: Mutex<HashMap<ChildKey, Applied>>,
     written: Mutex<HashMap<String, Written>>,
+    server_token: Mutex<Option<(Instant, Option<String>)>>,
 }
 
 /// A session status the operator wrote, until the watch brings the session back with it.
@@ -92,6 +97,7 @@ impl Default for Caches {
             tokens: Mutex::new(HashMap::new()),
             applied: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
+            server_token: Mutex::new(None),
         }
     }
 }
@@ -134,6 +140,22 @@ impl Caches {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key.to_string(), tokens);
+    }
+
+    /// The session log's server token read less than [`SERVER_TOKEN_TTL`] ago (`Some(None)`:
+    /// the Secret had none).
+    pub fn server_token(&self) -> Option<Option<String>> {
+        let guard = self.server_token.lock().unwrap_or_else(|e| e.into_inner());
+        guard
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < SERVER_TOKEN_TTL)
+            .map(|(_, t)| t.clone())
+    }
+
+    /// Notes the server token just read.
+    pub fn remember_server_token(&self, token: Option<String>) {
+        *self.server_token.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((Instant::now(), token));
     }
 
     /// Whether `desired` is exactly what was last applied to `key` and nobody changed the object

@@ -34,12 +34,17 @@ pub async fn publish<K>(
     }
 }
 
-/// Conditions in `new` whose status or reason differ from `old`.
+/// Conditions in `new` whose status or reason differ from `old`. A condition's first appearance
+/// is the initial state, not a change: it is an Event only when it is bad news ([`is_warning`]) or
+/// True (Degraded, Hibernated, Escalated, Ready at once). A new session's Ready=False
+/// WorkerStarting, Degraded=False, Hibernated=False and Escalated=False were four Events per
+/// session, and Events a quarter of all API requests at 300 new sessions (docs/performance.md,
+/// "Scale"); its status shows them all the same.
 pub fn changed<'a>(old: &[Condition], new: &'a [Condition]) -> Vec<&'a Condition> {
     new.iter()
-        .filter(|c| {
-            !old.iter()
-                .any(|o| o.type_ == c.type_ && o.status == c.status && o.reason == c.reason)
+        .filter(|c| match old.iter().find(|o| o.type_ == c.type_) {
+            Some(o) => o.status != c.status || o.reason != c.reason,
+            None => c.status == "True" || is_warning(c),
         })
         .collect()
 }
@@ -51,4 +56,91 @@ pub fn is_warning(c: &Condition) -> bool {
             && c.status == "False"
             && c.reason != reasons::WORKER_STARTING
             && c.reason != reasons::HIBERNATED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::changed;
+    use kube_harness_crds::condition::{reasons, set, types};
+
+    #[test]
+    fn a_first_condition_is_an_event_only_when_true_or_bad_news_and_every_later_change_is() {
+        let mut old = Vec::new();
+        let mut new = Vec::new();
+        set(
+            &mut new,
+            types::READY,
+            false,
+            reasons::WORKER_STARTING,
+            "",
+            None,
+        );
+        set(
+            &mut new,
+            types::DEGRADED,
+            false,
+            reasons::AS_EXPECTED,
+            "",
+            None,
+        );
+        set(&mut new, types::HIBERNATED, false, reasons::AWAKE, "", None);
+        set(
+            &mut new,
+            types::ESCALATED,
+            false,
+            reasons::NO_ESCALATION_TIER,
+            "",
+            None,
+        );
+        assert!(changed(&old, &new).is_empty());
+        // A first appearance that is bad news is an Event.
+        let mut failing = Vec::new();
+        set(
+            &mut failing,
+            types::READY,
+            false,
+            reasons::WORKER_TIER_NOT_FOUND,
+            "",
+            None,
+        );
+        assert_eq!(changed(&[], &failing).len(), 1);
+
+        old.clone_from(&new);
+        set(
+            &mut new,
+            types::READY,
+            true,
+            reasons::WORKER_READY,
+            "",
+            None,
+        );
+        set(
+            &mut new,
+            types::DEGRADED,
+            true,
+            reasons::WORKER_FAILING,
+            "",
+            None,
+        );
+        let later: Vec<_> = changed(&old, &new)
+            .iter()
+            .map(|c| c.type_.clone())
+            .collect();
+        assert_eq!(
+            later,
+            vec![types::READY.to_string(), types::DEGRADED.to_string()]
+        );
+
+        // A condition that first appears True is news.
+        let mut fresh = Vec::new();
+        set(
+            &mut fresh,
+            types::HIBERNATED,
+            true,
+            reasons::IDLE_TIMEOUT,
+            "",
+            None,
+        );
+        assert_eq!(changed(&[], &fresh).len(), 1);
+    }
 }

@@ -396,7 +396,7 @@ async fn ensure(
         let bound = |r: &usage::WorkerReport| adopted.is_none() || r.settings == adopted;
         let (state, polled) = match (&state, pod.as_ref().and_then(started_ip)) {
             (WorkerState::Starting { .. }, Some(ip)) => {
-                match usage::poll(&ip, port, &token)
+                match usage::poll_within(&ip, port, &token, usage::EARLY_POLL_TIMEOUT)
                     .await
                     .filter(|r| r.ready && bound(r))
                 {
@@ -588,19 +588,12 @@ async fn ensure_secret(session: &HarnessSession, ctx: &Context) -> Result<Sessio
     Ok(tokens)
 }
 
+/// Creates the Secret first (a new session, the common case, costs one request) and reads it only
+/// when it exists already (a restarted operator, or another reconcile that won the race).
 async fn ensure_secret_uncached(session: &HarnessSession, ctx: &Context) -> Result<SessionTokens> {
     let ns = session.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     let name = labels::token_secret(&session.name_any());
-    if let Some(existing) = secrets.get_opt(&name).await? {
-        let token = token_of(&existing).ok_or(Error::MissingField("token Secret key `token`"))?;
-        let session_log = existing
-            .data
-            .as_ref()
-            .and_then(|d| d.get("session-log-token"))
-            .map(|b| String::from_utf8_lossy(&b.0).into_owned());
-        return Ok(SessionTokens { token, session_log });
-    }
     // Never the session log's own token: one scoped to this session's runs, which is all a user
     // who can read this Secret, or the worker pod, can then reach.
     let log_token = match session_log_token(ctx).await? {
@@ -615,14 +608,20 @@ async fn ensure_secret_uncached(session: &HarnessSession, ctx: &Context) -> Resu
     };
     let token = new_token();
     let secret = resources::token_secret(session, &token, log_token.as_deref());
-    match create_if_absent(&secrets, &secret).await? {
-        Some(_) => Ok(SessionTokens {
+    if create_if_absent(&secrets, &secret).await?.is_some() {
+        return Ok(SessionTokens {
             token,
             session_log: log_token,
-        }),
-        // Another reconcile created it first: use theirs.
-        None => Box::pin(ensure_secret_uncached(session, ctx)).await,
+        });
     }
+    let existing = secrets.get(&name).await?;
+    let token = token_of(&existing).ok_or(Error::MissingField("token Secret key `token`"))?;
+    let session_log = existing
+        .data
+        .as_ref()
+        .and_then(|d| d.get("session-log-token"))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned());
+    Ok(SessionTokens { token, session_log })
 }
 
 /// The session's bearer token and its session-log token (with a session log).
@@ -641,9 +640,14 @@ async fn session_log_token(ctx: &Context) -> Result<Option<String>> {
     let Some(name) = &ctx.config.session_log_token_secret else {
         return Ok(None);
     };
+    if let Some(token) = ctx.caches.server_token() {
+        return Ok(token);
+    }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let secret = secrets.get(name).await?;
-    Ok(token_of(&secret).map(|t| t.trim().to_string()))
+    let token = token_of(&secret).map(|t| t.trim().to_string());
+    ctx.caches.remember_server_token(token.clone());
+    Ok(token)
 }
 
 async fn skills_config_maps(session: &HarnessSession, ctx: &Context) -> Result<Vec<ConfigMap>> {

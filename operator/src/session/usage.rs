@@ -35,8 +35,24 @@ pub struct WorkerReport {
 /// the cost of a hung worker one short wait for that session alone (reconciles of different
 /// sessions run concurrently), every [`super::status::READY_REQUEUE`] at most.
 pub async fn poll(ip: &str, port: u16, token: &str) -> Option<WorkerReport> {
+    poll_within(ip, port, token, POLL_TIMEOUT).await
+}
+
+/// How long the early-readiness poll (a started container whose probe has not passed yet) waits.
+/// A worker on its node answers in milliseconds; one that cannot be reached at all (a blackholed
+/// address, as every pod of the kwok scale run) must not hold the reconcile for [`POLL_TIMEOUT`]:
+/// at 300 sessions that was the reconcile p99 of 3.9 s (docs/performance.md, "Scale").
+pub const EARLY_POLL_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// [`poll`] with its own bound.
+pub async fn poll_within(
+    ip: &str,
+    port: u16,
+    token: &str,
+    within: Duration,
+) -> Option<WorkerReport> {
     let client = WorkerClient::new(format!("http://{ip}:{port}"), token).ok()?;
-    let status = tokio::time::timeout(POLL_TIMEOUT, client.status())
+    let status = tokio::time::timeout(within, client.status())
         .await
         .ok()?
         .map_err(|e| tracing::debug!(error = %e, ip, "worker status poll failed"))

@@ -3,7 +3,7 @@
 //! operator's back is applied again, alone; a session already gone is no error; the sessions-by-
 //! phase gauges keep the same counts when updated per session instead of recounted.
 
-use super::support::{drain_events, expect, Handle};
+use super::support::{drain_events, existing_token_secret, expect, Handle};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::runtime::controller::Action;
 use kube::runtime::watcher;
@@ -112,12 +112,11 @@ fn requeue_secs(action: &Action) -> f64 {
 }
 
 /// The first reconcile of a session whose pod runs: the token Secret read, the three children
-/// applied, the status written (Ready, with the worker's figures), one Event per condition.
+/// applied, the status written (Ready, with the worker's figures), an Event for Ready (the initial conditions are none).
 async fn first_reconcile(server: &mut Handle, ctx: &Arc<Context>) -> Value {
     let run = tokio::spawn(session::reconcile(Arc::new(session_obj()), ctx.clone()));
     let base = format!("/api/v1/namespaces/{NS}");
-    expect(server, "GET", &format!("{base}/secrets/demo-token"), 200,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-token"}, "data": {"token": "dG9r"}})).await;
+    existing_token_secret(server, NS, "demo-token").await;
     for (path, kind) in [
         (
             format!("{base}/persistentvolumeclaims/demo-workspace"),
@@ -147,7 +146,7 @@ async fn first_reconcile(server: &mut Handle, ctx: &Arc<Context>) -> Value {
         json!(written),
     )
     .await;
-    drain_events(server, NS, 4).await;
+    drain_events(server, NS, 1).await;
     let action = tokio::time::timeout(Duration::from_secs(5), run)
         .await
         .expect("the reconcile waits for no further request")

@@ -81,6 +81,31 @@ pub fn not_found(kind: &str, name: &str) -> Value {
     })
 }
 
+/// A 409 AlreadyExists answer to a create.
+pub fn already_exists(kind: &str, name: &str) -> Value {
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("{kind} \"{name}\" already exists"), "reason": "AlreadyExists",
+        "details": {"name": name, "kind": kind}, "code": 409
+    })
+}
+
+/// The session's token Secret exists already: the reconcile's create meets a 409, and it reads
+/// the Secret (token "tok").
+pub async fn existing_token_secret(handle: &mut Handle, ns: &str, name: &str) {
+    let base = format!("/api/v1/namespaces/{ns}");
+    expect(
+        handle,
+        "POST",
+        &format!("{base}/secrets"),
+        409,
+        already_exists("secrets", name),
+    )
+    .await;
+    expect(handle, "GET", &format!("{base}/secrets/{name}"), 200,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": {"token": "dG9r"}})).await;
+}
+
 /// Answers the next `n` Event requests (new Events, or PATCHes of a repeated Event's series) and
 /// returns their bodies.
 pub async fn drain_events(handle: &mut Handle, ns: &str, n: usize) -> Vec<Value> {
