@@ -41,7 +41,7 @@ pub struct Tier0Sandbox {
     /// Names the tool directory offers, sorted.
     tools: Vec<String>,
     /// Owns the runtime directory (tool dir, tmp, namespace root); removed on drop.
-    _runtime: tempfile::TempDir,
+    _runtime: kube_harness_workspace::leftovers::ScratchDir,
 }
 
 impl Tier0Sandbox {
@@ -164,7 +164,7 @@ impl Tier0Sandbox {
             limits: config.limits,
             base_env,
             tools: toolset.names,
-            _runtime: runtime,
+            _runtime: kube_harness_workspace::leftovers::ScratchDir::from_tempdir(runtime),
         })
     }
 

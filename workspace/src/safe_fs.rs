@@ -328,40 +328,131 @@ fn too_deep() -> io::Error {
     io::Error::other(format!("the tree is deeper than {MAX_DEPTH} levels"))
 }
 
+/// Directories [`remove_tree_at`] holds open at once. A subtree found deeper is moved up to the
+/// top of the tree being removed and taken from there, so any depth costs this many descriptors
+/// and a constant stack (a 30,000-level tree in a sandbox's `/tmp` overflowed the 2 MiB stack of
+/// the worker's runtime thread in the recursive `std::fs::remove_dir_all`).
+const REMOVE_OPEN_DIRS: usize = 64;
+
 /// Removes `name` in `dir` and, if it is a directory, everything below it, never following a
 /// symlink (a symlink is removed, not its target). Nothing with that name is success.
+///
+/// Built for trees a hostile command made: no depth limit, no recursion, at most
+/// [`REMOVE_OPEN_DIRS`] open directories, and a directory left unreadable or unwritable
+/// (`chmod 000`) by its owner is made `0700` first (the host runs as the same user, or as root).
 pub fn remove_tree_at(dir: &impl AsFd, name: &OsStr) -> io::Result<()> {
-    remove_tree_depth(dir, name, 0)
-}
-
-fn remove_tree_depth(dir: &impl AsFd, name: &OsStr, depth: usize) -> io::Result<()> {
     let Some(st) = stat_at(dir, name)? else {
         return Ok(());
     };
-    if kind_of(&st) == Some(EntryKind::Dir) {
-        if depth >= MAX_DEPTH {
-            return Err(too_deep());
-        }
-        let sub = match open_dir_at(dir, name) {
-            Ok(fd) => fd,
-            Err(WalkError::Missing) => return Ok(()),
-            Err(e) => return Err(e.into_io()),
+    if kind_of(&st) != Some(EntryKind::Dir) {
+        return ignore_missing(unlink_at(dir, name, false));
+    }
+    let root = match open_dir_for_removal(dir, name)? {
+        Some(fd) => fd,
+        None => return Ok(()),
+    };
+    // Each frame: an open directory, the names in it still to remove, and its own name in the
+    // frame below (the root's name is in `dir`).
+    struct Frame {
+        fd: OwnedFd,
+        todo: Vec<OsString>,
+        name: OsString,
+    }
+    let mut stack = vec![Frame {
+        todo: list_dir(&root)?,
+        fd: root,
+        name: name.to_os_string(),
+    }];
+    let mut moved = 0u64;
+    while let Some(top) = stack.len().checked_sub(1) {
+        let Some(child) = stack[top].todo.pop() else {
+            let done = stack.pop().expect("the frame just seen");
+            drop(done.fd);
+            match stack.last() {
+                Some(parent) => ignore_missing(unlink_at(&parent.fd, &done.name, true))?,
+                None => ignore_missing(unlink_at(dir, name, true))?,
+            }
+            continue;
         };
-        // A read-only directory the command left would block removing its children.
-        let _ = chmod_fd(&sub, 0o700);
-        for child in list_dir(&sub)? {
-            remove_tree_depth(&sub, &child, depth.saturating_add(1))?;
+        let Some(st) = stat_at(&stack[top].fd, &child)? else {
+            continue;
+        };
+        if kind_of(&st) != Some(EntryKind::Dir) {
+            ignore_missing(unlink_at(&stack[top].fd, &child, false))?;
+            continue;
         }
-        drop(sub);
-        match unlink_at(dir, name, true) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            other => other,
+        if stack.len() >= REMOVE_OPEN_DIRS {
+            // Too deep to hold open: move it to the top of the tree, to be taken from there.
+            let fresh = loop {
+                moved += 1;
+                let fresh = OsString::from(format!(".kh-removing-{moved}"));
+                if stat_at(&stack[0].fd, &fresh)?.is_none() {
+                    break fresh;
+                }
+            };
+            rfs::renameat_with(
+                &stack[top].fd,
+                &child,
+                &stack[0].fd,
+                &fresh,
+                rfs::RenameFlags::NOREPLACE,
+            )?;
+            stack[0].todo.push(fresh);
+            continue;
         }
-    } else {
-        match unlink_at(dir, name, false) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            other => other,
+        let Some(fd) = open_dir_for_removal(&stack[top].fd, &child)? else {
+            continue;
+        };
+        stack.push(Frame {
+            todo: list_dir(&fd)?,
+            fd,
+            name: child,
+        });
+    }
+    Ok(())
+}
+
+/// Opens the directory `name` in `dir` to empty it, making it `0700` when its mode keeps its
+/// owner out; `None` when it is gone. Never through a symlink: the mode is changed through an
+/// `O_PATH | O_NOFOLLOW | O_DIRECTORY` descriptor's `/proc/self/fd` entry, which names the
+/// directory itself.
+fn open_dir_for_removal(dir: &impl AsFd, name: &OsStr) -> io::Result<Option<OwnedFd>> {
+    let retry = match open_dir_at(dir, name) {
+        Ok(fd) => {
+            // Its entries must be removable too (a `chmod 500` directory).
+            let _ = chmod_fd(&fd, 0o700);
+            return Ok(Some(fd));
         }
+        Err(WalkError::Missing) => return Ok(None),
+        Err(WalkError::Io(e)) if e.kind() == io::ErrorKind::PermissionDenied => e,
+        Err(e) => return Err(e.into_io()),
+    };
+    let path_fd = rfs::openat(
+        dir,
+        name,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|_| retry)?;
+    rfs::chmod(
+        format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&path_fd)
+        )
+        .as_str(),
+        Mode::from_raw_mode(0o700),
+    )?;
+    match open_dir_at(dir, name) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(WalkError::Missing) => Ok(None),
+        Err(e) => Err(e.into_io()),
+    }
+}
+
+fn ignore_missing(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
     }
 }
 

@@ -50,6 +50,11 @@ pub async fn reconcile(session: Arc<HarnessSession>, ctx: Arc<Context>) -> Resul
     };
     ctx.metrics
         .reconciled("harnesssession", started.elapsed().as_secs_f64());
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        ok = result.is_ok(),
+        "reconciled"
+    );
     result
 }
 

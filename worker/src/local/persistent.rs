@@ -428,46 +428,9 @@ pub fn mirror(from: &Place, to: &Place) -> Result<(), LocalError> {
     Ok(())
 }
 
-/// Removes `name` in `dir` and everything below it, however deep (`safe_fs::remove_tree_at`
-/// stops at its depth limit, which a copy that failed at the same limit reaches): while the
-/// whole tree cannot go at once, the first directory found with no directory below it is
-/// removed, so each round takes at least one directory away. Never follows a symlink.
+/// Removes `name` in `dir` and everything below it, however deep; never follows a symlink.
 fn discard(dir: &OwnedFd, name: &OsStr) -> std::io::Result<()> {
-    loop {
-        let whole = safe_fs::remove_tree_at(dir, name);
-        if whole.is_ok() {
-            return whole;
-        }
-        let mut parent = match safe_fs::open_dir_at(dir, name) {
-            Ok(fd) => fd,
-            Err(WalkError::Missing) => return Ok(()),
-            Err(_) => return whole,
-        };
-        // `name` itself has no directory below it, yet could not be removed: that is the error.
-        let Some(mut child) = first_subdir(&parent)? else {
-            return whole;
-        };
-        // Down to a directory with none below it, holding only it and its parent open.
-        loop {
-            let cur = safe_fs::open_dir_at(&parent, &child).map_err(WalkError::into_io)?;
-            match first_subdir(&cur)? {
-                Some(next) => (parent, child) = (cur, next),
-                None => break,
-            }
-        }
-        safe_fs::remove_tree_at(&parent, &child)?;
-    }
-}
-
-fn first_subdir(dir: &OwnedFd) -> std::io::Result<Option<OsString>> {
-    for name in safe_fs::list_dir(dir)? {
-        if let Some(st) = safe_fs::stat_at(dir, &name)? {
-            if safe_fs::kind_of(&st) == Some(EntryKind::Dir) {
-                return Ok(Some(name));
-            }
-        }
-    }
-    Ok(None)
+    safe_fs::remove_tree_at(dir, name)
 }
 
 /// The directory to copy from: `None` when it does not exist (an empty copy).

@@ -1,5 +1,6 @@
 //! Workspace tests: one binary (one link) for all of them.
 
+mod remove_tree;
 mod workspace_bad_input;
 mod workspace_merge;
 mod workspace_properties;
