@@ -1,9 +1,13 @@
-//! The in-cluster data path: a ClusterIP Service per session in front of its worker pod, the
-//! stable address agents connect to, and the peers `spec.access` admits to the worker's port.
+//! The in-cluster data path: a headless Service per session in front of its worker pod, the
+//! stable name agents connect to, and the peers `spec.access` admits to the worker's port.
 //!
-//! A Service per session rather than one router: kube-proxy forwards in the kernel, so a request
-//! costs what a direct pod-IP connection costs (docs/operator.md, "In-cluster data path"); a
-//! router adds a userspace hop, a shared bottleneck and one more thing to fail for every session.
+//! A Service per session rather than one router: its name resolves to the worker pod's IP, so a
+//! request costs what a direct pod-IP connection costs (docs/operator.md, "In-cluster data
+//! path"); a router adds a userspace hop, a shared bottleneck and one more thing to fail for every
+//! session. Headless (`clusterIP: None`) rather than a virtual IP: at 300 sessions created at
+//! once, allocating their cluster IPs made each Service apply take 1.9 s on average (the API
+//! server serialises the allocations), and every virtual IP costs kube-proxy rules on every node
+//! (docs/performance.md, "Scale").
 
 use crate::labels;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
@@ -22,7 +26,7 @@ pub fn worker_selector(session: &HarnessSession) -> BTreeMap<String, String> {
     labels
 }
 
-/// The session's Service: ClusterIP, the worker port, only the session's worker pod. Its address
+/// The session's Service: headless, the worker port, only the session's worker pod. Its address
 /// is published before the kubelet's readiness probe passes, since the session is Ready as soon
 /// as the worker itself answers ready (the reconcile asks it); a worker that cannot serve
 /// answers 503 with why.
@@ -31,6 +35,7 @@ pub fn worker_service(session: &HarnessSession, port: u16) -> Service {
         metadata: super::owned::meta(session, labels::worker_service(&session.name_any())),
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
+            cluster_ip: Some("None".into()),
             selector: Some(worker_selector(session)),
             publish_not_ready_addresses: Some(true),
             ports: Some(vec![ServicePort {

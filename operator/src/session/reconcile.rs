@@ -266,7 +266,7 @@ async fn ensure(
     }
     apply_child::<NetworkPolicy>(ctx, &ns, &resources::network_policy(session, &ctx.config))
         .await?;
-    apply_child::<Service>(
+    ensure_service(
         ctx,
         &ns,
         &access::worker_service(session, ctx.config.worker_port),
@@ -561,6 +561,28 @@ where
     let version = apply_owned(&ctx.client, ns, obj).await?;
     ctx.caches.applied(key, &desired, version);
     Ok(())
+}
+
+/// The session's Service. One made by an older operator has a cluster IP, which cannot be changed
+/// to `None`: the API server refuses the apply (422), and the Service is made again.
+async fn ensure_service(ctx: &Context, ns: &str, svc: &Service) -> Result<()> {
+    match apply_child::<Service>(ctx, ns, svc).await {
+        Err(Error::Kube(kube::Error::Api(e))) if e.code == 422 => {
+            let services: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+            let name = svc.name_any();
+            tracing::info!(service = %name, namespace = ns, "making the Service again: headless now");
+            services.delete(&name, &DeleteParams::foreground()).await?;
+            // Foreground deletion: the name is free once the object is gone.
+            for _ in 0..50 {
+                if services.get_opt(&name).await?.is_none() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            apply_child::<Service>(ctx, ns, svc).await
+        }
+        other => other,
+    }
 }
 
 /// The session's tokens: remembered from the Secret once read or created (they never change),

@@ -204,6 +204,10 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
     assert_eq!(svc.content_type, "application/apply-patch+yaml");
     assert_eq!(svc.body["spec"]["type"], "ClusterIP");
     assert_eq!(
+        svc.body["spec"]["clusterIP"], "None",
+        "headless: no virtual IP to allocate"
+    );
+    assert_eq!(
         svc.body["spec"]["selector"],
         json!({"kubeharness.dev/session": "demo", "kubeharness.dev/role": "worker",
                "app.kubernetes.io/managed-by": "kube-harness-operator"})

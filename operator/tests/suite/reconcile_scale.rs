@@ -221,6 +221,52 @@ async fn a_child_changed_behind_the_operators_back_is_applied_again_alone() {
 }
 
 #[tokio::test]
+async fn a_service_with_a_cluster_ip_from_an_older_operator_is_made_again_headless() {
+    let (client, mut server) = super::support::client();
+    let ctx = cached_context(client, worker().await);
+    first_reconcile(&mut server, &ctx).await;
+    let edited: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "demo-worker", "namespace": NS, "resourceVersion": "33"}
+    }))
+    .unwrap();
+    ctx.caches
+        .observe_event("Service", &watcher::Event::Apply(edited));
+    let again = tokio::spawn(session::reconcile(Arc::new(session_obj()), ctx.clone()));
+    let path = format!("/api/v1/namespaces/{NS}/services/demo-worker");
+    let refused = expect(&mut server, "PATCH", &path, 422, json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Invalid", "code": 422,
+        "message": "Service \"demo-worker\" is invalid: spec.clusterIPs[0]: Invalid value: [\"None\"]: may not change once set"
+    }))
+    .await;
+    assert_eq!(refused.body["spec"]["clusterIP"], "None");
+    expect(
+        &mut server,
+        "DELETE",
+        &path,
+        200,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+    )
+    .await;
+    expect(
+        &mut server,
+        "GET",
+        &path,
+        404,
+        super::support::not_found("services", "demo-worker"),
+    )
+    .await;
+    let made = expect(&mut server, "PATCH", &path, 200,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "demo-worker", "resourceVersion": "40"}})).await;
+    assert_eq!(made.body["spec"]["clusterIP"], "None");
+    tokio::time::timeout(Duration::from_secs(5), again)
+        .await
+        .expect("nothing else is asked")
+        .unwrap()
+        .expect("the reconcile succeeds with the Service made again");
+}
+
+#[tokio::test]
 async fn a_session_deleted_while_its_cleanup_ran_is_no_error() {
     let (client, mut server) = super::support::client();
     let ctx = Arc::new(Context::new(
