@@ -143,6 +143,26 @@ pub fn build(i: &Inputs) -> Result<OwnedFd, SandboxError> {
     Ok(unsafe { OwnedFd::from_raw_fd(high) })
 }
 
+/// A ruleset that adds no restriction of its own (it handles only making block devices, which
+/// the main ruleset grants nowhere) but a landlock domain boundary, with the signal and
+/// abstract-socket scopes where the kernel has them (ABI >= 6). Each command restricts itself
+/// with it on top of the forker's domain: landlock lets a process reach (ptrace-style access,
+/// `/proc/<pid>/mem`, `fd/`, `environ`; signals under the scope) only processes of its own
+/// domain or of domains below it, so no command reaches the forker, a supervisor or another
+/// command.
+pub fn nested() -> Result<OwnedFd, SandboxError> {
+    let err = |e: landlock::RulesetError| SandboxError::Landlock(e.to_string());
+    let created = Ruleset::default()
+        .handle_access(AccessFs::MakeBlock)
+        .map_err(err)?
+        .scope(Scope::from_all(ABI_KNOWN))
+        .map_err(err)?
+        .create()
+        .map_err(err)?;
+    let fd: Option<OwnedFd> = created.into();
+    fd.ok_or(SandboxError::LandlockUnavailable)
+}
+
 fn collect(i: &Inputs) -> Vec<Rule> {
     let mut rules = Vec::new();
     let mut add = |path: PathBuf, access: BitFlags<AccessFs>, follow: bool| {

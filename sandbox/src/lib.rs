@@ -11,6 +11,8 @@ mod child;
 mod config;
 mod elf;
 pub mod fd;
+mod forker;
+mod forker_main;
 mod landlock_rules;
 mod namespace;
 mod ns_plan;
@@ -18,6 +20,7 @@ mod probe;
 mod run;
 mod seccomp;
 mod tools;
+mod wire;
 
 pub use config::{
     Invocation, Limits, Outcome, OutputChunk, OutputStream, OutputTap, Presentation, SandboxConfig,
@@ -25,8 +28,8 @@ pub use config::{
 };
 pub use probe::{probe, Capabilities};
 
-use child::ChildPlan;
 use kube_harness_workspace::spec::SESSION;
+use run::Plan;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,7 +37,7 @@ use std::sync::Arc;
 /// A ready-to-use Tier-0 sandbox for one workspace spec. Cheap to share (`run` takes `&self`);
 /// several commands may run at once. Dropping it removes its runtime directory.
 pub struct Tier0Sandbox {
-    plan: Arc<ChildPlan>,
+    plan: Arc<Plan>,
     limits: Limits,
     /// Environment every command starts from (PATH, HOME, TMPDIR), as the script sees it.
     base_env: BTreeMap<String, String>,
@@ -128,15 +131,19 @@ impl Tier0Sandbox {
         } else {
             None
         };
-        let plan = ChildPlan::new(
+        // Capabilities go: uid 0's, and those the forker holds in the sandbox's user namespace.
+        let drop_caps = caps.is_root || ns.as_ref().is_some_and(|n| n.user.is_some());
+        let setup = forker::Setup::new(
             &toolset.bash,
             &config.limits,
+            &filter,
             ruleset,
-            filter,
+            landlock_rules::nested()?,
             ns,
-            caps.is_root,
-            pids,
-        )?;
+            drop_caps,
+        );
+        let forker = forker::Forker::new(setup).map_err(SandboxError::Forker)?;
+        let plan = Plan { forker, pids };
 
         let home = if config
             .workspace
@@ -166,6 +173,12 @@ impl Tier0Sandbox {
             tools: toolset.names,
             _runtime: runtime,
         })
+    }
+
+    /// The pid of the sandbox's forker process, when one runs (it is started again when a
+    /// command finds it gone). For tests and diagnostics.
+    pub fn forker_pid(&self) -> Option<u32> {
+        Some(self.plan.forker.pid()).filter(|p| *p != 0)
     }
 
     /// Runs one script. Never returns an error: faults become exit code 126 and one
