@@ -180,10 +180,11 @@ pub unsafe fn confine(c: &Confinement) -> Result<(), Failure> {
     )
 }
 
-/// A spare supervisor, made by the forker before the request it will serve comes: a new
-/// session, a child subreaper, SIGCHLD back to the default (the forker ignores it so that the
-/// kernel reaps its children). Until it takes a request the forker's end ends it at once: the
-/// death signal's default action is to terminate, and it is not blocked yet.
+/// A spare supervisor, made by the forker before the request it will serve comes: a child
+/// subreaper, SIGCHLD back to the default (the forker ignores it so that the kernel reaps its
+/// children). Until it takes a request the forker's end ends it at once (the death signal's
+/// default action is to terminate, and it is not blocked yet), and it stays in the forker's
+/// process group, so that the worker can kill both with one signal even when they are stopped.
 ///
 /// # Safety
 /// Must only be called in a freshly forked child of the (single-threaded) forker.
@@ -193,7 +194,6 @@ pub unsafe fn become_spare(plan: &ForkerPlan) {
     if libc::getppid() != plan.forker_pid {
         libc::_exit(0);
     }
-    libc::setsid();
     libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 }
 
@@ -214,6 +214,7 @@ pub unsafe fn block_signals() {
 /// # Safety
 /// Must only be called in a spare ([`become_spare`], then [`block_signals`]).
 pub unsafe fn supervisor(plan: &ForkerPlan, run: &RunFds) -> ! {
+    libc::setsid();
     // The command's stdout and stderr (also where a failed setup step writes its line).
     if libc::dup2(run.stdout_w, 1) != 1 || libc::dup2(run.stderr_w, 2) != 2 {
         libc::_exit(126);

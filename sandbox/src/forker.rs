@@ -27,6 +27,9 @@ use tokio::io::Interest;
 /// How long a request may wait for room in the socket (a forker that reads nothing for this
 /// long is wedged, and is replaced).
 const SEND_LIMIT: Duration = Duration::from_secs(2);
+/// How long a request may wait for its answer (a fork takes well under a millisecond; a forker
+/// that does not answer for this long is wedged, stopped say, and is replaced).
+const REPLY_LIMIT: Duration = Duration::from_secs(5);
 
 /// What the forker is set up with, once per process it starts.
 pub struct Setup {
@@ -87,7 +90,7 @@ enum Reply {
 enum ReplyError {
     /// The forker could not confine itself: why.
     Setup(String),
-    /// End of stream, or a frame that does not parse.
+    /// End of stream, a frame that does not parse, or no answer within [`REPLY_LIMIT`].
     Gone,
 }
 
@@ -137,7 +140,10 @@ impl Forker {
             }
             // Until its reply is read: a caller dropped while it waits leaves it here.
             conn.stale.push(seq);
-            return match conn.reply(seq).await {
+            let reply = tokio::time::timeout(REPLY_LIMIT, conn.reply(seq))
+                .await
+                .unwrap_or(Err(ReplyError::Gone));
+            return match reply {
                 Ok(reply) => {
                     conn.stale.retain(|s| *s != seq);
                     match reply {
@@ -175,6 +181,8 @@ impl Forker {
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            // Its own process group, which its idle spare shares: one signal ends both.
+            .process_group(0)
             .spawn()
             .map_err(|e| format!("starting the sandbox's forker: {e}"))?;
         self.pid.store(child.id(), Ordering::Relaxed);
@@ -230,7 +238,14 @@ impl Conn {
         matches!(self.child.try_wait(), Ok(Some(_)))
     }
 
+    /// Kills the forker and its idle spare (its process group: a stopped spare would not die of
+    /// the forker's death) and reaps the forker. The group id cannot have been reused: its leader
+    /// is our child and not reaped yet.
     fn kill(&mut self) {
+        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: a signal to the process group of our unreaped child.
+            unsafe { libc::kill(pid.wrapping_neg(), libc::SIGKILL) };
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -113,14 +113,16 @@ impl Tier0Sandbox {
             None
         };
 
-        let ruleset = landlock_rules::build(&landlock_rules::Inputs {
+        let inputs = landlock_rules::Inputs {
             workspace: &config.workspace,
             tool_dir: &tool_dir,
             executables: &toolset.executables,
             tmp_dir: &tmp_dir,
             namespace_root: ns_plan.as_ref().map(|p| p.root_host.as_path()),
             network: toggles.network,
-        })?;
+        };
+        let ruleset = landlock_rules::build(&inputs)?;
+        let nested = landlock_rules::nested(&inputs)?;
         let filter = seccomp::build(toggles.network)?;
 
         let ns = ns_plan.as_ref().map(namespace::build).transpose()?;
@@ -138,7 +140,7 @@ impl Tier0Sandbox {
             &config.limits,
             &filter,
             ruleset,
-            landlock_rules::nested()?,
+            nested,
             ns,
             drop_caps,
         );

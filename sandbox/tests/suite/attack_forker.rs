@@ -370,3 +370,63 @@ fn dropping_the_sandbox_ends_its_forker_and_its_spare() {
         assert!(!alive(spares[0]), "{mode}: the spare outlived its forker");
     }
 }
+
+/// A forker that stops answering (stopped here with SIGSTOP, with its spare, from outside) holds
+/// a command at most 5 s: it gets a 126 fault, the stopped forker and spare are killed, and the
+/// next command runs on a new one.
+#[test]
+fn a_wedged_forker_costs_one_command_a_bounded_wait_and_is_replaced() {
+    let data = Data::new();
+    let sb = direct_sandbox(&data, false, vec![]);
+    let cwd = data.path("session");
+    run(&sb, &cwd, "true");
+    let forker = sb.forker_pid().expect("a forker runs");
+    // Once the last command's supervisor has gone, the forker's one child is its spare.
+    let children = || {
+        std::fs::read_to_string(format!("/proc/{forker}/task/{forker}/children"))
+            .unwrap()
+            .split_whitespace()
+            .map(|p| p.parse::<u32>().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while children().len() != 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stopped: Vec<u32> = std::iter::once(forker).chain(children()).collect();
+    assert_eq!(stopped.len(), 2, "{stopped:?}");
+    for pid in &stopped {
+        unsafe { libc::kill(*pid as i32, libc::SIGSTOP) };
+    }
+    let started = Instant::now();
+    let o = run(&sb, &cwd, "echo ran");
+    let took = started.elapsed();
+    assert_eq!(o.exit_code, 126, "{}", show(&o));
+    assert_eq!(text(&o.stdout), "", "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains(
+            "kube-harness: the sandbox's forker process ended before it started the command"
+        ),
+        "{}",
+        show(&o)
+    );
+    assert!(
+        took >= Duration::from_secs(4) && took < Duration::from_secs(8),
+        "took {took:?}"
+    );
+    // The stopped forker and its stopped spare are gone (a stopped process does not die of its
+    // parent's death signal: the worker kills both as one process group).
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while stopped.iter().any(|p| alive(*p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let left: Vec<&u32> = stopped.iter().filter(|p| alive(**p)).collect();
+    assert!(left.is_empty(), "stopped processes left behind: {left:?}");
+    let o = run(&sb, &cwd, "echo next");
+    assert_eq!(
+        (o.exit_code, text(&o.stdout)),
+        (0, "next\n".to_string()),
+        "{}",
+        show(&o)
+    );
+}
