@@ -1,12 +1,13 @@
 //! A sandbox's forker, seen from the worker: one small, already-confined process per
 //! [`super::Tier0Sandbox`] that forks the commands' supervisors (its own side:
 //! [`super::forker_main`]). The worker talks to it over an anonymous socketpair that no command
-//! can reach (it is close-on-exec everywhere, the forker is in a landlock domain above every
-//! command's, and nothing else holds it).
+//! can reach (it is close-on-exec everywhere, the supervisor closes it before the command runs,
+//! and the forker is in a landlock domain above every command's).
 //!
 //! It is started when the sandbox is built and started again when it is found gone (killed, or
-//! wedged past [`SEND_LIMIT`]): a command in flight when it ends gets a 126 fault (its
-//! supervisor kills the tree and says so), the next one a new forker.
+//! wedged: no room for a request for [`SEND_LIMIT`], no answer for [`REPLY_LIMIT`]): a command
+//! in flight when it ends gets a 126 fault (its supervisor kills the tree and says so), the
+//! next one a new forker.
 #![deny(
     clippy::unwrap_used,
     clippy::expect_used,

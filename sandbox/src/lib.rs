@@ -1,9 +1,13 @@
-//! The Tier-0 sandbox executor: real `/bin/bash` as a child process with an empty environment,
-//! only the Tier-0 toolset of the capability matrix executable, and the kernel's own confinement
-//! (landlock, seccomp, `no_new_privs`, rlimits, capability drop) applied between fork and exec.
+//! The Tier-0 sandbox executor: real `/bin/bash` with an empty environment, only the Tier-0
+//! toolset of the capability matrix executable, and the kernel's own confinement (namespaces,
+//! landlock, seccomp, `no_new_privs`, capability drop, rlimits, a pids cgroup).
 //!
 //! Everything that can be computed once (tool directory, landlock ruleset, seccomp BPF program,
-//! the mount namespace) is built in [`Tier0Sandbox::new`]; [`Tier0Sandbox::run`] only forks.
+//! the mount namespace) is built in [`Tier0Sandbox::new`], which also starts the sandbox's
+//! forker: a small process that applies all of it to itself once and then forks every command's
+//! supervisor (`forker.rs`, `forker_main.rs`). [`Tier0Sandbox::run`] sends it one request; the
+//! command adds only what differs per command (process group, pids cgroup, working directory,
+//! rlimits, a landlock domain of its own).
 //! See `docs/security-model.md` for what each layer stops and what it does not.
 
 mod cgroup;
@@ -18,7 +22,9 @@ mod namespace;
 mod ns_plan;
 mod probe;
 mod run;
-mod seccomp;
+/// The seccomp policy and its program (public only for `examples/seccomp_cost.rs`).
+#[doc(hidden)]
+pub mod seccomp;
 mod tools;
 mod wire;
 
@@ -35,7 +41,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A ready-to-use Tier-0 sandbox for one workspace spec. Cheap to share (`run` takes `&self`);
-/// several commands may run at once. Dropping it removes its runtime directory.
+/// several commands may run at once. Dropping it ends its forker and removes its runtime
+/// directory.
 pub struct Tier0Sandbox {
     plan: Arc<Plan>,
     limits: Limits,
