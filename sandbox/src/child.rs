@@ -22,6 +22,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
+/// What the supervisor writes on the status pipe before it starts the command (then the
+/// command's pid, then the record). Nothing at all means nothing was started.
+pub const STARTING: &[u8] = b"S";
 /// Status record kinds the supervisor writes after the command's pid.
 pub const KIND_EXITED: u8 = 0;
 pub const KIND_TIMED_OUT: u8 = 1;
@@ -231,10 +234,12 @@ pub unsafe fn supervisor(plan: &ForkerPlan, run: &RunFds) -> ! {
         libc::sigaddset(&mut set, s);
     }
     if libc::getppid() != plan.forker_pid {
-        // The forker ended while this request was taken: start nothing.
-        write_all(run.status_w, &0i32.to_le_bytes());
-        report(run.status_w, KIND_ORPHANED, 128 + libc::SIGKILL);
+        // The forker ended while this request was taken: start nothing and say nothing (the
+        // worker sends the request again, to a new forker).
+        libc::_exit(0);
     }
+    // "Starting": from here the command may run, and the worker must not send it again.
+    write_all(run.status_w, STARTING);
     let start = now();
     let pid = spawn_command(plan, run);
     if pid < 0 {

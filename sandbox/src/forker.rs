@@ -243,12 +243,16 @@ impl Conn {
     /// the forker's death) and reaps the forker. The group id cannot have been reused: its leader
     /// is our child and not reaped yet.
     fn kill(&mut self) {
-        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+        let group = libc::pid_t::try_from(self.child.id()).ok();
+        if let Some(pid) = group {
             // SAFETY: a signal to the process group of our unreaped child.
             unsafe { libc::kill(pid.wrapping_neg(), libc::SIGKILL) };
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(pid) = group {
+            reap_group(pid);
+        }
     }
 
     fn send_request(&mut self, seq: u64, req: &Request) -> std::io::Result<()> {
@@ -436,6 +440,45 @@ fn socketpair() -> std::io::Result<(OwnedFd, OwnedFd)> {
         }
         Ok((OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])))
     }
+}
+
+/// Where the worker adopts orphans (PID 1 of a container, as in the worker pod, or a child
+/// subreaper), the dead forker's spare is now the worker's child: reaped here, and only what is
+/// in that process group, so no other child's status is taken. Elsewhere: ECHILD at once.
+fn reap_group(pgid: libc::pid_t) {
+    for _ in 0..64 {
+        // SAFETY: waitid fills the siginfo on our stack.
+        let r = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(libc::P_PGID, pgid as libc::id_t, &mut info, libc::WEXITED)
+        };
+        if r != 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+    }
+}
+
+/// The same for a supervisor orphaned by its forker's end: it exits right after its report, so
+/// a thread waits for it through its pidfd (ECHILD at once where it is not the worker's child).
+pub fn reap_orphan(pidfd: OwnedFd) {
+    let wait = move || {
+        // SAFETY: waitid on our own pidfd, filling the siginfo on the stack.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            while libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                &mut info,
+                libc::WEXITED,
+            ) != 0
+                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+            {
+            }
+        }
+    };
+    let _ = std::thread::Builder::new()
+        .name("kube-harness-orphan".into())
+        .spawn(wait);
 }
 
 /// A signal through a pidfd: it reaches that process or none (never a recycled pid).

@@ -72,11 +72,6 @@ async fn run_inner(
         }
     }
 
-    let (stdout_r, stdout_w) = pipe().map_err(|e| format!("creating a pipe: {e}"))?;
-    let (stderr_r, stderr_w) = pipe().map_err(|e| format!("creating a pipe: {e}"))?;
-    let (state_r, state_w) = pipe().map_err(|e| format!("creating a pipe: {e}"))?;
-    let (status_r, status_w) = pipe().map_err(|e| format!("creating a pipe: {e}"))?;
-
     // The command's pids cgroup (uid 0): returned to the pool once the supervisor has reported.
     let slot = match &plan.pids {
         Some(pids) => Some(pids.take().map_err(|e| e.to_string())?),
@@ -109,41 +104,58 @@ async fn run_inner(
     payload.extend_from_slice(cwd.as_bytes_with_nul());
     payload.extend_from_slice(home.as_bytes());
     payload.push(0);
-    let request = Request {
-        payload: &payload,
-        env_count: env.len() as u32,
-        pipes: [
-            stdout_w.as_raw_fd(),
-            stderr_w.as_raw_fd(),
-            state_w.as_raw_fd(),
-            status_w.as_raw_fd(),
-        ],
-        cgroup: slot.slot.as_ref().map(|s| {
-            let kill = s.kill_fd();
-            (s.procs_w(), s.procs_r(), (kill >= 0).then_some(kill))
-        }),
-    };
-    let started = plan.forker.start(&request).await;
-    // The supervisor has its copies (or none was made): ours go, so the pipes end with it.
-    drop((stdout_w, stderr_w, state_w, status_w));
-    let (pidfd, lost) = match started {
-        Ok(s) => (Some(s.pidfd), false),
-        Err(StartError::Lost) => (None, true),
-        Err(StartError::Fault(why)) => return Err(why),
-    };
-    let guard = CancelGuard { pidfd, armed: true };
 
-    let stdout = receiver(stdout_r)?;
-    let stderr = receiver(stderr_r)?;
-    let state = receiver(state_r)?;
-    let mut status = receiver(status_r)?;
-
-    // The supervisor writes the command's pid at once (before the command can produce output),
-    // then the result once every process of the tree is gone.
-    let mut pid_bytes = [0u8; 4];
-    let cmd_pid = match tokio::time::timeout(BACKSTOP, status.read_exact(&mut pid_bytes)).await {
-        Ok(Ok(_)) => i32::from_le_bytes(pid_bytes),
-        _ => 0,
+    // Sent once more (to a new forker) only when the status pipe says nothing was started: a
+    // forker that dies while its spare takes the request, say.
+    let mut sent_before = false;
+    let (stdout, stderr, state, mut status, guard, never_started, cmd_pid) = loop {
+        let (stdout_r, stdout_w) = pipe().map_err(|e| format!("creating a pipe: {e}"))?;
+        let (stderr_r, stderr_w) = pipe().map_err(|e| format!("creating a pipe: {e}"))?;
+        let (state_r, state_w) = pipe().map_err(|e| format!("creating a pipe: {e}"))?;
+        let (status_r, status_w) = pipe().map_err(|e| format!("creating a pipe: {e}"))?;
+        let request = Request {
+            payload: &payload,
+            env_count: env.len() as u32,
+            pipes: [
+                stdout_w.as_raw_fd(),
+                stderr_w.as_raw_fd(),
+                state_w.as_raw_fd(),
+                status_w.as_raw_fd(),
+            ],
+            cgroup: slot.slot.as_ref().map(|s| {
+                let kill = s.kill_fd();
+                (s.procs_w(), s.procs_r(), (kill >= 0).then_some(kill))
+            }),
+        };
+        let started = plan.forker.start(&request).await;
+        // The supervisor has its copies (or none was made): ours go, so the pipes end with it.
+        drop((stdout_w, stderr_w, state_w, status_w));
+        let pidfd = match started {
+            Ok(s) => Some(s.pidfd),
+            Err(StartError::Lost) => None,
+            Err(StartError::Fault(why)) => return Err(why),
+        };
+        let mut guard = CancelGuard { pidfd, armed: true };
+        let stdout = receiver(stdout_r)?;
+        let stderr = receiver(stderr_r)?;
+        let state = receiver(state_r)?;
+        let mut status = receiver(status_r)?;
+        // The supervisor writes STARTING before it starts the command, the command's pid once
+        // it has (before the command can produce output), then the result once every process of
+        // the tree is gone.
+        let mut head = [0u8; 5];
+        let got = tokio::time::timeout(BACKSTOP, read_up_to(&mut status, &mut head)).await;
+        let cmd_pid = match got {
+            Ok(Ok(5)) => i32::from_le_bytes([head[1], head[2], head[3], head[4]]),
+            _ => 0,
+        };
+        let never_started = matches!(got, Ok(Ok(0)));
+        if never_started && !sent_before {
+            guard.armed = false;
+            sent_before = true;
+            continue;
+        }
+        break (stdout, stderr, state, status, guard, never_started, cmd_pid);
     };
     let out_cap = limits.max_output_bytes;
     let mut rest = Vec::with_capacity(5);
@@ -205,7 +217,13 @@ async fn run_inner(
         state_truncated: st.1,
         ..Outcome::default()
     };
-    if record.len() == 5 && record[0] == child::KIND_ORPHANED {
+    let orphaned = record.len() == 5 && record[0] == child::KIND_ORPHANED;
+    if orphaned {
+        if let Some(pidfd) = guard.pidfd.take() {
+            forker::reap_orphan(pidfd);
+        }
+    }
+    if orphaned {
         outcome.exit_code = 126;
         note(
             &mut outcome.stderr,
@@ -229,7 +247,7 @@ async fn run_inner(
         // The supervisor died early (its own failure line, if any, is already on stderr).
         outcome.exit_code = 126;
         if !String::from_utf8_lossy(&outcome.stderr).contains("kube-harness:") {
-            let how = if lost {
+            let how = if never_started {
                 "the sandbox's forker process ended before it started the command; the next command starts a new forker"
             } else {
                 "the sandbox supervisor ended without a report"
@@ -339,6 +357,20 @@ async fn read_capped(
         }
     }
     (kept, truncated)
+}
+
+/// Reads until `buf` is full or the pipe ends; how many bytes came.
+async fn read_up_to(r: &mut pipe::Receiver, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut at = 0;
+    while at < buf.len() {
+        match r.read(buf.get_mut(at..).unwrap_or_default()).await {
+            Ok(0) => break,
+            Ok(n) => at = at.saturating_add(n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(at)
 }
 
 fn receiver(fd: OwnedFd) -> Result<pipe::Receiver, String> {
