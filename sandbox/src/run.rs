@@ -108,7 +108,7 @@ async fn run_inner(
     // Sent once more (to a new forker) only when the status pipe says nothing was started: a
     // forker that dies while its spare takes the request, say.
     let mut sent_before = false;
-    let (stdout, stderr, state, mut status, guard, never_started, cmd_pid) = loop {
+    let (stdout, stderr, state, mut status, guard, never_started, head) = loop {
         let (stdout_r, stdout_w) = pipe().map_err(|e| format!("creating a pipe: {e}"))?;
         let (stderr_r, stderr_w) = pipe().map_err(|e| format!("creating a pipe: {e}"))?;
         let (state_r, state_w) = pipe().map_err(|e| format!("creating a pipe: {e}"))?;
@@ -145,8 +145,8 @@ async fn run_inner(
         // the tree is gone.
         let mut head = [0u8; 5];
         let got = tokio::time::timeout(BACKSTOP, read_up_to(&mut status, &mut head)).await;
-        let cmd_pid = match got {
-            Ok(Ok(5)) => i32::from_le_bytes([head[1], head[2], head[3], head[4]]),
+        let head_len = match got {
+            Ok(Ok(n)) => n,
             _ => 0,
         };
         let never_started = matches!(got, Ok(Ok(0)));
@@ -155,7 +155,13 @@ async fn run_inner(
             sent_before = true;
             continue;
         }
-        break (stdout, stderr, state, status, guard, never_started, cmd_pid);
+        let head = head.get(..head_len).unwrap_or_default().to_vec();
+        break (stdout, stderr, state, status, guard, never_started, head);
+    };
+    // The command's pid (0 while unknown: the supervisor was slow to start it).
+    let cmd_pid = match head.get(1..5) {
+        Some(&[a, b, c, d]) => i32::from_le_bytes([a, b, c, d]),
+        _ => 0,
     };
     let out_cap = limits.max_output_bytes;
     let mut rest = Vec::with_capacity(5);
@@ -202,7 +208,10 @@ async fn run_inner(
             }
         }
     };
-    let record = rest;
+    // Whatever of the head came late is in front of the record.
+    let mut status_bytes = head;
+    status_bytes.extend_from_slice(&rest);
+    let record = status_bytes.get(5..).unwrap_or_default();
     // The supervisor has reported (or was killed): the forker's kernel-side reaping takes it.
     let mut guard = guard;
     guard.armed = false;
