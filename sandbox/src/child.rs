@@ -22,9 +22,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
-/// What the supervisor writes on the status pipe before it starts the command (then the
-/// command's pid, then the record). Nothing at all means nothing was started.
-pub const STARTING: &[u8] = b"S";
+/// What the supervisor writes on the status pipe before it starts the command, followed by its
+/// own pid (then the command's pid, then the record). Nothing at all means nothing was started.
+pub const STARTING: u8 = b'S';
+/// The status pipe's head: STARTING, the supervisor's pid, the command's pid.
+pub const HEAD: usize = 9;
 /// Status record kinds the supervisor writes after the command's pid.
 pub const KIND_EXITED: u8 = 0;
 pub const KIND_TIMED_OUT: u8 = 1;
@@ -217,7 +219,6 @@ pub unsafe fn block_signals() {
 /// # Safety
 /// Must only be called in a spare ([`become_spare`], then [`block_signals`]).
 pub unsafe fn supervisor(plan: &ForkerPlan, run: &RunFds) -> ! {
-    libc::setsid();
     // The command's stdout and stderr (also where a failed setup step writes its line).
     if libc::dup2(run.stdout_w, 1) != 1 || libc::dup2(run.stderr_w, 2) != 2 {
         libc::_exit(126);
@@ -235,11 +236,18 @@ pub unsafe fn supervisor(plan: &ForkerPlan, run: &RunFds) -> ! {
     }
     if libc::getppid() != plan.forker_pid {
         // The forker ended while this request was taken: start nothing and say nothing (the
-        // worker sends the request again, to a new forker).
+        // worker sends the request again, to a new forker). Still in the forker's process group,
+        // where a worker that adopts orphans reaps it.
         libc::_exit(0);
     }
-    // "Starting": from here the command may run, and the worker must not send it again.
-    write_all(run.status_w, STARTING);
+    libc::setsid();
+    // "Starting" and this supervisor's pid: from here the command may run, and the worker must
+    // not send it again (and, should the forker die before it answers, can still reap this
+    // process where it adopts orphans).
+    let mut head = [0u8; 5];
+    head[0] = STARTING;
+    head[1..].copy_from_slice(&libc::getpid().to_le_bytes());
+    write_all(run.status_w, &head);
     let start = now();
     let pid = spawn_command(plan, run);
     if pid < 0 {

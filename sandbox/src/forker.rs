@@ -443,19 +443,39 @@ fn socketpair() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Where the worker adopts orphans (PID 1 of a container, as in the worker pod, or a child
-/// subreaper), the dead forker's spare is now the worker's child: reaped here, and only what is
-/// in that process group, so no other child's status is taken. Elsewhere: ECHILD at once.
+/// subreaper), the dead forker's spare is now the worker's child: reaped by a thread, and only
+/// what is in that process group, so no other child's status is taken. Elsewhere: ECHILD at
+/// once, and the thread ends.
 fn reap_group(pgid: libc::pid_t) {
-    for _ in 0..64 {
-        // SAFETY: waitid fills the siginfo on our stack.
-        let r = unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            libc::waitid(libc::P_PGID, pgid as libc::id_t, &mut info, libc::WEXITED)
-        };
-        if r != 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return;
+    let wait = move || {
+        for _ in 0..64 {
+            // SAFETY: waitid fills the siginfo on our stack.
+            let r = unsafe {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                libc::waitid(libc::P_PGID, pgid as libc::id_t, &mut info, libc::WEXITED)
+            };
+            let interrupted =
+                std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted;
+            if r != 0 && !interrupted {
+                return;
+            }
         }
+    };
+    let _ = std::thread::Builder::new()
+        .name("kube-harness-orphan".into())
+        .spawn(wait);
+}
+
+/// A pidfd for `pid`, if it names a process (the caller only waits on it).
+pub fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
+    if pid <= 0 {
+        return None;
     }
+    // SAFETY: pidfd_open returns a new descriptor we then own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
+    let fd = RawFd::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: fresh descriptor.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// The same for a supervisor orphaned by its forker's end: it exits right after its report, so

@@ -140,10 +140,10 @@ async fn run_inner(
         let stderr = receiver(stderr_r)?;
         let state = receiver(state_r)?;
         let mut status = receiver(status_r)?;
-        // The supervisor writes STARTING before it starts the command, the command's pid once
-        // it has (before the command can produce output), then the result once every process of
-        // the tree is gone.
-        let mut head = [0u8; 5];
+        // The supervisor writes STARTING and its pid before it starts the command, the
+        // command's pid once it has (before the command can produce output), then the result
+        // once every process of the tree is gone.
+        let mut head = [0u8; child::HEAD];
         let got = tokio::time::timeout(BACKSTOP, read_up_to(&mut status, &mut head)).await;
         let head_len = match got {
             Ok(Ok(n)) => n,
@@ -158,11 +158,12 @@ async fn run_inner(
         let head = head.get(..head_len).unwrap_or_default().to_vec();
         break (stdout, stderr, state, status, guard, never_started, head);
     };
-    // The command's pid (0 while unknown: the supervisor was slow to start it).
-    let cmd_pid = match head.get(1..5) {
+    // The supervisor's and the command's pids (0 while unknown: the supervisor was slow).
+    let pid_at = |head: &[u8], at: usize| match head.get(at..at.saturating_add(4)) {
         Some(&[a, b, c, d]) => i32::from_le_bytes([a, b, c, d]),
         _ => 0,
     };
+    let (supervisor_pid, cmd_pid) = (pid_at(&head, 1), pid_at(&head, 5));
     let out_cap = limits.max_output_bytes;
     let mut rest = Vec::with_capacity(5);
     let mut backstop_fired = false;
@@ -211,7 +212,7 @@ async fn run_inner(
     // Whatever of the head came late is in front of the record.
     let mut status_bytes = head;
     status_bytes.extend_from_slice(&rest);
-    let record = status_bytes.get(5..).unwrap_or_default();
+    let record = status_bytes.get(child::HEAD..).unwrap_or_default();
     // The supervisor has reported (or was killed): the forker's kernel-side reaping takes it.
     let mut guard = guard;
     guard.armed = false;
@@ -226,9 +227,17 @@ async fn run_inner(
         state_truncated: st.1,
         ..Outcome::default()
     };
+    // A supervisor whose forker is gone (it reported so, or the forker never answered) may be
+    // the worker's child now (where it adopts orphans): waited for. Without the forker's answer
+    // there is no pidfd: by pid then, only to wait for it, which fails unless it is the worker's
+    // own child, so a reused pid cannot matter.
     let orphaned = record.len() == 5 && record[0] == child::KIND_ORPHANED;
-    if orphaned {
-        if let Some(pidfd) = guard.pidfd.take() {
+    if orphaned || guard.pidfd.is_none() {
+        if let Some(pidfd) = guard
+            .pidfd
+            .take()
+            .or_else(|| forker::pidfd_open(supervisor_pid))
+        {
             forker::reap_orphan(pidfd);
         }
     }
