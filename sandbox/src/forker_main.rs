@@ -93,6 +93,8 @@ unsafe fn forker_main() -> ! {
     // CAP_SYS_PTRACE, whatever landlock allows; no core dumps. Inherited by the supervisors; the
     // commands' exec of bash resets it for them.
     libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    // Its name in `top` and `ps -o comm` (an exec of /proc/self/exe would show "exe").
+    libc::prctl(libc::PR_SET_NAME, c"kh-sandbox-fork".as_ptr(), 0, 0, 0);
     child::default_handlers();
     let mut empty: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut empty);

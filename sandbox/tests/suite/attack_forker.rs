@@ -67,6 +67,8 @@ fn the_forker_itself_runs_confined() {
         // Its name says what it is; none of the worker's memory came along (a fresh exec).
         let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap();
         assert_eq!(cmdline, "kube-harness-sandbox-forker\0", "{mode}");
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+        assert_eq!(comm, "kh-sandbox-fork\n", "{mode}");
     }
 }
 
