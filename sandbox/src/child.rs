@@ -1,181 +1,265 @@
-//! Code that runs between fork and exec. Two processes:
+//! Code that runs outside the worker: in a sandbox's forker and in the processes it forks.
 //!
-//! * the **supervisor** (the direct child of the worker, forked by std): a new session, a child
-//!   subreaper; it starts the command, enforces the timeout, and afterwards kills and reaps every
-//!   process left in the tree (orphans are re-parented to it, so nothing escapes by changing its
-//!   process group or session). It reports the command's status on a pipe and exits.
-//! * the **command** (its child): new process group, optionally the sandbox's mount namespace
-//!   (joined, not built: see [`namespace_helper`]) plus fresh IPC/UTS namespaces, rlimits,
-//!   `no_new_privs`, landlock, capability drop, seccomp; then std execs bash.
+//! * the **forker** ([`super::forker`] starts it, one per sandbox, as a fresh exec of the host
+//!   program): [`confine`]d once — the sandbox's mount namespace (joined, not built: see
+//!   [`namespace_helper`]) with IPC/UTS namespaces of the sandbox's own, `no_new_privs`,
+//!   landlock, capability drop, seccomp — then it forks one supervisor per command.
+//! * the **supervisor** ([`supervisor`], the forker's child): a new session, a child subreaper;
+//!   it starts the command, enforces the timeout, and afterwards kills and reaps every process
+//!   left in the tree (orphans are re-parented to it, so nothing escapes by changing its process
+//!   group or session). It reports the command's status on a pipe and exits.
+//! * the **command** (its child): new process group, its pids cgroup, working directory,
+//!   rlimits, a landlock domain of its own nested in the forker's; then it execs bash.
 //!
-//! Both run in a forked copy of a multi-threaded process, so they only make raw syscalls over
-//! data prepared in advance ([`ChildPlan`], [`RunFds`]) and never allocate. The command is
-//! started like `posix_spawn` does it (see [`spawn_command`]): it shares the supervisor's memory
-//! until it execs bash, so no second copy of the worker's page tables is made and torn down.
+//! The supervisor and the command only make raw syscalls over data prepared in advance
+//! ([`ForkerPlan`], [`RunFds`]) and never allocate. The command is started like `posix_spawn`
+//! does it (see [`spawn_command`]): it shares the supervisor's memory until it execs bash.
 
-use super::ns_plan::{Namespace, NamespacePlan};
-use super::seccomp::BpfProgram;
-use super::Limits;
-use std::collections::BTreeMap;
+use super::ns_plan::NamespacePlan;
 use std::ffi::{CStr, CString};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
+/// What the supervisor writes on the status pipe before it starts the command, followed by its
+/// own pid (then the command's pid, then the record). Nothing at all means nothing was started.
+pub const STARTING: u8 = b'S';
+/// The status pipe's head: STARTING, the supervisor's pid, the command's pid.
+pub const HEAD: usize = 9;
 /// Status record kinds the supervisor writes after the command's pid.
 pub const KIND_EXITED: u8 = 0;
 pub const KIND_TIMED_OUT: u8 = 1;
 pub const KIND_CANCELLED: u8 = 2;
+/// The forker ended while the command ran (the supervisor lost its parent); the tree was killed.
+pub const KIND_ORPHANED: u8 = 3;
 /// Exit code reported for a timeout (as coreutils `timeout`).
 pub const TIMEOUT_EXIT: i32 = 124;
 
+/// What the kernel sends a supervisor when its forker ends (`PR_SET_PDEATHSIG`; the forker has
+/// one thread, so "the parent thread ended" is "the forker ended").
+const ORPHAN_SIGNAL: libc::c_int = libc::SIGUSR1;
+
 /// setrlimit's resource type: glibc has its own name for it, musl takes a plain int.
 #[cfg(target_env = "gnu")]
-type Resource = libc::__rlimit_resource_t;
+pub type Resource = libc::__rlimit_resource_t;
 #[cfg(not(target_env = "gnu"))]
-type Resource = libc::c_int;
+pub type Resource = libc::c_int;
 
 /// Linux's statvfs flag for relatime mounts (`ST_RELATIME`, 4096), which the libc crate only
 /// exports for glibc.
 const ST_RELATIME: libc::c_ulong = 4096;
 
-/// Everything the child side needs, prepared once per sandbox.
-pub struct ChildPlan {
-    pub bash: PathBuf,
-    bash_c: CString,
-    page_size: usize,
-    rlimits: [(Resource, u64); 5],
-    ruleset: OwnedFd,
-    filter: BpfProgram,
-    ns: Option<Namespace>,
-    drop_caps: bool,
+/// The rlimits every command gets, in the order [`super::Limits`] values are sent in.
+pub const RLIMITS: [Resource; 5] = [
+    libc::RLIMIT_NPROC,
+    libc::RLIMIT_FSIZE,
+    libc::RLIMIT_AS,
+    libc::RLIMIT_NOFILE,
+    libc::RLIMIT_CORE,
+];
+
+/// What the supervisor and the command need, set up once in the forker.
+pub struct ForkerPlan {
+    pub bash: CString,
+    pub page_size: usize,
+    pub rlimits: [(Resource, u64); 5],
+    /// A landlock ruleset that adds nothing but a domain boundary (and the signal and abstract
+    /// socket scopes): each command restricts itself with it, so that no command can reach the
+    /// forker, its supervisor or another command through ptrace-style access or signals.
+    pub nested: RawFd,
     pub timeout: Duration,
-    /// Per-command pids cgroups (uid 0 only: see [`super::cgroup`]).
-    pub pids: Option<super::cgroup::Pids>,
+    pub forker_pid: libc::pid_t,
 }
 
-impl ChildPlan {
-    pub fn new(
-        bash: &Path,
-        limits: &Limits,
-        ruleset: OwnedFd,
-        filter: BpfProgram,
-        ns: Option<Namespace>,
-        is_root: bool,
-        pids: Option<super::cgroup::Pids>,
-    ) -> Result<Self, super::SandboxError> {
-        // SAFETY: plain getter.
-        let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-        Ok(ChildPlan {
-            bash: bash.to_path_buf(),
-            bash_c: cwd_cstring(bash).ok_or(super::SandboxError::NoBash)?,
-            page_size,
-            rlimits: [
-                (libc::RLIMIT_NPROC, limits.max_processes),
-                (libc::RLIMIT_FSIZE, limits.max_file_size),
-                (libc::RLIMIT_AS, limits.max_memory),
-                (libc::RLIMIT_NOFILE, limits.max_open_files),
-                (libc::RLIMIT_CORE, 0),
-            ],
-            ruleset,
-            filter,
-            ns,
-            drop_caps: is_root,
-            timeout: limits.timeout,
-            pids,
-        })
-    }
-}
-
-/// Per-run inputs of the pre_exec closure.
-pub struct RunFds {
-    pub cwd: CString,
+/// Per-command inputs, pointing into the forker's copy of the request.
+pub struct RunFds<'a> {
+    pub cwd: &'a CStr,
     /// Where the command starts when `cwd` cannot be entered (HOME; empty: nowhere else).
-    pub home: CString,
+    pub home: &'a CStr,
+    pub stdout_w: RawFd,
+    pub stderr_w: RawFd,
     /// Write end of the state pipe; becomes fd 3 in the command.
     pub state_w: RawFd,
     /// Write end of the supervisor's status pipe.
     pub status_w: RawFd,
-    pub exec: ExecArgs,
     /// The command's pids cgroup (-1 without one): `cgroup.procs` opened for writing (the
     /// command joins) and for reading (the supervisor kills what it lists), and `cgroup.kill`.
     pub cgroup_w: RawFd,
     pub cgroup_r: RawFd,
     pub cgroup_kill: RawFd,
+    /// `bash -c SCRIPT` and the environment, NULL-terminated.
+    pub argv: &'a [*const libc::c_char],
+    pub envp: &'a [*const libc::c_char],
 }
 
-/// bash's argv (`bash -c SCRIPT`) and environment as C arrays, built by the parent.
-pub struct ExecArgs {
-    _strings: Vec<CString>,
-    argv: Vec<*const libc::c_char>,
-    envp: Vec<*const libc::c_char>,
+/// A failed step of the forker's confinement: what, and the errno.
+pub type Failure = (&'static str, i32);
+
+/// The one line a failed step becomes (`sandbox setup failed: STEP: ERROR (errno N)`).
+pub fn failure_text((step, err): Failure) -> String {
+    format!(
+        "sandbox setup failed: {step}: {} (errno {err})",
+        String::from_utf8_lossy(errno_text(err))
+    )
 }
 
-// SAFETY: the pointers point into `_strings`, owned alongside and never changed.
-unsafe impl Send for ExecArgs {}
-unsafe impl Sync for ExecArgs {}
+/// The sandbox's mount namespace as the forker joins it.
+pub struct Join {
+    pub mnt: RawFd,
+    /// The user namespace owning `mnt`, when the worker is not root.
+    pub user: Option<RawFd>,
+    /// The sandbox root inside `mnt` (O_PATH).
+    pub root: RawFd,
+    /// IPC/UTS (and, where planned, network) namespaces made for the sandbox.
+    pub unshare_flags: libc::c_int,
+}
 
-impl ExecArgs {
-    /// `None` when the script or a variable holds a NUL byte.
-    pub fn new(script: &str, env: &BTreeMap<String, String>) -> Option<Self> {
-        let mut strings = vec![c"bash".to_owned(), c"-c".to_owned()];
-        strings.push(CString::new(script).ok()?);
-        for (k, v) in env {
-            strings.push(CString::new(format!("{k}={v}")).ok()?);
-        }
-        let ptrs = |s: &[CString]| {
-            let mut p: Vec<_> = s.iter().map(|c| c.as_ptr()).collect();
-            p.push(std::ptr::null());
-            p
-        };
-        Some(ExecArgs {
-            argv: ptrs(&strings[..3]),
-            envp: ptrs(&strings[3..]),
-            _strings: strings,
-        })
+/// Everything that confines the forker, and with it every process it forks.
+pub struct Confinement<'a> {
+    pub join: Option<Join>,
+    pub ruleset: RawFd,
+    pub filter: &'a [libc::sock_filter],
+    pub drop_caps: bool,
+}
+
+fn check(ok: bool, step: &'static str) -> Result<(), Failure> {
+    if ok {
+        Ok(())
+    } else {
+        Err((step, errno()))
     }
 }
 
-/// The pre_exec body: becomes the supervisor and never returns (std never execs).
+/// Confines the calling process (the forker, single-threaded) for good, in this order: the
+/// sandbox's namespaces, `no_new_privs`, landlock, capabilities, seccomp.
 ///
 /// # Safety
-/// Must only be called in a freshly forked child (std's `pre_exec`).
-pub unsafe fn pre_exec(plan: &ChildPlan, run: &RunFds) -> std::io::Result<()> {
-    libc::setsid();
-    libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-    let parent = libc::getppid();
-    let mut set: libc::sigset_t = std::mem::zeroed();
-    libc::sigemptyset(&mut set);
-    for s in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-        libc::sigaddset(&mut set, s);
+/// Raw syscalls on descriptors the caller owns; irreversible for the calling process.
+pub unsafe fn confine(c: &Confinement) -> Result<(), Failure> {
+    if let Some(join) = &c.join {
+        if let Some(user) = join.user {
+            // Without root: the user namespace that owns the mount namespace, as the same uid.
+            check(
+                libc::setns(user, libc::CLONE_NEWUSER) == 0,
+                "setns (user namespace)",
+            )?;
+        }
+        check(
+            libc::setns(join.mnt, libc::CLONE_NEWNS) == 0,
+            "setns (mount namespace)",
+        )?;
+        // setns put root and cwd at the namespace's root mount; the sandbox root is the helper's
+        // root (the same after a pivot, below it after the chroot fallback).
+        check(
+            libc::fchdir(join.root) == 0 && libc::chroot(c".".as_ptr()) == 0,
+            "entering the sandbox root",
+        )?;
+        check(
+            libc::unshare(join.unshare_flags) == 0,
+            "unshare (IPC/UTS namespaces)",
+        )?;
     }
-    // While the command shares this memory no handler of the worker's may run in it: block
-    // everything and put every handler back to the default (the supervisor needs none).
+    check(
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0,
+        "prctl(PR_SET_NO_NEW_PRIVS)",
+    )?;
+    check(
+        libc::syscall(libc::SYS_landlock_restrict_self, c.ruleset, 0u32) == 0,
+        "landlock_restrict_self",
+    )?;
+    if c.drop_caps {
+        drop_capabilities()?;
+    }
+    let prog = libc::sock_fprog {
+        len: c.filter.len() as u16,
+        filter: c.filter.as_ptr() as *mut libc::sock_filter,
+    };
+    check(
+        libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER,
+            &prog as *const libc::sock_fprog,
+        ) == 0,
+        "seccomp filter",
+    )
+}
+
+/// A spare supervisor, made by the forker before the request it will serve comes: a child
+/// subreaper, SIGCHLD back to the default (the forker ignores it so that the kernel reaps its
+/// children). Until it takes a request the forker's end ends it at once (the death signal's
+/// default action is to terminate, and it is not blocked yet), and it stays in the forker's
+/// process group, so that the worker can kill both with one signal even when they are stopped.
+///
+/// # Safety
+/// Must only be called in a freshly forked child of the (single-threaded) forker.
+pub unsafe fn become_spare(plan: &ForkerPlan) {
+    libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+    libc::prctl(libc::PR_SET_PDEATHSIG, ORPHAN_SIGNAL, 0, 0, 0);
+    if libc::getppid() != plan.forker_pid {
+        libc::_exit(0);
+    }
+    libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+}
+
+/// From now on the forker's end is reported, not fatal: every signal is blocked (while the
+/// command shares this memory no signal may be handled in it) and the supervisor waits for the
+/// ones it acts on.
+///
+/// # Safety
+/// Changes the calling process's signal mask.
+pub unsafe fn block_signals() {
     let mut all: libc::sigset_t = std::mem::zeroed();
     libc::sigfillset(&mut all);
     libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
-    default_handlers();
-    if let Some(user) = plan.ns.as_ref().and_then(|ns| ns.user.as_ref()) {
-        // The kernel refuses setns into a user namespace to a process whose memory is shared,
-        // so the supervisor joins the sandbox's (as the same uid) and the command inherits it.
-        if libc::setns(user.as_raw_fd(), libc::CLONE_NEWUSER) != 0 {
-            fail("setns (user namespace)", errno());
-        }
+}
+
+/// The supervisor of one command (a spare that took a request, signals blocked). Never returns.
+///
+/// # Safety
+/// Must only be called in a spare ([`become_spare`], then [`block_signals`]).
+pub unsafe fn supervisor(plan: &ForkerPlan, run: &RunFds) -> ! {
+    // The command's stdout and stderr (also where a failed setup step writes its line).
+    if libc::dup2(run.stdout_w, 1) != 1 || libc::dup2(run.stderr_w, 2) != 2 {
+        libc::_exit(126);
     }
+    let mut set: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut set);
+    for s in [
+        libc::SIGCHLD,
+        libc::SIGTERM,
+        libc::SIGINT,
+        libc::SIGHUP,
+        ORPHAN_SIGNAL,
+    ] {
+        libc::sigaddset(&mut set, s);
+    }
+    if libc::getppid() != plan.forker_pid {
+        // The forker ended while this request was taken: start nothing and say nothing (the
+        // worker sends the request again, to a new forker). Still in the forker's process group,
+        // where a worker that adopts orphans reaps it.
+        libc::_exit(0);
+    }
+    libc::setsid();
+    // "Starting" and this supervisor's pid: from here the command may run, and the worker must
+    // not send it again (and, should the forker die before it answers, can still reap this
+    // process where it adopts orphans).
+    let mut head = [0u8; 5];
+    head[0] = STARTING;
+    head[1..].copy_from_slice(&libc::getpid().to_le_bytes());
+    write_all(run.status_w, &head);
     let start = now();
     let pid = spawn_command(plan, run);
     if pid < 0 {
         fail("clone", errno());
     }
     libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-    supervise(plan, run, pid, parent, &set, start)
+    supervise(plan, run, pid, &set, start)
 }
 
 /// Starts the command as `posix_spawn` does: `clone(CLONE_VM | CLONE_VFORK)` on a stack of its
-/// own. The supervisor sleeps until the command has exec'd bash (or died in its setup); fork
-/// would copy the worker's page tables, and exec would tear the copy down again.
-unsafe fn spawn_command(plan: &ChildPlan, run: &RunFds) -> libc::pid_t {
+/// own. The supervisor sleeps until the command has exec'd bash (or died in its setup).
+unsafe fn spawn_command(plan: &ForkerPlan, run: &RunFds) -> libc::pid_t {
     const STACK: usize = 256 * 1024;
     let base = libc::mmap(
         std::ptr::null_mut(),
@@ -190,12 +274,12 @@ unsafe fn spawn_command(plan: &ChildPlan, run: &RunFds) -> libc::pid_t {
     }
     // A guard page: an overflow faults instead of writing over the supervisor's memory.
     libc::mprotect(base, plan.page_size, libc::PROT_NONE);
-    let args: (&ChildPlan, &RunFds) = (plan, run);
+    let args: (&ForkerPlan, &RunFds) = (plan, run);
     libc::clone(
         command_main,
         base.cast::<u8>().add(STACK).cast(),
         libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-        &args as *const (&ChildPlan, &RunFds) as *mut libc::c_void,
+        &args as *const (&ForkerPlan, &RunFds) as *mut libc::c_void,
     )
 }
 
@@ -203,20 +287,19 @@ extern "C" fn command_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the pair on the stack of the supervisor, which waits (CLONE_VFORK); the
     // command makes only raw syscalls, then execs or exits.
     unsafe {
-        let (plan, run) = *(arg as *const (&ChildPlan, &RunFds));
+        let (plan, run) = *(arg as *const (&ForkerPlan, &RunFds));
         command_setup(plan, run);
-        libc::execve(
-            plan.bash_c.as_ptr(),
-            run.exec.argv.as_ptr(),
-            run.exec.envp.as_ptr(),
-        );
-        fail_path("exec", &plan.bash_c, errno())
+        libc::execve(plan.bash.as_ptr(), run.argv.as_ptr(), run.envp.as_ptr());
+        fail_path("exec", &plan.bash, errno())
     }
 }
 
-/// Every caught signal back to its default action, and SIGPIPE too (Rust ignores it; bash and
-/// its commands must not). Other ignored signals stay ignored, as across a plain exec.
-unsafe fn default_handlers() {
+/// Every caught signal back to its default action, and SIGPIPE too (the worker ignores it; bash
+/// and its commands must not). Other ignored signals stay ignored, as across a plain exec.
+///
+/// # Safety
+/// Changes the calling process's signal dispositions.
+pub unsafe fn default_handlers() {
     let mut dfl: libc::sigaction = std::mem::zeroed();
     dfl.sa_sigaction = libc::SIG_DFL;
     for sig in 1..=libc::SIGRTMAX() {
@@ -232,19 +315,28 @@ unsafe fn default_handlers() {
     }
 }
 
+/// The supervisor's record after the pid: kind and exit code; then it exits.
+unsafe fn report(status_w: RawFd, kind: u8, code: i32) -> ! {
+    let mut rec = [0u8; 5];
+    rec[0] = kind;
+    rec[1..].copy_from_slice(&code.to_le_bytes());
+    write_all(status_w, &rec);
+    libc::close(status_w);
+    libc::_exit(0)
+}
+
 /// The supervisor: wait, enforce the deadline, clean up, report, exit.
 unsafe fn supervise(
-    plan: &ChildPlan,
+    plan: &ForkerPlan,
     run: &RunFds,
     cmd: libc::pid_t,
-    parent: libc::pid_t,
     set: &libc::sigset_t,
     start: libc::timespec,
 ) -> ! {
     libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     // Keep only the status pipe and the cgroup's lists: stdout/stderr/state must reach EOF when
-    // the command's tree is gone, and std's exec-error pipe must close so the parent's spawn()
-    // returns.
+    // the command's tree is gone, and no descriptor of the forker (its socket above all) stays
+    // open here longer than needed.
     close_all_but([run.status_w, run.cgroup_r, run.cgroup_kill]);
     write_all(run.status_w, &cmd.to_le_bytes());
 
@@ -271,8 +363,9 @@ unsafe fn supervise(
             kind = KIND_CANCELLED;
             break;
         }
-        if libc::getppid() != parent {
-            kind = KIND_CANCELLED;
+        // The death signal, or a missed one: the forker is gone (a stray SIGUSR1 is ignored).
+        if libc::getppid() != plan.forker_pid {
+            kind = KIND_ORPHANED;
             break;
         }
     }
@@ -283,14 +376,7 @@ unsafe fn supervise(
         (_, Some(st)) if libc::WIFSIGNALED(st) => 128 + libc::WTERMSIG(st),
         _ => 128 + libc::SIGKILL,
     };
-    let mut rec = [0u8; 5];
-    rec[0] = kind;
-    rec[1..].copy_from_slice(&code.to_le_bytes());
-    write_all(run.status_w, &rec);
-    // Close before exiting: tearing down this forked copy of the worker's address space takes
-    // a while, and the parent need not wait for it.
-    libc::close(run.status_w);
-    libc::_exit(0)
+    report(run.status_w, kind, code)
 }
 
 /// Reaps exited children without blocking (at most a bounded number per call, so that a tree
@@ -396,9 +482,10 @@ unsafe fn kill_listed(fd: RawFd) -> Option<usize> {
     }
 }
 
-/// The command side: confinement in order; any failure ends the process with 126 and one line.
-unsafe fn command_setup(plan: &ChildPlan, run: &RunFds) {
-    // Handlers are already the defaults (pre_exec).
+/// The command side, in order; any failure ends the process with 126 and one line. What is the
+/// same for every command (namespaces, `no_new_privs`, landlock's rules, capabilities, seccomp)
+/// was done once in the forker and is inherited.
+unsafe fn command_setup(plan: &ForkerPlan, run: &RunFds) {
     let mut empty: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut empty);
     libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
@@ -407,29 +494,26 @@ unsafe fn command_setup(plan: &ChildPlan, run: &RunFds) {
     if run.cgroup_w >= 0 && libc::write(run.cgroup_w, b"0".as_ptr().cast(), 1) != 1 {
         fail("joining the command's pids cgroup", errno());
     }
-
-    if let Some(ns) = &plan.ns {
-        join_namespace(ns);
-    }
     if libc::chdir(run.cwd.as_ptr()) != 0 {
         // The directory an earlier command left the shell in may be gone (removed, or a path
         // too long to enter): start in HOME and say so, rather than fail every later command.
         let err = errno();
-        if run.home.as_bytes().is_empty() || libc::chdir(run.home.as_ptr()) != 0 {
-            fail_path("working directory", &run.cwd, err);
+        if run.home.to_bytes().is_empty() || libc::chdir(run.home.as_ptr()) != 0 {
+            fail_path("working directory", run.cwd, err);
         }
         note_path(
             b"working directory ",
-            &run.cwd,
+            run.cwd,
             b" cannot be entered: ",
             err,
-            &run.home,
+            run.home,
         );
     }
     if libc::dup2(run.state_w, 3) != 3 {
         fail("dup2 of the state descriptor", errno());
     }
-    // Everything above fd 3 inherited from the worker closes at exec.
+    // Everything above fd 3 (the forker's socket, its rulesets, the pipes' originals) closes at
+    // exec.
     if libc::syscall(
         libc::SYS_close_range,
         4u32,
@@ -450,44 +534,26 @@ unsafe fn command_setup(plan: &ChildPlan, run: &RunFds) {
             fail("setrlimit", errno());
         }
     }
-    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-        fail("prctl(PR_SET_NO_NEW_PRIVS)", errno());
-    }
-    if libc::syscall(
-        libc::SYS_landlock_restrict_self,
-        plan.ruleset.as_raw_fd(),
-        0u32,
-    ) != 0
-    {
-        fail("landlock_restrict_self", errno());
-    }
-    if plan.drop_caps {
-        drop_capabilities();
-    }
-    let prog = libc::sock_fprog {
-        len: plan.filter.len() as u16,
-        filter: plan.filter.as_ptr() as *mut libc::sock_filter,
-    };
-    if libc::prctl(
-        libc::PR_SET_SECCOMP,
-        libc::SECCOMP_MODE_FILTER,
-        &prog as *const libc::sock_fprog,
-    ) != 0
-    {
-        fail("seccomp filter", errno());
+    // A landlock domain of the command's own, below the forker's: ptrace-style access (/proc of
+    // the forker and the supervisor, their memory and descriptors) and signals reach only this
+    // domain and the ones below it.
+    if libc::syscall(libc::SYS_landlock_restrict_self, plan.nested, 0u32) != 0 {
+        fail("landlock_restrict_self (the command's own domain)", errno());
     }
 }
 
-/// uid 0 keeps its uid but loses every capability, now and across exec.
-unsafe fn drop_capabilities() {
+/// uid 0 (or a process holding capabilities in the sandbox's user namespace) keeps its uid but
+/// loses every capability, now and across exec.
+unsafe fn drop_capabilities() -> Result<(), Failure> {
     // SECBIT_NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE, each locked.
     const SECBITS: libc::c_ulong = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80;
-    if libc::prctl(libc::PR_SET_SECUREBITS, SECBITS, 0, 0, 0) != 0 {
-        fail("prctl(PR_SET_SECUREBITS)", errno());
-    }
+    check(
+        libc::prctl(libc::PR_SET_SECUREBITS, SECBITS, 0, 0, 0) == 0,
+        "prctl(PR_SET_SECUREBITS)",
+    )?;
     for cap in 0..64 {
         if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno() != libc::EINVAL {
-            fail("prctl(PR_CAPBSET_DROP)", errno());
+            return Err(("prctl(PR_CAPBSET_DROP)", errno()));
         }
     }
     #[repr(C)]
@@ -517,9 +583,10 @@ unsafe fn drop_capabilities() {
             inheritable: 0,
         },
     ];
-    if libc::syscall(libc::SYS_capset, &header, data.as_ptr()) != 0 {
-        fail("capset", errno());
-    }
+    check(
+        libc::syscall(libc::SYS_capset, &header, data.as_ptr()) == 0,
+        "capset",
+    )
 }
 
 /// The body of the process that builds a sandbox's mount namespace once (forked by
@@ -541,23 +608,6 @@ pub unsafe fn namespace_helper(ns: &NamespacePlan, report: RawFd, hold: RawFd) -
     let mut byte = 0u8;
     while libc::read(0, (&mut byte as *mut u8).cast(), 1) < 0 && errno() == libc::EINTR {}
     libc::_exit(0)
-}
-
-/// Enters the sandbox's mount namespace (and, without root, the user namespace that owns it),
-/// then fresh IPC/UTS (and, where planned, network) namespaces of the command's own.
-unsafe fn join_namespace(ns: &Namespace) {
-    // The user namespace (without root) was joined by the supervisor.
-    if libc::setns(ns.mnt.as_raw_fd(), libc::CLONE_NEWNS) != 0 {
-        fail("setns (mount namespace)", errno());
-    }
-    // setns put root and cwd at the namespace's root mount; the sandbox root is the helper's
-    // root (the same after a pivot, below it after the chroot fallback).
-    if libc::fchdir(ns.root.as_raw_fd()) != 0 || libc::chroot(c".".as_ptr()) != 0 {
-        fail("entering the sandbox root", errno());
-    }
-    if libc::unshare(ns.unshare_flags) != 0 {
-        fail("unshare (IPC/UTS namespaces)", errno());
-    }
 }
 
 /// Private mount namespace with the prepared root, bind mounts, pivot (or chroot).
@@ -659,7 +709,7 @@ unsafe fn locked_flags(path: &CStr) -> libc::c_ulong {
     out
 }
 
-fn errno() -> i32 {
+pub fn errno() -> i32 {
     // SAFETY: thread-local errno of the calling thread.
     unsafe { *libc::__errno_location() }
 }
@@ -754,7 +804,7 @@ fn format_int(v: i32, out: &mut [u8; 12]) -> &[u8] {
     &out[i..]
 }
 
-unsafe fn write_all(fd: RawFd, mut bytes: &[u8]) {
+pub unsafe fn write_all(fd: RawFd, mut bytes: &[u8]) {
     while !bytes.is_empty() {
         let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
         if n < 0 {
@@ -778,7 +828,7 @@ unsafe fn write_file(path: &CStr, bytes: &[u8]) {
     libc::close(fd);
 }
 
-unsafe fn close_range(first: libc::c_uint, last: libc::c_uint) {
+pub unsafe fn close_range(first: libc::c_uint, last: libc::c_uint) {
     if first > last {
         return;
     }
@@ -790,7 +840,7 @@ unsafe fn close_range(first: libc::c_uint, last: libc::c_uint) {
 }
 
 /// Closes every descriptor but the given ones (negative entries are ignored).
-unsafe fn close_all_but<const N: usize>(mut keep: [RawFd; N]) {
+pub unsafe fn close_all_but<const N: usize>(mut keep: [RawFd; N]) {
     keep.sort_unstable();
     let mut first: libc::c_uint = 0;
     for fd in keep {

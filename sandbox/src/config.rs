@@ -160,6 +160,8 @@ pub enum SandboxError {
     Landlock(String),
     #[error("building the seccomp filter: {0}")]
     Seccomp(String),
+    #[error("starting the sandbox's forker process: {0}")]
+    Forker(String),
     #[error("{what}: {source}")]
     Io {
         what: String,

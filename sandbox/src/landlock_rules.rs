@@ -143,6 +143,41 @@ pub fn build(i: &Inputs) -> Result<OwnedFd, SandboxError> {
     Ok(unsafe { OwnedFd::from_raw_fd(high) })
 }
 
+/// A ruleset that adds no restriction of its own but a landlock domain boundary, with the
+/// signal and abstract-socket scopes where the kernel has them (ABI >= 6). Each command
+/// restricts itself with it on top of the forker's domain: landlock lets a process reach
+/// (ptrace-style access, `/proc/<pid>/mem`, `fd/`, `environ`; signals under the scope) only
+/// processes of its own domain or of domains below it, so no command reaches the forker, a
+/// supervisor or another command.
+///
+/// A ruleset must handle some filesystem right: it handles making block devices (granted nowhere
+/// by [`build`]'s ruleset either) and "refer" (moving and linking across directories), which
+/// landlock refuses in every layer that does not grant it, handled or not; so it is granted here
+/// wherever [`build`] grants it.
+pub fn nested(i: &Inputs) -> Result<OwnedFd, SandboxError> {
+    let err = |e: landlock::RulesetError| SandboxError::Landlock(e.to_string());
+    let mut created = Ruleset::default()
+        .handle_access(AccessFs::MakeBlock | AccessFs::Refer)
+        .map_err(err)?
+        .scope(Scope::from_all(ABI_KNOWN))
+        .map_err(err)?
+        .create()
+        .map_err(err)?;
+    for rule in collect(i) {
+        if !rule.access.contains(AccessFs::Refer) {
+            continue;
+        }
+        let Some((fd, true)) = open_path(&rule.path, rule.follow) else {
+            continue;
+        };
+        created = created
+            .add_rule(PathBeneath::new(fd, AccessFs::Refer))
+            .map_err(|e| SandboxError::Landlock(format!("{}: {e}", rule.path.display())))?;
+    }
+    let fd: Option<OwnedFd> = created.into();
+    fd.ok_or(SandboxError::LandlockUnavailable)
+}
+
 fn collect(i: &Inputs) -> Vec<Rule> {
     let mut rules = Vec::new();
     let mut add = |path: PathBuf, access: BitFlags<AccessFs>, follow: bool| {

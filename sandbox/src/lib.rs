@@ -1,9 +1,13 @@
-//! The Tier-0 sandbox executor: real `/bin/bash` as a child process with an empty environment,
-//! only the Tier-0 toolset of the capability matrix executable, and the kernel's own confinement
-//! (landlock, seccomp, `no_new_privs`, rlimits, capability drop) applied between fork and exec.
+//! The Tier-0 sandbox executor: real `/bin/bash` with an empty environment, only the Tier-0
+//! toolset of the capability matrix executable, and the kernel's own confinement (namespaces,
+//! landlock, seccomp, `no_new_privs`, capability drop, rlimits, a pids cgroup).
 //!
 //! Everything that can be computed once (tool directory, landlock ruleset, seccomp BPF program,
-//! the mount namespace) is built in [`Tier0Sandbox::new`]; [`Tier0Sandbox::run`] only forks.
+//! the mount namespace) is built in [`Tier0Sandbox::new`], which also starts the sandbox's
+//! forker: a small process that applies all of it to itself once and then forks every command's
+//! supervisor (`forker.rs`, `forker_main.rs`). [`Tier0Sandbox::run`] sends it one request; the
+//! command adds only what differs per command (process group, pids cgroup, working directory,
+//! rlimits, a landlock domain of its own).
 //! See `docs/security-model.md` for what each layer stops and what it does not.
 
 mod cgroup;
@@ -11,13 +15,18 @@ mod child;
 mod config;
 mod elf;
 pub mod fd;
+mod forker;
+mod forker_main;
 mod landlock_rules;
 mod namespace;
 mod ns_plan;
 mod probe;
 mod run;
-mod seccomp;
+/// The seccomp policy and its program (public only for `examples/seccomp_cost.rs`).
+#[doc(hidden)]
+pub mod seccomp;
 mod tools;
+mod wire;
 
 pub use config::{
     Invocation, Limits, Outcome, OutputChunk, OutputStream, OutputTap, Presentation, SandboxConfig,
@@ -25,16 +34,17 @@ pub use config::{
 };
 pub use probe::{probe, Capabilities};
 
-use child::ChildPlan;
 use kube_harness_workspace::spec::SESSION;
+use run::Plan;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A ready-to-use Tier-0 sandbox for one workspace spec. Cheap to share (`run` takes `&self`);
-/// several commands may run at once. Dropping it removes its runtime directory.
+/// several commands may run at once. Dropping it ends its forker and removes its runtime
+/// directory.
 pub struct Tier0Sandbox {
-    plan: Arc<ChildPlan>,
+    plan: Arc<Plan>,
     limits: Limits,
     /// Environment every command starts from (PATH, HOME, TMPDIR), as the script sees it.
     base_env: BTreeMap<String, String>,
@@ -110,14 +120,16 @@ impl Tier0Sandbox {
             None
         };
 
-        let ruleset = landlock_rules::build(&landlock_rules::Inputs {
+        let inputs = landlock_rules::Inputs {
             workspace: &config.workspace,
             tool_dir: &tool_dir,
             executables: &toolset.executables,
             tmp_dir: &tmp_dir,
             namespace_root: ns_plan.as_ref().map(|p| p.root_host.as_path()),
             network: toggles.network,
-        })?;
+        };
+        let ruleset = landlock_rules::build(&inputs)?;
+        let nested = landlock_rules::nested(&inputs)?;
         let filter = seccomp::build(toggles.network)?;
 
         let ns = ns_plan.as_ref().map(namespace::build).transpose()?;
@@ -128,15 +140,19 @@ impl Tier0Sandbox {
         } else {
             None
         };
-        let plan = ChildPlan::new(
+        // Capabilities go: uid 0's, and those the forker holds in the sandbox's user namespace.
+        let drop_caps = caps.is_root || ns.as_ref().is_some_and(|n| n.user.is_some());
+        let setup = forker::Setup::new(
             &toolset.bash,
             &config.limits,
+            &filter,
             ruleset,
-            filter,
+            nested,
             ns,
-            caps.is_root,
-            pids,
-        )?;
+            drop_caps,
+        );
+        let forker = forker::Forker::new(setup).map_err(SandboxError::Forker)?;
+        let plan = Plan { forker, pids };
 
         let home = if config
             .workspace
@@ -166,6 +182,12 @@ impl Tier0Sandbox {
             tools: toolset.names,
             _runtime: kube_harness_workspace::leftovers::ScratchDir::from_tempdir(runtime),
         })
+    }
+
+    /// The pid of the sandbox's forker process, when one runs (it is started again when a
+    /// command finds it gone). For tests and diagnostics.
+    pub fn forker_pid(&self) -> Option<u32> {
+        Some(self.plan.forker.pid()).filter(|p| *p != 0)
     }
 
     /// Runs one script. Never returns an error: faults become exit code 126 and one

@@ -6,14 +6,12 @@
     clippy::arithmetic_side_effects
 )]
 
-use super::child::{self, ChildPlan, RunFds, KIND_TIMED_OUT};
+use super::child::{self, KIND_TIMED_OUT};
 use super::config::MAX_SCRIPT_ARG;
-use super::fd::pipe_high;
+use super::forker::{self, Forker, Request, StartError};
 use super::{Invocation, Limits, Outcome, OutputChunk, OutputStream, OutputTap};
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
@@ -24,8 +22,15 @@ const BACKSTOP: Duration = Duration::from_secs(5);
 /// How long the pipes may stay open once the supervisor has reported.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
+/// What the worker keeps per sandbox to start commands.
+pub struct Plan {
+    pub forker: Forker,
+    /// Per-command pids cgroups (uid 0 only: see [`super::cgroup`]).
+    pub pids: Option<super::cgroup::Pids>,
+}
+
 pub async fn run(
-    plan: &Arc<ChildPlan>,
+    plan: &Arc<Plan>,
     limits: &Limits,
     base_env: &BTreeMap<String, String>,
     inv: &Invocation,
@@ -38,7 +43,7 @@ pub async fn run(
 }
 
 async fn run_inner(
-    plan: &Arc<ChildPlan>,
+    plan: &Arc<Plan>,
     limits: &Limits,
     base_env: &BTreeMap<String, String>,
     inv: &Invocation,
@@ -67,68 +72,98 @@ async fn run_inner(
         }
     }
 
-    let (state_r, state_w) = pipe_high().map_err(|e| format!("creating a pipe: {e}"))?;
-    let (status_r, status_w) = pipe_high().map_err(|e| format!("creating a pipe: {e}"))?;
-
     // The command's pids cgroup (uid 0): returned to the pool once the supervisor has reported.
     let slot = match &plan.pids {
         Some(pids) => Some(pids.take().map_err(|e| e.to_string())?),
         None => None,
     };
     let slot = SlotGuard { plan, slot };
-    let fd_of = |f: fn(&super::cgroup::Slot) -> i32| slot.slot.as_ref().map_or(-1, f);
 
+    // bash -c SCRIPT with this environment, in this directory (or HOME).
     let mut env = base_env.clone();
     env.extend(inv.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let exec = child::ExecArgs::new(&inv.script, &env)
-        .ok_or_else(|| "script or environment contains a NUL byte".to_string())?;
-    // std forks the supervisor and wires its stdio; its pre_exec never returns, so the program
-    // named here is never exec'd by std (the supervisor's child execs bash with `exec`).
-    let mut cmd = Command::new(&plan.bash);
-    cmd.env_clear()
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let home = env
-        .get("HOME")
-        .and_then(|h| child::cwd_cstring(std::path::Path::new(h)))
-        .unwrap_or_default();
-    let fds = RunFds {
-        cwd,
-        home,
-        state_w: state_w.as_raw_fd(),
-        status_w: status_w.as_raw_fd(),
-        exec,
-        cgroup_w: fd_of(super::cgroup::Slot::procs_w),
-        cgroup_r: fd_of(super::cgroup::Slot::procs_r),
-        cgroup_kill: fd_of(super::cgroup::Slot::kill_fd),
-    };
-    let child_plan = Arc::clone(plan);
-    // SAFETY: the closure only makes async-signal-safe syscalls over prepared data (child.rs).
-    unsafe {
-        cmd.pre_exec(move || child::pre_exec(&child_plan, &fds));
+    let home = env.get("HOME").cloned().unwrap_or_default();
+    let size = env.iter().fold(inv.script.len(), |n, (k, v)| {
+        n.saturating_add(k.len())
+            .saturating_add(v.len())
+            .saturating_add(2)
+    });
+    let mut payload = Vec::with_capacity(
+        size.saturating_add(cwd.as_bytes().len())
+            .saturating_add(home.len())
+            .saturating_add(3),
+    );
+    payload.extend_from_slice(inv.script.as_bytes());
+    payload.push(0);
+    for (k, v) in &env {
+        payload.extend_from_slice(k.as_bytes());
+        payload.push(b'=');
+        payload.extend_from_slice(v.as_bytes());
+        payload.push(0);
     }
-    let spawned = cmd.spawn();
-    drop(state_w);
-    drop(status_w);
-    let mut proc = spawned.map_err(|e| format!("cannot start bash: {e}"))?;
-    let mut guard = CancelGuard {
-        pid: proc.id() as libc::pid_t,
-        armed: true,
+    payload.extend_from_slice(cwd.as_bytes_with_nul());
+    payload.extend_from_slice(home.as_bytes());
+    payload.push(0);
+
+    // Sent once more (to a new forker) only when the status pipe says nothing was started: a
+    // forker that dies while its spare takes the request, say.
+    let mut sent_before = false;
+    let (stdout, stderr, state, mut status, guard, never_started, head) = loop {
+        let (stdout_r, stdout_w) = pipe().map_err(|e| format!("creating a pipe: {e}"))?;
+        let (stderr_r, stderr_w) = pipe().map_err(|e| format!("creating a pipe: {e}"))?;
+        let (state_r, state_w) = pipe().map_err(|e| format!("creating a pipe: {e}"))?;
+        let (status_r, status_w) = pipe().map_err(|e| format!("creating a pipe: {e}"))?;
+        let request = Request {
+            payload: &payload,
+            env_count: env.len() as u32,
+            pipes: [
+                stdout_w.as_raw_fd(),
+                stderr_w.as_raw_fd(),
+                state_w.as_raw_fd(),
+                status_w.as_raw_fd(),
+            ],
+            cgroup: slot.slot.as_ref().map(|s| {
+                let kill = s.kill_fd();
+                (s.procs_w(), s.procs_r(), (kill >= 0).then_some(kill))
+            }),
+        };
+        let started = plan.forker.start(&request).await;
+        // The supervisor has its copies (or none was made): ours go, so the pipes end with it.
+        drop((stdout_w, stderr_w, state_w, status_w));
+        let pidfd = match started {
+            Ok(s) => Some(s.pidfd),
+            Err(StartError::Lost) => None,
+            Err(StartError::Fault(why)) => return Err(why),
+        };
+        let mut guard = CancelGuard { pidfd, armed: true };
+        let stdout = receiver(stdout_r)?;
+        let stderr = receiver(stderr_r)?;
+        let state = receiver(state_r)?;
+        let mut status = receiver(status_r)?;
+        // The supervisor writes STARTING and its pid before it starts the command, the
+        // command's pid once it has (before the command can produce output), then the result
+        // once every process of the tree is gone.
+        let mut head = [0u8; child::HEAD];
+        let got = tokio::time::timeout(BACKSTOP, read_up_to(&mut status, &mut head)).await;
+        let head_len = match got {
+            Ok(Ok(n)) => n,
+            _ => 0,
+        };
+        let never_started = matches!(got, Ok(Ok(0)));
+        if never_started && !sent_before {
+            guard.armed = false;
+            sent_before = true;
+            continue;
+        }
+        let head = head.get(..head_len).unwrap_or_default().to_vec();
+        break (stdout, stderr, state, status, guard, never_started, head);
     };
-
-    let stdout = receiver(proc.stdout.take().map(OwnedFd::from))?;
-    let stderr = receiver(proc.stderr.take().map(OwnedFd::from))?;
-    let state = receiver(Some(state_r))?;
-    let mut status = receiver(Some(status_r))?;
-
-    // The supervisor writes the command's pid at once (before the command can produce output),
-    // then the result once every process of the tree is gone.
-    let mut pid_bytes = [0u8; 4];
-    let cmd_pid = match tokio::time::timeout(BACKSTOP, status.read_exact(&mut pid_bytes)).await {
-        Ok(Ok(_)) => i32::from_le_bytes(pid_bytes),
+    // The supervisor's and the command's pids (0 while unknown: the supervisor was slow).
+    let pid_at = |head: &[u8], at: usize| match head.get(at..at.saturating_add(4)) {
+        Some(&[a, b, c, d]) => i32::from_le_bytes([a, b, c, d]),
         _ => 0,
     };
+    let (supervisor_pid, cmd_pid) = (pid_at(&head, 1), pid_at(&head, 5));
     let out_cap = limits.max_output_bytes;
     let mut rest = Vec::with_capacity(5);
     let mut backstop_fired = false;
@@ -146,7 +181,6 @@ async fn run_inner(
         tokio::pin!(all);
         // A streaming caller that goes away cancels the command: SIGTERM to the supervisor,
         // which kills the whole tree and reports it cancelled; the pipes are drained as usual.
-        let pid = guard.pid;
         let watched = async {
             let gone = async {
                 match tap {
@@ -157,8 +191,7 @@ async fn run_inner(
             tokio::select! {
                 done = &mut all => done,
                 () = gone => {
-                    // SAFETY: the supervisor is our unreaped child.
-                    unsafe { libc::kill(pid, libc::SIGTERM) };
+                    guard.signal(libc::SIGTERM);
                     (&mut all).await
                 }
             }
@@ -168,25 +201,22 @@ async fn run_inner(
             Ok(r) => r,
             Err(_) => {
                 backstop_fired = true;
-                kill_everything(guard.pid, cmd_pid);
+                guard.signal(libc::SIGKILL);
+                kill_group(cmd_pid);
                 tokio::time::timeout(DRAIN_GRACE, &mut watched)
                     .await
                     .unwrap_or_default()
             }
         }
     };
-    let record = rest;
-    // The supervisor has reported (or was killed): it is exiting. Reap it now if it is done,
-    // otherwise in the background (its address-space teardown is not the caller's latency).
+    // Whatever of the head came late is in front of the record.
+    let mut status_bytes = head;
+    status_bytes.extend_from_slice(&rest);
+    let record = status_bytes.get(child::HEAD..).unwrap_or_default();
+    // The supervisor has reported (or was killed): the forker's kernel-side reaping takes it.
+    let mut guard = guard;
     guard.armed = false;
-    let waited = match proc.try_wait() {
-        Ok(Some(status)) => Ok(status),
-        Ok(None) if record.len() == 5 => {
-            reap_later(proc);
-            Ok(std::process::ExitStatus::default())
-        }
-        _ => proc.wait(),
-    };
+    drop(slot);
 
     let mut outcome = Outcome {
         stdout: out.0,
@@ -197,7 +227,27 @@ async fn run_inner(
         state_truncated: st.1,
         ..Outcome::default()
     };
-    if record.len() == 5 {
+    // A supervisor whose forker is gone (it reported so, or the forker never answered) may be
+    // the worker's child now (where it adopts orphans): waited for. Without the forker's answer
+    // there is no pidfd: by pid then, only to wait for it, which fails unless it is the worker's
+    // own child, so a reused pid cannot matter.
+    let orphaned = record.len() == 5 && record[0] == child::KIND_ORPHANED;
+    if orphaned || guard.pidfd.is_none() {
+        if let Some(pidfd) = guard
+            .pidfd
+            .take()
+            .or_else(|| forker::pidfd_open(supervisor_pid))
+        {
+            forker::reap_orphan(pidfd);
+        }
+    }
+    if orphaned {
+        outcome.exit_code = 126;
+        note(
+            &mut outcome.stderr,
+            "the sandbox's forker process ended while the command ran, and the command was killed; the next command starts a new forker",
+        );
+    } else if record.len() == 5 {
         let code = i32::from_le_bytes(record[1..5].try_into().unwrap_or_default());
         outcome.exit_code = code;
         outcome.timed_out = record[0] == KIND_TIMED_OUT;
@@ -214,15 +264,13 @@ async fn run_inner(
     } else {
         // The supervisor died early (its own failure line, if any, is already on stderr).
         outcome.exit_code = 126;
-        let how = match waited {
-            Ok(s) => format!("sandbox supervisor ended early ({s})"),
-            Err(e) => format!("sandbox supervisor could not be waited for: {e}"),
-        };
-        if !outcome.stderr.ends_with(b"\n") && !outcome.stderr.is_empty() {
-            outcome.stderr.push(b'\n');
-        }
         if !String::from_utf8_lossy(&outcome.stderr).contains("kube-harness:") {
-            note(&mut outcome.stderr, &how);
+            let how = if never_started {
+                "the sandbox's forker process ended before it started the command; the next command starts a new forker"
+            } else {
+                "the sandbox supervisor ended without a report"
+            };
+            note(&mut outcome.stderr, how);
         }
     }
     outcome.duration = start.elapsed();
@@ -236,45 +284,31 @@ fn note(stderr: &mut Vec<u8>, text: &str) {
     stderr.extend_from_slice(format!("kube-harness: {text}\n").as_bytes());
 }
 
-/// Last resort when the supervisor is stuck: SIGKILL it and the command's group.
-fn kill_everything(supervisor: libc::pid_t, cmd: libc::pid_t) {
-    // SAFETY: signals to pids we started; the supervisor is not reaped yet, so the command's
-    // group (whose members are its descendants) cannot have been recycled.
-    unsafe {
-        if cmd > 0 {
-            libc::kill(cmd.wrapping_neg(), libc::SIGKILL);
-        }
-        libc::kill(supervisor, libc::SIGKILL);
+/// Last resort when the supervisor is stuck: SIGKILL the command's group (the supervisor itself
+/// is killed through its pidfd).
+fn kill_group(cmd: libc::pid_t) {
+    if cmd > 0 {
+        // SAFETY: a signal to the group of a command whose supervisor has not reported: its
+        // members are alive or the group is empty.
+        unsafe { libc::kill(cmd.wrapping_neg(), libc::SIGKILL) };
     }
 }
 
-/// Hands a finished supervisor to one background thread that waits for it.
-fn reap_later(child: std::process::Child) {
-    use std::sync::mpsc::{channel, Sender};
-    use std::sync::{Mutex, OnceLock};
-    static REAPER: OnceLock<Mutex<Sender<std::process::Child>>> = OnceLock::new();
-    let sender = REAPER.get_or_init(|| {
-        let (tx, rx) = channel::<std::process::Child>();
-        std::thread::Builder::new()
-            .name("kube-harness-reaper".into())
-            .spawn(move || {
-                for mut c in rx {
-                    let _ = c.wait();
-                }
-            })
-            .ok();
-        Mutex::new(tx)
-    });
-    let send = sender.lock().map(|s| s.send(child));
-    if let Ok(Err(std::sync::mpsc::SendError(mut c))) = send {
-        let _ = c.wait();
+/// A close-on-exec pipe (the forker gets the write ends as SCM_RIGHTS).
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fds we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    // SAFETY: fresh fds.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// Hands the command's cgroup back to the pool when the run ends (also when it is dropped: the
 /// pool keeps only cgroups it finds empty).
 struct SlotGuard<'a> {
-    plan: &'a ChildPlan,
+    plan: &'a Plan,
     slot: Option<super::cgroup::Slot>,
 }
 
@@ -287,25 +321,24 @@ impl Drop for SlotGuard<'_> {
 }
 
 /// If `run` is dropped mid-flight (the caller was cancelled), tell the supervisor to kill the
-/// tree (SIGTERM is its cancel signal) and reap it on a thread.
+/// tree (SIGTERM is its cancel signal); the kernel reaps it (the forker ignores SIGCHLD).
 struct CancelGuard {
-    pid: libc::pid_t,
+    pidfd: Option<OwnedFd>,
     armed: bool,
+}
+
+impl CancelGuard {
+    fn signal(&self, sig: libc::c_int) {
+        if let Some(pidfd) = &self.pidfd {
+            forker::signal(pidfd, sig);
+        }
+    }
 }
 
 impl Drop for CancelGuard {
     fn drop(&mut self) {
         if self.armed {
-            let pid = self.pid;
-            // SAFETY: the supervisor is our unreaped child.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-            std::thread::spawn(move || {
-                let mut st = 0;
-                // SAFETY: reaping our own child.
-                unsafe { libc::waitpid(pid, &mut st, 0) };
-            });
+            self.signal(libc::SIGTERM);
         }
     }
 }
@@ -344,7 +377,20 @@ async fn read_capped(
     (kept, truncated)
 }
 
-fn receiver(fd: Option<OwnedFd>) -> Result<pipe::Receiver, String> {
-    let fd = fd.ok_or_else(|| "a child pipe is missing".to_string())?;
+/// Reads until `buf` is full or the pipe ends; how many bytes came.
+async fn read_up_to(r: &mut pipe::Receiver, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut at = 0;
+    while at < buf.len() {
+        match r.read(buf.get_mut(at..).unwrap_or_default()).await {
+            Ok(0) => break,
+            Ok(n) => at = at.saturating_add(n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(at)
+}
+
+fn receiver(fd: OwnedFd) -> Result<pipe::Receiver, String> {
     pipe::Receiver::from_owned_fd(fd).map_err(|e| format!("watching a child pipe: {e}"))
 }

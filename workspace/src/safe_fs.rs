@@ -366,10 +366,10 @@ pub fn remove_tree_at(dir: &impl AsFd, name: &OsStr) -> io::Result<()> {
     let mut moved = 0u64;
     while let Some(top) = stack.len().checked_sub(1) {
         let Some(child) = stack[top].todo.pop() else {
-            let done = stack.pop().expect("the frame just seen");
-            drop(done.fd);
+            let Frame { fd, name: done, .. } = stack.remove(top);
+            drop(fd);
             match stack.last() {
-                Some(parent) => ignore_missing(unlink_at(&parent.fd, &done.name, true))?,
+                Some(parent) => ignore_missing(unlink_at(&parent.fd, &done, true))?,
                 None => ignore_missing(unlink_at(dir, name, true))?,
             }
             continue;
@@ -384,7 +384,7 @@ pub fn remove_tree_at(dir: &impl AsFd, name: &OsStr) -> io::Result<()> {
         if stack.len() >= REMOVE_OPEN_DIRS {
             // Too deep to hold open: move it to the top of the tree, to be taken from there.
             let fresh = loop {
-                moved += 1;
+                moved = moved.wrapping_add(1);
                 let fresh = OsString::from(format!(".kh-removing-{moved}"));
                 if stat_at(&stack[0].fd, &fresh)?.is_none() {
                     break fresh;

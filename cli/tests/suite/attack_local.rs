@@ -453,10 +453,10 @@ fn assert_not_retried(home: &Path, o: &std::process::Output) {
     assert!(!ran.contains("git version"), "git ran: {ran:?}");
 }
 
-/// The worker and a command's supervisor are killed with SIGKILL mid-command (`pkill -9 -f
-/// kube-harness` does both): nothing is left to kill the command's tree. The next sandbox of
-/// this user, as root, kills what the dead one's cgroups still hold and removes its runtime
-/// directory (its private /tmp held the commands' files).
+/// The worker, its forker and a command's supervisor are killed with SIGKILL mid-command
+/// (`pkill -9 -f kube-harness` does all three): nothing is left to kill the command's tree. The
+/// next sandbox of this user, as root, kills what the dead one's cgroups still hold and removes
+/// its runtime directory (its private /tmp held the commands' files).
 #[test]
 fn what_a_killed_worker_leaves_is_swept_by_the_next_sandbox() {
     if unsafe { libc::geteuid() } != 0 {
@@ -483,23 +483,29 @@ fn what_a_killed_worker_leaves_is_swept_by_the_next_sandbox() {
         assert!(Instant::now() < deadline, "the command never started");
         std::thread::sleep(Duration::from_millis(50));
     }
-    // This worker and its supervisors (its children, forked copies with the same command line)
-    // only: other tests run the same binary at the same time.
+    // This worker, its sandbox's forker (its child, an exec of the same binary) and the
+    // forker's children (the supervisors and the spare, forked copies of it) only: other tests
+    // run the same binary at the same time. Deepest first, as `pkill -9` would take them all at
+    // once: a supervisor that saw its forker die first would kill the tree itself.
     let pid = child.id();
-    let supervisors: Vec<u32> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|st| {
-                let after = st.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
-                after.split_whitespace().nth(1) == Some(&pid.to_string())
-            }) && std::fs::read_link(format!("/proc/{p}/exe"))
-                .is_ok_and(|exe| exe == std::path::Path::new(bin))
-        })
-        .collect();
+    let children_of = |parent: u32| -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|st| {
+                    let after = st.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
+                    after.split_whitespace().nth(1) == Some(&parent.to_string())
+                }) && std::fs::read_link(format!("/proc/{p}/exe"))
+                    .is_ok_and(|exe| exe == std::path::Path::new(bin))
+            })
+            .collect()
+    };
+    let forkers = children_of(pid);
+    let supervisors: Vec<u32> = forkers.iter().flat_map(|f| children_of(*f)).collect();
     assert!(!supervisors.is_empty(), "no supervisor found");
-    for p in supervisors.iter().chain([&pid]) {
+    for p in supervisors.iter().chain(&forkers).chain([&pid]) {
         unsafe { libc::kill(*p as i32, libc::SIGKILL) };
     }
     let _ = child.wait();

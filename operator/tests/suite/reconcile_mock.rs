@@ -397,7 +397,6 @@ async fn escalating_reconcile(
         Arc::new(obj),
         Arc::new(Context::new(client, config)),
     ));
-    let base = format!("/api/v1/namespaces/{NS}");
     read_tier0(&mut server).await;
     expect(&mut server, "GET", "/apis/kubeharness.dev/v1alpha1/sandboxtiers/rust", 200, json!({
         "apiVersion": "kubeharness.dev/v1alpha1", "kind": "SandboxTier",

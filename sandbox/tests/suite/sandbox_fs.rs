@@ -334,3 +334,42 @@ except OSError as e:
         assert!(!out.contains("ALLOWED"), "{}", show(&o));
     }
 }
+
+/// Files move and link between directories of the workspace, between writable mounts and through
+/// /tmp, as in any shell (landlock's "refer" right: each command's own landlock domain must not
+/// take it away).
+#[test]
+fn files_move_and_link_across_directories() {
+    let data = Data::new();
+    for (mode, sb, s, p) in [
+        (
+            "namespace",
+            ns_sandbox(&data, false, vec![]),
+            PathBuf::from("/session"),
+            PathBuf::from("/persistent"),
+        ),
+        (
+            "direct",
+            direct_sandbox(&data, false, vec![]),
+            data.path("session"),
+            data.path("persistent"),
+        ),
+    ] {
+        let script = format!(
+            "cd {s} && mkdir -p a b && echo x > a/f && mv a/f b/f && ln b/f a/g && cat a/g && \
+             mv b {p}/b && cat {p}/b/f && mv {p}/b $TMPDIR/b && mv $TMPDIR/b ./b2 && cat b2/f",
+            s = s.display(),
+            p = p.display()
+        );
+        let o = rt().block_on(sb.run(&inv(&script, &s)));
+        assert_eq!(
+            (o.exit_code, text(&o.stdout)),
+            (0, "x\nx\nx\n".to_string()),
+            "{mode}: {}",
+            show(&o)
+        );
+        for d in ["session/a", "session/b2"] {
+            std::fs::remove_dir_all(data.path(d)).unwrap();
+        }
+    }
+}
