@@ -75,16 +75,20 @@ pub async fn adopt(
     let started = std::time::Instant::now();
     let step = |what: &str| tracing::debug!(session = %name, ms = started.elapsed().as_secs_f64() * 1e3, "adoption: {what}");
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let all = pods
-        // From the API server's watch cache (resourceVersion 0): a pod it shows idle that is not
-        // any more fails its claim (409) and the next one is tried.
-        .list(
-            &ListParams::default()
-                .match_any()
-                .labels(&objects::pool_selector(&tier.name_any())),
-        )
-        .await?
-        .items;
+    // From the operator's own pod watch; a pod it shows idle that is not any more fails its claim
+    // (409) and the next one is tried. Nothing there (a cache still filling after a start): from
+    // the API server's watch cache (resourceVersion 0).
+    let mut all = pool_pods_cached(ctx, &ns, &tier.name_any());
+    if all.is_empty() {
+        all = pods
+            .list(
+                &ListParams::default()
+                    .match_any()
+                    .labels(&objects::pool_selector(&tier.name_any())),
+            )
+            .await?
+            .items;
+    }
     let uid = session.meta().uid.clone().unwrap_or_default();
     // A pod this session claimed before: the operator stopped between the claim and the status.
     let mine = all.iter().find(|p| {
@@ -178,6 +182,23 @@ pub async fn adopt(
             Ok(Outcome::Miss("adoption-failed"))
         }
     }
+}
+
+/// The pool's pods in `ns` as the operator's pod watch last saw them (without their spec, which
+/// the claim does not need: it is conditioned on the resourceVersion).
+fn pool_pods_cached(ctx: &Context, ns: &str, tier: &str) -> Vec<Pod> {
+    let pool = objects::pool_label(tier);
+    ctx.caches
+        .pods
+        .state()
+        .iter()
+        .filter(|p| {
+            p.metadata.namespace.as_deref() == Some(ns)
+                && p.labels().get(labels::POOL) == Some(&pool)
+                && p.labels().get(labels::ROLE).map(String::as_str) == Some(labels::ROLE_WORKER)
+        })
+        .map(|p| Pod::clone(p))
+        .collect()
 }
 
 /// The IP of a pod whose readiness probe passes.
