@@ -361,6 +361,8 @@ async fn deleting_a_session_stops_its_worker_then_drops_the_finalizer() {
         not_found("secrets", "t1-abc"),
     )
     .await;
+    // Its own children by name, not left to the garbage collector.
+    super::support::expect_children_deleted(&mut server, NS, 200).await;
     drain_events(&mut server, NS, 1).await;
     let fin = expect(
         &mut server,
@@ -529,4 +531,47 @@ async fn a_status_write_conflict_recomputes_soon_without_backoff() {
         )
     );
     assert!(ctx.metrics.encode().contains("error=\"conflict\"} 3"));
+}
+
+#[tokio::test]
+async fn deleting_a_session_with_cascade_orphan_keeps_its_children() {
+    let (client, mut server) = super::support::client();
+    let obj = session_obj(
+        json!({"metadata": {"finalizers": ["orphan", "kubeharness.dev/cleanup"], "deletionTimestamp": "2026-11-30T10:00:00Z"}}),
+    );
+    let run = tokio::spawn(session::reconcile(Arc::new(obj), context(client)));
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{NS}/pods/demo-worker"),
+        404,
+        not_found("pods", "demo-worker"),
+    )
+    .await;
+    expect(
+        &mut server,
+        "GET",
+        "/api/v1/namespaces/kube-harness/pods",
+        200,
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}),
+    )
+    .await;
+    // No DELETE of the Service, policy, Secret or PVC: the next request is the Event.
+    let events = drain_events(&mut server, NS, 1).await;
+    assert!(
+        events[0]["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("kept"),
+        "{events:?}"
+    );
+    expect(
+        &mut server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+        200,
+        json!(session_obj(json!({}))),
+    )
+    .await;
+    run.await.unwrap().expect("reconcile");
 }

@@ -293,6 +293,8 @@ async fn a_session_deleted_while_its_cleanup_ran_is_no_error() {
         json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}),
     )
     .await;
+    // The children by name, not left to the garbage collector (already gone here).
+    super::support::expect_children_deleted(&mut server, NS, 404).await;
     drain_events(&mut server, NS, 1).await;
     // Another reconcile (from a cached copy) already removed the finalizer and the session went.
     expect(

@@ -106,6 +106,36 @@ pub async fn existing_token_secret(handle: &mut Handle, ns: &str, name: &str) {
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": {"token": "dG9r"}})).await;
 }
 
+/// The cleanup deletes session `demo`'s children by name (Service, NetworkPolicy, token Secret,
+/// workspace PVC), each answered with `status` (404: already gone).
+pub async fn expect_children_deleted(handle: &mut Handle, ns: &str, status: u16) {
+    for (path, kind) in [
+        (
+            format!("/api/v1/namespaces/{ns}/services/demo-worker"),
+            "services",
+        ),
+        (
+            format!("/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/demo-worker"),
+            "networkpolicies",
+        ),
+        (
+            format!("/api/v1/namespaces/{ns}/secrets/demo-token"),
+            "secrets",
+        ),
+        (
+            format!("/api/v1/namespaces/{ns}/persistentvolumeclaims/demo-workspace"),
+            "persistentvolumeclaims",
+        ),
+    ] {
+        let reply = if status == 404 {
+            not_found(kind, "demo")
+        } else {
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+        };
+        expect(handle, "DELETE", &path, status, reply).await;
+    }
+}
+
 /// Answers the next `n` Event requests (new Events, or PATCHes of a repeated Event's series) and
 /// returns their bodies.
 pub async fn drain_events(handle: &mut Handle, ns: &str, n: usize) -> Vec<Value> {

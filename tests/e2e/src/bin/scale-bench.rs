@@ -461,7 +461,11 @@ async fn session_phase(
     scale::bounded(cfg.n, cfg.concurrency, |i| {
         let claims = claims.clone();
         let claim = scale::bound_claim(&name(i), &class, &format!("{run}-{i}"));
-        async move { scale::create_retrying(&claims, &claim).await }
+        let (client, ns, pv) = (client.clone(), ns.to_string(), format!("{run}-{i}"));
+        async move {
+            scale::create_retrying(&claims, &claim).await?;
+            scale::mark_bound(&client, &ns, &pv, &claim.name_any()).await
+        }
     })
     .await?;
     let binding = scale::wait_claims_bound(client, ns, cfg.n, cfg.timeout).await?;
