@@ -144,7 +144,45 @@ async fn a_new_session_first_gets_the_finalizer() {
         "{}",
         seen.body
     );
-    run.await.unwrap().expect("reconcile");
+    // The same reconcile goes on with the patched object (no round trip through the watch): here
+    // its tier is missing, which it reports.
+    expect(
+        &mut server,
+        "GET",
+        "/apis/kubeharness.dev/v1alpha1/sandboxtiers/tier0",
+        404,
+        not_found("sandboxtiers", "tier0"),
+    )
+    .await;
+    let status = patch_session_status(&mut server).await;
+    assert_eq!(status.body["status"]["phase"], "Pending");
+    drain_events(&mut server, NS, 2).await;
+    tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .expect("nothing else is asked")
+        .unwrap()
+        .expect("reconcile");
+}
+
+#[tokio::test]
+async fn a_session_gone_before_its_finalizer_is_added_is_done() {
+    let (client, mut server) = super::support::client();
+    let run = tokio::spawn(session::reconcile(
+        Arc::new(session_obj(json!({}))),
+        context(client),
+    ));
+    expect(
+        &mut server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+        404,
+        not_found("harnesssessions", "demo"),
+    )
+    .await;
+    assert_eq!(
+        run.await.unwrap().expect("no error"),
+        kube::runtime::controller::Action::await_change()
+    );
 }
 
 #[tokio::test]
