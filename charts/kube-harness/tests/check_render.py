@@ -38,7 +38,7 @@ OPERATOR_CLUSTER_RULES = {
 } | {
     ("networking.k8s.io", "networkpolicies", v)
     for v in ["get", "list", "watch", "create", "patch", "delete"]
-} | {("", "services", v) for v in ["create", "patch"]} | {
+} | {("", "services", v) for v in ["get", "create", "patch", "delete"]} | {
     ("events.k8s.io", "events", v) for v in ["create", "patch"]
 }
 

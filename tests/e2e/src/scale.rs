@@ -162,9 +162,24 @@ pub fn bound_claim(session: &str, class: &str, pv: &str) -> PersistentVolumeClai
 /// the controller-manager's client rate (20 requests/s by default): it bound about 2.4 pairs a
 /// second here, 14 minutes for 2,000. The binding is consistent (the PV names the claim, the claim
 /// the PV), so the controller has nothing to undo when it syncs them.
+///
+/// The PV's claimRef gets the claim's uid first: a claimRef without one reads as "pre-bound,
+/// waiting for the claim" to the controller, which then set the PV Available again and the
+/// scheduler found the claim unbound.
 pub async fn mark_bound(client: &Client, ns: &str, pv: &str, claim: &str) -> Result<()> {
     let params = PatchParams::default();
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let uid = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .get(claim)
+        .await?
+        .uid()
+        .unwrap_or_default();
+    pvs.patch(
+        pv,
+        &params,
+        &Patch::Merge(json!({"spec": {"claimRef": {"uid": uid}}})),
+    )
+    .await?;
     pvs.patch_status(
         pv,
         &params,
