@@ -294,8 +294,21 @@ extern "C" fn command_main(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
-/// Every caught signal back to its default action, and SIGPIPE too (the worker ignores it; bash
-/// and its commands must not). Other ignored signals stay ignored, as across a plain exec.
+/// Signals every command starts with at their default action, even when the worker ignored them.
+/// The worker catches SIGINT and SIGTERM once it serves, so what it had ignored before (a worker
+/// started as a background job ignores SIGINT and SIGQUIT) reached the first forker but not one
+/// started later: two commands of one session saw different dispositions. SIGPIPE: the worker
+/// ignores it; bash and its commands must not.
+const ALWAYS_DEFAULT: [libc::c_int; 5] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGPIPE,
+];
+
+/// Every caught signal back to its default action, and [`ALWAYS_DEFAULT`] too. Other ignored
+/// signals stay ignored, as across a plain exec.
 ///
 /// # Safety
 /// Changes the calling process's signal dispositions.
@@ -308,7 +321,7 @@ pub unsafe fn default_handlers() {
             continue;
         }
         if old.sa_sigaction != libc::SIG_DFL
-            && (old.sa_sigaction != libc::SIG_IGN || sig == libc::SIGPIPE)
+            && (old.sa_sigaction != libc::SIG_IGN || ALWAYS_DEFAULT.contains(&sig))
         {
             libc::sigaction(sig, &dfl, std::ptr::null_mut());
         }

@@ -951,6 +951,17 @@ fn worker_with(bound: &Bound, tmpdir: Option<&Path>, nofile: Option<u64>) -> Wor
     if let Some(t) = tmpdir {
         cmd.env("TMPDIR", t);
     }
+    // As a background job of a non-interactive shell starts it (CI does): SIGINT and SIGQUIT
+    // ignored. The worker catches SIGINT once it serves, so a forker started before and one
+    // started after saw different dispositions until the commands' were fixed
+    // (`child::ALWAYS_DEFAULT`).
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
     if let Some(n) = nofile {
         unsafe {
             cmd.pre_exec(move || {
@@ -1013,6 +1024,16 @@ fn a_long_lived_forker_carries_nothing_from_one_command_to_the_next() {
                  grep -E '^Sig(Ign|Blk)' /proc/$$/status; cut -d' ' -f19 /proc/$$/stat";
     let before = exec(probe, None);
     assert_eq!(before.exit_code, 0, "{}", before.stderr);
+    // SIGHUP, SIGINT and SIGTERM at their default action whatever the worker had: bits 0, 1 and
+    // 14 of SigIgn clear. (Bash itself ignores SIGQUIT in all cases, so the probe, which reads
+    // bash's own status, shows that one ignored.)
+    let ignored = before
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:\t"))
+        .map(|h| u64::from_str_radix(h.trim(), 16).unwrap())
+        .expect("SigIgn in the probe");
+    assert_eq!(ignored & (1 | 1 << 1 | 1 << 14), 0, "{}", before.stdout);
     let forker = forker_of(w.child.id());
     let hostile = exec(
         "ulimit -n 12; ulimit -v 300000; umask 077; exec 7>/session/fd7; \
