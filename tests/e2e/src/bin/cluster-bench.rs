@@ -89,7 +89,9 @@ async fn main() {
         let mut cli_rt = Vec::new();
         for _ in 0..cli_n {
             let t = Instant::now();
-            let out = kube_harness(&["exec", "-n", &ns, "rt", "--", "true"]).unwrap();
+            let out = kube_harness(&["exec", "-n", &ns, "rt", "--", "true"]).unwrap_or_else(|e| {
+                panic!("{e}: set KH_KUBE_HARNESS_BIN to a kube-harness binary (or put one on PATH)")
+            });
             assert!(out.status.success(), "{}", harness::stderr(&out));
             cli_rt.push(t.elapsed());
         }
