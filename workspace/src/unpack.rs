@@ -88,7 +88,8 @@ pub fn unpack<R: Read>(
     let created = prepare_target(target)?;
     let result = unpack_into(input, target, &known, &opts.limits);
     if result.is_err() {
-        let _ = std::fs::remove_dir_all(target.join(STAGING_NAME));
+        // What the archive wrote: no symlink followed, any mode it set (leftovers::remove).
+        let _ = crate::leftovers::remove(&target.join(STAGING_NAME));
         if created {
             let _ = std::fs::remove_dir(target);
         }

@@ -390,7 +390,7 @@ pub fn mirror(from: &Place, to: &Place) -> Result<(), LocalError> {
     let staging = OsString::from(format!(".{tag}.staging-{pid}"));
     let old = OsString::from(format!(".{tag}.old-{pid}"));
     let at_parent = |what: &str| io(format!("{what} in {}", to_root.join(to_parent).display()));
-    discard(&parent, &staging).map_err(at_parent("clearing a staging dir"))?;
+    safe_fs::remove_tree_at(&parent, &staging).map_err(at_parent("clearing a staging dir"))?;
     safe_fs::mkdir_at(&parent, &staging, 0o755).map_err(at_parent("creating a staging dir"))?;
     let filled = (|| {
         let dst = safe_fs::open_dir_at(&parent, &staging).map_err(WalkError::into_io)?;
@@ -400,7 +400,7 @@ pub fn mirror(from: &Place, to: &Place) -> Result<(), LocalError> {
         Ok(())
     })();
     if let Err(e) = filled {
-        let _ = discard(&parent, &staging);
+        let _ = safe_fs::remove_tree_at(&parent, &staging);
         return Err(LocalError::Io {
             context: format!(
                 "copying {} to {}",
@@ -411,26 +411,21 @@ pub fn mirror(from: &Place, to: &Place) -> Result<(), LocalError> {
         });
     }
     let swapped = (|| {
-        discard(&parent, &old)?;
+        safe_fs::remove_tree_at(&parent, &old)?;
         if safe_fs::stat_at(&parent, name)?.is_some() {
             safe_fs::rename_at(&parent, name, &old)?;
         }
         safe_fs::rename_at(&parent, &staging, name)
     })();
     if let Err(e) = swapped {
-        let _ = discard(&parent, &staging);
+        let _ = safe_fs::remove_tree_at(&parent, &staging);
         return Err(LocalError::Io {
             context: format!("renaming into {}", shown_to.display()),
             source: e,
         });
     }
-    let _ = discard(&parent, &old);
+    let _ = safe_fs::remove_tree_at(&parent, &old);
     Ok(())
-}
-
-/// Removes `name` in `dir` and everything below it, however deep; never follows a symlink.
-fn discard(dir: &OwnedFd, name: &OsStr) -> std::io::Result<()> {
-    safe_fs::remove_tree_at(dir, name)
 }
 
 /// The directory to copy from: `None` when it does not exist (an empty copy).
