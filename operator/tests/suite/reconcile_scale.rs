@@ -190,12 +190,17 @@ async fn a_ready_session_reconciled_again_makes_no_request() {
     );
 }
 
-#[tokio::test]
-async fn a_child_changed_behind_the_operators_back_is_applied_again_alone() {
-    let (client, mut server) = super::support::client();
+/// A session reconciled once; then someone edits its Service (its watch shows a version the
+/// operator did not write), and a second reconcile starts. Returns the context and that reconcile.
+async fn reconcile_after_a_service_edit(
+    server: &mut Handle,
+    client: kube::Client,
+) -> (
+    Arc<Context>,
+    tokio::task::JoinHandle<kube_harness_operator::Result<Action>>,
+) {
     let ctx = cached_context(client, worker().await);
-    first_reconcile(&mut server, &ctx).await;
-    // Someone edits the Service: its watch shows a version the operator did not write.
+    first_reconcile(server, &ctx).await;
     let edited: Service = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "demo-worker", "namespace": NS, "resourceVersion": "33"}
@@ -204,6 +209,13 @@ async fn a_child_changed_behind_the_operators_back_is_applied_again_alone() {
     ctx.caches
         .observe_event("Service", &watcher::Event::Apply(edited));
     let again = tokio::spawn(session::reconcile(Arc::new(session_obj()), ctx.clone()));
+    (ctx, again)
+}
+
+#[tokio::test]
+async fn a_child_changed_behind_the_operators_back_is_applied_again_alone() {
+    let (client, mut server) = super::support::client();
+    let (ctx, again) = reconcile_after_a_service_edit(&mut server, client).await;
     let svc = expect(
         &mut server,
         "PATCH",
@@ -223,16 +235,7 @@ async fn a_child_changed_behind_the_operators_back_is_applied_again_alone() {
 #[tokio::test]
 async fn a_service_with_a_cluster_ip_from_an_older_operator_is_made_again_headless() {
     let (client, mut server) = super::support::client();
-    let ctx = cached_context(client, worker().await);
-    first_reconcile(&mut server, &ctx).await;
-    let edited: Service = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "demo-worker", "namespace": NS, "resourceVersion": "33"}
-    }))
-    .unwrap();
-    ctx.caches
-        .observe_event("Service", &watcher::Event::Apply(edited));
-    let again = tokio::spawn(session::reconcile(Arc::new(session_obj()), ctx.clone()));
+    let (_ctx, again) = reconcile_after_a_service_edit(&mut server, client).await;
     let path = format!("/api/v1/namespaces/{NS}/services/demo-worker");
     let refused = expect(&mut server, "PATCH", &path, 422, json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Invalid", "code": 422,
