@@ -5,6 +5,7 @@
 //! type the operator renders a worker pod's arguments from.
 
 use anyhow::Context;
+use kube_harness_worker::api::tier0::Prepared;
 use kube_harness_worker::api::{
     self, AuthConfig, ConnectionLimits, SessionLogConfig, Worker, WorkerConfig,
 };
@@ -49,7 +50,12 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         if let Some(pool_token) = &args.adopt_token_file {
             let pool_auth = AuthConfig::from_token_file(pool_token)?;
             let root = args.workspace_root.clone();
-            let bind: api::adopt::Bind = Box::new(move |req| adopt(&root, req));
+            // Built before serving: a probe that comes meanwhile waits in the backlog.
+            let prepared = std::sync::Mutex::new(prepare(&args).await);
+            let bind: api::adopt::Bind = Box::new(move |req| {
+                let prepared = prepared.lock().unwrap_or_else(|e| e.into_inner()).take();
+                adopt(&root, req, prepared)
+            });
             return api::adopt::serve_pooled(
                 listener,
                 pool_auth,
@@ -60,7 +66,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
             .await
             .context("serving");
         }
-        let (worker, auth) = session_worker(&args, None)?;
+        let (worker, auth) = session_worker(&args, None, None)?;
         api::serve(listener, worker, auth, api::shutdown_signal())
             .await
             .context("serving")
@@ -86,6 +92,7 @@ fn check_limits(args: &WorkerArgs) -> anyhow::Result<()> {
 fn adopt(
     root: &std::path::Path,
     req: &api::model::AdoptRequest,
+    prepared: Option<Prepared>,
 ) -> Result<(Arc<Worker>, AuthConfig), String> {
     let mut args = WorkerArgs::parse_flags(&req.args).map_err(|e| e.to_string())?;
     if args.tier != 0 {
@@ -102,7 +109,23 @@ fn adopt(
     }
     api::adopt::write_skills(&root.join(".agents"), &req.skills)?;
     let settings = api::model::adoption_settings(req);
-    session_worker(&args, Some(settings)).map_err(|e| format!("{e:#}"))
+    session_worker(&args, Some(settings), prepared).map_err(|e| format!("{e:#}"))
+}
+
+/// A pooled worker's sandbox, built while it waits: the one a session that keeps the worker's
+/// defaults (toggles, deny list, time limit) asks for. An adoption asking for another builds
+/// its own; `None` (logged) if it cannot be built here, and then the adoption reports why.
+async fn prepare(args: &WorkerArgs) -> Option<Prepared> {
+    let built = match worker_config(args).sandbox() {
+        Ok(sandbox) => tokio::task::spawn_blocking(move || Prepared::build(sandbox))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string())),
+        Err(e) => Err(e.to_string()),
+    };
+    built
+        .inspect_err(|e| tracing::warn!("no sandbox prepared for the adoption: {e}"))
+        .ok()
 }
 
 /// The session's worker and its bearer auth, from settings whose files exist. `adoption`: the
@@ -110,6 +133,7 @@ fn adopt(
 fn session_worker(
     args: &WorkerArgs,
     adoption: Option<String>,
+    prepared: Option<Prepared>,
 ) -> anyhow::Result<(Arc<Worker>, AuthConfig)> {
     let connections = connections(args)?;
     let auth = AuthConfig::from_token_file(&args.token_file)?;
@@ -141,6 +165,19 @@ fn session_worker(
         kube_harness_session_log::RunId::parse(scope)
             .map_err(|e| anyhow::anyhow!("--session-log-run-scope {scope:?}: {}", e.message))?;
     }
+    let mut config = worker_config(args);
+    config.session_log = session_log;
+    config.connections = connections;
+    config.adoption = adoption;
+    Ok((
+        Arc::new(Worker::with_prepared(config, next_tier, prepared)?),
+        auth,
+    ))
+}
+
+/// The worker's settings from its arguments, all but the session log and connection limits
+/// (which need checks that can fail).
+fn worker_config(args: &WorkerArgs) -> WorkerConfig {
     let mut config = WorkerConfig::new(args.session.clone(), args.workspace_root.clone());
     config.runtime = RuntimeToggles {
         python: args.python,
@@ -149,11 +186,9 @@ fn session_worker(
     };
     config.deny_commands = args.deny_command.clone();
     config.same_session = args.same_session;
-    config.session_log = session_log;
     config.command_timeout = Duration::from_secs(args.command_timeout);
     config.max_timeout = Duration::from_secs(args.max_timeout);
     config.shutdown_grace = Duration::from_secs(args.shutdown_grace);
-    config.connections = connections;
     config.max_file_events = args.max_file_events;
     config.max_file_event_bytes = args.max_file_event_bytes;
     config.max_file_bytes = args.max_file_bytes;
@@ -161,8 +196,7 @@ fn session_worker(
     if let Some(max) = args.max_body_bytes {
         config.max_body_bytes = max;
     }
-    config.adoption = adoption;
-    Ok((Arc::new(Worker::new(config, next_tier)?), auth))
+    config
 }
 
 /// `--escalation pod`: Tier-1 pods from the operator, the worker's token as the bearer.

@@ -19,6 +19,7 @@ struct Pooled {
     _tmp: tempfile::TempDir,
     tokens: PathBuf,
     root: PathBuf,
+    runtime: PathBuf,
 }
 
 impl Drop for Pooled {
@@ -37,6 +38,9 @@ fn pooled() -> Pooled {
     }
     let tokens = tmp.path().join("tokens");
     std::fs::create_dir(&tokens).unwrap();
+    // The sandboxes' runtime directories, this worker's alone.
+    let runtime = tmp.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
     let pool_token = tmp.path().join("pool-token");
     std::fs::write(&pool_token, POOL_TOKEN).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -52,6 +56,7 @@ fn pooled() -> Pooled {
         .arg(&pool_token)
         .arg("--workspace-root")
         .arg(&root)
+        .env("TMPDIR", &runtime)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -62,6 +67,7 @@ fn pooled() -> Pooled {
         _tmp: tmp,
         tokens,
         root,
+        runtime,
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     while get(&p, "/readyz", None).0 != 200 {
@@ -250,4 +256,82 @@ fn a_hostile_or_broken_adoption_is_refused_and_spends_the_worker() {
     let (status, answer) = adopt(&p, POOL_TOKEN, "{\"args\": 5}");
     assert_eq!((status, code(&answer)), (400, "bad-request"), "{answer}");
     assert_eq!(get(&p, "/readyz", None).0, 503);
+}
+
+/// The sandbox runtime directories under the worker's TMPDIR.
+fn sandboxes(p: &Pooled) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(&p.runtime)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("kube-harness-sandbox-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// What a command of the adopted session can run: `compgen -c` lists the commands on its PATH.
+fn commands(client: &WorkerClient, rt: &tokio::runtime::Runtime) -> Vec<String> {
+    let r = rt
+        .block_on(client.exec(&ExecRequest::new("compgen -c")))
+        .unwrap();
+    assert_eq!(r.outcome.exit_code, 0, "{r:?}");
+    r.outcome.stdout.lines().map(String::from).collect()
+}
+
+#[test]
+fn the_sandbox_built_in_the_pool_serves_only_an_adoption_that_asks_for_it() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let plain = |tokens: &Path, session: &str, token: &str| {
+        let mut args =
+            kube_harness_worker::protocol::worker_args::WorkerArgs::new(tokens.join("token"));
+        args.session = session.into();
+        AdoptRequest {
+            args: args.to_args(),
+            token: token.into(),
+            session_log_token: None,
+            skills: Vec::new(),
+        }
+    };
+
+    // A session with the worker's defaults gets the sandbox built while the pod waited.
+    let p = pooled();
+    let waiting = sandboxes(&p);
+    assert_eq!(
+        waiting.len(),
+        1,
+        "one sandbox built in the pool: {waiting:?}"
+    );
+    let req = plain(&p.tokens, "s1", "s1-token");
+    let (status, answer) = adopt(&p, POOL_TOKEN, &serde_json::to_string(&req).unwrap());
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(sandboxes(&p), waiting, "the prepared sandbox was taken");
+    let client = WorkerClient::new(&p.url, "s1-token").unwrap();
+    let defaults = commands(&client, &rt);
+    assert!(defaults.iter().any(|c| c == "cat"), "{defaults:?}");
+    let python = Path::new("/usr/bin/python3").exists();
+    assert_eq!(defaults.iter().any(|c| c == "python3"), python);
+
+    // A session that turns python off and denies cat never gets it: its own is built, and the
+    // prepared one (its runtime directory, its forker) is gone.
+    let p = pooled();
+    let waiting = sandboxes(&p);
+    let mut req = plain(&p.tokens, "s2", "s2-token");
+    let mut args =
+        kube_harness_worker::protocol::worker_args::WorkerArgs::new(p.tokens.join("token"));
+    args.session = "s2".into();
+    args.python = false;
+    args.deny_command = vec!["cat".into()];
+    req.args = args.to_args();
+    let (status, answer) = adopt(&p, POOL_TOKEN, &serde_json::to_string(&req).unwrap());
+    assert_eq!(status, 200, "{answer}");
+    let now = sandboxes(&p);
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(
+        now, waiting,
+        "a sandbox built for other settings was reused"
+    );
+    let client = WorkerClient::new(&p.url, "s2-token").unwrap();
+    let own = commands(&client, &rt);
+    assert!(!own.iter().any(|c| c == "cat" || c == "python3"), "{own:?}");
+    assert!(own.iter().any(|c| c == "ls"), "{own:?}");
 }

@@ -38,42 +38,60 @@ pub enum Outcome {
     Adopted(Box<Pod>),
 }
 
+/// The first half of an adoption: a pod claimed for the session, or why there is none.
+pub enum Claim {
+    /// Nothing claimed: this outcome is final.
+    Done(Outcome),
+    /// Claimed and labelled for the session; [`bind`] finishes it.
+    Claimed(Box<Claimed>),
+}
+
+/// A claimed pod and what binding it takes.
+pub struct Claimed {
+    pod: Pod,
+    /// Claimed by this session before (the operator stopped between the claim and the status).
+    resumed: bool,
+    /// The adoption request, without the session's tokens yet.
+    req: AdoptRequest,
+    /// The pool's token (read while the claim was made), if its Secret exists.
+    pool_token: Option<String>,
+}
+
 /// The session's secrets, as the adoption hands them over.
 pub struct Tokens {
     pub token: String,
     pub session_log: Option<String>,
 }
 
-/// Tries to give `session` a warm pod of `tier`. `desired_hash(claim, uid)`: the spec hash of the
-/// worker pod the session would get with that claim and uid (a later spec change then replaces
-/// the adopted pod as it would a cold one).
-pub async fn adopt(
+/// Claims a warm pod of `tier` for `session`. It needs nothing from the session's own children, so
+/// the reconcile makes it while it creates them (docs/performance.md, "Warm start").
+/// `desired_hash(claim, uid)`: the spec hash of the worker pod the session would get with that
+/// claim and uid (a later spec change then replaces the adopted pod as it would a cold one).
+pub async fn claim(
     session: &HarnessSession,
     tier: &SandboxTier,
     ctx: &Context,
-    tokens: &Tokens,
     config_maps: &[ConfigMap],
     desired_hash: impl Fn(&str, i64) -> String,
-) -> Result<Outcome> {
+) -> Result<Claim> {
+    let miss = |why| Ok(Claim::Done(Outcome::Miss(why)));
     let pool = &tier.spec.warm_pool;
     if pool.size == 0 {
-        return Ok(Outcome::NoPool);
+        return Ok(Claim::Done(Outcome::NoPool));
     }
     let ns = session.namespace().unwrap_or_default();
     let name = session.name_any();
     if !pool.namespaces.contains(&ns) {
-        return Ok(Outcome::Miss("namespace-not-served"));
+        return miss("namespace-not-served");
     }
     let ws = &session.spec.workspace;
     if ws.size != POOL_WORKSPACE_SIZE || ws.storage_class_name.is_some() {
-        return Ok(Outcome::Miss("workspace-differs"));
+        return miss("workspace-differs");
     }
-    let Some(req) = request(session, ctx, tokens, config_maps) else {
-        return Ok(Outcome::Miss("skills-missing"));
+    let Some(req) = request(session, ctx, config_maps) else {
+        return miss("skills-missing");
     };
     let settings = adoption_settings(&req);
-    let started = std::time::Instant::now();
-    let step = |what: &str| tracing::debug!(session = %name, ms = started.elapsed().as_secs_f64() * 1e3, "adoption: {what}");
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     // From the operator's own pod watch; a pod it shows idle that is not any more fails its claim
     // (409) and the next one is tried. Nothing there (a cache still filling after a start): from
@@ -90,12 +108,15 @@ pub async fn adopt(
             .items;
     }
     let uid = session.meta().uid.clone().unwrap_or_default();
-    // A pod this session claimed before: the operator stopped between the claim and the status.
     let mine = all.iter().find(|p| {
         p.labels().get(labels::SESSION) == Some(&name)
             && p.owner_references().iter().any(|o| o.uid == uid)
     });
     let resumed = mine.is_some();
+    let pool_token = async {
+        let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
+        secret_token(&secrets, &objects::pool_object_name(&tier.name_any())).await
+    };
     let pod = match mine {
         Some(p) => p.clone(),
         None => {
@@ -114,11 +135,11 @@ pub async fn adopt(
                 .filter(|p| ready_ip(p).is_some())
                 .collect();
             if ready.is_empty() {
-                return Ok(Outcome::Miss(if idle.is_empty() {
+                return miss(if idle.is_empty() {
                     "pool-empty"
                 } else {
                     "pool-starting"
-                }));
+                });
             }
             // Concurrent sessions start at different pods.
             let first = crate::kube_util::short_hash(&[&uid])
@@ -126,56 +147,79 @@ pub async fn adopt(
                 .fold(0usize, |a, b| a.wrapping_mul(31).wrapping_add(b as usize))
                 % ready.len();
             ready.rotate_left(first);
-            let mut claimed = None;
-            for candidate in ready.into_iter().take(CLAIM_TRIES) {
-                let claim = objects::claim_name(&candidate.name_any());
-                let pod_uid = objects::pod_uid(&candidate.name_any());
-                match claim_pod(
-                    &pods,
-                    candidate,
-                    session,
-                    &settings,
-                    &desired_hash(&claim, pod_uid),
-                )
-                .await
-                {
-                    Ok(p) => {
-                        claimed = Some(p);
-                        break;
+            let claims = async {
+                for candidate in ready.into_iter().take(CLAIM_TRIES) {
+                    let claim = objects::claim_name(&candidate.name_any());
+                    let pod_uid = objects::pod_uid(&candidate.name_any());
+                    let hash = desired_hash(&claim, pod_uid);
+                    match claim_pod(&pods, candidate, session, &settings, &hash).await {
+                        Ok(p) => return Ok(Some(p)),
+                        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => continue,
+                        Err(e) => return Err(e),
                     }
-                    Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => continue,
-                    Err(e) => return Err(e.into()),
                 }
-            }
-            match claimed {
-                Some(p) => p,
-                None => return Ok(Outcome::Miss("contention")),
-            }
+                Ok(None)
+            };
+            // The pool's token is read while the claim is made: one round trip, not two.
+            let (claimed, token) = tokio::join!(claims, pool_token);
+            return match claimed? {
+                Some(pod) => Ok(Claim::Claimed(Box::new(Claimed {
+                    pod,
+                    resumed,
+                    req,
+                    pool_token: token?,
+                }))),
+                None => miss("contention"),
+            };
         }
     };
-    step("claimed");
-    hand_over_claim(ctx, session, &pod).await?;
-    step("claim handed over");
+    Ok(Claim::Claimed(Box::new(Claimed {
+        pod,
+        resumed,
+        req,
+        pool_token: pool_token.await?,
+    })))
+}
+
+/// The second half: hands the claimed pod's PVC to the session and binds the pooled worker
+/// (`POST /v1/adopt` with the pool's token) at once. A worker that cannot be bound is deleted and
+/// the session starts cold.
+pub async fn bind(
+    claimed: Claimed,
+    session: &HarnessSession,
+    ctx: &Context,
+    tokens: &Tokens,
+) -> Result<Outcome> {
+    let Claimed {
+        pod,
+        resumed,
+        mut req,
+        pool_token,
+    } = claimed;
+    let ns = session.namespace().unwrap_or_default();
+    let name = session.name_any();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let Some(ip) = ready_ip(&pod) else {
         // Claimed before (resumed) and not serving: replace it with a cold start.
+        hand_over_claim(ctx, session, &pod).await?;
         delete_if_present(&pods, &pod.name_any()).await?;
         return Ok(Outcome::Miss("adoption-failed"));
     };
-    let pool_token = secret_token(
-        &Api::<Secret>::namespaced(ctx.client.clone(), &ns),
-        &objects::pool_object_name(&tier.name_any()),
-    )
-    .await?;
-    step("pool token read");
-    let bound = match pool_token {
-        Some(t) => bind(&ip, ctx.config.worker_port, t.trim(), &req, resumed).await,
-        None => Err("the pool's Secret is gone".into()),
+    req.token = tokens.token.clone();
+    req.session_log_token = tokens.session_log.clone();
+    let started = std::time::Instant::now();
+    let binding = async {
+        let bound = match &pool_token {
+            Some(t) => bind_worker(&ip, ctx.config.worker_port, t.trim(), &req, resumed).await,
+            None => Err("the pool's Secret is gone".into()),
+        };
+        tracing::debug!(session = %name, ms = started.elapsed().as_secs_f64() * 1e3, "adoption: bound");
+        bound
     };
+    let (handed, bound) = tokio::join!(hand_over_claim(ctx, session, &pod), binding);
+    handed?;
     match bound {
-        Ok(()) => {
-            step("bound");
-            Ok(Outcome::Adopted(Box::new(pod)))
-        }
+        Ok(()) => Ok(Outcome::Adopted(Box::new(pod))),
         Err(why) => {
             tracing::warn!(session = %name, pod = %pod.name_any(), %why, "adoption failed; starting cold");
             delete_if_present(&pods, &pod.name_any()).await?;
@@ -208,12 +252,12 @@ fn ready_ip(pod: &Pod) -> Option<String> {
     status.pod_ip.clone().filter(|ip| !ip.is_empty())
 }
 
-/// The adoption request: the session's worker arguments, tokens and skills. `None` when a
-/// skills ConfigMap is missing (the cold pod then reports it, as the kubelet sees it).
+/// The adoption request: the session's worker arguments and skills (its tokens are added by
+/// [`bind`]). `None` when a skills ConfigMap is missing (the cold pod then reports it, as the
+/// kubelet sees it).
 fn request(
     session: &HarnessSession,
     ctx: &Context,
-    tokens: &Tokens,
     config_maps: &[ConfigMap],
 ) -> Option<AdoptRequest> {
     let mut skills = Vec::new();
@@ -241,8 +285,8 @@ fn request(
     }
     Some(AdoptRequest {
         args: resources::worker_settings(session, &ctx.config).to_args(),
-        token: tokens.token.clone(),
-        session_log_token: tokens.session_log.clone(),
+        token: String::new(),
+        session_log_token: None,
         skills,
     })
 }
@@ -300,7 +344,7 @@ async fn hand_over_claim(ctx: &Context, session: &HarnessSession, pod: &Pod) -> 
 /// `POST /v1/adopt`. Already adopted is fine only for a claim this session made before (the
 /// operator stopped after binding it; the status check decides); a pod someone else adopted
 /// while it sat in the pool is a failure.
-async fn bind(
+async fn bind_worker(
     ip: &str,
     port: u16,
     pool_token: &str,

@@ -2,6 +2,7 @@
 
 mod reconcile_mock;
 mod reconcile_scale;
+mod reconcile_warm;
 mod resources;
 mod support;
 mod tier1_objects;

@@ -1,7 +1,9 @@
 //! Reconcile logic against a mocked API server that asserts every request, in order. The real
 //! thing is proven by the e2e suite (tests/e2e); these pin down exactly what one reconcile asks.
 
-use super::support::{drain_events, existing_token_secret, expect, not_found, Handle, Seen};
+use super::support::{
+    drain_events, existing_token_secret, expect, expect_all, not_found, Handle, Seen, Want,
+};
 use kube_harness_crds::condition::reasons;
 use kube_harness_crds::HarnessSession;
 use kube_harness_operator::{session, Context, OperatorConfig};
@@ -68,32 +70,54 @@ async fn read_tier0(server: &mut Handle) {
     .await;
 }
 
-/// The workspace PVC apply; returns what the operator sent.
-async fn apply_workspace(server: &mut Handle) -> Seen {
-    expect(server, "PATCH", &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/demo-workspace"), 200,
-        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "demo-workspace"}})).await
-}
-
-/// The worker's NetworkPolicy apply; returns what the operator sent.
-async fn apply_worker_policy(server: &mut Handle) -> Seen {
-    expect(server, "PATCH", &format!("/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/demo-worker"), 200,
-        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "demo-worker"}})).await
-}
-
-/// The session's Service apply; returns what the operator sent.
-async fn apply_worker_service(server: &mut Handle) -> Seen {
-    expect(
-        server,
+/// The workspace PVC apply.
+fn apply_workspace() -> Want {
+    Want::new(
         "PATCH",
-        &format!("/api/v1/namespaces/{NS}/services/demo-worker"),
+        format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/demo-workspace"),
+        200,
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "demo-workspace"}}),
+    )
+}
+
+/// The worker's NetworkPolicy apply.
+fn apply_worker_policy() -> Want {
+    Want::new(
+        "PATCH",
+        format!("/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/demo-worker"),
+        200,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "demo-worker"}}),
+    )
+}
+
+/// The session's Service apply.
+fn apply_worker_service() -> Want {
+    Want::new(
+        "PATCH",
+        format!("/api/v1/namespaces/{NS}/services/demo-worker"),
         200,
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "demo-worker"}}),
     )
-    .await
 }
 
-/// The worker pod looked up (absent) and created; returns the pod the operator sent.
-async fn create_worker_pod(server: &mut Handle) -> Seen {
+/// A new session's token Secret, workspace PVC, NetworkPolicy and Service, made at once; returns
+/// what the operator sent, in that order.
+async fn make_children(server: &mut Handle, secret: Vec<Want>) -> (Vec<Seen>, Seen, Seen, Seen) {
+    let n = secret.len();
+    let mut wants = secret;
+    wants.extend([
+        apply_workspace(),
+        apply_worker_policy(),
+        apply_worker_service(),
+    ]);
+    let mut seen = expect_all(server, wants).await;
+    let rest = seen.split_off(n);
+    let [pvc, np, svc]: [Seen; 3] = rest.try_into().ok().unwrap();
+    (seen, pvc, np, svc)
+}
+
+/// The worker pod looked up (absent: the operator's pod cache is empty in these tests).
+async fn worker_pod_absent(server: &mut Handle) {
     expect(
         server,
         "GET",
@@ -102,6 +126,10 @@ async fn create_worker_pod(server: &mut Handle) -> Seen {
         not_found("pods", "demo-worker"),
     )
     .await;
+}
+
+/// The worker pod created; returns the pod the operator sent.
+async fn create_worker_pod(server: &mut Handle) -> Seen {
     expect(server, "POST", &format!("/api/v1/namespaces/{NS}/pods"), 201,
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker", "namespace": NS}})).await
 }
@@ -194,7 +222,9 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
     let base = format!("/api/v1/namespaces/{NS}");
 
     read_tier0(&mut server).await;
-    let secret = expect(&mut server, "POST", &format!("{base}/secrets"), 201, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-token", "namespace": NS}})).await;
+    worker_pod_absent(&mut server).await;
+    let (secret, pvc, np, svc) = make_children(&mut server, vec![Want::new("POST", format!("{base}/secrets"), 201, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-token", "namespace": NS}}))]).await;
+    let secret = &secret[0];
     assert_eq!(
         secret.body["metadata"]["ownerReferences"][0]["uid"],
         "uid-1"
@@ -209,7 +239,6 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
         "base64 of 64 hex chars"
     );
 
-    let pvc = apply_workspace(&mut server).await;
     assert_eq!(pvc.content_type, "application/apply-patch+yaml");
     assert!(
         pvc.query.contains("fieldManager=kube-harness-operator")
@@ -219,7 +248,6 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
     );
     assert_eq!(pvc.body["spec"]["resources"]["requests"]["storage"], "1Gi");
 
-    let np = apply_worker_policy(&mut server).await;
     let egress = np.body["spec"]["egress"].as_array().unwrap();
     assert_eq!(
         egress.len(),
@@ -238,7 +266,6 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
         json!({"podSelector": {"matchLabels": {"kubeharness.dev/client": "true"}}})
     );
 
-    let svc = apply_worker_service(&mut server).await;
     assert_eq!(svc.content_type, "application/apply-patch+yaml");
     assert_eq!(svc.body["spec"]["type"], "ClusterIP");
     assert_eq!(
@@ -456,10 +483,8 @@ async fn escalating_reconcile(
         "{}",
         list.query
     );
-    existing_token_secret(&mut server, NS, "demo-token").await;
-    apply_workspace(&mut server).await;
-    let np = apply_worker_policy(&mut server).await;
-    apply_worker_service(&mut server).await;
+    worker_pod_absent(&mut server).await;
+    let (_, _, np, _) = make_children(&mut server, existing_token_secret(NS, "demo-token")).await;
     let pod = create_worker_pod(&mut server).await;
     let args = pod.body["spec"]["containers"][0]["args"].clone();
     let status = patch_session_status(&mut server).await;

@@ -3,7 +3,7 @@
 //! operator's back is applied again, alone; a session already gone is no error; the sessions-by-
 //! phase gauges keep the same counts when updated per session instead of recounted.
 
-use super::support::{drain_events, existing_token_secret, expect, Handle};
+use super::support::{drain_events, existing_token_secret, expect, expect_all, Handle, Want};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::runtime::controller::Action;
 use kube::runtime::watcher;
@@ -116,7 +116,7 @@ fn requeue_secs(action: &Action) -> f64 {
 async fn first_reconcile(server: &mut Handle, ctx: &Arc<Context>) -> Value {
     let run = tokio::spawn(session::reconcile(Arc::new(session_obj()), ctx.clone()));
     let base = format!("/api/v1/namespaces/{NS}");
-    existing_token_secret(server, NS, "demo-token").await;
+    let mut wants = existing_token_secret(NS, "demo-token");
     for (path, kind) in [
         (
             format!("{base}/persistentvolumeclaims/demo-workspace"),
@@ -133,9 +133,11 @@ async fn first_reconcile(server: &mut Handle, ctx: &Arc<Context>) -> Value {
         } else {
             "v1"
         };
-        expect(server, "PATCH", &path, 200,
-            json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "x", "resourceVersion": "20"}})).await;
+        wants.push(Want::new("PATCH", path, 200,
+            json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "x", "resourceVersion": "20"}})));
     }
+    // The Secret and the children are made at once.
+    expect_all(server, wants).await;
     let mut written = session_obj();
     written.metadata.resource_version = Some("11".into());
     let status = expect(

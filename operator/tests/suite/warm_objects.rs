@@ -73,6 +73,15 @@ fn a_warm_pod_is_the_session_worker_pod_without_a_session() {
         parsed.adopt_token_file.as_deref(),
         Some(std::path::Path::new("/var/run/kube-harness/pool/token"))
     );
+    // The pooled worker builds its sandbox for its own settings while it waits; a session that
+    // keeps the defaults must ask for that same sandbox, or every adoption builds one again.
+    let adopted = resources::worker_settings(&session, &config);
+    assert_eq!(
+        (parsed.python, parsed.javascript, parsed.network),
+        (adopted.python, adopted.javascript, adopted.network)
+    );
+    assert_eq!(parsed.deny_command, adopted.deny_command);
+    assert_eq!(parsed.command_timeout, adopted.command_timeout);
     // The token dir and /.agents are empty and writable by the worker (the adoption fills them);
     // the workspace is the pod's own PVC.
     let mount = |name: &str| {

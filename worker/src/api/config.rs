@@ -2,7 +2,7 @@
 //! is, and the session log.
 
 use kube_harness_classify::RuntimeToggles;
-use kube_harness_sandbox::{probe, Presentation};
+use kube_harness_sandbox::{probe, Limits, Presentation, SandboxConfig};
 use kube_harness_service_kit::ConnectionLimits;
 use kube_harness_workspace::WorkspaceSpec;
 use std::path::{Path, PathBuf};
@@ -100,6 +100,19 @@ impl WorkerConfig {
         spec.mounts
             .retain(|m| m.writable || m.backing_path.is_dir());
         spec
+    }
+
+    /// The default Tier-0 sandbox this worker builds (its limits are the default `timeoutMs`).
+    pub fn sandbox(&self) -> Result<SandboxConfig, NoMountNamespace> {
+        Ok(SandboxConfig {
+            workspace: self.workspace(),
+            limits: Limits {
+                timeout: self.command_timeout,
+                ..Default::default()
+            },
+            presentation: self.presentation()?,
+            denied: self.deny_commands.clone(),
+        })
     }
 
     /// How the sandbox presents the workspace: `Direct` when backing paths are the canonical

@@ -161,20 +161,28 @@ impl Worker {
         config: WorkerConfig,
         next_tier: Option<Arc<dyn NextTier>>,
     ) -> Result<Self, StartError> {
+        Self::with_prepared(config, next_tier, None)
+    }
+
+    /// [`Worker::new`], taking a sandbox built ahead for this worker's default settings (a
+    /// pooled worker's, [`super::tier0::Prepared`]) instead of building one if it fits.
+    pub fn with_prepared(
+        config: WorkerConfig,
+        next_tier: Option<Arc<dyn NextTier>>,
+        prepared: Option<super::tier0::Prepared>,
+    ) -> Result<Self, StartError> {
         let spec = config.workspace();
         let tracking = kube_harness_runtime::TrackingHealth::default();
         let tier0 = config
-            .presentation()
+            .sandbox()
             .map_err(|e| NotReady::Sandbox(e.to_string()))
-            .and_then(|presentation| {
+            .and_then(|sandbox| {
                 TimedTier0::new(
-                    spec.clone(),
-                    presentation,
-                    kube_harness_sandbox::Limits {
-                        timeout: config.command_timeout,
-                        ..Default::default()
-                    },
-                    config.deny_commands.clone(),
+                    sandbox.workspace,
+                    sandbox.presentation,
+                    sandbox.limits,
+                    sandbox.denied,
+                    prepared,
                 )
                 .map(Arc::new)
                 .map_err(|e| NotReady::Sandbox(e.to_string()))

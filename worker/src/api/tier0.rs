@@ -1,7 +1,8 @@
 //! Tier-0 with a per-command time limit, read from each request. The sandbox fixes its limits
 //! when it is built (the supervisor enforces them between fork and exec), so each distinct
 //! `timeoutMs` gets its own sandbox, built on first use and kept in a small cache; the default one
-//! is built at start-up, which is also the readiness check.
+//! is built at start-up, which is also the readiness check. A pooled worker builds that default
+//! sandbox while it waits in its warm pool ([`Prepared`]), so that an adoption does not pay for it.
 
 use super::relock;
 use async_trait::async_trait;
@@ -28,19 +29,26 @@ pub struct TimedTier0 {
 }
 
 impl TimedTier0 {
-    /// Builds the default sandbox: an error here means the host cannot run Tier-0 at all.
+    /// Builds the default sandbox, or takes `prepared` if it was built for exactly these
+    /// settings (a different one is dropped, its runtime directory and forker with it): an
+    /// error here means the host cannot run Tier-0 at all.
     pub fn new(
         spec: WorkspaceSpec,
         presentation: Presentation,
         limits: Limits,
         denied: Vec<String>,
+        prepared: Option<Prepared>,
     ) -> Result<Self, SandboxError> {
-        let default = Arc::new(Tier0Executor::new(SandboxConfig {
+        let config = SandboxConfig {
             workspace: spec.clone(),
             limits: limits.clone(),
             presentation,
             denied: denied.clone(),
-        })?);
+        };
+        let default = match prepared {
+            Some(p) if p.fits(&config) => p.executor,
+            _ => Arc::new(Tier0Executor::new(config)?),
+        };
         Ok(TimedTier0 {
             spec,
             presentation,
@@ -82,6 +90,31 @@ impl TimedTier0 {
         }
         others.push((timeout, executor.clone()));
         Ok(executor)
+    }
+}
+
+/// A default sandbox built before its session is known: a pooled worker's, while it waits to be
+/// adopted (building one is the tool directory, the namespace plan and the forker: about 50 ms,
+/// docs/performance.md "Warm start"). It has run nothing, and serves the session only if the
+/// session asks for exactly the sandbox it was built for.
+pub struct Prepared {
+    config: SandboxConfig,
+    executor: Arc<Tier0Executor>,
+}
+
+impl Prepared {
+    pub fn build(config: SandboxConfig) -> Result<Self, SandboxError> {
+        let executor = Arc::new(Tier0Executor::new(config.clone())?);
+        Ok(Prepared { config, executor })
+    }
+
+    /// Whether a worker that wants `config` can take this sandbox.
+    fn fits(&self, config: &SandboxConfig) -> bool {
+        let (a, b) = (&self.config, config);
+        a.workspace == b.workspace
+            && a.limits == b.limits
+            && a.presentation == b.presentation
+            && a.denied == b.denied
     }
 }
 

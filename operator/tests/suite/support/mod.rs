@@ -21,21 +21,23 @@ pub struct Seen {
     pub content_type: String,
 }
 
-/// Waits for the next request, checks its method and path, answers `status` with `reply`.
-pub async fn expect(
-    handle: &mut Handle,
-    method: &str,
-    path: &str,
-    status: u16,
-    reply: Value,
-) -> Seen {
+/// A request taken from the mock server, not answered yet.
+pub struct Arrived {
+    pub method: String,
+    pub path: String,
+    pub seen: Seen,
+    send: tower_test::mock::SendResponse<Response<Body>>,
+}
+
+/// The next request, unanswered (`expected` names it for the timeout's message).
+pub async fn next(handle: &mut Handle, expected: &str) -> Arrived {
     let (request, send) =
         tokio::time::timeout(std::time::Duration::from_secs(5), handle.next_request())
             .await
-            .unwrap_or_else(|_| panic!("no request arrived; expected {method} {path}"))
-            .unwrap_or_else(|| panic!("client gone; expected {method} {path}"));
-    let seen_method = request.method().to_string();
-    let seen_path = request.uri().path().to_string();
+            .unwrap_or_else(|_| panic!("no request arrived; expected {expected}"))
+            .unwrap_or_else(|| panic!("client gone; expected {expected}"));
+    let method = request.method().to_string();
+    let path = request.uri().path().to_string();
     let query = request.uri().query().unwrap_or_default().to_string();
     let content_type = request
         .headers()
@@ -49,27 +51,102 @@ pub async fn expect(
     } else {
         serde_json::from_slice(&bytes).unwrap_or(Value::Null)
     };
-    // Events the recorder already posted come back as PATCHes of their series.
-    let events = path.contains("/apis/events.k8s.io/");
-    let matches = if events {
-        seen_path.starts_with(path) && (seen_method == "POST" || seen_method == "PATCH")
+    Arrived {
+        method,
+        path,
+        seen: Seen {
+            query,
+            body,
+            content_type,
+        },
+        send,
+    }
+}
+
+/// Whether a request is the one expected. Events the recorder already posted come back as
+/// PATCHes of their series.
+fn matches(arrived: &Arrived, method: &str, path: &str) -> bool {
+    if path.contains("/apis/events.k8s.io/") {
+        arrived.path.starts_with(path) && (arrived.method == "POST" || arrived.method == "PATCH")
     } else {
-        seen_method == method && seen_path == path
-    };
-    assert!(
-        matches,
-        "unexpected request: {seen_method} {seen_path}, expected {method} {path} (body: {body})"
-    );
+        arrived.method == method && arrived.path == path
+    }
+}
+
+/// Answers a request taken with [`next`].
+pub fn answer(arrived: Arrived, status: u16, reply: &Value) -> Seen {
     let response = Response::builder()
         .status(status)
-        .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+        .body(Body::from(serde_json::to_vec(reply).unwrap()))
         .unwrap();
-    send.send_response(response);
-    Seen {
-        query,
-        body,
-        content_type,
+    arrived.send.send_response(response);
+    arrived.seen
+}
+
+/// Waits for the next request, checks its method and path, answers `status` with `reply`.
+pub async fn expect(
+    handle: &mut Handle,
+    method: &str,
+    path: &str,
+    status: u16,
+    reply: Value,
+) -> Seen {
+    let arrived = next(handle, &format!("{method} {path}")).await;
+    assert!(
+        matches(&arrived, method, path),
+        "unexpected request: {} {}, expected {method} {path} (body: {})",
+        arrived.method,
+        arrived.path,
+        arrived.seen.body
+    );
+    answer(arrived, status, &reply)
+}
+
+/// One request of a group the operator makes at once.
+pub struct Want {
+    pub method: &'static str,
+    pub path: String,
+    pub status: u16,
+    pub reply: Value,
+}
+
+impl Want {
+    pub fn new(method: &'static str, path: impl Into<String>, status: u16, reply: Value) -> Self {
+        Want {
+            method,
+            path: path.into(),
+            status,
+            reply,
+        }
     }
+}
+
+/// Requests the operator makes concurrently (one `tokio::join!`): each of `wants` exactly once,
+/// in whatever order they come (a request may follow another's answer, as the Secret's read
+/// follows its create's 409). Returns what was seen, in the order of `wants`.
+pub async fn expect_all(handle: &mut Handle, wants: Vec<Want>) -> Vec<Seen> {
+    let mut seen: Vec<Option<Seen>> = wants.iter().map(|_| None).collect();
+    for _ in 0..wants.len() {
+        let left: Vec<String> = wants
+            .iter()
+            .zip(&seen)
+            .filter(|(_, s)| s.is_none())
+            .map(|(w, _)| format!("{} {}", w.method, w.path))
+            .collect();
+        let arrived = next(handle, &left.join(", ")).await;
+        let i = wants
+            .iter()
+            .zip(&seen)
+            .position(|(w, s)| s.is_none() && matches(&arrived, w.method, &w.path))
+            .unwrap_or_else(|| {
+                panic!(
+                    "unexpected request: {} {}, expected one of {left:?} (body: {})",
+                    arrived.method, arrived.path, arrived.seen.body
+                )
+            });
+        seen[i] = Some(answer(arrived, wants[i].status, &wants[i].reply));
+    }
+    seen.into_iter().map(Option::unwrap).collect()
 }
 
 /// The API server's 404 body.
@@ -91,19 +168,23 @@ pub fn already_exists(kind: &str, name: &str) -> Value {
 }
 
 /// The session's token Secret exists already: the reconcile's create meets a 409, and it reads
-/// the Secret (token "tok").
-pub async fn existing_token_secret(handle: &mut Handle, ns: &str, name: &str) {
+/// the Secret (token "tok"). Two requests of the group the reconcile makes at once.
+pub fn existing_token_secret(ns: &str, name: &str) -> Vec<Want> {
     let base = format!("/api/v1/namespaces/{ns}");
-    expect(
-        handle,
-        "POST",
-        &format!("{base}/secrets"),
-        409,
-        already_exists("secrets", name),
-    )
-    .await;
-    expect(handle, "GET", &format!("{base}/secrets/{name}"), 200,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": {"token": "dG9r"}})).await;
+    vec![
+        Want::new(
+            "POST",
+            format!("{base}/secrets"),
+            409,
+            already_exists("secrets", name),
+        ),
+        Want::new(
+            "GET",
+            format!("{base}/secrets/{name}"),
+            200,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": {"token": "dG9r"}}),
+        ),
+    ]
 }
 
 /// The cleanup deletes session `demo`'s children by name (Service, NetworkPolicy, token Secret,
