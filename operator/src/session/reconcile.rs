@@ -34,28 +34,42 @@ pub async fn reconcile(session: Arc<HarnessSession>, ctx: Arc<Context>) -> Resul
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let api: Api<HarnessSession> = Api::namespaced(ctx.client.clone(), &ns);
-    let session = match with_finalizer(&api, session).await {
-        Ok(s) => s,
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Action::await_change()),
-        Err(e) => {
-            ctx.metrics
-                .reconciled("harnesssession", started.elapsed().as_secs_f64());
-            return Err(Error::Kube(e));
+    let result = if needs_finalizer(&session) && !ttl_expired(&session) {
+        // A new session: its first apply runs while the finalizer is added (its status write
+        // waits for that), instead of one round trip after the other (docs/performance.md).
+        let adding = add_finalizer(&api, &session);
+        // Errors as `kube::runtime::finalizer` reports them on the path below.
+        match apply(session.clone(), &ctx, Some(Box::pin(adding))).await {
+            Err(e @ Error::Finalizer(_)) => Err(e),
+            Err(e) => Err(Error::Finalizer(Box::new(
+                kube::runtime::finalizer::Error::ApplyFailed(e),
+            ))),
+            ok => ok,
         }
-    };
-    let result = match finalizer(&api, FINALIZER, session, |event| async {
-        match event {
-            Finalizer::Apply(s) => apply(s, &ctx).await,
-            Finalizer::Cleanup(s) => cleanup(s, &ctx).await,
+    } else {
+        let session = match with_finalizer(&api, session).await {
+            Ok(s) => s,
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Action::await_change()),
+            Err(e) => {
+                ctx.metrics
+                    .reconciled("harnesssession", started.elapsed().as_secs_f64());
+                return Err(Error::Kube(e));
+            }
+        };
+        match finalizer(&api, FINALIZER, session, |event| async {
+            match event {
+                Finalizer::Apply(s) => apply(s, &ctx, None).await,
+                Finalizer::Cleanup(s) => cleanup(s, &ctx).await,
+            }
+        })
+        .await
+        {
+            Ok(action) => Ok(action),
+            // The session went while this reconcile ran (often a second cleanup, started from a
+            // cached copy, after the first removed the finalizer): nothing is left to do.
+            Err(e) if already_gone(&e) => Ok(Action::await_change()),
+            Err(e) => Err(Error::Finalizer(Box::new(e))),
         }
-    })
-    .await
-    {
-        Ok(action) => Ok(action),
-        // The session went while this reconcile ran (often a second cleanup, started from a
-        // cached copy, after the first removed the finalizer): nothing is left to do.
-        Err(e) if already_gone(&e) => Ok(Action::await_change()),
-        Err(e) => Err(Error::Finalizer(Box::new(e))),
     };
     ctx.metrics
         .reconciled("harnesssession", started.elapsed().as_secs_f64());
@@ -80,19 +94,31 @@ pub fn error_policy(session: Arc<HarnessSession>, error: &Error, ctx: Arc<Contex
     Action::requeue(ctx.backoff(&key(&session)))
 }
 
+/// Whether the cleanup finalizer is still to be added (never to a session being deleted).
+fn needs_finalizer(session: &HarnessSession) -> bool {
+    !session.finalizers().iter().any(|f| f == FINALIZER)
+        && session.metadata.deletion_timestamp.is_none()
+}
+
 /// The session with the cleanup finalizer: added here, and the reconcile goes on with the object
 /// the patch returned. `kube::runtime::finalizer` would add it and end the reconcile, leaving the
 /// work to the next one, which the finalizer's own watch event starts: a round trip through the
 /// API server's watch on every new session's path to Ready (docs/performance.md, "Warm start").
-/// The patch is a JSON patch that tests the list it extends, as kube's is.
 async fn with_finalizer(
     api: &Api<HarnessSession>,
     session: Arc<HarnessSession>,
 ) -> kube::Result<Arc<HarnessSession>> {
-    let present = session.finalizers().iter().any(|f| f == FINALIZER);
-    if present || session.metadata.deletion_timestamp.is_some() {
+    if !needs_finalizer(&session) {
         return Ok(session);
     }
+    Ok(Arc::new(add_finalizer(api, &session).await?))
+}
+
+/// Adds the cleanup finalizer: a JSON patch that tests the list it extends, as kube's does.
+async fn add_finalizer(
+    api: &Api<HarnessSession>,
+    session: &HarnessSession,
+) -> kube::Result<HarnessSession> {
     let patch = match &session.metadata.finalizers {
         Some(list) if !list.is_empty() => json!([
             {"op": "test", "path": "/metadata/finalizers", "value": list},
@@ -105,14 +131,12 @@ async fn with_finalizer(
     };
     let patch: json_patch::Patch =
         serde_json::from_value(patch).map_err(kube::Error::SerdeError)?;
-    let patched = api
-        .patch(
-            &session.name_any(),
-            &PatchParams::default(),
-            &Patch::<()>::Json(patch),
-        )
-        .await?;
-    Ok(Arc::new(patched))
+    api.patch(
+        &session.name_any(),
+        &PatchParams::default(),
+        &Patch::<()>::Json(patch),
+    )
+    .await
 }
 
 /// The finalizer patch found no session (404): it was deleted meanwhile.
@@ -170,7 +194,11 @@ async fn cleanup(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> 
 /// The three steps, as agent-sandbox's sandbox controller takes them: [`ensure`] the child
 /// objects (observing as it goes), compute the status they call for ([`status::status`], pure),
 /// and write it once, with an Event per condition that changed.
-async fn apply(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> {
+async fn apply(
+    session: Arc<HarnessSession>,
+    ctx: &Context,
+    adding_finalizer: Option<AddingFinalizer<'_>>,
+) -> Result<Action> {
     let ns = session.namespace().unwrap_or_default();
     let name = session.name_any();
     // The session at hand may predate this operator's last status write (the watch has not
@@ -203,7 +231,24 @@ async fn apply(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> {
         return Ok(Action::await_change());
     }
 
-    let observed = ensure(&session, ctx, &old).await?;
+    let (observed, read_version) = match adding_finalizer {
+        None => (ensure(&session, ctx, &old).await?, read_version),
+        Some(adding) => {
+            let (added, observed) = tokio::join!(adding, ensure(&session, ctx, &old));
+            // The status write is conditioned on the object the finalizer patch returned.
+            let added = match added {
+                Ok(s) => s,
+                // Deleted meanwhile: its children are owned by it and go with it.
+                Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Action::await_change()),
+                Err(e) => {
+                    return Err(Error::Finalizer(Box::new(
+                        kube::runtime::finalizer::Error::AddFinalizer(e),
+                    )))
+                }
+            };
+            (observed?, added.resource_version())
+        }
+    };
     tracing::debug!(session = %name, "ensured");
     let (status, requeue) = status::status(&old, session.metadata.generation, &observed);
 
@@ -261,6 +306,10 @@ async fn apply(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> {
         .map(Action::requeue)
         .unwrap_or_else(Action::await_change))
 }
+
+/// The finalizer patch of a new session, made while its first apply runs.
+type AddingFinalizer<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = kube::Result<HarnessSession>> + Send + 'a>>;
 
 /// Whether the session is being deleted with `--cascade=orphan` (the API server's `orphan`
 /// finalizer): its dependents are to be kept.

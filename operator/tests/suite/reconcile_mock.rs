@@ -158,7 +158,7 @@ async fn a_new_session_first_gets_the_finalizer() {
         &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
         200,
         json!(session_obj(
-            json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"]}})
+            json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"], "resourceVersion": "11"}})
         )),
     )
     .await;
@@ -172,8 +172,9 @@ async fn a_new_session_first_gets_the_finalizer() {
         "{}",
         seen.body
     );
-    // The same reconcile goes on with the patched object (no round trip through the watch): here
-    // its tier is missing, which it reports.
+    // The same reconcile applies while the patch is made (no round trip through the watch, and
+    // none waiting for the patch): here its tier is missing, which it reports, in a status write
+    // conditioned on the object the patch returned.
     expect(
         &mut server,
         "GET",
@@ -184,6 +185,7 @@ async fn a_new_session_first_gets_the_finalizer() {
     .await;
     let status = patch_session_status(&mut server).await;
     assert_eq!(status.body["status"]["phase"], "Pending");
+    assert_eq!(status.body["metadata"]["resourceVersion"], "11");
     drain_events(&mut server, NS, 2).await;
     tokio::time::timeout(std::time::Duration::from_secs(5), run)
         .await
@@ -205,6 +207,15 @@ async fn a_session_gone_before_its_finalizer_is_added_is_done() {
         &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
         404,
         not_found("harnesssessions", "demo"),
+    )
+    .await;
+    // The first apply runs alongside the finalizer patch; nothing is written after the 404.
+    expect(
+        &mut server,
+        "GET",
+        "/apis/kubeharness.dev/v1alpha1/sandboxtiers/tier0",
+        404,
+        not_found("sandboxtiers", "tier0"),
     )
     .await;
     assert_eq!(

@@ -95,6 +95,16 @@ established() {
   done
 }
 
+# Established is not yet served: the API server's discovery documents follow a moment later, and
+# the controller, which maps each kind through discovery once at start-up, exits with "no matches
+# for kind" if it starts before them. So: every kind listed by discovery, in its group.
+discoverable() {
+  local k
+  for k in "${KINDS[@]}"; do
+    kh_kubectl api-resources --api-group="${k#*.}" -o name 2>/dev/null | grep -qx "$k" || return 1
+  done
+}
+
 # start_failed MESSAGE: leaves nothing behind (controller, CRDs), shows the log's end, exits 1.
 start_failed() {
   printf 'ERROR: %s\n' "$1" >&2
@@ -130,6 +140,8 @@ start() {
   done
   wait_until 60 "the agent-sandbox CRDs to be Established" established \
     || start_failed "the agent-sandbox CRDs did not become Established within 60s"
+  wait_until 60 "the agent-sandbox kinds to be served by discovery" discoverable \
+    || start_failed "the agent-sandbox kinds were not in the API server's discovery within 60s"
   log "starting $NAME (log: $(logfile "$NAME"))"
   local log_from
   log_from=$(stat -c %s "$(logfile "$NAME")" 2>/dev/null || echo 0)

@@ -154,7 +154,12 @@ async fn bench(client: &Client, ns: &str, run: &str, cfg: &Config) -> Result<()>
         "delete -> every child gone",
         b.map(|b| secs(b.gone)),
         format!(
-            "{} (deletes sent in {})",
+            "{}{} (deletes sent in {})",
+            if sessions.gone_left.is_some() {
+                "not all gone after "
+            } else {
+                ""
+            },
             secs(sessions.gone),
             secs(sessions.issued)
         ),
@@ -411,6 +416,8 @@ struct SessionPhase {
     create: CreatePhase,
     steady: Steady,
     gone: Duration,
+    /// What was left when the wait for everything gone ran out (a timeout is a result too).
+    gone_left: Option<String>,
     /// How long sending the deletes took (one request per session).
     issued: Duration,
     peak_rss: u64,
@@ -539,7 +546,9 @@ async fn session_phase(
         reconcile_p99: promtext::quantile(&hist, 0.99),
     };
     println!(
-        "   all Ready {} after the last create; quiet for {} s",
+        "   {} of {} Ready {} after the last create; quiet for {} s",
+        times.len(),
+        cfg.n,
         secs(ready),
         cfg.steady.as_secs()
     );
@@ -570,7 +579,13 @@ async fn session_phase(
     let t = Instant::now();
     scale::delete_all(&sessions, &ListParams::default(), cfg.concurrency).await?;
     let issued = t.elapsed();
-    wait_gone(client, ns, cfg.timeout).await?;
+    let gone_left = match wait_gone(client, ns, cfg.timeout).await {
+        Ok(()) => None,
+        Err(e) => {
+            println!("   NOT ALL GONE: {e}");
+            Some(e.to_string())
+        }
+    };
     let gone = t.elapsed();
     let m4 = op.metrics().await?;
     let restarts1 = op.restarts(client).await?;
@@ -590,6 +605,7 @@ async fn session_phase(
         create,
         steady,
         gone,
+        gone_left,
         issued,
         peak_rss: sampler.peak(),
         vm_hwm: sampler.now().peak_rss_bytes,
