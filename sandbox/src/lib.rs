@@ -33,6 +33,7 @@ pub use config::{
     SandboxError,
 };
 pub use probe::{probe, Capabilities};
+pub use tools::denied_tools;
 
 use kube_harness_workspace::spec::SESSION;
 use run::Plan;

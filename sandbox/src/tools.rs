@@ -28,6 +28,26 @@ pub struct Toolset {
     pub bash: PathBuf,
 }
 
+/// The names of `denied` that change a tool directory: those the capability matrix links on
+/// Tier-0 under some toggle. Deny lists with the same such names build the same sandbox (a denied
+/// name that is no Tier-0 tool, such as `shutdown`, is refused by classification alone). Without
+/// the matrix, the whole list.
+pub fn denied_tools(denied: &[String]) -> BTreeSet<String> {
+    let Some(m) = matrix::get(None) else {
+        return denied.iter().cloned().collect();
+    };
+    let t = &m.doc.tier0;
+    denied
+        .iter()
+        .filter(|d| {
+            [&t.always, &t.network, &t.python, &t.javascript]
+                .iter()
+                .any(|names| names.contains(d))
+        })
+        .cloned()
+        .collect()
+}
+
 /// Creates `dir` with the symlinks.
 pub fn build(
     dir: &Path,

@@ -293,7 +293,8 @@ fn the_sandbox_built_in_the_pool_serves_only_an_adoption_that_asks_for_it() {
         }
     };
 
-    // A session with the worker's defaults gets the sandbox built while the pod waited.
+    // A session with the worker's defaults gets the sandbox built while the pod waited, and so
+    // does one whose deny list names no Tier-0 tool (examples/demo.yaml's): the same sandbox.
     let p = pooled();
     let waiting = sandboxes(&p);
     assert_eq!(
@@ -301,7 +302,12 @@ fn the_sandbox_built_in_the_pool_serves_only_an_adoption_that_asks_for_it() {
         1,
         "one sandbox built in the pool: {waiting:?}"
     );
-    let req = plain(&p.tokens, "s1", "s1-token");
+    let mut req = plain(&p.tokens, "s1", "s1-token");
+    let mut args =
+        kube_harness_worker::protocol::worker_args::WorkerArgs::new(p.tokens.join("token"));
+    args.session = "s1".into();
+    args.deny_command = vec!["shutdown".into(), "reboot".into()];
+    req.args = args.to_args();
     let (status, answer) = adopt(&p, POOL_TOKEN, &serde_json::to_string(&req).unwrap());
     assert_eq!(status, 200, "{answer}");
     assert_eq!(sandboxes(&p), waiting, "the prepared sandbox was taken");

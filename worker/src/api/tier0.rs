@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use kube_harness_runtime::{
     CommandExecutor, DisposeReport, ExecRequest, ExecResult, Tier0Executor, TierError,
 };
-use kube_harness_sandbox::{Limits, Presentation, SandboxConfig, SandboxError};
+use kube_harness_sandbox::{denied_tools, Limits, Presentation, SandboxConfig, SandboxError};
 use kube_harness_workspace::WorkspaceSpec;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -108,13 +108,14 @@ impl Prepared {
         Ok(Prepared { config, executor })
     }
 
-    /// Whether a worker that wants `config` can take this sandbox.
+    /// Whether a worker that wants `config` can take this sandbox: it would build the same one
+    /// (deny lists count by the tools they take out).
     fn fits(&self, config: &SandboxConfig) -> bool {
         let (a, b) = (&self.config, config);
         a.workspace == b.workspace
             && a.limits == b.limits
             && a.presentation == b.presentation
-            && a.denied == b.denied
+            && denied_tools(&a.denied) == denied_tools(&b.denied)
     }
 }
 
