@@ -184,19 +184,25 @@ async fn open(
     headers: HeaderMap,
     body: std::result::Result<Json<OpenRequest>, JsonRejection>,
 ) -> Result<Json<Sandbox>> {
+    let started = std::time::Instant::now();
+    let step = |what: &str| tracing::debug!(%ns, %session, ms = started.elapsed().as_secs_f64() * 1e3, "tier-1 open: {what}");
     authorize(&ctx, &ns, &session, &headers).await?;
+    step("authorized");
     let Json(req) = body.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
     check_turn(&req.turn)?;
     let (session_obj, tier) = resolve(&ctx, &ns, &session).await?;
+    step("session and tier resolved");
     if let Some(existing) = open::find(&ctx, &ns, &session, &req.turn).await?.first() {
         return answer(&ctx, &ns, &session, existing, &req.turn).await;
     }
+    step("no pod serves the turn yet");
     let workers: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let worker_uid = workers
         .get_opt(&crate::session::owned::worker_pod_name(&session_obj))
         .await?
         .as_ref()
         .and_then(super::sweep::worker_identity);
+    step("worker pod read");
     let mut serving = Serving {
         session_namespace: ns.clone(),
         session: session.clone(),
@@ -222,6 +228,7 @@ async fn open(
     } else {
         open::ordinary(&ctx, &tier, serving).await?
     };
+    step("pod claimed or created");
     let view = state::sandbox(&pod, &req.turn, None);
     ctx.metrics.tier1_opened(view.source_label(), miss);
     if let Some(uid) = pod.metadata.uid.as_deref() {
@@ -239,7 +246,10 @@ async fn open(
             .unwrap_or_default()
     );
     events::publish(&ctx, &session_obj, false, "Tier1Opened", &note, "Escalate").await;
-    answer(&ctx, &ns, &session, &pod, &req.turn).await
+    step("Tier1Opened event published");
+    let answered = answer(&ctx, &ns, &session, &pod, &req.turn).await;
+    step("answered");
+    answered
 }
 
 async fn show(
@@ -293,9 +303,21 @@ async fn answer(
     pod: &Pod,
     turn: &str,
 ) -> Result<Json<Sandbox>> {
+    let started = std::time::Instant::now();
+    let step = |what: &str| {
+        tracing::debug!(
+            ns,
+            session,
+            turn,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "tier-1 answer: {what}"
+        )
+    };
     let mut view = state::sandbox(pod, turn, None);
     if view.phase == Phase::Ready {
-        match open::token(ctx, view.pod_name()).await? {
+        let token = open::token(ctx, view.pod_name()).await?;
+        step("pod token read");
+        match token {
             Some(token) => {
                 view.token = Some(token);
                 observe_ready(ctx, pod, &view);
@@ -317,6 +339,7 @@ async fn answer(
         .unwrap_or(1);
     if let Some(update) = report::for_sandbox(&view, &tier, level) {
         report::set(ctx, ns, session, &update, None).await;
+        step("session status reported");
     }
     Ok(Json(view))
 }

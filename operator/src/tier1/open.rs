@@ -77,6 +77,8 @@ pub async fn claim(
     if tier.status.as_ref().and_then(|s| s.warm_ready).is_none() {
         return Ok(Claim::Miss(MissReason::Unreported));
     }
+    let started = std::time::Instant::now();
+    let step = |what: &str| tracing::debug!(tier = %tier.name_any(), ms = started.elapsed().as_secs_f64() * 1e3, "tier-1 claim: {what}");
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let selector = format!(
         "{},{}={}",
@@ -91,6 +93,7 @@ pub async fn claim(
         .into_iter()
         .filter(|p| matches!(super::state::phase(p), super::state::Phase::Ready { .. }))
         .collect();
+    step("candidates listed");
     if candidates.is_empty() {
         return Ok(Claim::Miss(MissReason::StockEmpty));
     }
@@ -109,7 +112,10 @@ pub async fn claim(
             ..PatchParams::default()
         };
         match pods.patch(&name, &params, &Patch::Merge(patch)).await {
-            Ok(claimed) => return Ok(Claim::Claimed(Box::new(claimed))),
+            Ok(claimed) => {
+                step("claimed");
+                return Ok(Claim::Claimed(Box::new(claimed)));
+            }
             // Someone else changed it first (claimed it, or it was deleted): the next one.
             Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
                 tracing::debug!(pod = %name, code = e.code, "warm pod taken first");

@@ -80,6 +80,16 @@ pub async fn set(
         ..
     } = update;
     let (escalated, reason, current_tier) = (*escalated, *reason, *current_tier);
+    let started = std::time::Instant::now();
+    let step = |what: &str| {
+        tracing::debug!(
+            ns,
+            session,
+            reason,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "tier-1 report: {what}"
+        )
+    };
     let api: Api<HarnessSession> = Api::namespaced(ctx.client.clone(), ns);
     let obj = match api.get_opt(session).await {
         Ok(Some(s)) => s,
@@ -89,6 +99,7 @@ pub async fn set(
             return;
         }
     };
+    step("session read");
     let mut status = obj.status.clone().unwrap_or_default();
     if let Some(allowed) = only_if {
         let now = status
@@ -124,11 +135,13 @@ pub async fn set(
         tracing::warn!(error = %e, session, "writing the session's Escalated condition");
         return;
     }
+    step("status written");
     if changed {
         let warning = reason == reasons::TIER1_FAILED;
         if let Some(why) = &update.failure {
             ctx.metrics.tier1_failed(why);
         }
         events::publish(ctx, &obj, warning, reason, message, "Escalate").await;
+        step("event published");
     }
 }
