@@ -417,7 +417,14 @@ async fn answer(
     if view.phase == Phase::Ready {
         let token = match token {
             Some(token) => token,
-            None => open::token(ctx, view.pod_name()).await?,
+            None => match open::token(ctx, view.pod_name()).await {
+                Ok(token) => token,
+                Err(e) => {
+                    // The pod was opened all the same: its Event goes out.
+                    publish_after(ctx, opened.into_iter().collect());
+                    return Err(e.into());
+                }
+            },
         };
         step("pod token read");
         match token {
@@ -445,15 +452,21 @@ async fn answer(
         announce.extend(report::write(ctx, ns, session, &update, None, session_read).await);
         step("session status reported");
     }
-    if !announce.is_empty() {
-        let ctx = ctx.clone();
-        tokio::spawn(async move {
-            for event in announce {
-                event.publish(&ctx).await;
-            }
-        });
-    }
+    publish_after(ctx, announce);
     Ok(Json(view))
+}
+
+/// Publishes `events` in order, off the answer's path.
+fn publish_after(ctx: &Arc<Context>, events: Vec<report::Announcement>) {
+    if events.is_empty() {
+        return;
+    }
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        for event in events {
+            event.publish(&ctx).await;
+        }
+    });
 }
 
 /// The escalation latency of a sandbox answered Ready for the first time (see

@@ -1047,3 +1047,40 @@ async fn a_warm_open_asks_together_what_does_not_depend_on_each_other_and_answer
         (Some("Tier1Opened"), Some(reasons::TIER1_READY))
     );
 }
+
+#[tokio::test]
+async fn a_claimed_pod_whose_token_cannot_be_read_is_503_and_its_open_is_still_an_event() {
+    let (base, mut server) = start().await;
+    let reply = post(
+        &base,
+        TOKEN,
+        json!({"turn": "turn-1", "workspaceBytes": 4096}),
+    )
+    .await;
+    new_turn(&mut server, tier(2, true)).await;
+    let hash = pod::template_hash(&tier_obj(2), &config());
+    let pool_labels = json!({"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false",
+                             "kubeharness.dev/template-hash": hash, "kubeharness.dev/tier": "rust"});
+    let idle = t1_pod(
+        "t1-aaa",
+        pool_labels,
+        json!({"kubeharness.dev/tier-level": "1"}),
+        ready_status("10.0.0.1"),
+        "10",
+    );
+    list_pool(&mut server, vec![idle.clone()]).await;
+    let mut claimed = idle;
+    claimed["metadata"]["labels"]["kubeharness.dev/claimed"] = json!("true");
+    patch_pod(&mut server, "t1-aaa", 200, claimed).await;
+    let unavailable = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                             "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
+    let secret_path = format!("/api/v1/namespaces/{OP}/secrets/t1-aaa");
+    // Beside the claim, then once more by the answer: both fail.
+    expect(&mut server, "GET", &secret_path, 500, unavailable.clone()).await;
+    read_session(&mut server, session(None)).await;
+    expect(&mut server, "GET", &secret_path, 500, unavailable).await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(code, 503, "{body}");
+    let events = drain_events(&mut server, NS, 1).await;
+    assert_eq!(events[0]["reason"], "Tier1Opened");
+}
