@@ -145,7 +145,12 @@ impl Agent {
                 ))
             }
         }
+        let started = std::time::Instant::now();
         let spool = self.spool(headers, body).await?;
+        tracing::debug!(
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "bind: archive spooled"
+        );
         let spec = self.spec.clone();
         let path = spool.path().to_path_buf();
         let bound = match tokio::task::spawn_blocking(move || bind::bind(&path, &spec)).await {
@@ -165,6 +170,7 @@ impl Agent {
                 tracing::info!(
                     files = bound.report.files,
                     bytes = bound.report.bytes,
+                    ms = started.elapsed().as_secs_f64() * 1e3,
                     "workspace bound"
                 );
                 *state = BindState::Bound(Arc::new(bound.base));
@@ -258,9 +264,15 @@ impl Agent {
                 cwd: Path::new(&req.cwd),
                 env: &env,
             };
+            let started = std::time::Instant::now();
             let result = shell::run(&cmd, &agent.view, &limits)
                 .await
                 .unwrap_or_else(|e| kube_harness_runtime::fault(&format!("Tier-1 agent: {e}")));
+            tracing::debug!(
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                exit_code = result.exit_code,
+                "exec: command ran"
+            );
             if agent.config.reap_orphans {
                 let _ = tokio::task::spawn_blocking(reap::kill_all_children).await;
             }

@@ -64,6 +64,9 @@ impl Drop for Staging {
 
 /// Unpacks `archive` and places it under the tracked mounts of `spec`.
 pub fn bind(archive: &Path, spec: &WorkspaceSpec) -> Result<Bound, BindError> {
+    let started = std::time::Instant::now();
+    let step =
+        |what: &str| tracing::debug!(ms = started.elapsed().as_secs_f64() * 1e3, "bind: {what}");
     let tracked: Vec<_> = spec.tracked().cloned().collect();
     let first = tracked
         .first()
@@ -120,12 +123,14 @@ pub fn bind(archive: &Path, spec: &WorkspaceSpec) -> Result<Bound, BindError> {
             });
         }
     };
+    step("unpacked with the archive checks");
     let placed = place(&staging, &tracked);
     let cleaned = safe_fs::remove_tree_at(&staging.parent, &staging.name);
     drop(staging);
     placed
         .and(cleaned)
         .map_err(|e| BindError::HalfBound(format!("placing the workspace: {e}")))?;
+    step("placed");
     // Every file hashed: the base of `changes_since`, whose archive needs every digest; the
     // content came from an archive within the same limits.
     let base = workspace::snapshot_with(
@@ -135,6 +140,7 @@ pub fn bind(archive: &Path, spec: &WorkspaceSpec) -> Result<Bound, BindError> {
         workspace::HashBudget::archive(&Default::default()),
     )
     .map_err(|e| BindError::HalfBound(format!("snapshotting the bound workspace: {e}")))?;
+    step("snapshot taken");
     Ok(Bound {
         report: BindReport {
             files: report.entries,

@@ -63,11 +63,19 @@ impl PodTier1 {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let call = left.clamp(Duration::from_millis(100), Duration::from_secs(10));
+            let asked = Instant::now();
             let answer = if opened {
                 self.api.get(turn, call).await
             } else {
                 self.api.open(turn, bytes, call).await
             };
+            tracing::debug!(
+                turn,
+                call = if opened { "get" } else { "open" },
+                ms = asked.elapsed().as_secs_f64() * 1e3,
+                phase = answer.as_ref().ok().map(|sb| sb.phase.as_str()),
+                "tier-1 escalation: tier API answered"
+            );
             match answer {
                 Ok(sb) => {
                     opened = true;
@@ -200,6 +208,12 @@ impl NextTier for PodTier1 {
 impl PodTier1 {
     async fn open(&self, spec: &WorkspaceSpec) -> Result<Arc<dyn CommandExecutor>, Tier1Error> {
         let started = Instant::now();
+        let step = |what: &str| {
+            tracing::debug!(
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "tier-1 escalation: {what}"
+            )
+        };
         let deadline = started
             .checked_add(self.config.provision_timeout)
             .unwrap_or(started);
@@ -233,13 +247,16 @@ impl PodTier1 {
         })
         .await
         .map_err(Tier1Error::task("pack task"))??;
+        step("workspace packed");
         let turn = format!("t{}", uuid::Uuid::new_v4().simple());
         let sb = self.wait_ready(&turn, handed_over, deadline).await?;
+        step("sandbox ready");
         let pod = sb.pod.clone().unwrap_or_default();
         let bound = match self.hand_over(&sb, &archive, handed_over, deadline).await {
             Ok(b) => b,
             Err(e) => return Err(self.end_after(&turn, e).await),
         };
+        step("workspace bound");
         if bound.files != packed.entries || bound.bytes != packed.total_bytes {
             let why = format!(
                 "the Tier-1 pod {pod} unpacked {} entries / {} bytes, but {} / {} were sent",

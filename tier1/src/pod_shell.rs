@@ -65,6 +65,7 @@ impl PodShell {
             timeout_ms: Some(u64::try_from(limit.as_millis().max(1)).unwrap_or(u64::MAX)),
         };
         let wait = limit.saturating_add(self.config.request_margin);
+        let asked = Instant::now();
         let sent = self
             .http
             .post(format!("{}/v1/exec", self.endpoint))
@@ -102,6 +103,11 @@ impl PodShell {
                 self.pod
             )));
         }
+        tracing::debug!(
+            pod = %self.pod,
+            ms = asked.elapsed().as_secs_f64() * 1e3,
+            "tier-1 exec: the agent answered"
+        );
         let answer: AgentExecResult =
             body::json(r, self.config.max_answer_bytes)
                 .await

@@ -4,11 +4,10 @@
 //! API server, so any replica answers any request.
 
 use super::open::{self, Claim, OpenError};
-use super::pod::Serving;
+use super::pod::{self, Serving};
 use super::report::{self, Update};
 use super::state;
 use crate::context::Context;
-use crate::events;
 use crate::labels;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
@@ -149,27 +148,46 @@ async fn authorize(ctx: &Context, ns: &str, session: &str, headers: &HeaderMap) 
     }
 }
 
-/// The session and its escalation tier: 404 without the session, 409 without a level ≥ 1 tier.
-async fn resolve(ctx: &Context, ns: &str, session: &str) -> Result<(HarnessSession, SandboxTier)> {
-    let sessions: Api<HarnessSession> = Api::namespaced(ctx.client.clone(), ns);
-    let s = match sessions.get_opt(session).await? {
-        Some(s) if s.metadata.deletion_timestamp.is_none() => s,
-        _ => {
-            return Err(ApiError(
-                StatusCode::NOT_FOUND,
-                format!("no HarnessSession {ns}/{session}"),
-            ))
-        }
-    };
+async fn read_session(
+    ctx: &Context,
+    ns: &str,
+    session: &str,
+) -> std::result::Result<Option<HarnessSession>, kube::Error> {
+    Api::<HarnessSession>::namespaced(ctx.client.clone(), ns)
+        .get_opt(session)
+        .await
+}
+
+/// The session as read: 404 when it is gone or going.
+fn live_session(read: Option<HarnessSession>, ns: &str, session: &str) -> Result<HarnessSession> {
+    match read {
+        Some(s) if s.metadata.deletion_timestamp.is_none() => Ok(s),
+        _ => Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!("no HarnessSession {ns}/{session}"),
+        )),
+    }
+}
+
+/// The name of the session's escalation tier: 409 without one.
+fn escalation_tier(s: &HarnessSession, ns: &str, session: &str) -> Result<String> {
+    s.spec
+        .escalation
+        .as_ref()
+        .and_then(|e| e.tier.clone())
+        .ok_or_else(|| {
+            ApiError(
+                StatusCode::CONFLICT,
+                format!("HarnessSession {ns}/{session} has no escalation tier"),
+            )
+        })
+}
+
+/// The escalation tier as read: 409 when it is missing or not level 1 or more.
+fn escalation_level(read: Option<SandboxTier>, name: &str) -> Result<SandboxTier> {
     let conflict = |m: String| ApiError(StatusCode::CONFLICT, m);
-    let Some(name) = s.spec.escalation.as_ref().and_then(|e| e.tier.clone()) else {
-        return Err(conflict(format!(
-            "HarnessSession {ns}/{session} has no escalation tier"
-        )));
-    };
-    let tiers: Api<SandboxTier> = Api::all(ctx.client.clone());
-    match tiers.get_opt(&name).await? {
-        Some(t) if t.spec.level >= 1 => Ok((s, t)),
+    match read {
+        Some(t) if t.spec.level >= 1 => Ok(t),
         Some(t) => Err(conflict(format!(
             "SandboxTier {name} has level {}; escalation needs level 1 or more",
             t.spec.level
@@ -178,25 +196,79 @@ async fn resolve(ctx: &Context, ns: &str, session: &str) -> Result<(HarnessSessi
     }
 }
 
+/// What an answer may reuse instead of asking the API server again: the pod's token and the
+/// session, read beside the claim, and the open's Event, published with the answer's.
+#[derive(Default)]
+struct Known {
+    token: Option<Option<String>>,
+    session: Option<std::result::Result<Option<HarnessSession>, kube::Error>>,
+    opened: Option<report::Announcement>,
+}
+
+/// Opens (or finds) the turn's sandbox. Nothing is read before the bearer is checked; then the
+/// API requests that do not depend on each other go together, in five rounds on a warm claim
+/// (docs/tier1.md): the token Secret; the session and the turn's pods; the tier, the worker pod
+/// and the pool's pods; the claim patch, the pod's token and the session again (for its status);
+/// the status write. The Events are published after the answer.
 async fn open(
     State(ctx): State<Arc<Context>>,
     Path((ns, session)): Path<(String, String)>,
     headers: HeaderMap,
     body: std::result::Result<Json<OpenRequest>, JsonRejection>,
 ) -> Result<Json<Sandbox>> {
+    let started = std::time::Instant::now();
+    let step = |what: &str| tracing::debug!(%ns, %session, ms = started.elapsed().as_secs_f64() * 1e3, "tier-1 open: {what}");
     authorize(&ctx, &ns, &session, &headers).await?;
+    step("authorized");
     let Json(req) = body.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
     check_turn(&req.turn)?;
-    let (session_obj, tier) = resolve(&ctx, &ns, &session).await?;
-    if let Some(existing) = open::find(&ctx, &ns, &session, &req.turn).await?.first() {
-        return answer(&ctx, &ns, &session, existing, &req.turn).await;
-    }
+    let (session_read, existing) = tokio::join!(
+        read_session(&ctx, &ns, &session),
+        open::find(&ctx, &ns, &session, &req.turn)
+    );
+    let session_obj = live_session(session_read?, &ns, &session)?;
+    let tier_name = escalation_tier(&session_obj, &ns, &session)?;
+    step("session and the turn's pods read");
+    // A new turn also needs the worker pod and, from a pooled tier, the pool's pods: asked for
+    // with the tier. The pool's pods when the tier cache (the leader's) says the tier keeps a
+    // pool, with the cached tier's template hash: a hint only. The tier as read decides, and the
+    // pods are asked for again when the hint was missing or its template differs.
+    let new_turn = existing.as_ref().is_ok_and(Vec::is_empty);
+    let hint = ctx
+        .caches
+        .tier(&tier_name)
+        .filter(|t| new_turn && t.spec.warm_pool.size > 0);
     let workers: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let worker_uid = workers
-        .get_opt(&crate::session::owned::worker_pod_name(&session_obj))
-        .await?
-        .as_ref()
-        .and_then(super::sweep::worker_identity);
+    let worker_name = crate::session::owned::worker_pod_name(&session_obj);
+    let tiers: Api<SandboxTier> = Api::all(ctx.client.clone());
+    let (tier, worker, pool) = tokio::join!(
+        tiers.get_opt(&tier_name),
+        async {
+            match new_turn {
+                true => Some(workers.get_opt(&worker_name).await),
+                false => None,
+            }
+        },
+        async {
+            match &hint {
+                Some(t) => Some((
+                    pod::template_hash(t, &ctx.config),
+                    open::pool_pods(&ctx, t).await,
+                )),
+                None => None,
+            }
+        }
+    );
+    let tier = escalation_level(tier?, &tier_name)?;
+    step("tier read");
+    if let Some(existing) = existing?.first() {
+        return answer(&ctx, &ns, &session, existing, &req.turn, Known::default()).await;
+    }
+    let worker = match worker {
+        Some(read) => read?,
+        None => workers.get_opt(&worker_name).await?,
+    };
+    let worker_uid = worker.as_ref().and_then(super::sweep::worker_identity);
     let mut serving = Serving {
         session_namespace: ns.clone(),
         session: session.clone(),
@@ -205,12 +277,35 @@ async fn open(
         miss_reason: None,
     };
     let mut miss = None;
+    let mut known = Known::default();
     let pod = if tier.spec.warm_pool.size > 0 {
-        match open::claim(&ctx, &tier, &serving, req.workspace_bytes).await {
-            Ok(Claim::Claimed(pod)) => *pod,
+        let candidates = match open::claimable(&ctx, &tier, req.workspace_bytes) {
+            Ok(()) => open::candidates(match pool {
+                Some((hash, listed)) if hash == pod::template_hash(&tier, &ctx.config) => listed?,
+                _ => open::pool_pods(&ctx, &tier).await?,
+            }),
+            Err(reason) => Err(reason),
+        };
+        let claimed = match candidates {
+            Ok(candidates) => {
+                let (claimed, again) = tokio::join!(
+                    open::claim(&ctx, &serving, candidates),
+                    read_session(&ctx, &ns, &session)
+                );
+                known.session = Some(again);
+                claimed
+            }
+            Err(reason) => Ok(Claim::Miss(reason)),
+        };
+        match claimed {
+            Ok(Claim::Claimed { pod, token }) => {
+                known.token = token;
+                *pod
+            }
             Ok(Claim::Miss(reason)) => {
                 miss = Some(reason.as_str());
                 serving.miss_reason = Some(reason);
+                known.session = None;
                 open::ordinary(&ctx, &tier, serving).await?
             }
             Err(e @ OpenError::Uncertain { .. }) => {
@@ -222,6 +317,7 @@ async fn open(
     } else {
         open::ordinary(&ctx, &tier, serving).await?
     };
+    step("pod claimed or created");
     let view = state::sandbox(&pod, &req.turn, None);
     ctx.metrics.tier1_opened(view.source_label(), miss);
     if let Some(uid) = pod.metadata.uid.as_deref() {
@@ -238,8 +334,15 @@ async fn open(
             .map(|m| format!(", missReason {m}"))
             .unwrap_or_default()
     );
-    events::publish(&ctx, &session_obj, false, "Tier1Opened", &note, "Escalate").await;
-    answer(&ctx, &ns, &session, &pod, &req.turn).await
+    known.opened = Some(report::Announcement {
+        session: session_obj,
+        warning: false,
+        reason: "Tier1Opened",
+        message: note,
+    });
+    let answered = answer(&ctx, &ns, &session, &pod, &req.turn, known).await;
+    step("answered");
+    answered
 }
 
 async fn show(
@@ -250,7 +353,7 @@ async fn show(
     authorize(&ctx, &ns, &session, &headers).await?;
     check_turn(&turn)?;
     match open::find(&ctx, &ns, &session, &turn).await?.first() {
-        Some(pod) => answer(&ctx, &ns, &session, pod, &turn).await,
+        Some(pod) => answer(&ctx, &ns, &session, pod, &turn, Known::default()).await,
         None => Err(ApiError(
             StatusCode::NOT_FOUND,
             format!("no sandbox for turn {turn:?} of {ns}/{session}"),
@@ -285,17 +388,46 @@ async fn end(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// The Sandbox of `pod` (with its token once Ready), and what it means for the session.
+/// The Sandbox of `pod` (with its token once Ready), and what it means for the session. Its
+/// Events (`known.opened`, then the status's) are published after the answer, in that order.
 async fn answer(
-    ctx: &Context,
+    ctx: &Arc<Context>,
     ns: &str,
     session: &str,
     pod: &Pod,
     turn: &str,
+    known: Known,
 ) -> Result<Json<Sandbox>> {
+    let started = std::time::Instant::now();
+    let step = |what: &str| {
+        tracing::debug!(
+            ns,
+            session,
+            turn,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "tier-1 answer: {what}"
+        )
+    };
+    let Known {
+        token,
+        session: session_read,
+        opened,
+    } = known;
     let mut view = state::sandbox(pod, turn, None);
     if view.phase == Phase::Ready {
-        match open::token(ctx, view.pod_name()).await? {
+        let token = match token {
+            Some(token) => token,
+            None => match open::token(ctx, view.pod_name()).await {
+                Ok(token) => token,
+                Err(e) => {
+                    // The pod was opened all the same: its Event goes out.
+                    publish_after(ctx, opened.into_iter().collect());
+                    return Err(e.into());
+                }
+            },
+        };
+        step("pod token read");
+        match token {
             Some(token) => {
                 view.token = Some(token);
                 observe_ready(ctx, pod, &view);
@@ -315,10 +447,26 @@ async fn answer(
         .get(labels::TIER_LEVEL)
         .and_then(|l| l.parse().ok())
         .unwrap_or(1);
+    let mut announce: Vec<report::Announcement> = opened.into_iter().collect();
     if let Some(update) = report::for_sandbox(&view, &tier, level) {
-        report::set(ctx, ns, session, &update, None).await;
+        announce.extend(report::write(ctx, ns, session, &update, None, session_read).await);
+        step("session status reported");
     }
+    publish_after(ctx, announce);
     Ok(Json(view))
+}
+
+/// Publishes `events` in order, off the answer's path.
+fn publish_after(ctx: &Arc<Context>, events: Vec<report::Announcement>) {
+    if events.is_empty() {
+        return;
+    }
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        for event in events {
+            event.publish(&ctx).await;
+        }
+    });
 }
 
 /// The escalation latency of a sandbox answered Ready for the first time (see

@@ -36,7 +36,11 @@ impl From<kube::Error> for OpenError {
 /// How a pooled tier's open went.
 #[derive(Debug)]
 pub enum Claim {
-    Claimed(Box<Pod>),
+    /// The pod, claimed, and its token as read beside the claim (`None`: the read failed).
+    Claimed {
+        pod: Box<Pod>,
+        token: Option<Option<String>>,
+    },
     Miss(MissReason),
 }
 
@@ -57,26 +61,8 @@ pub async fn find(
     Ok(found)
 }
 
-/// Tries to claim a ready, current, idle pool pod for `serving`. Each claim is a patch carrying
-/// the pod's resourceVersion: of two replicas racing for one pod, exactly one wins (the other gets
-/// 409 and tries the next pod).
-pub async fn claim(
-    ctx: &Context,
-    tier: &SandboxTier,
-    serving: &Serving,
-    workspace_bytes: u64,
-) -> Result<Claim, OpenError> {
-    let limit = tier
-        .spec
-        .warm_pool
-        .max_workspace_bytes
-        .unwrap_or(ctx.config.prepared_max_bytes);
-    if workspace_bytes > limit {
-        return Ok(Claim::Miss(MissReason::WorkspaceTooLarge));
-    }
-    if tier.status.as_ref().and_then(|s| s.warm_ready).is_none() {
-        return Ok(Claim::Miss(MissReason::Unreported));
-    }
+/// The idle pool pods of `tier` built from its current template (by the template hash label).
+pub async fn pool_pods(ctx: &Context, tier: &SandboxTier) -> Result<Vec<Pod>, kube::Error> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let selector = format!(
         "{},{}={}",
@@ -84,17 +70,64 @@ pub async fn claim(
         labels::TEMPLATE_HASH,
         pod::template_hash(tier, &ctx.config)
     );
-    let mut candidates: Vec<Pod> = pods
+    Ok(pods
         .list(&ListParams::default().labels(&selector))
         .await?
-        .items
+        .items)
+}
+
+/// Whether a claim may be tried at all for a workspace of `workspace_bytes`: not over the
+/// prepared-pod limit, and the pool's state known. Asked before the pool's pods.
+pub fn claimable(
+    ctx: &Context,
+    tier: &SandboxTier,
+    workspace_bytes: u64,
+) -> Result<(), MissReason> {
+    let limit = tier
+        .spec
+        .warm_pool
+        .max_workspace_bytes
+        .unwrap_or(ctx.config.prepared_max_bytes);
+    if workspace_bytes > limit {
+        return Err(MissReason::WorkspaceTooLarge);
+    }
+    if tier.status.as_ref().and_then(|s| s.warm_ready).is_none() {
+        return Err(MissReason::Unreported);
+    }
+    Ok(())
+}
+
+/// The pods of `pool` (see [`pool_pods`]) a claim may take: the ready ones, by name.
+pub fn candidates(pool: Vec<Pod>) -> Result<Vec<Pod>, MissReason> {
+    let mut candidates: Vec<Pod> = pool
         .into_iter()
         .filter(|p| matches!(super::state::phase(p), super::state::Phase::Ready { .. }))
         .collect();
     if candidates.is_empty() {
-        return Ok(Claim::Miss(MissReason::StockEmpty));
+        return Err(MissReason::StockEmpty);
     }
     candidates.sort_by_key(|p| p.name_any());
+    Ok(candidates)
+}
+
+/// Tries to claim one of `candidates` (see [`candidates`]) for `serving`. Each claim is a patch
+/// carrying the pod's resourceVersion: of two replicas racing for one pod, exactly one wins (the
+/// other gets 409 and tries the next pod). The pod's token is read beside each patch (a pool pod's
+/// token Secret is made with it and never changes), so a won claim needs no request more.
+pub async fn claim(
+    ctx: &Context,
+    serving: &Serving,
+    candidates: Vec<Pod>,
+) -> Result<Claim, OpenError> {
+    let started = std::time::Instant::now();
+    let step = |what: &str, pod: &str| {
+        tracing::debug!(
+            pod,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "tier-1 claim: {what}"
+        )
+    };
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let (mut labels_patch, annotations) = pod::serving_metadata(serving);
     labels_patch.insert(labels::CLAIMED.into(), "true".into());
     for candidate in candidates {
@@ -108,11 +141,20 @@ pub async fn claim(
             field_manager: Some(labels::MANAGER.into()),
             ..PatchParams::default()
         };
-        match pods.patch(&name, &params, &Patch::Merge(patch)).await {
-            Ok(claimed) => return Ok(Claim::Claimed(Box::new(claimed))),
+        let patch = Patch::Merge(patch);
+        let (patched, token) = tokio::join!(pods.patch(&name, &params, &patch), token(ctx, &name));
+        match patched {
+            Ok(claimed) => {
+                step("claimed", &name);
+                return Ok(Claim::Claimed {
+                    pod: Box::new(claimed),
+                    // Not read (an error): the answer reads it again.
+                    token: token.ok(),
+                });
+            }
             // Someone else changed it first (claimed it, or it was deleted): the next one.
             Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
-                tracing::debug!(pod = %name, code = e.code, "warm pod taken first");
+                step("taken first", &name);
             }
             Err(source) => return Err(OpenError::Uncertain { pod: name, source }),
         }

@@ -62,6 +62,28 @@ pub fn for_sandbox(sandbox: &Sandbox, tier: &str, level: u8) -> Option<Update> {
     }
 }
 
+/// An Event a status write calls for, published by the caller (see [`write`]).
+pub struct Announcement {
+    pub session: HarnessSession,
+    pub warning: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Announcement {
+    pub async fn publish(&self, ctx: &Context) {
+        events::publish(
+            ctx,
+            &self.session,
+            self.warning,
+            self.reason,
+            &self.message,
+            "Escalate",
+        )
+        .await;
+    }
+}
+
 /// Sets Escalated and currentTier when they differ, with an Event. A failure to write is logged:
 /// the worker's answer does not depend on it, and the leader's reconcile repairs it.
 /// `only_if`: change nothing unless the condition's reason is one of these now.
@@ -72,6 +94,22 @@ pub async fn set(
     update: &Update,
     only_if: Option<&[&str]>,
 ) {
+    if let Some(event) = write(ctx, ns, session, update, only_if, None).await {
+        event.publish(ctx).await;
+    }
+}
+
+/// [`set`] without its Event: returned when the condition changed, for the caller to publish
+/// off its answer's path. `read`: the session as read just now beside other requests (else it
+/// is read here); the write is built on it as on a read of its own.
+pub async fn write(
+    ctx: &Context,
+    ns: &str,
+    session: &str,
+    update: &Update,
+    only_if: Option<&[&str]>,
+    read: Option<Result<Option<HarnessSession>, kube::Error>>,
+) -> Option<Announcement> {
     let Update {
         escalated,
         reason,
@@ -80,15 +118,30 @@ pub async fn set(
         ..
     } = update;
     let (escalated, reason, current_tier) = (*escalated, *reason, *current_tier);
+    let started = std::time::Instant::now();
+    let step = |what: &str| {
+        tracing::debug!(
+            ns,
+            session,
+            reason,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "tier-1 report: {what}"
+        )
+    };
     let api: Api<HarnessSession> = Api::namespaced(ctx.client.clone(), ns);
-    let obj = match api.get_opt(session).await {
+    let read = match read {
+        Some(read) => read,
+        None => api.get_opt(session).await,
+    };
+    let obj = match read {
         Ok(Some(s)) => s,
-        Ok(None) => return,
+        Ok(None) => return None,
         Err(e) => {
             tracing::warn!(error = %e, session, "reading the session for its Escalated condition");
-            return;
+            return None;
         }
     };
+    step("session read");
     let mut status = obj.status.clone().unwrap_or_default();
     if let Some(allowed) = only_if {
         let now = status
@@ -98,7 +151,7 @@ pub async fn set(
             .map(|c| c.reason.as_str())
             .unwrap_or_default();
         if !allowed.contains(&now) {
-            return;
+            return None;
         }
     }
     let changed = condition::set(
@@ -110,7 +163,7 @@ pub async fn set(
         obj.metadata.generation,
     );
     if !changed && status.current_tier == Some(current_tier) {
-        return;
+        return None;
     }
     let patch = json!({"status": {"conditions": status.conditions, "currentTier": current_tier}});
     let params = PatchParams {
@@ -122,13 +175,19 @@ pub async fn set(
         .await
     {
         tracing::warn!(error = %e, session, "writing the session's Escalated condition");
-        return;
+        return None;
     }
-    if changed {
-        let warning = reason == reasons::TIER1_FAILED;
-        if let Some(why) = &update.failure {
-            ctx.metrics.tier1_failed(why);
-        }
-        events::publish(ctx, &obj, warning, reason, message, "Escalate").await;
+    step("status written");
+    if !changed {
+        return None;
     }
+    if let Some(why) = &update.failure {
+        ctx.metrics.tier1_failed(why);
+    }
+    Some(Announcement {
+        session: obj,
+        warning: reason == reasons::TIER1_FAILED,
+        reason,
+        message: message.clone(),
+    })
 }

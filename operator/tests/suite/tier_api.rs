@@ -187,10 +187,16 @@ async fn patch_pod(server: &mut Handle, name: &str, code: u16, reply: Value) -> 
     .await
 }
 
-/// The requests every authorized open makes first: the token, the session, the tier.
-async fn auth_session_tier(server: &mut Handle, tier_obj: Value) {
+/// The requests every authorized open makes first: the token; then together the session and the
+/// turn's pods (answered with `turn_pods`); then the tier.
+async fn auth_session_tier(server: &mut Handle, turn_pods: Vec<Value>, tier_obj: Value) {
     session_token(server).await;
     read_session(server, session(None)).await;
+    find_turn(server, turn_pods).await;
+    read_tier(server, tier_obj).await;
+}
+
+async fn read_tier(server: &mut Handle, tier_obj: Value) {
     expect(
         server,
         "GET",
@@ -222,10 +228,9 @@ async fn find_turn(server: &mut Handle, items: Vec<Value>) {
 }
 
 /// What an open of a turn with no pod yet asks before choosing a source: the token, the session,
-/// the tier (`tier_obj`), the turn's (absent) pods, the worker pod.
+/// the turn's (absent) pods, the tier (`tier_obj`), the worker pod.
 async fn new_turn(server: &mut Handle, tier_obj: Value) {
-    auth_session_tier(server, tier_obj).await;
-    find_turn(server, vec![]).await;
+    auth_session_tier(server, vec![], tier_obj).await;
     worker_pod(server).await;
 }
 
@@ -434,7 +439,6 @@ async fn a_repeated_post_finds_the_turns_pod_and_reports_it_ready() {
     let (base, mut server) = start().await;
     let name = pod::ordinary_name(NS, "demo", "turn-1");
     let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
-    auth_session_tier(&mut server, tier(0, false)).await;
     let existing = t1_pod(
         &name,
         json!({"kubeharness.dev/tier": "rust"}),
@@ -442,8 +446,8 @@ async fn a_repeated_post_finds_the_turns_pod_and_reports_it_ready() {
         ready_status("10.1.2.3"),
         "7",
     );
-    find_turn(&mut server, vec![existing]).await;
-    // Nothing is created: the token is read, the session told.
+    auth_session_tier(&mut server, vec![existing], tier(0, false)).await;
+    // Nothing is created (and the worker pod not read): the token is read, the session told.
     read_t1_secret(&mut server, &name, "t1-token").await;
     read_session(&mut server, session(None)).await;
     let status = patch_session_status(&mut server).await;
@@ -547,7 +551,12 @@ async fn a_pooled_tier_claims_a_ready_current_pod_with_its_resource_version() {
         claim.body["metadata"]["annotations"]["kubeharness.dev/worker-uid"],
         "w-uid/2"
     );
-    let events = drain_events(&mut server, NS, 1).await;
+    // Beside the claim: the pod's token and the session (for its status).
+    read_t1_secret(&mut server, "t1-bbb", "pool-token").await;
+    read_session(&mut server, session(None)).await;
+    patch_session_status(&mut server).await;
+    // The Events follow: opened, then ready.
+    let events = drain_events(&mut server, NS, 2).await;
     assert!(
         events[0]["note"]
             .as_str()
@@ -556,10 +565,7 @@ async fn a_pooled_tier_claims_a_ready_current_pod_with_its_resource_version() {
         "{}",
         events[0]
     );
-    read_t1_secret(&mut server, "t1-bbb", "pool-token").await;
-    read_session(&mut server, session(None)).await;
-    patch_session_status(&mut server).await;
-    drain_events(&mut server, NS, 1).await;
+    assert_eq!(events[1]["reason"], reasons::TIER1_READY);
     let (code, body) = reply.await.unwrap();
     assert_eq!(code, 200, "{body}");
     assert_eq!(
@@ -605,10 +611,14 @@ async fn lost_claim_races_try_the_next_pod_then_fall_back_with_slot_unavailable(
         ],
     )
     .await;
+    // Each claim patch goes with a read of its pod's token; the session is read beside the first.
     let first = patch_pod(&mut server, "t1-aaa", 409, conflict("t1-aaa")).await;
     assert_eq!(first.body["metadata"]["resourceVersion"], "10");
+    read_t1_secret(&mut server, "t1-aaa", "pool-token").await;
+    read_session(&mut server, session(None)).await;
     let second = patch_pod(&mut server, "t1-bbb", 409, conflict("t1-bbb")).await;
     assert_eq!(second.body["metadata"]["resourceVersion"], "11");
+    read_t1_secret(&mut server, "t1-bbb", "pool-token").await;
     let (p, body) = ordinary_answer(&mut server, reply, "slot_unavailable").await;
     assert_eq!(
         p["metadata"]["annotations"]["kubeharness.dev/miss-reason"],
@@ -690,6 +700,9 @@ async fn an_uncertain_claim_is_503_and_creates_nothing() {
                "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500}),
     )
     .await;
+    // The reads that went with the claim patch.
+    read_t1_secret(&mut server, "t1-aaa", "pool-token").await;
+    read_session(&mut server, session(None)).await;
     let (code, body) = reply.await.unwrap();
     assert_eq!(code, 503, "{body}");
     assert!(
@@ -866,7 +879,8 @@ async fn a_bad_or_missing_token_is_401_and_no_escalation_tier_is_409() {
     let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
     let mut level0 = tier(0, false);
     level0["spec"]["level"] = json!(0);
-    auth_session_tier(&mut server, level0).await;
+    auth_session_tier(&mut server, vec![], level0).await;
+    worker_pod(&mut server).await;
     let (code, body) = reply.await.unwrap();
     assert_eq!(code, 409, "{body}");
 
@@ -875,4 +889,198 @@ async fn a_bad_or_missing_token_is_401_and_no_escalation_tier_is_409() {
     let reply = post(&base, TOKEN, json!({"turn": ""})).await;
     session_token(&mut server).await;
     assert_eq!(reply.await.unwrap().0, 400);
+}
+
+/// Takes the next `want.len()` requests before answering any: they were sent together (a handler
+/// that waited for one answer before the next request fails here). Checks each method and path,
+/// in order, and answers each with its status and reply.
+async fn together(server: &mut Handle, want: Vec<(&str, String, u16, Value)>) -> Vec<Value> {
+    let mut pending = Vec::new();
+    for (method, path, _, _) in &want {
+        let (request, send) = tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            server.next_request(),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            panic!("{method} {path} was not asked before the requests ahead of it were answered")
+        })
+        .unwrap();
+        assert_eq!(
+            (request.method().as_str(), request.uri().path()),
+            (*method, path.as_str()),
+            "the requests of one round, in order"
+        );
+        pending.push((request, send));
+    }
+    let mut bodies = Vec::new();
+    for ((request, send), (_, _, status, reply)) in pending.into_iter().zip(want) {
+        let bytes = request.into_body().collect_bytes().await.unwrap();
+        bodies.push(serde_json::from_slice(&bytes).unwrap_or(Value::Null));
+        send.send_response(
+            http::Response::builder()
+                .status(status)
+                .body(kube::client::Body::from(
+                    serde_json::to_vec(&reply).unwrap(),
+                ))
+                .unwrap(),
+        );
+    }
+    bodies
+}
+
+#[tokio::test]
+async fn a_warm_open_asks_together_what_does_not_depend_on_each_other_and_answers_before_its_events(
+) {
+    let (base, mut server, ctx) = start_with_context().await;
+    // The leader's tier cache knows the tier keeps a pool: its pods are asked for with the tier.
+    let mut writers = ctx.caches.take_writers().unwrap();
+    writers
+        .tiers
+        .apply_watcher_event(&kube::runtime::watcher::Event::Apply(tier_obj(2)));
+    let reply = post(
+        &base,
+        TOKEN,
+        json!({"turn": "turn-1", "workspaceBytes": 4096}),
+    )
+    .await;
+    // Nothing before the bearer is checked.
+    session_token(&mut server).await;
+    let pods = format!("/api/v1/namespaces/{OP}/pods");
+    together(
+        &mut server,
+        vec![
+            (
+                "GET",
+                format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+                200,
+                session(None),
+            ),
+            ("GET", pods.clone(), 200, list(vec![])),
+        ],
+    )
+    .await;
+    let hash = pod::template_hash(&tier_obj(2), &config());
+    let pool_labels = json!({"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false",
+                             "kubeharness.dev/template-hash": hash, "kubeharness.dev/tier": "rust"});
+    let idle = t1_pod(
+        "t1-aaa",
+        pool_labels.clone(),
+        json!({"kubeharness.dev/tier-level": "1"}),
+        ready_status("10.0.0.1"),
+        "10",
+    );
+    together(
+        &mut server,
+        vec![
+            (
+                "GET",
+                "/apis/kubeharness.dev/v1alpha1/sandboxtiers/rust".into(),
+                200,
+                tier(2, true),
+            ),
+            (
+                "GET",
+                format!("/api/v1/namespaces/{NS}/pods/demo-worker"),
+                200,
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker", "namespace": NS, "uid": "w-uid"}}),
+            ),
+            ("GET", pods.clone(), 200, list(vec![idle.clone()])),
+        ],
+    )
+    .await;
+    let mut claimed = idle;
+    claimed["metadata"]["labels"]["kubeharness.dev/claimed"] = json!("true");
+    claimed["metadata"]["resourceVersion"] = json!("11");
+    let sent = together(
+        &mut server,
+        vec![
+            ("PATCH", format!("{pods}/t1-aaa"), 200, claimed),
+            (
+                "GET",
+                format!("/api/v1/namespaces/{OP}/secrets/t1-aaa"),
+                200,
+                secret(OP, "t1-aaa", "pool-token"),
+            ),
+            (
+                "GET",
+                format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+                200,
+                session(None),
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(
+        sent[0]["metadata"]["resourceVersion"], "10",
+        "the claim stays conditioned"
+    );
+    let status = patch_session_status(&mut server).await;
+    assert_eq!(
+        status.body["status"]["conditions"][0]["reason"],
+        reasons::TIER1_READY
+    );
+    // The answer does not wait for the Events.
+    let (code, body) = tokio::time::timeout(std::time::Duration::from_secs(2), reply)
+        .await
+        .expect("answered before its Events were published")
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        (
+            body["pod"].as_str(),
+            body["phase"].as_str(),
+            body["token"].as_str(),
+            body["source"].as_str()
+        ),
+        (
+            Some("t1-aaa"),
+            Some("Ready"),
+            Some("pool-token"),
+            Some("prepared")
+        ),
+        "{body}"
+    );
+    let events = drain_events(&mut server, NS, 2).await;
+    assert_eq!(
+        (events[0]["reason"].as_str(), events[1]["reason"].as_str()),
+        (Some("Tier1Opened"), Some(reasons::TIER1_READY))
+    );
+}
+
+#[tokio::test]
+async fn a_claimed_pod_whose_token_cannot_be_read_is_503_and_its_open_is_still_an_event() {
+    let (base, mut server) = start().await;
+    let reply = post(
+        &base,
+        TOKEN,
+        json!({"turn": "turn-1", "workspaceBytes": 4096}),
+    )
+    .await;
+    new_turn(&mut server, tier(2, true)).await;
+    let hash = pod::template_hash(&tier_obj(2), &config());
+    let pool_labels = json!({"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false",
+                             "kubeharness.dev/template-hash": hash, "kubeharness.dev/tier": "rust"});
+    let idle = t1_pod(
+        "t1-aaa",
+        pool_labels,
+        json!({"kubeharness.dev/tier-level": "1"}),
+        ready_status("10.0.0.1"),
+        "10",
+    );
+    list_pool(&mut server, vec![idle.clone()]).await;
+    let mut claimed = idle;
+    claimed["metadata"]["labels"]["kubeharness.dev/claimed"] = json!("true");
+    patch_pod(&mut server, "t1-aaa", 200, claimed).await;
+    let unavailable = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                             "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
+    let secret_path = format!("/api/v1/namespaces/{OP}/secrets/t1-aaa");
+    // Beside the claim, then once more by the answer: both fail.
+    expect(&mut server, "GET", &secret_path, 500, unavailable.clone()).await;
+    read_session(&mut server, session(None)).await;
+    expect(&mut server, "GET", &secret_path, 500, unavailable).await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(code, 503, "{body}");
+    let events = drain_events(&mut server, NS, 1).await;
+    assert_eq!(events[0]["reason"], "Tier1Opened");
 }

@@ -8,6 +8,14 @@
 //! - handoff and merge throughput for 1,000 files / 10 MiB: every file is handed over, modified on
 //!   Tier-1, and merged back at the end of the turn.
 //!
+//! `KH_BENCH_ONLY=warm` runs the warm-pool escalations only (no cold tier, no 10 MiB round), and
+//! `KH_BENCH_TIER1_LOG` sets the warm tier's agents' log filter (`KUBE_HARNESS_LOG`, e.g.
+//! `kube_harness_tier1=debug,info`: their bind and exec timings). The warm rows also split the
+//! round trip by the worker's events: `provisionMs`, from the escalation event to
+//! `command.started` (the start made durable in the session log), from there to
+//! `command.completed` (the command on Tier-1), and the rest (the worker API, the port-forward,
+//! classification, the answer).
+//!
 //!   cargo run --release -p kube-harness-e2e --bin tier1-bench
 
 use kube::Client;
@@ -22,21 +30,43 @@ use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(180);
 
-/// Runs `script` (ending the turn) and returns the response's events' escalation record.
-async fn escalate_once(worker: &WorkerClient, script: &str) -> (Duration, Value, Value) {
+/// Runs `script` (ending the turn) and returns the response's events' escalation record and the
+/// split of the round trip ([`Split`]).
+async fn escalate_once(worker: &WorkerClient, script: &str) -> (Duration, Value, Split) {
     let t = Instant::now();
     let r = worker.exec(&ExecRequest::new(script)).await.unwrap();
     let took = t.elapsed();
     assert_eq!((r.outcome.exit_code, r.outcome.tier), (0, 1), "{r:?}");
-    let escalated = r
-        .events
-        .iter()
-        .find(|e| e.kind == "harness.tier.escalated")
-        .map(|e| e.data.clone())
-        .unwrap_or_else(|| panic!("no escalation event in {:?}", r.events));
-    let ended = worker.end_turn().await.unwrap();
-    let usage = ended.turn.map(|t| t.usage).unwrap_or(Value::Null);
-    (took, escalated, usage)
+    let event = |kind: &str| {
+        r.events
+            .iter()
+            .find(|e| e.kind == kind)
+            .unwrap_or_else(|| panic!("no {kind} event in {:?}", r.events))
+    };
+    let escalated = event("harness.tier.escalated");
+    let started = event("harness.runtime.command.started");
+    let completed = event("harness.runtime.command.completed");
+    let ms = Duration::from_millis;
+    let provision = ms(escalated.data["provisionMs"].as_u64().unwrap_or(0));
+    let gate = ms(started.at_ms.saturating_sub(escalated.at_ms));
+    let command = ms(completed.at_ms.saturating_sub(started.at_ms));
+    let split = Split {
+        provision,
+        gate,
+        command,
+        rest: took.saturating_sub(provision + gate + command),
+    };
+    worker.end_turn().await.unwrap();
+    (took, escalated.data.clone(), split)
+}
+
+/// Where one escalating exec's round trip went, by the worker's own events.
+#[derive(Default)]
+struct Split {
+    provision: Duration,
+    gate: Duration,
+    command: Duration,
+    rest: Duration,
 }
 
 fn workspace_script(dir: &str, files: usize, bytes_each: usize) -> String {
@@ -46,12 +76,17 @@ fn workspace_script(dir: &str, files: usize, bytes_each: usize) -> String {
 #[tokio::main]
 async fn main() {
     let runs = env_usize("KH_BENCH_RUNS", 20);
+    let warm_only = std::env::var("KH_BENCH_ONLY").as_deref() == Ok("warm");
     let client = Client::try_default().await.unwrap();
     let mut warm = toolchain_tier("bench-warm", 2);
     // The bench's workspace is 1 MiB: let prepared pods take it.
     warm.spec = serde_json::from_value({
         let mut v = serde_json::to_value(&warm.spec).unwrap();
         v["warmPool"]["maxWorkspaceBytes"] = (4u64 << 20).into();
+        if let Ok(filter) = std::env::var("KH_BENCH_TIER1_LOG") {
+            v["template"]["env"] =
+                serde_json::json!([{"name": "KUBE_HARNESS_LOG", "value": filter}]);
+        }
         v
     })
     .unwrap();
@@ -76,20 +111,32 @@ async fn main() {
                 println!("== escalation latency, 100 files / 1 MiB workspace, {runs} runs each");
                 let mut results = Vec::new();
                 for (i, label) in ["cold (ordinary pod per escalation)", "warm pool (prepared pod)"].iter().enumerate() {
-                    let (mut total, mut provision) = (Vec::new(), Vec::new());
+                    if warm_only && i == 0 {
+                        continue;
+                    }
+                    let (mut total, mut splits) = (Vec::new(), Vec::new());
                     for _ in 0..runs {
                         if i == 1 {
                             pool_settles(&client, "bench-warm", 2, TOOLCHAIN).await;
                         }
-                        let (took, escalated, _) = escalate_once(&workers[i].worker, "git --version").await;
+                        let (took, escalated, split) = escalate_once(&workers[i].worker, "git --version").await;
                         let source = escalated["sandbox"]["source"].as_str().unwrap_or("?").to_string();
                         assert_eq!(source, if i == 0 { "ordinary" } else { "prepared" }, "{escalated}");
                         total.push(took);
-                        provision.push(Duration::from_millis(escalated["provisionMs"].as_u64().unwrap_or(0)));
+                        splits.push(split);
                     }
                     let (p50, p95) = summary(&format!("{label}: exec round trip"), total);
-                    summary(&format!("{label}: provisionMs"), provision);
+                    let part = |f: fn(&Split) -> Duration| splits.iter().map(f).collect::<Vec<_>>();
+                    summary(&format!("{label}: provisionMs"), part(|s| s.provision));
+                    if i == 1 {
+                        summary("  escalated -> command.started", part(|s| s.gate));
+                        summary("  command.started -> completed", part(|s| s.command));
+                        summary("  rest of the round trip", part(|s| s.rest));
+                    }
                     results.push((p50, p95));
+                }
+                if warm_only {
+                    return;
                 }
                 println!(
                     "ratio cold / warm: p50 {:.2}x, p95 {:.2}x",
