@@ -70,34 +70,42 @@ async fn read_tier0(server: &mut Handle) {
     .await;
 }
 
-/// The workspace PVC apply.
-fn apply_workspace() -> Want {
+/// The server-side apply of child `name` of `kind` (`plural` under the API `prefix`).
+fn apply_child(prefix: &str, api_version: &str, plural: &str, kind: &str, name: &str) -> Want {
     Want::new(
         "PATCH",
-        format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/demo-workspace"),
+        format!("{prefix}/namespaces/{NS}/{plural}/{name}"),
         200,
-        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "demo-workspace"}}),
+        json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name}}),
+    )
+}
+
+/// The workspace PVC apply.
+fn apply_workspace() -> Want {
+    apply_child(
+        "/api/v1",
+        "v1",
+        "persistentvolumeclaims",
+        "PersistentVolumeClaim",
+        "demo-workspace",
     )
 }
 
 /// The worker's NetworkPolicy apply.
 fn apply_worker_policy() -> Want {
-    Want::new(
-        "PATCH",
-        format!("/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/demo-worker"),
-        200,
-        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "demo-worker"}}),
+    let api = "networking.k8s.io/v1";
+    apply_child(
+        &format!("/apis/{api}"),
+        api,
+        "networkpolicies",
+        "NetworkPolicy",
+        "demo-worker",
     )
 }
 
 /// The session's Service apply.
 fn apply_worker_service() -> Want {
-    Want::new(
-        "PATCH",
-        format!("/api/v1/namespaces/{NS}/services/demo-worker"),
-        200,
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "demo-worker"}}),
-    )
+    apply_child("/api/v1", "v1", "services", "Service", "demo-worker")
 }
 
 /// A new session's token Secret, workspace PVC, NetworkPolicy and Service, made at once; returns

@@ -81,15 +81,7 @@ fn cached_context(client: kube::Client, port: u16) -> Arc<Context> {
     );
     let mut pod: Pod = desired;
     pod.metadata.resource_version = Some("5".into());
-    pod.status = Some(
-        serde_json::from_value(json!({
-            "phase": "Running", "podIP": "127.0.0.1",
-            "conditions": [{"type": "Ready", "status": "True"}],
-            "containerStatuses": [{"name": "worker", "image": "x", "imageID": "", "ready": true,
-                "restartCount": 0, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]
-        }))
-        .unwrap(),
-    );
+    pod.status = Some(super::support::running_ready_on_loopback());
     writers
         .pods
         .apply_watcher_event(&watcher::Event::Apply(pod));

@@ -81,15 +81,7 @@ fn warm_context(client: kube::Client, port: u16) -> (Arc<Context>, Pod) {
     .unwrap();
     let mut pod = objects::pool_pod(&tier, POOL_POD, NS, &ctx.config);
     pod.metadata.resource_version = Some("7".into());
-    pod.status = Some(
-        serde_json::from_value(json!({
-            "phase": "Running", "podIP": "127.0.0.1",
-            "conditions": [{"type": "Ready", "status": "True"}],
-            "containerStatuses": [{"name": "worker", "image": "x", "imageID": "", "ready": true,
-                "restartCount": 0, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]
-        }))
-        .unwrap(),
-    );
+    pod.status = Some(super::support::running_ready_on_loopback());
     writers
         .tiers
         .apply_watcher_event(&watcher::Event::Apply(tier));

@@ -234,3 +234,15 @@ pub async fn drain_events(handle: &mut Handle, ns: &str, n: usize) -> Vec<Value>
     }
     out
 }
+
+/// A worker pod's status as the kubelet reports one running and Ready at 127.0.0.1, where the
+/// tests serve their fake worker.
+pub fn running_ready_on_loopback() -> k8s_openapi::api::core::v1::PodStatus {
+    serde_json::from_value(json!({
+        "phase": "Running", "podIP": "127.0.0.1",
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [{"name": "worker", "image": "x", "imageID": "", "ready": true,
+            "restartCount": 0, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]
+    }))
+    .unwrap()
+}
