@@ -4,6 +4,10 @@
 use crate::kube_util::{is_failing_wait, pod_condition, ready_ip};
 use k8s_openapi::api::core::v1::Pod;
 
+/// The starting reason of an adopted warm pod that is Ready but whose worker has not (yet)
+/// answered with this session's adoption.
+pub const ADOPTION_UNCONFIRMED: &str = "AdoptionUnconfirmed";
+
 /// What the worker pod says about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WorkerState {

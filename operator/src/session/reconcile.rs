@@ -1,7 +1,7 @@
 //! Reconciling one HarnessSession: its token Secret, workspace PVC, NetworkPolicy and worker pod;
 //! idle hibernation and waking; TTL; status by server-side apply with an Event per change.
 
-use super::observe::{started_ip, worker_state, WorkerState};
+use super::observe::{started_ip, worker_state, WorkerState, ADOPTION_UNCONFIRMED};
 use super::owned::worker_pod_name;
 use super::status::{self, Escalation, Observed, Seen, Worker, WorkerTierProblem};
 use super::{access, resources, usage};
@@ -148,7 +148,9 @@ fn already_gone(error: &kube::runtime::finalizer::Error<Error>) -> bool {
     )
 }
 
-/// A 409 from the resourceVersion-conditioned status write.
+/// A write refused because the session changed since it was read: a 409 from the
+/// resourceVersion-conditioned status write, or a 422 from the finalizer patch, whose `test` of
+/// the finalizer list fails when the cached session predates a finalizer another reconcile added.
 fn is_conflict(error: &Error) -> bool {
     use kube::runtime::finalizer::Error as F;
     matches!(
@@ -156,6 +158,9 @@ fn is_conflict(error: &Error) -> bool {
         Error::Finalizer(f) if matches!(
             f.as_ref(),
             F::ApplyFailed(Error::Kube(kube::Error::Api(e))) if e.code == 409
+        ) || matches!(
+            f.as_ref(),
+            F::AddFinalizer(kube::Error::Api(e)) if e.code == 409 || e.code == 422
         )
     )
 }
@@ -601,7 +606,7 @@ async fn ensure(
                     // An adopted pod that does not answer is not known to serve this session.
                     None if adopted.is_some() => Worker::Running {
                         state: WorkerState::Starting {
-                            reason: "WorkerStarting".into(),
+                            reason: ADOPTION_UNCONFIRMED.into(),
                         },
                         report: None,
                     },

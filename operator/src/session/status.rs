@@ -2,7 +2,7 @@
 //! function of what the first step observed (and did) and of the status it read. No API server,
 //! no clock beyond the transition times `condition::set` stamps, so tests feed it observations.
 
-use super::observe::WorkerState;
+use super::observe::{WorkerState, ADOPTION_UNCONFIRMED};
 use super::usage::WorkerReport;
 use crate::tier1::state::Phase as Tier1Phase;
 use kube_harness_crds::condition::{self, reasons, types};
@@ -13,6 +13,10 @@ use std::time::Duration;
 pub const READY_REQUEUE: Duration = Duration::from_secs(15);
 /// Requeue while waiting for something that emits no watch event (a missing tier).
 pub const WAIT_REQUEUE: Duration = Duration::from_secs(10);
+/// Requeue while the worker pod starts. Its watch events bring the session back when it changes,
+/// so this is only a safety net: at 5,000 starting sessions a 10 s requeue made 250 no-op
+/// reconciles a second (docs/performance.md, "Scale").
+pub const STARTING_REQUEUE: Duration = Duration::from_secs(60);
 /// Requeue after a finished worker pod was deleted, to create its replacement.
 pub const REPLACE_REQUEUE: Duration = Duration::from_secs(1);
 
@@ -212,7 +216,13 @@ pub fn status(
                 format!("waiting for the worker pod ({reason})"),
             );
             nothing_wrong(&mut status);
-            WAIT_REQUEUE
+            if reason == ADOPTION_UNCONFIRMED {
+                // A Ready pod whose worker has not confirmed this adoption: no pod event will
+                // come, so ask again.
+                WAIT_REQUEUE
+            } else {
+                STARTING_REQUEUE
+            }
         }
         WorkerState::Failing { reason, message } => {
             unreachable(&mut status);

@@ -137,10 +137,19 @@ pub fn prebound_pv(name: &str, run: &str, class: &str, ns: &str, claim: &str) ->
 /// controller took minutes to bind some of 2,000 claims the operator made, even to PVs bound to
 /// them in advance ("Error finding provisioning plugin"): binding them before the timed part keeps
 /// the controller-manager's PV binder out of what the bench measures.
+///
+/// The claim carries `pv.kubernetes.io/bind-completed` from the start: the scheduler counts a
+/// claim as bound only with it (`isPVCFullyBound`), and without it the PV controller "binds" the
+/// claim again at its 20 requests/s, one PUT each. In a run where the binder was still behind,
+/// sessions sat `Unschedulable` waiting for it.
 pub fn bound_claim(session: &str, class: &str, pv: &str) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(format!("{session}-workspace")),
+            annotations: Some(BTreeMap::from([(
+                "pv.kubernetes.io/bind-completed".into(),
+                "yes".into(),
+            )])),
             ..ObjectMeta::default()
         },
         spec: Some(PersistentVolumeClaimSpec {

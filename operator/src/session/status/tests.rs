@@ -193,6 +193,30 @@ fn status_follows_the_observations() {
                 endpoint: None,
                 worker_pod: Some("s-worker"),
                 current_tier: None,
+                requeue: Some(STARTING_REQUEUE),
+            },
+        ),
+        (
+            "adopted worker that has not confirmed: asked again soon, no pod event will come",
+            HarnessSessionStatus::default(),
+            seen(
+                Escalation::NoTier,
+                running(
+                    WorkerState::Starting {
+                        reason: ADOPTION_UNCONFIRMED.into(),
+                    },
+                    None,
+                ),
+            ),
+            Want {
+                phase: Some(Phase::Provisioning),
+                ready: f(reasons::WORKER_STARTING),
+                degraded: f(reasons::AS_EXPECTED),
+                hibernated: f(reasons::AWAKE),
+                escalated: f(reasons::NO_ESCALATION_TIER),
+                endpoint: None,
+                worker_pod: Some("s-worker"),
+                current_tier: None,
                 requeue: Some(WAIT_REQUEUE),
             },
         ),
