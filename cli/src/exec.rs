@@ -5,6 +5,7 @@
 use crate::reach::{connect, Via};
 use anyhow::Context;
 use clap::Args;
+use kube_harness_client::ClientError;
 use kube_harness_worker::protocol::worker_api::{
     EndTurnRequest, EndTurnResponse, ExecRequest, ExecStreamLine,
 };
@@ -52,7 +53,15 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
-    let connected = connect(args.namespace, &args.session, args.wait, args.via).await?;
+    let connected = match connect(args.namespace, &args.session, args.wait, args.via).await {
+        Ok(connected) => connected,
+        // Refused by the namespace (a quota): the command cannot run, as a refusal does.
+        Err(e) if matches!(e.downcast_ref(), Some(ClientError::Refused { .. })) => {
+            eprintln!("kube-harness exec: {e}");
+            return Ok(ExitCode::from(126));
+        }
+        Err(e) => return Err(e),
+    };
     let mut request = ExecRequest::new(args.script.join(" "));
     request.run_id = args.run_id.clone();
     request.step_key = args.step_key;

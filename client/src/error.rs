@@ -13,6 +13,14 @@ pub enum ClientError {
         phase: String,
         reason: String,
     },
+    /// The namespace does not admit the session's worker (a ResourceQuota, a LimitRange, Pod
+    /// Security admission): waiting would not help until someone changes the namespace.
+    #[error("HarnessSession {name} cannot start its worker ({reason}): {message}")]
+    Refused {
+        name: String,
+        reason: String,
+        message: String,
+    },
     #[error("HarnessSession {0} has no token Secret yet")]
     NoToken(String),
     #[error("Kubernetes API: {0}")]

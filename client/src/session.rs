@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
-use kube_harness_crds::condition::{is_true, types};
+use kube_harness_crds::condition::{is_true, reasons, types};
 use kube_harness_crds::session::WAKE_ANNOTATION;
 use kube_harness_crds::{HarnessSession, Phase};
 use kube_harness_protocol::WorkerClient;
@@ -128,6 +128,18 @@ impl SessionHandle {
             let status = session.status.clone().unwrap_or_default();
             if is_true(&status.conditions, types::READY) && status.worker_pod.is_some() {
                 return Ok(session);
+            }
+            if let Some(refused) = status.conditions.iter().find(|c| {
+                c.type_ == types::READY
+                    && c.status == "False"
+                    && (c.reason == reasons::QUOTA_EXCEEDED
+                        || c.reason == reasons::ADMISSION_REFUSED)
+            }) {
+                return Err(ClientError::Refused {
+                    name: self.name.clone(),
+                    reason: refused.reason.clone(),
+                    message: refused.message.clone(),
+                });
             }
             if status.phase == Some(Phase::Hibernated) && !woke {
                 self.wake().await?;

@@ -33,6 +33,13 @@ pub mod reasons {
     pub const WORKER_STARTING: &str = "WorkerStarting";
     /// Ready False and Degraded True: the worker pod cannot start without help (image, crash loop).
     pub const WORKER_FAILING: &str = "WorkerFailing";
+    /// Ready False and Degraded True (phase Pending): the namespace's ResourceQuota refused the
+    /// worker pod or the workspace claim; the message is the quota's. Tried again every 10 s.
+    pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
+    /// Ready False and Degraded True (phase Pending): an admission check other than a quota (a
+    /// LimitRange, Pod Security admission, a webhook) refused the worker pod or the workspace
+    /// claim; the message is the API server's. Tried again every 10 s.
+    pub const ADMISSION_REFUSED: &str = "AdmissionRefused";
     /// Ready False and Degraded True: the session's workerTier names no SandboxTier.
     pub const WORKER_TIER_NOT_FOUND: &str = "WorkerTierNotFound";
     /// Ready False and Degraded True: the session's workerTier is not a level-0 tier.

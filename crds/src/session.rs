@@ -314,9 +314,17 @@ pub struct HarnessSessionStatus {
     /// The tier the session's commands run on now (0, or the escalation tier's level).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_tier: Option<u8>,
-    /// Usage counters reported by the worker.
+    /// Usage counters of the whole session: what its earlier worker pods counted
+    /// (`usageCarried`) plus what the current worker reports. They survive a worker pod's
+    /// replacement (hibernation, a deleted or crashed pod), except for commands run after the
+    /// operator's last poll of a worker that ended without being asked (at most one poll period,
+    /// 15 s, of work).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// The counters carried over from the session's earlier workers, and the worker process whose
+    /// own counters `usage` adds to them. Kept by the operator; not for users to set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_carried: Option<CarriedUsage>,
     /// When the worker last ran a command (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_activity_time: Option<String>,
@@ -346,6 +354,20 @@ impl Phase {
     }
 }
 
+/// What a session's earlier worker processes counted, and which worker counts now.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct CarriedUsage {
+    /// The current worker process's instance id (from its `GET /v1/status`).
+    pub worker: String,
+    /// When that worker process started (RFC 3339): a report from a worker that started
+    /// earlier is from one already replaced, and is not counted again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_started_at: Option<String>,
+    /// The sum of the earlier workers' last reported counters.
+    pub usage: Usage,
+}
+
 /// Counters of the session's work.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -361,4 +383,29 @@ pub struct Usage {
     /// Share of commands that ran on Tier-0, as a percentage with one decimal ("93.5%").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier0_share: Option<String>,
+}
+
+impl Usage {
+    /// The counters, with the Tier-0 share computed from them.
+    pub fn new(turns: u64, commands_tier0: u64, commands_tier1: u64, refusals: u64) -> Usage {
+        let total = commands_tier0 + commands_tier1;
+        Usage {
+            turns,
+            commands_tier0,
+            commands_tier1,
+            refusals,
+            tier0_share: (total > 0)
+                .then(|| format!("{:.1}%", commands_tier0 as f64 * 100.0 / total as f64)),
+        }
+    }
+
+    /// The sum of two sets of counters (saturating: counters never wrap).
+    pub fn plus(&self, other: &Usage) -> Usage {
+        Usage::new(
+            self.turns.saturating_add(other.turns),
+            self.commands_tier0.saturating_add(other.commands_tier0),
+            self.commands_tier1.saturating_add(other.commands_tier1),
+            self.refusals.saturating_add(other.refusals),
+        )
+    }
 }

@@ -289,6 +289,16 @@ impl Caches {
         );
     }
 
+    /// Notes that the last status write for session `key` also supersedes `rv`: a new session's
+    /// first write is conditioned on its finalizer patch, and the object from before that patch
+    /// (which a lagging watch still shows) is older than the write too.
+    pub fn also_superseded(&self, key: &str, rv: Option<String>) {
+        let mut all = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        if let (Some(w), Some(rv)) = (all.get_mut(key), rv) {
+            w.superseded.push(rv);
+        }
+    }
+
     /// Forgets session `key` (deleted): its status write and tokens. Its children's records go
     /// with their Delete events.
     pub fn forget_session(&self, key: &str) {

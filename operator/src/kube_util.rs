@@ -14,6 +14,22 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
+/// Why the API server's admission refused a write the session asked for, as a condition reason
+/// and the API server's message: a ResourceQuota (`QuotaExceeded`), or another admission check
+/// (`AdmissionRefused`: a LimitRange, Pod Security admission, a webhook). The operator's own
+/// RBAC refusals ("... cannot create resource ...") are not the session's to report: `None`.
+pub fn admission_refusal(error: &kube::Error) -> Option<(&'static str, String)> {
+    use kube_harness_crds::condition::reasons;
+    let kube::Error::Api(e) = error else {
+        return None;
+    };
+    if e.code == 403 && e.message.contains("exceeded quota") {
+        return Some((reasons::QUOTA_EXCEEDED, e.message.clone()));
+    }
+    let rbac = e.message.contains(" cannot ");
+    (e.code == 403 && !rbac).then(|| (reasons::ADMISSION_REFUSED, e.message.clone()))
+}
+
 /// Creates `obj`; `None` when an object of that name already exists (409), which a later
 /// reconcile reads instead.
 pub async fn create_if_absent<K>(api: &Api<K>, obj: &K) -> Result<Option<K>, kube::Error>

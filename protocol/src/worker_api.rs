@@ -188,6 +188,13 @@ pub struct Status {
     /// a worker started for its session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<String>,
+    /// This worker process's id: its counters start at zero, so the operator adds a new
+    /// instance's counters to what earlier ones counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// RFC 3339, UTC: when this worker process started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,7 +9,9 @@ use crate::cache::{self, Tokens};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::events;
-use crate::kube_util::{apply_owned, create_if_absent, delete_if_present, new_token, token_of};
+use crate::kube_util::{
+    admission_refusal, apply_owned, create_if_absent, delete_if_present, new_token, token_of,
+};
 use crate::labels::{self, FINALIZER, MANAGER};
 use crate::tier1::pod::serving_selector;
 use crate::tier1::state::phase as tier1_phase;
@@ -34,6 +36,7 @@ pub async fn reconcile(session: Arc<HarnessSession>, ctx: Arc<Context>) -> Resul
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let api: Api<HarnessSession> = Api::namespaced(ctx.client.clone(), &ns);
+    let session = with_known_finalizer(session, &ctx);
     let result = if needs_finalizer(&session) && !ttl_expired(&session) {
         // A new session: its first apply runs while the finalizer is added (its status write
         // waits for that), instead of one round trip after the other (docs/performance.md).
@@ -92,6 +95,28 @@ pub fn error_policy(session: Arc<HarnessSession>, error: &Error, ctx: Arc<Contex
     tracing::warn!(session = %session.name_any(), %error, "HarnessSession reconcile failed");
     ctx.metrics.failed("harnesssession", error.metric_label());
     Action::requeue(ctx.backoff(&key(&session)))
+}
+
+/// The session, with the cleanup finalizer when the copy at hand predates this operator's own
+/// status write, which followed its finalizer patch: the watch lags the patch, and patching again
+/// from the stale list fails its `test` (422). At 5,000 new sessions that was most of the
+/// reconcile errors (docs/performance.md, "Scale").
+fn with_known_finalizer(session: Arc<HarnessSession>, ctx: &Context) -> Arc<HarnessSession> {
+    let stale = needs_finalizer(&session)
+        && ctx
+            .caches
+            .newer_status(&key(&session), session.metadata.resource_version.as_deref())
+            .is_some();
+    if !stale {
+        return session;
+    }
+    let mut known = HarnessSession::clone(&session);
+    known
+        .metadata
+        .finalizers
+        .get_or_insert_with(Vec::new)
+        .push(FINALIZER.into());
+    Arc::new(known)
 }
 
 /// Whether the cleanup finalizer is still to be added (never to a session being deleted).
@@ -236,6 +261,10 @@ async fn apply(
         return Ok(Action::await_change());
     }
 
+    let before_finalizer = adding_finalizer
+        .is_some()
+        .then(|| session.resource_version())
+        .flatten();
     let (observed, read_version) = match adding_finalizer {
         None => (ensure(&session, ctx, &old).await?, read_version),
         Some(adding) => {
@@ -286,6 +315,8 @@ async fn apply(
             written,
             &status,
         );
+        ctx.caches
+            .also_superseded(&key(&session), before_finalizer.clone());
         tracing::debug!(session = %name, "status written");
         for c in events::changed(&old.conditions, &status.conditions) {
             let note = format!("{} is {}: {}", c.type_, c.status, c.message);
@@ -310,6 +341,16 @@ async fn apply(
     Ok(requeue
         .map(Action::requeue)
         .unwrap_or_else(Action::await_change))
+}
+
+/// A child write's outcome: `Some((reason, message))` when admission refused it (see
+/// [`admission_refusal`]), any other error as it was.
+fn refusal(written: Result<()>) -> Result<Option<(&'static str, String)>> {
+    match written {
+        Ok(()) => Ok(None),
+        Err(Error::Kube(e)) => admission_refusal(&e).map(Some).ok_or(Error::Kube(e)),
+        Err(e) => Err(e),
+    }
 }
 
 /// The finalizer patch of a new session, made while its first apply runs.
@@ -467,7 +508,9 @@ async fn ensure(
     );
     let (tokens, secret_seen) = tokens?;
     let mut warm_claim = warm_claim?;
-    pvc?;
+    // A quota or another admission check refusing the claim or the pod is the session's to
+    // report (a condition with the API server's message), not an error to back off from.
+    let mut refused = refusal(pvc)?;
     policy?;
     service?;
     let token = tokens.token.clone();
@@ -533,33 +576,49 @@ async fn ensure(
                         };
                         pod_name = labels::worker_pod(&name);
                         if may_adopt {
-                            apply_child::<PersistentVolumeClaim>(
+                            let applied = apply_child::<PersistentVolumeClaim>(
                                 ctx,
                                 &ns,
                                 &resources::workspace_pvc(session),
                             )
-                            .await?;
+                            .await;
+                            refused = refused.or(refusal(applied)?);
                         }
                         // The pod mounts the token Secret: make sure it is there (the tokens
                         // may be remembered from a Secret deleted since).
                         if !secret_seen {
                             ensure_secret(session, ctx).await?;
                         }
-                        let created = create_if_absent(&pods, &desired(&claim, uid)).await?;
-                        if created.is_some() {
-                            ctx.metrics.session_started(false, miss);
+                        if refused.is_some() {
+                            None
+                        } else {
+                            match create_if_absent(&pods, &desired(&claim, uid)).await {
+                                Ok(created) => {
+                                    if created.is_some() {
+                                        ctx.metrics.session_started(false, miss);
+                                    }
+                                    created
+                                }
+                                Err(e) => {
+                                    refused = Some(admission_refusal(&e).ok_or(e)?);
+                                    None
+                                }
+                            }
                         }
-                        created
                     }
                 }
             }
         };
-        let state = pod
-            .as_ref()
-            .map(worker_state)
-            .unwrap_or(WorkerState::Starting {
+        let state = match (&pod, refused) {
+            (Some(pod), _) => worker_state(pod),
+            (None, Some((reason, message))) => WorkerState::Failing {
+                reason: reason.into(),
+                message,
+            },
+            (None, None) => WorkerState::Starting {
                 reason: "WorkerStarting".into(),
-            });
+            },
+        };
         let port = ctx.config.worker_port;
         // The kubelet's readiness probe runs once a period and sometimes misses the start (a
         // whole second lost, docs/performance.md): once the container runs, the worker's own

@@ -6,6 +6,7 @@ use super::observe::{WorkerState, ADOPTION_UNCONFIRMED};
 use super::usage::WorkerReport;
 use crate::tier1::state::Phase as Tier1Phase;
 use kube_harness_crds::condition::{self, reasons, types};
+use kube_harness_crds::session::{CarriedUsage, Usage};
 use kube_harness_crds::{HarnessSessionStatus, Phase};
 use std::time::Duration;
 
@@ -224,6 +225,18 @@ pub fn status(
                 STARTING_REQUEUE
             }
         }
+        WorkerState::Failing { reason, message }
+            if reason == reasons::QUOTA_EXCEEDED || reason == reasons::ADMISSION_REFUSED =>
+        {
+            // Not the pod failing: the namespace does not admit it (yet). Tried again, since
+            // freed quota sends no event.
+            unreachable(&mut status);
+            status.phase = Some(Phase::Pending);
+            let what = format!("the worker pod or its workspace claim was refused: {message}");
+            set(&mut status, types::READY, false, reason, what.clone());
+            set(&mut status, types::DEGRADED, true, reason, what);
+            WAIT_REQUEUE
+        }
         WorkerState::Failing { reason, message } => {
             unreachable(&mut status);
             status.phase = Some(Phase::Failed);
@@ -269,11 +282,44 @@ fn unreachable(status: &mut HarnessSessionStatus) {
     status.address = None;
 }
 
-/// The worker's own figures: usage, the tier it runs at, its last activity.
+/// The worker's own figures: usage, the tier it runs at, its last activity. A worker process
+/// counts from zero, so the usage shown is what the session's earlier workers counted (carried
+/// when a report first comes from a new instance) plus this one's report. A report from a worker
+/// that started before the one counted now is from one already replaced: left out.
 fn apply_report(status: &mut HarnessSessionStatus, report: &WorkerReport) {
+    let Some(instance) = &report.instance else {
+        // A worker too old to say which process it is: its counters as they are.
+        status.usage = Some(report.usage.clone());
+        status.current_tier = Some(report.tier);
+        status.last_activity_time = Some(report.last_activity.clone());
+        return;
+    };
+    let carried = match status.usage_carried.take() {
+        Some(c) if &c.worker == instance => c.usage,
+        Some(c) if started_before(&report.started_at, &c.worker_started_at) => {
+            status.usage_carried = Some(c);
+            return;
+        }
+        // A new worker process: everything shown so far is carried.
+        Some(_) => status.usage.clone().unwrap_or_default(),
+        // The first report, or a status written before usage was carried (then the usage shown
+        // was this worker's own).
+        None => Usage::default(),
+    };
+    status.usage = Some(carried.plus(&report.usage));
+    status.usage_carried = Some(CarriedUsage {
+        worker: instance.clone(),
+        worker_started_at: report.started_at.clone(),
+        usage: carried,
+    });
     status.current_tier = Some(report.tier);
-    status.usage = Some(report.usage.clone());
     status.last_activity_time = Some(report.last_activity.clone());
+}
+
+/// Whether RFC 3339 time `a` is strictly before `b` (unknown or unreadable: not before).
+fn started_before(a: &Option<String>, b: &Option<String>) -> bool {
+    let parse = |t: &Option<String>| t.as_deref()?.parse::<k8s_openapi::jiff::Timestamp>().ok();
+    matches!((parse(a), parse(b)), (Some(a), Some(b)) if a < b)
 }
 
 /// Escalated says what an escalating command meets: refused (no usable tier, with why), a Tier-1

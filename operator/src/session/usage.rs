@@ -15,7 +15,11 @@ pub const POLL_TIMEOUT: Duration = Duration::from_secs(3);
 /// What the worker reported.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkerReport {
+    /// The worker process's own counters (from zero at its start).
     pub usage: Usage,
+    /// The worker process's instance id and start time; `None` from a worker older than them.
+    pub instance: Option<String>,
+    pub started_at: Option<String>,
     pub tier: u8,
     pub busy: bool,
     pub last_activity: String,
@@ -57,20 +61,15 @@ pub async fn poll_within(
         .ok()?
         .map_err(|e| tracing::debug!(error = %e, ip, "worker status poll failed"))
         .ok()?;
-    let total = status.commands.tier0 + status.commands.tier1;
     Some(WorkerReport {
-        usage: Usage {
-            turns: status.turns,
-            commands_tier0: status.commands.tier0,
-            commands_tier1: status.commands.tier1,
-            refusals: status.refusals,
-            tier0_share: (total > 0).then(|| {
-                format!(
-                    "{:.1}%",
-                    status.commands.tier0 as f64 * 100.0 / total as f64
-                )
-            }),
-        },
+        usage: Usage::new(
+            status.turns,
+            status.commands.tier0,
+            status.commands.tier1,
+            status.refusals,
+        ),
+        instance: status.instance,
+        started_at: status.started_at,
         tier: status.tier,
         busy: status.busy,
         last_activity: status.last_activity,

@@ -369,6 +369,50 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
 }
 
 #[tokio::test]
+async fn a_worker_pod_refused_by_the_namespaces_quota_is_a_condition_with_its_message() {
+    let (client, mut server) = super::support::client();
+    let obj = session_obj(json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"]}}));
+    let ctx = context(client);
+    let run = tokio::spawn(session::reconcile(Arc::new(obj), ctx));
+    let base = format!("/api/v1/namespaces/{NS}");
+    read_tier0(&mut server).await;
+    worker_pod_absent(&mut server).await;
+    make_children(&mut server, vec![Want::new("POST", format!("{base}/secrets"), 201, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-token", "namespace": NS}}))]).await;
+    let quota = "pods \"demo-worker\" is forbidden: exceeded quota: team-quota, requested: pods=1, used: pods=0, limited: pods=0";
+    expect(&mut server, "POST", &format!("{base}/pods"), 403, json!({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+        "message": quota
+    }))
+    .await;
+    let written = patch_session_status(&mut server).await;
+    let status = &written.body["status"];
+    assert_eq!(status["phase"], "Pending");
+    for type_ in ["Ready", "Degraded"] {
+        let c = condition(status, type_);
+        assert_eq!(c["reason"], reasons::QUOTA_EXCEEDED, "{c}");
+        assert!(c["message"].as_str().unwrap().contains(quota), "{c}");
+    }
+    // Ready False and Degraded True: both Warning Events, with the quota's reason.
+    for event in drain_events(&mut server, NS, 2).await {
+        assert_eq!(
+            (event["type"].as_str(), event["reason"].as_str()),
+            (Some("Warning"), Some(reasons::QUOTA_EXCEEDED)),
+            "{event}"
+        );
+    }
+    let action = tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .expect("the reconcile ends")
+        .unwrap()
+        .expect("a refusal is reported, not an error");
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(10)),
+        "freed quota sends no event: asked again"
+    );
+}
+
+#[tokio::test]
 async fn a_missing_worker_tier_is_reported_degraded_without_creating_anything() {
     let (client, mut server) = super::support::client();
     let obj = session_obj(

@@ -106,9 +106,28 @@ fn requeue_secs(action: &Action) -> f64 {
 /// The first reconcile of a session whose pod runs: the token Secret read, the three children
 /// applied, the status written (Ready, with the worker's figures), an Event for Ready (the initial conditions are none).
 async fn first_reconcile(server: &mut Handle, ctx: &Arc<Context>) -> Value {
-    let run = tokio::spawn(session::reconcile(Arc::new(session_obj()), ctx.clone()));
+    first_reconcile_of(server, ctx, session_obj()).await
+}
+
+/// [`first_reconcile`] of `session`; a session without the cleanup finalizer gets it patched in
+/// beside the children (the patch answers with [`session_obj`], which has it).
+async fn first_reconcile_of(
+    server: &mut Handle,
+    ctx: &Arc<Context>,
+    session: HarnessSession,
+) -> Value {
+    let adding = session.metadata.finalizers.is_none();
+    let run = tokio::spawn(session::reconcile(Arc::new(session), ctx.clone()));
     let base = format!("/api/v1/namespaces/{NS}");
     let mut wants = existing_token_secret(NS, "demo-token");
+    if adding {
+        wants.push(Want::new(
+            "PATCH",
+            format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+            200,
+            json!(session_obj()),
+        ));
+    }
     for (path, kind) in [
         (
             format!("{base}/persistentvolumeclaims/demo-workspace"),
@@ -176,6 +195,33 @@ async fn a_ready_session_reconciled_again_makes_no_request() {
         .unwrap()
         .expect("reconcile");
     assert!(requeue_secs(&action) > 10.0, "{action:?}");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), server.next_request())
+            .await
+            .is_err(),
+        "no request"
+    );
+}
+
+#[tokio::test]
+async fn a_new_sessions_copy_from_before_its_finalizer_patch_does_not_patch_it_again() {
+    let (client, mut server) = super::support::client();
+    let ctx = cached_context(client, worker().await);
+    let mut created = session_obj();
+    created.metadata.finalizers = None;
+    created.metadata.resource_version = Some("9".into());
+    let st = first_reconcile_of(&mut server, &ctx, created.clone()).await;
+    assert_eq!(st["phase"], "Ready");
+    // The watch still shows the session as it was created (version 9, no finalizer): the
+    // operator's own status write, made after its finalizer patch, says the finalizer is there.
+    // Patching again from the stale list would fail its test with 422; here a request would
+    // block the reconcile (nobody answers) and the timeout fail the test.
+    let again = tokio::spawn(session::reconcile(Arc::new(created), ctx.clone()));
+    tokio::time::timeout(Duration::from_secs(5), again)
+        .await
+        .expect("a second reconcile that asks the API server nothing")
+        .unwrap()
+        .expect("reconcile");
     assert!(
         tokio::time::timeout(Duration::from_millis(100), server.next_request())
             .await

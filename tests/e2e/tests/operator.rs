@@ -1,14 +1,14 @@
 //! The operator on a real cluster, everything installed by the chart (tests/cluster/install-chart.sh)
 //! and the operator running under the chart's RBAC. Run with `--ignored` against a cluster.
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, ResourceQuota, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::ApiResource;
 use kube::{Api, Client, Resource, ResourceExt};
 use kube_harness_client::tunnel::Tunnel;
 use kube_harness_client::SessionHandle;
-use kube_harness_crds::condition::types;
+use kube_harness_crds::condition::{reasons, types};
 use kube_harness_crds::{HarnessSession, SandboxTier};
 use kube_harness_e2e::harness::{self, cli_exec, kubectl, stderr, stdout};
 use kube_harness_e2e::namespace::with_namespace;
@@ -200,6 +200,7 @@ async fn a_killed_worker_fails_the_command_and_the_session_recovers() {
         demo(&client, &ns, "kill").await;
         let (code, _, err) = cli_exec(&ns, "kill", "echo kept > /session/keep", &[]);
         assert_eq!(code, 0, "{err}");
+        let before = tier0_commands_at_least(&client, &ns, "kill", 1).await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let old_uid = pods.get("kill-worker").await.unwrap().uid().unwrap();
         let handle = SessionHandle::new(client.clone(), &ns, "kill");
@@ -235,8 +236,29 @@ async fn a_killed_worker_fails_the_command_and_the_session_recovers() {
             .unwrap();
         let (code, out, err) = cli_exec(&ns, "kill", "cat /session/keep", &[]);
         assert_eq!((code, out.as_str()), (0, "kept\n"), "{err}");
+        // The new worker counts from zero; the session's usage does not.
+        tier0_commands_at_least(&client, &ns, "kill", before + 1).await;
     })
     .await;
+}
+
+/// Waits (bounded) until the session's status counts at least `n` Tier-0 commands; returns the
+/// count. The operator polls a Ready worker every 15 s.
+async fn tier0_commands_at_least(client: &Client, ns: &str, name: &str, n: u64) -> u64 {
+    let api: Api<HarnessSession> = Api::namespaced(client.clone(), ns);
+    wait::until(
+        &format!("status.usage.commandsTier0 >= {n}"),
+        Duration::from_secs(60),
+        || async {
+            let usage = api.get(name).await?.status.and_then(|s| s.usage);
+            Ok(match usage.as_ref().map(|u| u.commands_tier0) {
+                Some(c) if c >= n => Check::Done(c),
+                _ => Check::Pending(format!("{usage:?}")),
+            })
+        },
+    )
+    .await
+    .unwrap()
 }
 
 #[tokio::test]
@@ -424,6 +446,95 @@ async fn an_idle_session_hibernates_keeps_its_files_and_exec_wakes_it() {
         );
         let (code, out, err) = cli_exec(&ns, "sleepy", "cat /session/f", &[]);
         assert_eq!((code, out.as_str()), (0, "before\n"), "{err}");
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn a_namespace_at_its_quota_gets_the_quotas_message_and_exec_exits_126() {
+    with_namespace("quota", |client, ns| async move {
+        harness::restrict(&client, &ns).await.unwrap();
+        let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
+        let quota: ResourceQuota = serde_json::from_value(json!({
+            "metadata": {"name": "team-quota"},
+            "spec": {"hard": {"pods": "0", "count/harnesssessions.kubeharness.dev": "1"}}
+        }))
+        .unwrap();
+        quotas.create(&PostParams::default(), &quota).await.unwrap();
+        // Admission refuses everything the quota covers until the quota controller has
+        // computed its usage.
+        wait::until("the quota's usage", Duration::from_secs(60), || async {
+            let q = quotas.get("team-quota").await?;
+            Ok(match q.status.and_then(|s| s.used) {
+                Some(used) if used.contains_key("pods") => Check::Done(()),
+                other => Check::Pending(format!("{other:?}")),
+            })
+        })
+        .await
+        .unwrap();
+
+        // The object-count quota is the API server's own: a second session is refused.
+        harness::apply_example(&client, &ns, "demo.yaml", "q")
+            .await
+            .unwrap();
+        let second = harness::apply_example(&client, &ns, "demo.yaml", "q2").await;
+        let refused = format!(
+            "{:?}",
+            second.expect_err("a second session over the count quota")
+        );
+        assert!(refused.contains("exceeded quota"), "{refused}");
+
+        // The pod quota refuses the worker pod: a condition with the quota's message.
+        let api: Api<HarnessSession> = Api::namespaced(client.clone(), &ns);
+        let ready = wait::until(
+            "Ready=False QuotaExceeded",
+            Duration::from_secs(60),
+            || async {
+                let c = harness::condition(&client, &ns, "q", types::READY).await;
+                Ok(match c {
+                    Ok(c) if c.reason == reasons::QUOTA_EXCEEDED => Check::Done(c),
+                    other => Check::Pending(format!("{other:?}")),
+                })
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(ready.status, "False");
+        assert!(
+            ready.message.contains("exceeded quota") && ready.message.contains("team-quota"),
+            "{}",
+            ready.message
+        );
+        let degraded = harness::condition(&client, &ns, "q", types::DEGRADED)
+            .await
+            .unwrap();
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", reasons::QUOTA_EXCEEDED)
+        );
+        let phase = api.get("q").await.unwrap().status.and_then(|s| s.phase);
+        assert_eq!(phase, Some(kube_harness_crds::Phase::Pending));
+
+        // exec does not wait out its timeout: 126 with the quota's message, at once.
+        let started = std::time::Instant::now();
+        let (code, _, err) = cli_exec(&ns, "q", "true", &[]);
+        assert_eq!(code, 126, "{err}");
+        assert!(err.contains("exceeded quota"), "{err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            started.elapsed()
+        );
+
+        // Room in the quota: the session starts without anyone touching it.
+        quotas
+            .delete("team-quota", &DeleteParams::default())
+            .await
+            .unwrap();
+        harness::wait_ready(&client, &ns, "q", READY).await.unwrap();
+        let (code, out, err) = cli_exec(&ns, "q", "echo started", &[]);
+        assert_eq!((code, out.as_str()), (0, "started\n"), "{err}");
     })
     .await;
 }

@@ -151,6 +151,8 @@ pub struct Worker {
     metrics: WorkerMetrics,
     /// Distinguishes this process's idempotency keys from a restarted worker's.
     instance: String,
+    /// When this process started (ms since the epoch), reported with `instance`.
+    started_ms: u64,
 }
 
 impl Worker {
@@ -229,6 +231,7 @@ impl Worker {
             },
             metrics: WorkerMetrics::default(),
             instance: format!("w{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+            started_ms: now_ms(),
             config,
         })
     }
@@ -324,6 +327,8 @@ impl Worker {
             last_activity: rfc3339(c.last_activity_ms.load(Ordering::SeqCst)),
             ready: self.readiness().is_ok(),
             settings: self.config.adoption.clone(),
+            instance: Some(self.instance.clone()),
+            started_at: Some(rfc3339(self.started_ms)),
         }
     }
 

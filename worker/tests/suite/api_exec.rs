@@ -113,6 +113,26 @@ async fn files_land_in_the_workspace_and_end_turn_reports_them() {
         "lastActivity is recent: {}",
         status.last_activity
     );
+    // The process is named, so the operator can carry usage across a replaced worker.
+    let started: jiff::Timestamp = status
+        .started_at
+        .as_deref()
+        .unwrap()
+        .parse()
+        .expect("RFC 3339");
+    assert!(started <= last, "started {started}, last activity {last}");
+    assert!(
+        status
+            .instance
+            .as_deref()
+            .is_some_and(|i| i.starts_with('w')),
+        "{status:?}"
+    );
+    assert_eq!(
+        c.status().await.unwrap().instance,
+        status.instance,
+        "the same process"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

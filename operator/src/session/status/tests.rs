@@ -21,7 +21,49 @@ fn report(tier: u8, busy: bool) -> WorkerReport {
         last_activity: "2025-01-01T00:00:00Z".into(),
         ready: true,
         settings: None,
+        instance: None,
+        started_at: None,
     }
+}
+
+/// A report of `tier0` Tier-0 commands from worker process `instance`, started at `started`.
+fn from_worker(instance: &str, started: &str, tier0: u64) -> WorkerReport {
+    WorkerReport {
+        usage: Usage::new(1, tier0, 0, 0),
+        instance: Some(instance.into()),
+        started_at: Some(started.into()),
+        ..report(0, false)
+    }
+}
+
+#[test]
+fn usage_survives_a_new_worker_process_and_a_stale_report_is_not_counted_twice() {
+    let mut status = HarnessSessionStatus::default();
+    let tier0 = |s: &HarnessSessionStatus| s.usage.as_ref().unwrap().commands_tier0;
+    apply_report(&mut status, &from_worker("wa", "2026-12-02T10:00:00Z", 3));
+    apply_report(&mut status, &from_worker("wa", "2026-12-02T10:00:00Z", 5));
+    assert_eq!(tier0(&status), 5);
+    // The pod was replaced: the new process counts from zero, the session does not.
+    apply_report(&mut status, &from_worker("wb", "2026-12-02T10:05:00Z", 1));
+    assert_eq!(tier0(&status), 6);
+    assert_eq!(status.usage.as_ref().unwrap().turns, 2);
+    assert_eq!(
+        status.usage.as_ref().unwrap().tier0_share.as_deref(),
+        Some("100.0%")
+    );
+    // A cached report of the replaced process changes nothing.
+    apply_report(&mut status, &from_worker("wa", "2026-12-02T10:00:00Z", 5));
+    assert_eq!(tier0(&status), 6);
+    apply_report(&mut status, &from_worker("wb", "2026-12-02T10:05:00Z", 3));
+    assert_eq!(tier0(&status), 8);
+    let carried = status.usage_carried.as_ref().unwrap();
+    assert_eq!(
+        (carried.worker.as_str(), carried.usage.commands_tier0),
+        ("wb", 5)
+    );
+    // A worker that does not say which process it is: its counters as reported (9).
+    apply_report(&mut status, &report(0, false));
+    assert_eq!(tier0(&status), report(0, false).usage.commands_tier0);
 }
 
 const ADDRESS: &str = "http://s-worker.ns.svc:8080";
@@ -212,6 +254,33 @@ fn status_follows_the_observations() {
                 phase: Some(Phase::Provisioning),
                 ready: f(reasons::WORKER_STARTING),
                 degraded: f(reasons::AS_EXPECTED),
+                hibernated: f(reasons::AWAKE),
+                escalated: f(reasons::NO_ESCALATION_TIER),
+                endpoint: None,
+                worker_pod: Some("s-worker"),
+                current_tier: None,
+                requeue: Some(WAIT_REQUEUE),
+            },
+        ),
+        (
+            "worker pod refused by the namespace's quota: Pending, Degraded, asked again",
+            HarnessSessionStatus::default(),
+            seen(
+                Escalation::NoTier,
+                running(
+                    WorkerState::Failing {
+                        reason: reasons::QUOTA_EXCEEDED.into(),
+                        message:
+                            "exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1"
+                                .into(),
+                    },
+                    None,
+                ),
+            ),
+            Want {
+                phase: Some(Phase::Pending),
+                ready: f(reasons::QUOTA_EXCEEDED),
+                degraded: t(reasons::QUOTA_EXCEEDED),
                 hibernated: f(reasons::AWAKE),
                 escalated: f(reasons::NO_ESCALATION_TIER),
                 endpoint: None,
