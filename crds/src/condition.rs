@@ -64,8 +64,12 @@ pub mod reasons {
     pub const TIER1_PROVISIONING: &str = "Tier1Provisioning";
     /// Escalated False: a turn's Tier-1 pod could not start or died (kept after it is deleted).
     pub const TIER1_FAILED: &str = "Tier1Failed";
-    /// Escalated False: the turn's Tier-1 pod was deleted at the end of the turn.
+    /// Escalated False: the turn ended; its Tier-1 pod was deleted, or kept idle for the
+    /// session's next turn (the tier's idleTimeoutSeconds).
     pub const TURN_ENDED: &str = "TurnEnded";
+    /// Escalated False: a turn held its Tier-1 pod longer than the tier's maxTurnSeconds without
+    /// ending, so the pod was deleted.
+    pub const TURN_TIMED_OUT: &str = "TurnTimedOut";
     /// Escalated False: the session names no escalation tier; escalating commands get exit 126.
     pub const NO_ESCALATION_TIER: &str = "NoEscalationTier";
     /// Escalated False: the escalation tier does not exist; escalating commands get exit 126.

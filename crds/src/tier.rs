@@ -71,12 +71,24 @@ pub struct SandboxTierSpec {
     /// Outbound traffic the tier's pods may open.
     #[serde(default)]
     pub egress: EgressPolicy,
-    /// Seconds an idle sandbox of this tier may be kept for reuse by the same session before it
-    /// is deleted. Not acted on yet: this version deletes every Tier-1 pod at the end of its turn
-    /// (as with 0); the field is accepted so tiers written for reuse keep validating.
+    /// Escalation tiers: seconds a Tier-1 pod is kept after its turn ended, idle, for the same
+    /// session's next escalating turn (same session namespace, name and uid, and the same worker
+    /// pod). A later turn gets the kept pod with its whole workspace handed over again (the
+    /// files of /session, /artifacts and /persistent are replaced; HOME and /tmp keep what the
+    /// session's earlier turns left there). It is deleted once idle for this long (by the
+    /// operator's sweep, within 30 seconds after), and never serves another session. 0: the
+    /// pod is deleted at the end of its turn. Not used by level 0.
     #[serde(default = "default_idle_timeout")]
     #[schemars(range(min = 0, max = 86400))]
     pub idle_timeout_seconds: u32,
+    /// Escalation tiers: the longest a turn may hold a Tier-1 pod without ending (from the
+    /// open of its sandbox). Past it the operator's sweep deletes the pod (within 30 seconds),
+    /// the session's Escalated condition becomes False with reason TurnTimedOut and a Warning
+    /// Event Tier1TurnTimedOut names the pod; the turn's later commands get exit 126. Not used by
+    /// level 0.
+    #[serde(default = "default_max_turn")]
+    #[schemars(range(min = 1, max = 604800))]
+    pub max_turn_seconds: u32,
     /// Pre-started pods kept ready so an escalation claims one instead of waiting for a cold start.
     /// Always present (size 0 by default) so the /scale subresource can read and set its size.
     #[serde(default)]
@@ -85,6 +97,13 @@ pub struct SandboxTierSpec {
 
 fn default_idle_timeout() -> u32 {
     300
+}
+
+/// Default of `maxTurnSeconds`: six hours.
+pub const DEFAULT_MAX_TURN_SECONDS: u32 = 21600;
+
+fn default_max_turn() -> u32 {
+    DEFAULT_MAX_TURN_SECONDS
 }
 
 /// The pod template of a tier: any image works for levels 1 and up (the kube-harness agent binary

@@ -88,3 +88,17 @@ pub fn tier1_network_policy(tier: &str) -> String {
 /// Annotation on a Tier-1 pod: the level of its tier (what status.currentTier shows while it
 /// serves).
 pub const TIER_LEVEL: &str = "kubeharness.dev/tier-level";
+/// Label on a Tier-1 pod serving (or kept for) a session: the session's uid, so a session
+/// deleted and created again under the same name never gets the old one's pod.
+pub const SESSION_UID: &str = "kubeharness.dev/session-uid";
+/// Annotation on a serving Tier-1 pod: when its turn opened it (RFC 3339).
+pub const TURN_STARTED: &str = "kubeharness.dev/turn-started";
+/// Annotation on a serving Tier-1 pod: when its turn's bound (the tier's maxTurnSeconds) runs
+/// out (RFC 3339); the sweep deletes the pod after it.
+pub const TURN_DEADLINE: &str = "kubeharness.dev/turn-deadline";
+/// Annotation on a Tier-1 pod kept idle between a session's turns (no [`TURN`] label): until when
+/// it may serve the session's next turn (RFC 3339, from the tier's idleTimeoutSeconds).
+pub const IDLE_UNTIL: &str = "kubeharness.dev/idle-until";
+/// Annotation on a Tier-1 pod that served an earlier turn of its session: its agent holds that
+/// turn's workspace, which the next bind replaces.
+pub const REUSED: &str = "kubeharness.dev/reused";

@@ -34,7 +34,7 @@ pub struct PhaseLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OpenLabels {
-    /// prepared or ordinary.
+    /// prepared, ordinary, or reused (a pod the session kept from an earlier turn).
     pub source: &'static str,
     /// stock_empty, workspace_too_large, slot_unavailable, unreported, or none.
     pub miss_reason: &'static str,
@@ -57,8 +57,18 @@ pub struct SourceLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PodsLabels {
     pub tier: String,
-    /// `idle` (an unclaimed warm-pool pod, ready or starting) or `serving` (a turn's pod).
+    /// `idle` (an unclaimed warm-pool pod, ready or starting), `serving` (a turn's pod) or
+    /// `kept` (a session's pod kept between its turns).
     pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SweptLabels {
+    /// `pod`, `secret` or `record` (a turn's Lease).
+    pub kind: &'static str,
+    /// Why: session_gone, ended, failed_to_start, never_ready, worker_replaced, idle_timeout,
+    /// turn_timeout, lost_race, unrecorded, no_pod.
+    pub reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -94,6 +104,7 @@ pub struct Metrics {
     session_starts: Family<StartLabels, Counter>,
     warm_ready: Family<TierLabel, Gauge>,
     tier1_pods: Family<PodsLabels, Gauge>,
+    tier1_swept: Family<SweptLabels, Counter>,
     /// Every (tier, state) of `tier1_pods` set so far: a snapshot sets those it lacks to 0.
     tier1_known: Mutex<HashSet<PodsLabels>>,
     escalations: Mutex<EscalationClock>,
@@ -203,11 +214,18 @@ impl Default for Metrics {
         let tier1_pods = Family::<PodsLabels, Gauge>::default();
         registry.register(
             "tier1_pods",
-            "Tier-1 pods alive (not being deleted), by tier and state (idle: an unclaimed warm-pool pod; serving: a turn's pod)",
+            "Tier-1 pods alive (not being deleted), by tier and state (idle: an unclaimed warm-pool pod; serving: a turn's pod; kept: a session's pod kept between its turns)",
             tier1_pods.clone(),
+        );
+        let tier1_swept = Family::<SweptLabels, Counter>::default();
+        registry.register(
+            "tier1_swept",
+            "Tier-1 pods, token Secrets and turn records deleted by the leader's sweep, by kind and reason",
+            tier1_swept.clone(),
         );
         Metrics {
             tier1_pods,
+            tier1_swept,
             tier1_known: Mutex::new(HashSet::new()),
             escalations: Mutex::new(EscalationClock::default()),
             escalation_seconds,
@@ -366,6 +384,13 @@ impl Metrics {
                 source,
                 miss_reason: miss_reason.unwrap_or("none"),
             })
+            .inc();
+    }
+
+    /// The sweep deleted one thing.
+    pub fn tier1_swept(&self, kind: &'static str, reason: &'static str) {
+        self.tier1_swept
+            .get_or_create(&SweptLabels { kind, reason })
             .inc();
     }
 

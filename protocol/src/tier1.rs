@@ -130,6 +130,11 @@ pub struct Sandbox {
     pub reason: Option<String>,
     #[serde(default)]
     pub message: Option<String>,
+    /// The pod served an earlier turn of the same session and was kept for this one (the
+    /// tier's idleTimeoutSeconds): its agent holds that turn's workspace, so the worker binds
+    /// this turn's with `PUT /v1/workspace?replace=true`. Absent (false) for a fresh pod.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reused: bool,
 }
 
 impl Sandbox {

@@ -122,18 +122,27 @@ impl Agent {
     }
 
     /// `PUT /v1/workspace`: spools the archive (up to the limit), unpacks it with the archive
-    /// checks and places it. One use; a refused archive leaves the agent unbound.
-    pub async fn bind(&self, headers: &HeaderMap, body: Body) -> Result<BindReport, ApiError> {
+    /// checks and places it. One use, unless `replace` (`?replace=true`: a pod kept for its
+    /// session's next turn), which first empties the tracked mounts of the last turn's workspace
+    /// and binds anew; refused (409 `busy`) while a command runs. A refused archive leaves the
+    /// agent unbound.
+    pub async fn bind(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+        replace: bool,
+    ) -> Result<BindReport, ApiError> {
         let mut state = self
             .bind
             .try_lock()
             .map_err(|_| conflict("bind_in_progress", "another workspace bind is in progress"))?;
         match &*state {
             BindState::Unbound => {}
+            BindState::Bound(_) if replace => {}
             BindState::Bound(_) => {
                 return Err(conflict(
                     "already_bound",
-                    "a workspace is already bound to this agent (a bind is one use)",
+                    "a workspace is already bound to this agent (a bind is one use; a kept pod's next turn replaces it with ?replace=true)",
                 ))
             }
             BindState::Broken(reason) => {
@@ -145,8 +154,39 @@ impl Agent {
                 ))
             }
         }
+        // Held to the end of the bind: no command runs while the workspace is replaced (a
+        // command waits for the bind lock before it queues).
+        let _quiet = match replace {
+            true => Some(self.queue.try_lock().map_err(|_| {
+                conflict(
+                    "busy",
+                    "a command is running; the workspace cannot be replaced now",
+                )
+            })?),
+            false => None,
+        };
         let started = std::time::Instant::now();
         let spool = self.spool(headers, body).await?;
+        if replace {
+            let spec = self.spec.clone();
+            let cleared = tokio::task::spawn_blocking(move || bind::clear(&spec)).await;
+            let failed = match cleared {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(e) => Some(format!("the clearing task failed ({e})")),
+            };
+            if let Some(why) = failed {
+                // Half of the last workspace may be left: never served.
+                let reason = format!("replacing the workspace: {why}");
+                *state = BindState::Broken(reason.clone());
+                return Err(ApiError::internal("bind_failed", reason));
+            }
+            *state = BindState::Unbound;
+            tracing::debug!(
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "bind: the last workspace cleared"
+            );
+        }
         tracing::debug!(
             ms = started.elapsed().as_secs_f64() * 1e3,
             "bind: archive spooled"

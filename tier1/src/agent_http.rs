@@ -62,13 +62,31 @@ async fn readyz(State(agent): State<Arc<Agent>>) -> Response {
     Json(json!({"status": "ready", "bound": agent.is_bound()})).into_response()
 }
 
+/// `PUT /v1/workspace[?replace=true]`: `replace` binds a kept pod's next turn over its last one.
 async fn bind(
     State(agent): State<Arc<Agent>>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
     headers: HeaderMap,
     archive: Body,
 ) -> Result<Response, ApiError> {
+    let mut replace = false;
+    for pair in query.as_deref().unwrap_or_default().split('&') {
+        match pair {
+            "" => {}
+            "replace=true" => replace = true,
+            "replace=false" => replace = false,
+            other => {
+                return Err(ApiError::bad_request(
+                    "bad_request",
+                    format!(
+                        "unknown query {other:?}: the bind takes replace=true or replace=false"
+                    ),
+                ))
+            }
+        }
+    }
     agent
-        .bind(&headers, archive)
+        .bind(&headers, archive, replace)
         .await
         .map(|r| Json(r).into_response())
 }

@@ -62,6 +62,28 @@ impl Drop for Staging {
     }
 }
 
+/// Empties the tracked mounts of `spec` (their contents, never the mount points), without
+/// following a symlink: what a kept pod's last turn left there goes before the next turn's
+/// workspace is bound (`PUT /v1/workspace?replace=true`). A failure half-way leaves some of it.
+pub fn clear(spec: &WorkspaceSpec) -> io::Result<()> {
+    for m in spec.tracked() {
+        let dir = match safe_fs::open_root(&m.backing_path) {
+            Ok(dir) => dir,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for name in safe_fs::list_dir(&dir)? {
+            safe_fs::remove_tree_at(&dir, &name).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("{}: {e}", m.backing_path.join(&name).display()),
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// Unpacks `archive` and places it under the tracked mounts of `spec`.
 pub fn bind(archive: &Path, spec: &WorkspaceSpec) -> Result<Bound, BindError> {
     let started = std::time::Instant::now();

@@ -150,13 +150,19 @@ impl PodTier1 {
             .unwrap_or_default()
             .trim_end_matches('/');
         let token = sb.token.as_deref().unwrap_or_default();
+        // A pod kept from the session's earlier turn holds that turn's workspace: this one
+        // replaces it (and is checked as any bind is).
+        let url = match sb.reused {
+            true => format!("{endpoint}/v1/workspace?replace=true"),
+            false => format!("{endpoint}/v1/workspace"),
+        };
         loop {
             // Streamed from the spool, from its start again on each attempt.
             let body = body::from_file(archive)
                 .map_err(|e| Tier1Error::local("reading the spooled workspace archive", e))?;
             let sent = self
                 .http
-                .put(format!("{endpoint}/v1/workspace"))
+                .put(&url)
                 .bearer_auth(token)
                 .header(reqwest::header::CONTENT_TYPE, "application/x-tar")
                 .header(reqwest::header::CONTENT_LENGTH, length)
@@ -275,7 +281,14 @@ impl PodTier1 {
                 .trim_end_matches('/')
                 .to_string(),
             token: sb.token.clone().unwrap_or_default(),
-            opened: json!({"source": sb.source, "missReason": sb.miss_reason, "pod": sb.pod}),
+            opened: {
+                let mut opened =
+                    json!({"source": sb.source, "missReason": sb.miss_reason, "pod": sb.pod});
+                if sb.reused {
+                    opened["reused"] = json!(true);
+                }
+                opened
+            },
             pod,
             turn,
             worker_spec: spec.clone(),

@@ -43,7 +43,8 @@ OPERATOR_CLUSTER_RULES = {
 }
 
 OPERATOR_NAMESPACE_RULES = {
-    ("coordination.k8s.io", "leases", v) for v in ["get", "create", "update", "patch"]
+    ("coordination.k8s.io", "leases", v)
+    for v in ["get", "list", "create", "update", "patch", "delete"]
 } | {("", "secrets", "get")}
 
 USER_RULES = {

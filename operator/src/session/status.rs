@@ -359,7 +359,10 @@ fn escalation(
                 (false, reasons::TIER1_PROVISIONING, format!("Tier-1 pod {pod} of SandboxTier {t} is starting"))
             } else if now == reasons::TIER1_READY || now == reasons::TIER1_PROVISIONING {
                 (false, reasons::TURN_ENDED, format!("the turn's Tier-1 pod of SandboxTier {t} is gone"))
-            } else if now == reasons::TURN_ENDED || now == reasons::TIER1_FAILED {
+            } else if now == reasons::TURN_ENDED
+                || now == reasons::TIER1_FAILED
+                || now == reasons::TURN_TIMED_OUT
+            {
                 // How the last turn went stays until the next one escalates.
                 return None;
             } else {

@@ -3,8 +3,9 @@
 //! ServiceAccount token to create API objects with. Served by every replica: all state is in the
 //! API server, so any replica answers any request.
 
-use super::open::{self, Claim, OpenError};
+use super::open::{self, Claim, OpenError, Take};
 use super::pod::{self, Serving};
+use super::record::{self, Recorded};
 use super::report::{self, Update};
 use super::state;
 use crate::context::Context;
@@ -206,10 +207,11 @@ struct Known {
 }
 
 /// Opens (or finds) the turn's sandbox. Nothing is read before the bearer is checked; then the
-/// API requests that do not depend on each other go together, in five rounds on a warm claim
-/// (docs/tier1.md): the token Secret; the session and the turn's pods; the tier, the worker pod
-/// and the pool's pods; the claim patch, the pod's token and the session again (for its status);
-/// the status write. The Events are published after the answer.
+/// API requests that do not depend on each other go together, in six rounds on a warm claim
+/// (docs/tier1.md): the token Secret; the session, its Tier-1 pods and the turn's record; the
+/// tier, the worker pod and the pool's pods; the claim patch, the pod's token and the session
+/// again (for its status); the turn's record; the status write. The Events are published after
+/// the answer.
 async fn open(
     State(ctx): State<Arc<Context>>,
     Path((ns, session)): Path<(String, String)>,
@@ -222,18 +224,21 @@ async fn open(
     step("authorized");
     let Json(req) = body.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
     check_turn(&req.turn)?;
-    let (session_read, existing) = tokio::join!(
+    let (session_read, session_pods, recorded) = tokio::join!(
         read_session(&ctx, &ns, &session),
-        open::find(&ctx, &ns, &session, &req.turn)
+        open::session_pods(&ctx, &ns, &session),
+        record::get(&ctx, &ns, &session, &req.turn)
     );
     let session_obj = live_session(session_read?, &ns, &session)?;
     let tier_name = escalation_tier(&session_obj, &ns, &session)?;
-    step("session and the turn's pods read");
+    step("session, its pods and the turn's record read");
+    let (session_pods, recorded) = (session_pods?, recorded?);
+    let turn_pods = open::of_turn(&session_pods, &req.turn);
     // A new turn also needs the worker pod and, from a pooled tier, the pool's pods: asked for
     // with the tier. The pool's pods when the tier cache (the leader's) says the tier keeps a
     // pool, with the cached tier's template hash: a hint only. The tier as read decides, and the
     // pods are asked for again when the hint was missing or its template differs.
-    let new_turn = existing.as_ref().is_ok_and(Vec::is_empty);
+    let new_turn = turn_pods.is_empty() && recorded.is_none();
     let hint = ctx
         .caches
         .tier(&tier_name)
@@ -261,24 +266,81 @@ async fn open(
     );
     let tier = escalation_level(tier?, &tier_name)?;
     step("tier read");
-    if let Some(existing) = existing?.first() {
+    let ordinary_name = pod::ordinary_name(&ns, &session, &req.turn);
+    if let Some(existing) = recorded
+        .as_deref()
+        .and_then(|holder| open::chosen(&turn_pods, Some(holder)))
+    {
         return answer(&ctx, &ns, &session, existing, &req.turn, Known::default()).await;
+    }
+    let mut serving = Serving {
+        session_namespace: ns.clone(),
+        session: session.clone(),
+        session_uid: session_obj.metadata.uid.clone(),
+        turn: req.turn.clone(),
+        worker_uid: None,
+        miss_reason: None,
+        started: Some(pod::seconds_from_now(0)),
+        deadline: Some(pod::seconds_from_now(u64::from(tier.spec.max_turn_seconds))),
+    };
+    match (&recorded, turn_pods.first()) {
+        // Recorded, and not among the turn's pods as listed: the recorded ordinary pod is created
+        // below (idempotent: its open may have stopped before it did, or be creating it now);
+        // any other pod is read (it may have been claimed after the list was taken).
+        (Some(holder), _) if *holder != ordinary_name => {
+            return recorded_pod(&ctx, &ns, &session, &req.turn, holder).await;
+        }
+        (Some(_), _) => {}
+        // A pod carries the turn but nothing recorded it (its open stopped between the claim and
+        // the record): it is recorded now, unless a racing open recorded another.
+        (None, Some(unrecorded)) => {
+            return match record::record(&ctx, &serving, &tier, &unrecorded.name_any()).await? {
+                Recorded::Ours => {
+                    answer(&ctx, &ns, &session, unrecorded, &req.turn, Known::default()).await
+                }
+                Recorded::Theirs(holder) => {
+                    recorded_pod(&ctx, &ns, &session, &req.turn, &holder).await
+                }
+            };
+        }
+        (None, None) => {}
     }
     let worker = match worker {
         Some(read) => read?,
         None => workers.get_opt(&worker_name).await?,
     };
-    let worker_uid = worker.as_ref().and_then(super::sweep::worker_identity);
-    let mut serving = Serving {
-        session_namespace: ns.clone(),
-        session: session.clone(),
-        turn: req.turn.clone(),
-        worker_uid,
-        miss_reason: None,
-    };
+    serving.worker_uid = worker.as_ref().and_then(super::sweep::worker_identity);
     let mut miss = None;
     let mut known = Known::default();
-    let pod = if tier.spec.warm_pool.size > 0 {
+    let mut chosen: Option<Pod> = None;
+    let mut reused = false;
+    // The session's own pod, kept from an earlier turn.
+    if recorded.is_none() && tier.spec.idle_timeout_seconds > 0 {
+        let kept = open::kept(
+            &session_pods,
+            &session_obj,
+            &tier,
+            &pod::template_hash(&tier, &ctx.config),
+            serving.worker_uid.as_deref(),
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        if !kept.is_empty() {
+            match open::claim(&ctx, &serving, kept, Take::Kept).await {
+                Ok(Claim::Claimed { pod, token }) => {
+                    known.token = token;
+                    reused = true;
+                    chosen = Some(*pod);
+                }
+                Ok(Claim::Miss(_)) => {}
+                Err(e @ OpenError::Uncertain { .. }) => {
+                    tracing::warn!(error = %e, "refusing an escalation on an uncertain claim");
+                    return Err(e.into());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if chosen.is_none() && recorded.is_none() && tier.spec.warm_pool.size > 0 {
         let candidates = match open::claimable(&ctx, &tier, req.workspace_bytes) {
             Ok(()) => open::candidates(match pool {
                 Some((hash, listed)) if hash == pod::template_hash(&tier, &ctx.config) => listed?,
@@ -289,7 +351,7 @@ async fn open(
         let claimed = match candidates {
             Ok(candidates) => {
                 let (claimed, again) = tokio::join!(
-                    open::claim(&ctx, &serving, candidates),
+                    open::claim(&ctx, &serving, candidates, Take::Pool),
                     read_session(&ctx, &ns, &session)
                 );
                 known.session = Some(again);
@@ -300,13 +362,12 @@ async fn open(
         match claimed {
             Ok(Claim::Claimed { pod, token }) => {
                 known.token = token;
-                *pod
+                chosen = Some(*pod);
             }
             Ok(Claim::Miss(reason)) => {
                 miss = Some(reason.as_str());
                 serving.miss_reason = Some(reason);
                 known.session = None;
-                open::ordinary(&ctx, &tier, serving).await?
             }
             Err(e @ OpenError::Uncertain { .. }) => {
                 tracing::warn!(error = %e, "refusing an escalation on an uncertain claim");
@@ -314,17 +375,44 @@ async fn open(
             }
             Err(e) => return Err(e.into()),
         }
-    } else {
-        open::ordinary(&ctx, &tier, serving).await?
+    }
+    let pod = match chosen {
+        // A claimed pod is the turn's once recorded; an open that lost the record to another
+        // pod gives its own up (deleted: nothing was bound to it, and it is never handed back).
+        Some(claimed) => match record::record(&ctx, &serving, &tier, &claimed.name_any()).await? {
+            Recorded::Ours => claimed,
+            Recorded::Theirs(holder) => {
+                open::delete(&ctx, &claimed.name_any()).await?;
+                return recorded_pod(&ctx, &ns, &session, &req.turn, &holder).await;
+            }
+        },
+        // The ordinary pod is recorded before it (and its Secret) is created.
+        None => {
+            let mine = match &recorded {
+                Some(_) => Recorded::Ours,
+                None => record::record(&ctx, &serving, &tier, &ordinary_name).await?,
+            };
+            match mine {
+                Recorded::Ours => open::ordinary(&ctx, &tier, serving).await?,
+                Recorded::Theirs(holder) => {
+                    return recorded_pod(&ctx, &ns, &session, &req.turn, &holder).await;
+                }
+            }
+        }
     };
-    step("pod claimed or created");
+    step("pod claimed or created, and recorded");
     let view = state::sandbox(&pod, &req.turn, None);
-    ctx.metrics.tier1_opened(view.source_label(), miss);
+    let source = if reused {
+        "reused"
+    } else {
+        view.source_label()
+    };
+    ctx.metrics.tier1_opened(source, miss);
     if let Some(uid) = pod.metadata.uid.as_deref() {
         ctx.metrics.escalation_opened(uid);
     }
     let note = format!(
-        "turn {}: Tier-1 pod {} of SandboxTier {} (source {}{})",
+        "turn {}: Tier-1 pod {} of SandboxTier {} (source {}{}{})",
         req.turn,
         view.pod_name(),
         tier.name_any(),
@@ -332,7 +420,12 @@ async fn open(
         view.miss_reason
             .as_deref()
             .map(|m| format!(", missReason {m}"))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        if reused {
+            ", kept from an earlier turn of the session"
+        } else {
+            ""
+        }
     );
     known.opened = Some(report::Announcement {
         session: session_obj,
@@ -345,6 +438,45 @@ async fn open(
     answered
 }
 
+/// The Sandbox of a turn whose record names `holder`, a pod this request has not read: read now.
+/// Not there yet (the turn's ordinary pod, recorded by an open still creating it) is Pending; any
+/// other pod that is gone, or no longer serves the turn, is Failed.
+async fn recorded_pod(
+    ctx: &Arc<Context>,
+    ns: &str,
+    session: &str,
+    turn: &str,
+    holder: &str,
+) -> Result<Json<Sandbox>> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    match pods.get_opt(holder).await? {
+        Some(p) if p.labels().get(labels::TURN) == Some(&pod::turn_label(turn)) => {
+            answer(ctx, ns, session, &p, turn, Known::default()).await
+        }
+        None if holder == pod::ordinary_name(ns, session, turn) => Ok(Json(Sandbox {
+            turn: turn.into(),
+            pod: Some(holder.into()),
+            phase: Phase::Pending,
+            ..Sandbox::default()
+        })),
+        _ => Ok(Json(gone(turn, holder))),
+    }
+}
+
+/// A turn whose recorded pod is gone.
+fn gone(turn: &str, holder: &str) -> Sandbox {
+    Sandbox {
+        turn: turn.into(),
+        pod: Some(holder.into()),
+        phase: Phase::Failed,
+        reason: Some("PodDeleted".into()),
+        message: Some(format!(
+            "the turn's Tier-1 pod {holder} is gone (deleted, or its turn ended)"
+        )),
+        ..Sandbox::default()
+    }
+}
+
 async fn show(
     State(ctx): State<Arc<Context>>,
     Path((ns, session, turn)): Path<(String, String, String)>,
@@ -352,8 +484,15 @@ async fn show(
 ) -> Result<Json<Sandbox>> {
     authorize(&ctx, &ns, &session, &headers).await?;
     check_turn(&turn)?;
-    match open::find(&ctx, &ns, &session, &turn).await?.first() {
+    let (pods, recorded) = tokio::join!(
+        open::session_pods(&ctx, &ns, &session),
+        record::get(&ctx, &ns, &session, &turn)
+    );
+    let (pods, recorded) = (open::of_turn(&pods?, &turn), recorded?);
+    match open::chosen(&pods, recorded.as_deref()) {
         Some(pod) => answer(&ctx, &ns, &session, pod, &turn, Known::default()).await,
+        // 404 also while the recorded pod is not there yet: the worker opens again, which creates
+        // a recorded ordinary pod whose open stopped half-way.
         None => Err(ApiError(
             StatusCode::NOT_FOUND,
             format!("no sandbox for turn {turn:?} of {ns}/{session}"),
@@ -361,6 +500,9 @@ async fn show(
     }
 }
 
+/// Ends the turn: its pod is kept idle for the session's next turn when its tier says so
+/// (idleTimeoutSeconds > 0) and it is Ready, else deleted with its Secret; any other pod carrying
+/// the turn is deleted; then the turn's record.
 async fn end(
     State(ctx): State<Arc<Context>>,
     Path((ns, session, turn)): Path<(String, String, String)>,
@@ -368,24 +510,67 @@ async fn end(
 ) -> Result<StatusCode> {
     authorize(&ctx, &ns, &session, &headers).await?;
     check_turn(&turn)?;
-    let pods = open::find(&ctx, &ns, &session, &turn).await?;
+    let (pods, recorded) = tokio::join!(
+        open::session_pods(&ctx, &ns, &session),
+        record::get(&ctx, &ns, &session, &turn)
+    );
+    let (pods, recorded) = (open::of_turn(&pods?, &turn), recorded?);
+    let keep = open::chosen(&pods, recorded.as_deref()).map(|p| p.name_any());
+    let mut kept: Option<(String, u32)> = None;
+    let mut ended: Option<String> = None;
     for pod in &pods {
+        ended.get_or_insert_with(|| pod.name_any());
+        if keep.as_deref() == Some(pod.name_any().as_str()) {
+            if let Some(idle) = keep_for(&ctx, pod).await? {
+                if open::release(&ctx, pod, idle).await? {
+                    kept = Some((pod.name_any(), idle));
+                    ended = Some(pod.name_any());
+                    continue;
+                }
+            }
+        }
         open::delete(&ctx, &pod.name_any()).await?;
     }
-    if let Some(pod) = pods.first() {
+    record::delete(&ctx, &ns, &session, &turn).await?;
+    if let Some(pod) = ended {
+        let message = match &kept {
+            Some((pod, idle)) => format!(
+                "turn {turn} ended; Tier-1 pod {pod} is kept for the session's next turn for {idle}s"
+            ),
+            None => format!("turn {turn} ended; Tier-1 pod {pod} was deleted"),
+        };
         let update = Update {
             escalated: false,
             reason: reasons::TURN_ENDED,
-            message: format!(
-                "turn {turn} ended; Tier-1 pod {} was deleted",
-                pod.name_any()
-            ),
+            message,
             current_tier: 0,
             failure: None,
         };
         report::set(&ctx, &ns, &session, &update, Some(&[reasons::TIER1_READY])).await;
     }
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// How long `pod` is kept after its turn: its tier's idleTimeoutSeconds when that is over 0 and
+/// the pod is Ready (a failed or starting pod is deleted); `None`: delete it.
+async fn keep_for(ctx: &Context, pod: &Pod) -> Result<Option<u32>> {
+    if !matches!(state::phase(pod), state::Phase::Ready { .. }) {
+        return Ok(None);
+    }
+    let Some(tier) = pod.labels().get(labels::TIER) else {
+        return Ok(None);
+    };
+    let idle = match ctx.caches.tier(tier) {
+        Some(t) => t.spec.idle_timeout_seconds,
+        None => match Api::<SandboxTier>::all(ctx.client.clone())
+            .get_opt(tier)
+            .await?
+        {
+            Some(t) => t.spec.idle_timeout_seconds,
+            None => return Ok(None),
+        },
+    };
+    Ok((idle > 0).then_some(idle))
 }
 
 /// The Sandbox of `pod` (with its token once Ready), and what it means for the session. Its

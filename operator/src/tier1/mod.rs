@@ -5,6 +5,7 @@ pub mod api;
 pub mod open;
 pub mod pod;
 pub mod pool;
+pub mod record;
 pub mod report;
 pub mod state;
 pub mod sweep;

@@ -10,7 +10,7 @@ use crate::labels;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
-use kube_harness_crds::SandboxTier;
+use kube_harness_crds::{HarnessSession, SandboxTier};
 use serde_json::json;
 
 /// Failure of an open the worker must not guess about.
@@ -44,21 +44,82 @@ pub enum Claim {
     Miss(MissReason),
 }
 
-/// Pods already serving this turn (normally one), oldest name first.
-pub async fn find(
+/// Every Tier-1 pod of the session (serving a turn, or kept idle for the next), by name. One
+/// list answers both "which pod serves this turn" ([`of_turn`]) and "which kept pod may serve a
+/// new one" ([`kept`]).
+pub async fn session_pods(
     ctx: &Context,
     session_namespace: &str,
     session: &str,
-    turn: &str,
 ) -> Result<Vec<Pod>, kube::Error> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    let selector = pod::serving_selector(session_namespace, session, Some(turn));
+    let selector = pod::session_selector(session_namespace, session);
     let mut found = pods
         .list(&ListParams::default().labels(&selector))
         .await?
         .items;
     found.sort_by_key(|p| p.name_any());
     Ok(found)
+}
+
+/// The pods of `pods` labelled with `turn` (normally one), by name.
+pub fn of_turn(pods: &[Pod], turn: &str) -> Vec<Pod> {
+    let label = pod::turn_label(turn);
+    pods.iter()
+        .filter(|p| p.labels().get(labels::TURN) == Some(&label))
+        .cloned()
+        .collect()
+}
+
+/// The turn's pod: the one its record names when there is a record (`None` when that pod is not
+/// among `turn_pods`), else the first.
+pub fn chosen<'a>(turn_pods: &'a [Pod], recorded: Option<&str>) -> Option<&'a Pod> {
+    match recorded {
+        Some(holder) => turn_pods.iter().find(|p| p.name_any() == holder),
+        None => turn_pods.first(),
+    }
+}
+
+/// The kept pods of `pods` that may serve a new turn of `session` (docs/tier1.md, "Lifetimes"):
+/// idle (no turn label), labelled with exactly this session's namespace, name and uid, built from
+/// `tier`'s current template (`hash`), Ready, not being deleted, still within their idle time, and
+/// opened by the same worker (`worker_uid`). Every label is checked here on the object as read,
+/// not only by the list's selector.
+pub fn kept(
+    pods: &[Pod],
+    session: &HarnessSession,
+    tier: &SandboxTier,
+    hash: &str,
+    worker_uid: Option<&str>,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Vec<Pod> {
+    let (Some(ns), Some(uid), Some(worker)) = (
+        session.metadata.namespace.as_deref(),
+        session.metadata.uid.as_deref(),
+        worker_uid,
+    ) else {
+        return Vec::new();
+    };
+    let name = session.name_any();
+    let tier_name = tier.name_any();
+    pods.iter()
+        .filter(|p| {
+            let l = p.labels();
+            let is = |k: &str, v: &str| l.get(k).map(String::as_str) == Some(v);
+            p.metadata.deletion_timestamp.is_none()
+                && !l.contains_key(labels::TURN)
+                && is(labels::ROLE, labels::ROLE_TIER1)
+                && is(labels::SESSION_NAMESPACE, ns)
+                && is(labels::SESSION, &name)
+                && is(labels::SESSION_UID, uid)
+                && is(labels::TIER, &tier_name)
+                && is(labels::TEMPLATE_HASH, hash)
+                && p.annotations().get(labels::WORKER_UID).map(String::as_str) == Some(worker)
+                && pod::passed(p, labels::IDLE_UNTIL, now) == Some(false)
+                && matches!(super::state::phase(p), super::state::Phase::Ready { .. })
+        })
+        .cloned()
+        .collect()
 }
 
 /// The idle pool pods of `tier` built from its current template (by the template hash label).
@@ -110,14 +171,23 @@ pub fn candidates(pool: Vec<Pod>) -> Result<Vec<Pod>, MissReason> {
     Ok(candidates)
 }
 
-/// Tries to claim one of `candidates` (see [`candidates`]) for `serving`. Each claim is a patch
-/// carrying the pod's resourceVersion: of two replicas racing for one pod, exactly one wins (the
-/// other gets 409 and tries the next pod). The pod's token is read beside each patch (a pool pod's
-/// token Secret is made with it and never changes), so a won claim needs no request more.
+/// What a claim takes: an idle pool pod, or a pod the session kept from an earlier turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Take {
+    Pool,
+    Kept,
+}
+
+/// Tries to claim one of `candidates` (see [`candidates`] and [`kept`]) for `serving`. Each
+/// claim is a patch carrying the pod's resourceVersion: of two replicas racing for one pod,
+/// exactly one wins (the other gets 409 and tries the next pod). The pod's token is read beside
+/// each patch (a Tier-1 pod's token Secret is made with it and never changes), so a won claim
+/// needs no request more.
 pub async fn claim(
     ctx: &Context,
     serving: &Serving,
     candidates: Vec<Pod>,
+    take: Take,
 ) -> Result<Claim, OpenError> {
     let started = std::time::Instant::now();
     let step = |what: &str, pod: &str| {
@@ -129,7 +199,17 @@ pub async fn claim(
     };
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let (mut labels_patch, annotations) = pod::serving_metadata(serving);
-    labels_patch.insert(labels::CLAIMED.into(), "true".into());
+    let mut annotations = json!(annotations);
+    match take {
+        Take::Pool => {
+            labels_patch.insert(labels::CLAIMED.into(), "true".into());
+        }
+        Take::Kept => {
+            // Its agent holds the last turn's workspace: the worker replaces it (docs/tier1.md).
+            annotations[labels::REUSED] = json!("true");
+            annotations[labels::IDLE_UNTIL] = serde_json::Value::Null;
+        }
+    }
     for candidate in candidates {
         let name = candidate.name_any();
         let patch = json!({"metadata": {
@@ -160,6 +240,41 @@ pub async fn claim(
         }
     }
     Ok(Claim::Miss(MissReason::SlotUnavailable))
+}
+
+/// Keeps `pod` for its session's next turn instead of deleting it (the tier's
+/// idleTimeoutSeconds > 0): its turn label and turn annotations go, and it is idle until
+/// `idle_seconds` from now. Conditioned on the pod's resourceVersion; `false` when the pod changed
+/// or went meanwhile (the caller deletes it instead).
+pub async fn release(ctx: &Context, pod: &Pod, idle_seconds: u32) -> Result<bool, kube::Error> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let mut released = serde_json::Map::new();
+    for key in [labels::TURN_ID, labels::TURN_STARTED, labels::TURN_DEADLINE] {
+        released.insert(key.into(), serde_json::Value::Null);
+    }
+    released.insert(
+        labels::IDLE_UNTIL.into(),
+        json!(pod::seconds_from_now(u64::from(idle_seconds))),
+    );
+    let mut turn = serde_json::Map::new();
+    turn.insert(labels::TURN.into(), serde_json::Value::Null);
+    let patch = json!({"metadata": {
+        "resourceVersion": pod.resource_version(),
+        "labels": turn,
+        "annotations": released,
+    }});
+    let params = PatchParams {
+        field_manager: Some(labels::MANAGER.into()),
+        ..PatchParams::default()
+    };
+    match pods
+        .patch(&pod.name_any(), &params, &Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Creates (or finds) the ordinary pod of the turn and its token Secret.

@@ -67,13 +67,35 @@ pub enum Purpose {
 }
 
 /// The turn a pod serves, and the worker pod that asked.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Serving {
     pub session_namespace: String,
     pub session: String,
+    /// The session's uid ([`labels::SESSION_UID`]): a kept pod serves only this session object.
+    pub session_uid: Option<String>,
     pub turn: String,
     pub worker_uid: Option<String>,
     pub miss_reason: Option<MissReason>,
+    /// When the turn opened and when its bound runs out (RFC 3339), see
+    /// [`labels::TURN_STARTED`] and [`labels::TURN_DEADLINE`].
+    pub started: Option<String>,
+    pub deadline: Option<String>,
+}
+
+/// RFC 3339 time `secs` seconds from now, in whole seconds.
+pub fn seconds_from_now(secs: u64) -> String {
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let at = now.saturating_add(i64::try_from(secs).unwrap_or(i64::MAX / 2));
+    k8s_openapi::jiff::Timestamp::from_second(at)
+        .unwrap_or(k8s_openapi::jiff::Timestamp::MAX)
+        .to_string()
+}
+
+/// Whether the RFC 3339 time in annotation `key` of `pod` has passed (`None`: no such
+/// annotation, or not a time).
+pub fn passed(pod: &Pod, key: &str, now: k8s_openapi::jiff::Timestamp) -> Option<bool> {
+    let at: k8s_openapi::jiff::Timestamp = pod.annotations().get(key)?.parse().ok()?;
+    Some(at <= now)
 }
 
 /// Label value for a turn id: any string the worker sends becomes 16 hex digits.
@@ -124,24 +146,32 @@ pub fn pool_selector(tier: &str) -> String {
     format!("{}={tier},{}=false", labels::POOL, labels::CLAIMED)
 }
 
-/// The label selector of every Tier-1 pod serving one session, or one turn of it.
-pub fn serving_selector(session_namespace: &str, session: &str, turn: Option<&str>) -> String {
-    let mut s = format!(
+/// The label selector of every Tier-1 pod of one session: serving a turn or kept idle for the
+/// next.
+pub fn session_selector(session_namespace: &str, session: &str) -> String {
+    format!(
         "{}={},{}={session_namespace},{}={session}",
         labels::ROLE,
         labels::ROLE_TIER1,
         labels::SESSION_NAMESPACE,
         labels::SESSION
-    );
-    if let Some(turn) = turn {
-        s.push_str(&format!(",{}={}", labels::TURN, turn_label(turn)));
+    )
+}
+
+/// The label selector of the Tier-1 pods serving one session's turns (a pod kept idle between
+/// turns has no turn label), or one turn of it.
+pub fn serving_selector(session_namespace: &str, session: &str, turn: Option<&str>) -> String {
+    let mut s = session_selector(session_namespace, session);
+    match turn {
+        Some(turn) => s.push_str(&format!(",{}={}", labels::TURN, turn_label(turn))),
+        None => s.push_str(&format!(",{}", labels::TURN)),
     }
     s
 }
 
 /// Labels and annotations that make a pod serve a turn (also the claim patch of a pool pod).
 pub fn serving_metadata(s: &Serving) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
-    let labels = BTreeMap::from([
+    let mut labels = BTreeMap::from([
         (
             labels::SESSION_NAMESPACE.into(),
             s.session_namespace.clone(),
@@ -149,9 +179,18 @@ pub fn serving_metadata(s: &Serving) -> (BTreeMap<String, String>, BTreeMap<Stri
         (labels::SESSION.into(), s.session.clone()),
         (labels::TURN.into(), turn_label(&s.turn)),
     ]);
+    if let Some(uid) = &s.session_uid {
+        labels.insert(labels::SESSION_UID.into(), uid.clone());
+    }
     let mut annotations = BTreeMap::from([(labels::TURN_ID.into(), s.turn.clone())]);
     if let Some(uid) = &s.worker_uid {
         annotations.insert(labels::WORKER_UID.into(), uid.clone());
+    }
+    if let Some(at) = &s.started {
+        annotations.insert(labels::TURN_STARTED.into(), at.clone());
+    }
+    if let Some(at) = &s.deadline {
+        annotations.insert(labels::TURN_DEADLINE.into(), at.clone());
     }
     if let Some(miss) = s.miss_reason {
         annotations.insert(labels::MISS_REASON.into(), miss.as_str().into());
@@ -162,7 +201,7 @@ pub fn serving_metadata(s: &Serving) -> (BTreeMap<String, String>, BTreeMap<Stri
 /// Owner reference to the tier (cluster-scoped owners of namespaced objects are allowed): deleting
 /// the tier collects its pods, Secrets and NetworkPolicy. No blockOwnerDeletion, which would need
 /// update on sandboxtiers/finalizers.
-fn tier_owner(tier: &SandboxTier) -> Vec<OwnerReference> {
+pub fn tier_owner(tier: &SandboxTier) -> Vec<OwnerReference> {
     let Some(uid) = tier.metadata.uid.clone() else {
         return Vec::new();
     };
@@ -196,6 +235,8 @@ fn metadata(
             let (l, a) = serving_metadata(s);
             labels.extend(l);
             annotations.extend(a);
+            // What a kept pod is checked against before it serves another turn.
+            labels.insert(labels::TEMPLATE_HASH.into(), template_hash(tier, config));
         }
     }
     ObjectMeta {
@@ -206,6 +247,18 @@ fn metadata(
         owner_references: Some(tier_owner(tier)),
         ..ObjectMeta::default()
     }
+}
+
+/// An owner reference to `pod` (a token Secret owned by its pod goes with it).
+pub fn pod_owner(pod: &Pod) -> Vec<OwnerReference> {
+    vec![OwnerReference {
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        name: pod.name_any(),
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        controller: None,
+        block_owner_deletion: None,
+    }]
 }
 
 /// The pod's own token Secret (same name as the pod), key `token`.

@@ -34,6 +34,8 @@ pub struct PoolStatus {
 const ENDED: &[&str] = &["PodFailed", "AgentDied", "InitFailed"];
 /// Minimum age of an ended pool pod before it is replaced.
 const REPLACE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+/// Age after which a pool pod still starting is replaced.
+pub const STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Brings the idle pods of `tier` to its pool size: deletes stale, ended and surplus ones, creates
 /// the missing ones. `valid`: the tier passed its checks; an invalid tier keeps no pool.
@@ -81,6 +83,12 @@ pub async fn reconcile(tier: &SandboxTier, ctx: &Context, valid: bool) -> Result
             // makes it ready; replacing it would only repeat the failure.
             Phase::Failed { .. } => current.push((p, false)),
             Phase::Ready { .. } => current.push((p, true)),
+            // Starting for this long: stuck (its token Secret never came, or it waits for a
+            // node that never frees up): replaced.
+            Phase::Pending if super::sweep::age(&p) > STUCK_AFTER => {
+                open::delete(ctx, &p.name_any()).await?;
+                out.deleted += 1;
+            }
             Phase::Pending => current.push((p, false)),
         }
     }
@@ -97,14 +105,19 @@ pub async fn reconcile(tier: &SandboxTier, ctx: &Context, valid: bool) -> Result
         template_hash: hash,
     };
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    // The pod first, then its token Secret owned by it from its creation: the kubelet waits for
+    // the Secret before it starts the pod's containers, and no Secret is ever left without its
+    // pod (an operator stopped in between leaves a pod that never starts, replaced below after
+    // STUCK_AFTER).
     for _ in current.len()..want as usize {
         let pod_name = pod::pool_name();
-        let secret = pod::token_secret(&pod_name, tier, &purpose, &ctx.config, &new_token());
-        create_if_absent(&secrets, &secret).await?;
         if let Some(created) =
             create_if_absent(&pods, &pod::pod(&pod_name, tier, &purpose, &ctx.config)).await?
         {
-            open::adopt_secret(ctx, &created).await?;
+            let mut secret =
+                pod::token_secret(&pod_name, tier, &purpose, &ctx.config, &new_token());
+            secret.metadata.owner_references = Some(pod::pod_owner(&created));
+            create_if_absent(&secrets, &secret).await?;
         }
         out.created += 1;
         out.updated += 1;

@@ -186,7 +186,7 @@ pub async fn write(
     }
     Some(Announcement {
         session: obj,
-        warning: reason == reasons::TIER1_FAILED,
+        warning: reason == reasons::TIER1_FAILED || reason == reasons::TURN_TIMED_OUT,
         reason,
         message: message.clone(),
     })

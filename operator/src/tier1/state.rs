@@ -128,6 +128,7 @@ pub fn sandbox(pod: &Pod, turn: &str, token: Option<String>) -> Sandbox {
         miss_reason: pod.annotations().get(labels::MISS_REASON).cloned(),
         reason: None,
         message: None,
+        reused: pod.annotations().contains_key(labels::REUSED),
     };
     match phase(pod) {
         Phase::Pending => {}

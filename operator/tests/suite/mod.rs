@@ -6,5 +6,6 @@ mod reconcile_warm;
 mod resources;
 mod support;
 mod tier1_objects;
+mod tier1_sweep;
 mod tier_api;
 mod warm_objects;

@@ -43,6 +43,7 @@ fn serving() -> Purpose {
         turn: "turn-1".into(),
         worker_uid: Some("w/0".into()),
         miss_reason: None,
+        ..Serving::default()
     })
 }
 
@@ -352,12 +353,15 @@ fn the_sweep_deletes_pods_of_gone_sessions_replaced_workers_and_ended_pods_only(
     );
     assert!(v(Some("w/0"), running.clone(), false, None, young)
         .unwrap()
+        .message
         .contains("gone"));
     assert!(v(Some("w/0"), running.clone(), true, Some("w/1"), young)
         .unwrap()
+        .message
         .contains("worker"));
     assert!(v(Some("w/0"), running.clone(), true, None, young)
         .unwrap()
+        .message
         .contains("worker"));
     assert!(v(
         Some("w/0"),
@@ -492,31 +496,35 @@ async fn delete_pool_pod(server: &mut Handle, name: &str, reply: Value) {
     .await;
 }
 
-/// One new pool pod makes three requests: its Secret (answered as `secret_name`), the pod
-/// (answered with `uid`), the Secret adopted. Returns the name the operator chose and the pod it sent.
-async fn create_pool_pod(server: &mut Handle, secret_name: &str, uid: &str) -> (String, Seen) {
+/// One new pool pod makes two requests: the pod (answered with `uid`), then its token Secret,
+/// owned by the pod from its creation (so no Secret is ever left without its pod). Returns the
+/// name the operator chose and the pod it sent.
+async fn create_pool_pod(server: &mut Handle, uid: &str) -> (String, Seen) {
+    let arrived = super::support::next(server, "POST pods").await;
+    assert_eq!(
+        (arrived.method.as_str(), arrived.path.as_str()),
+        ("POST", "/api/v1/namespaces/kh/pods"),
+        "the pod first"
+    );
+    let name = arrived.seen.body["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let reply = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "kh", "uid": uid}});
+    let created = super::support::answer(arrived, 201, &reply);
     let secret = expect(
         server,
         "POST",
         "/api/v1/namespaces/kh/secrets",
         201,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret_name}}),
-    )
-    .await;
-    let name = secret.body["metadata"]["name"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let created = expect(server, "POST", "/api/v1/namespaces/kh/pods", 201,
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "kh", "uid": uid}})).await;
-    expect(
-        server,
-        "PATCH",
-        &format!("/api/v1/namespaces/kh/secrets/{name}"),
-        200,
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}}),
     )
     .await;
+    assert_eq!(secret.body["metadata"]["name"], name.as_str());
+    assert_eq!(
+        secret.body["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}])
+    );
     (name, created)
 }
 
@@ -560,8 +568,8 @@ async fn a_pool_reconcile_deletes_stale_pods_creates_the_missing_and_reports_cou
     );
     // The stale pod (another template) goes, although it is ready.
     delete_pool_pod(&mut server, "t1-stale", pool_pod("t1-stale", "x")).await;
-    // One new pod makes two: its Secret, the pod, the Secret adopted.
-    let (name, created) = create_pool_pod(&mut server, "t1-new", "new-uid").await;
+    // One new pod makes two: the pod, then its Secret.
+    let (name, created) = create_pool_pod(&mut server, "new-uid").await;
     assert_eq!(created.body["metadata"]["name"], name.as_str());
     assert_eq!(
         created.body["metadata"]["labels"]["kubeharness.dev/template-hash"],
@@ -619,7 +627,7 @@ async fn pool_pods_that_cannot_start_are_kept_and_reported_and_crashed_ones_repl
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-old"}}),
     )
     .await;
-    create_pool_pod(&mut server, "x", "u").await;
+    create_pool_pod(&mut server, "u").await;
     let events = drain_events(&mut server, "default", 1).await;
     assert_eq!(
         (events[0]["type"].as_str(), events[0]["reason"].as_str()),

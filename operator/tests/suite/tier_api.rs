@@ -5,7 +5,7 @@
 use super::support::{drain_events, expect, not_found, Handle, Seen};
 use kube_harness_crds::condition::reasons;
 use kube_harness_crds::SandboxTier;
-use kube_harness_operator::tier1::{api, pod};
+use kube_harness_operator::tier1::{api, pod, record};
 use kube_harness_operator::{Context, OperatorConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -187,13 +187,83 @@ async fn patch_pod(server: &mut Handle, name: &str, code: u16, reply: Value) -> 
     .await
 }
 
-/// The requests every authorized open makes first: the token; then together the session and the
-/// turn's pods (answered with `turn_pods`); then the tier.
-async fn auth_session_tier(server: &mut Handle, turn_pods: Vec<Value>, tier_obj: Value) {
+/// The requests every authorized open makes first: the token; then together the session, its
+/// Tier-1 pods (answered with `session_pods`) and the turn's record (none); then the tier.
+async fn auth_session_tier(server: &mut Handle, session_pods: Vec<Value>, tier_obj: Value) {
+    auth_recorded(server, session_pods, None, tier_obj).await;
+}
+
+/// As [`auth_session_tier`], the turn's record naming `recorded`.
+async fn auth_recorded(
+    server: &mut Handle,
+    session_pods: Vec<Value>,
+    recorded: Option<&str>,
+    tier_obj: Value,
+) {
     session_token(server).await;
     read_session(server, session(None)).await;
-    find_turn(server, turn_pods).await;
+    find_turn(server, session_pods).await;
+    read_record(server, recorded).await;
     read_tier(server, tier_obj).await;
+}
+
+fn record_path() -> String {
+    format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{OP}/leases/{}",
+        record::name(NS, "demo", "turn-1")
+    )
+}
+
+/// A turn record as the API server returns it, naming `holder`.
+fn lease(holder: &str) -> Value {
+    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+           "metadata": {"name": record::name(NS, "demo", "turn-1"), "namespace": OP, "resourceVersion": "5"},
+           "spec": {"holderIdentity": holder}})
+}
+
+/// The read of the turn's record, answered with one naming `holder` (or 404).
+async fn read_record(server: &mut Handle, holder: Option<&str>) {
+    match holder {
+        Some(h) => expect(server, "GET", &record_path(), 200, lease(h)).await,
+        None => {
+            expect(
+                server,
+                "GET",
+                &record_path(),
+                404,
+                not_found("leases", &record::name(NS, "demo", "turn-1")),
+            )
+            .await
+        }
+    };
+}
+
+/// The create of the turn's record naming `holder`, answered 201; returns what was sent.
+async fn create_record(server: &mut Handle, holder: &str) -> Seen {
+    let seen = expect(
+        server,
+        "POST",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases"),
+        201,
+        lease(holder),
+    )
+    .await;
+    assert_eq!(seen.body["spec"]["holderIdentity"], holder, "{}", seen.body);
+    assert_eq!(
+        seen.body["metadata"]["name"],
+        record::name(NS, "demo", "turn-1")
+    );
+    seen
+}
+
+/// The turn's label, as a pod serving it carries it.
+fn turn_labels(more: Value) -> Value {
+    let mut l = json!({"kubeharness.dev/role": "tier1", "kubeharness.dev/session-namespace": NS,
+                       "kubeharness.dev/session": "demo", "kubeharness.dev/turn": pod::turn_label("turn-1")});
+    for (k, v) in more.as_object().unwrap() {
+        l[k] = v.clone();
+    }
+    l
 }
 
 async fn read_tier(server: &mut Handle, tier_obj: Value) {
@@ -207,7 +277,7 @@ async fn read_tier(server: &mut Handle, tier_obj: Value) {
     .await;
 }
 
-/// The label lookup of the turn's pods, answered with `items`.
+/// The label lookup of the session's Tier-1 pods, answered with `items`.
 async fn find_turn(server: &mut Handle, items: Vec<Value>) {
     let seen = expect(
         server,
@@ -219,7 +289,7 @@ async fn find_turn(server: &mut Handle, items: Vec<Value>) {
     .await;
     let want = format!(
         "labelSelector={}",
-        pod::serving_selector(NS, "demo", Some("turn-1"))
+        pod::session_selector(NS, "demo")
             .replace('/', "%2F")
             .replace('=', "%3D")
             .replace(',', "%2C")
@@ -243,6 +313,8 @@ async fn worker_pod(server: &mut Handle) {
 /// The ordinary pod: its Secret, the pod, the Secret adopted by the pod. Returns (secret, pod).
 async fn ordinary(server: &mut Handle, miss: Option<&str>) -> (Value, Value) {
     let name = pod::ordinary_name(NS, "demo", "turn-1");
+    // Recorded before anything of it is created.
+    create_record(server, &name).await;
     let created_secret = expect(
         server,
         "POST",
@@ -378,11 +450,28 @@ async fn post_creates_an_ordinary_pod_and_its_secret() {
             "kubeharness.dev/tier": "rust",
             "kubeharness.dev/session-namespace": NS,
             "kubeharness.dev/session": "demo",
+            "kubeharness.dev/session-uid": "s-uid",
             "kubeharness.dev/turn": pod::turn_label("turn-1"),
+            "kubeharness.dev/template-hash": pod::template_hash(&tier_obj(0), &config()),
         })
     );
+    let mut annotations = meta["annotations"].clone();
+    // The turn's start and its bound (the tier's default maxTurnSeconds, six hours later).
+    let at = |k: &str| {
+        annotations[k]
+            .as_str()
+            .unwrap()
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .unwrap()
+    };
+    let bound = at("kubeharness.dev/turn-deadline").as_second()
+        - at("kubeharness.dev/turn-started").as_second();
+    assert_eq!(bound, 21600, "{annotations}");
+    let obj = annotations.as_object_mut().unwrap();
+    obj.remove("kubeharness.dev/turn-started");
+    obj.remove("kubeharness.dev/turn-deadline");
     assert_eq!(
-        meta["annotations"],
+        annotations,
         json!({
             "kubeharness.dev/turn-id": "turn-1",
             "kubeharness.dev/tier-level": "1",
@@ -441,12 +530,12 @@ async fn a_repeated_post_finds_the_turns_pod_and_reports_it_ready() {
     let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
     let existing = t1_pod(
         &name,
-        json!({"kubeharness.dev/tier": "rust"}),
+        turn_labels(json!({"kubeharness.dev/tier": "rust"})),
         json!({"kubeharness.dev/tier-level": "1"}),
         ready_status("10.1.2.3"),
         "7",
     );
-    auth_session_tier(&mut server, vec![existing], tier(0, false)).await;
+    auth_recorded(&mut server, vec![existing], Some(&name), tier(0, false)).await;
     // Nothing is created (and the worker pod not read): the token is read, the session told.
     read_t1_secret(&mut server, &name, "t1-token").await;
     read_session(&mut server, session(None)).await;
@@ -551,9 +640,10 @@ async fn a_pooled_tier_claims_a_ready_current_pod_with_its_resource_version() {
         claim.body["metadata"]["annotations"]["kubeharness.dev/worker-uid"],
         "w-uid/2"
     );
-    // Beside the claim: the pod's token and the session (for its status).
+    // Beside the claim: the pod's token and the session (for its status); then the record.
     read_t1_secret(&mut server, "t1-bbb", "pool-token").await;
     read_session(&mut server, session(None)).await;
+    create_record(&mut server, "t1-bbb").await;
     patch_session_status(&mut server).await;
     // The Events follow: opened, then ready.
     let events = drain_events(&mut server, NS, 2).await;
@@ -730,13 +820,14 @@ async fn get_failed(status: Value) -> Value {
         &mut server,
         vec![t1_pod(
             &name,
-            json!({"kubeharness.dev/tier": "rust"}),
+            turn_labels(json!({"kubeharness.dev/tier": "rust"})),
             json!({"kubeharness.dev/tier-level": "1"}),
             status,
             "3",
         )],
     )
     .await;
+    read_record(&mut server, Some(&name)).await;
     read_session(&mut server, session(None)).await;
     let patch = patch_session_status(&mut server).await;
     let esc = &patch.body["status"]["conditions"][0];
@@ -808,13 +899,18 @@ async fn delete_removes_pod_and_secret_and_ends_the_escalation() {
         &mut server,
         vec![t1_pod(
             &name,
-            json!({}),
+            turn_labels(json!({"kubeharness.dev/tier": "rust"})),
             json!({}),
             ready_status("10.0.0.9"),
             "3",
         )],
     )
     .await;
+    read_record(&mut server, Some(&name)).await;
+    // The tier keeps no pod idle (idleTimeoutSeconds 0): deleted.
+    let mut no_idle = tier(0, false);
+    no_idle["spec"]["idleTimeoutSeconds"] = json!(0);
+    read_tier(&mut server, no_idle).await;
     expect(
         &mut server,
         "DELETE",
@@ -831,6 +927,7 @@ async fn delete_removes_pod_and_secret_and_ends_the_escalation() {
         not_found("secrets", &name),
     )
     .await;
+    expect(&mut server, "DELETE", &record_path(), 200, lease(&name)).await;
     read_session(&mut server, session(Some(("True", reasons::TIER1_READY)))).await;
     let patch = patch_session_status(&mut server).await;
     let esc = &patch.body["status"]["conditions"][0];
@@ -849,6 +946,15 @@ async fn delete_removes_pod_and_secret_and_ends_the_escalation() {
     let reply = call(&base, reqwest::Method::DELETE, "turn-1").await;
     session_token(&mut server).await;
     find_turn(&mut server, vec![]).await;
+    read_record(&mut server, None).await;
+    expect(
+        &mut server,
+        "DELETE",
+        &record_path(),
+        404,
+        not_found("leases", &record::name(NS, "demo", "turn-1")),
+    )
+    .await;
     assert_eq!(reply.await.unwrap().0, 204);
 }
 
@@ -957,6 +1063,12 @@ async fn a_warm_open_asks_together_what_does_not_depend_on_each_other_and_answer
                 session(None),
             ),
             ("GET", pods.clone(), 200, list(vec![])),
+            (
+                "GET",
+                record_path(),
+                404,
+                not_found("leases", &record::name(NS, "demo", "turn-1")),
+            ),
         ],
     )
     .await;
@@ -1015,6 +1127,7 @@ async fn a_warm_open_asks_together_what_does_not_depend_on_each_other_and_answer
         sent[0]["metadata"]["resourceVersion"], "10",
         "the claim stays conditioned"
     );
+    create_record(&mut server, "t1-aaa").await;
     let status = patch_session_status(&mut server).await;
     assert_eq!(
         status.body["status"]["conditions"][0]["reason"],
@@ -1078,9 +1191,390 @@ async fn a_claimed_pod_whose_token_cannot_be_read_is_503_and_its_open_is_still_a
     // Beside the claim, then once more by the answer: both fail.
     expect(&mut server, "GET", &secret_path, 500, unavailable.clone()).await;
     read_session(&mut server, session(None)).await;
+    create_record(&mut server, "t1-aaa").await;
     expect(&mut server, "GET", &secret_path, 500, unavailable).await;
     let (code, body) = reply.await.unwrap();
     assert_eq!(code, 503, "{body}");
     let events = drain_events(&mut server, NS, 1).await;
     assert_eq!(events[0]["reason"], "Tier1Opened");
+}
+
+/// A tier whose pods are kept idle for `idle` seconds after their turn.
+fn keeping_tier(pool: u32, idle: u32) -> Value {
+    let mut t = tier(pool, true);
+    t["spec"]["idleTimeoutSeconds"] = json!(idle);
+    t
+}
+
+/// A pod kept idle for session demo: Ready, built from the current template, opened by the
+/// current worker (`w-uid/2`), idle until `until`; `labels` override its labels.
+fn kept_pod(name: &str, labels: Value, until: &str) -> Value {
+    let hash = pod::template_hash(&tier_obj(0), &config());
+    let mut l = json!({"kubeharness.dev/role": "tier1", "kubeharness.dev/tier": "rust",
+        "kubeharness.dev/session-namespace": NS, "kubeharness.dev/session": "demo",
+        "kubeharness.dev/session-uid": "s-uid", "kubeharness.dev/template-hash": hash});
+    for (k, v) in labels.as_object().unwrap() {
+        l[k] = v.clone();
+    }
+    t1_pod(
+        name,
+        l,
+        json!({"kubeharness.dev/tier-level": "1", "kubeharness.dev/worker-uid": "w-uid/2",
+               "kubeharness.dev/idle-until": until}),
+        ready_status("10.0.0.7"),
+        "30",
+    )
+}
+
+fn in_seconds(secs: i64) -> String {
+    k8s_openapi::jiff::Timestamp::from_second(
+        k8s_openapi::jiff::Timestamp::now().as_second() + secs,
+    )
+    .unwrap()
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_pod_kept_from_the_sessions_last_turn_serves_its_next_turn_and_is_recorded() {
+    let (base, mut server, ctx) = start_with_context().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    let kept = kept_pod("t1-kept", json!({}), &in_seconds(120));
+    auth_session_tier(&mut server, vec![kept.clone()], keeping_tier(0, 300)).await;
+    worker_pod(&mut server).await;
+    // The kept pod is claimed like a pool pod: conditioned on its resourceVersion, labelled with
+    // the turn, marked reused, its idle time cleared; its token read beside.
+    let mut claimed = kept.clone();
+    claimed["metadata"]["labels"]["kubeharness.dev/turn"] = json!(pod::turn_label("turn-1"));
+    claimed["metadata"]["annotations"]["kubeharness.dev/reused"] = json!("true");
+    claimed["metadata"]["resourceVersion"] = json!("31");
+    let claim = patch_pod(&mut server, "t1-kept", 200, claimed).await;
+    assert_eq!(claim.body["metadata"]["resourceVersion"], "30");
+    assert_eq!(
+        claim.body["metadata"]["labels"]["kubeharness.dev/turn"],
+        pod::turn_label("turn-1")
+    );
+    assert_eq!(
+        claim.body["metadata"]["labels"]["kubeharness.dev/session-uid"],
+        "s-uid"
+    );
+    assert!(claim.body["metadata"]["labels"]
+        .get("kubeharness.dev/claimed")
+        .is_none());
+    assert_eq!(
+        claim.body["metadata"]["annotations"]["kubeharness.dev/reused"],
+        "true"
+    );
+    assert_eq!(
+        claim.body["metadata"]["annotations"]["kubeharness.dev/idle-until"],
+        Value::Null
+    );
+    read_t1_secret(&mut server, "t1-kept", "kept-token").await;
+    create_record(&mut server, "t1-kept").await;
+    read_session(&mut server, session(None)).await;
+    patch_session_status(&mut server).await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        (
+            body["pod"].as_str(),
+            body["phase"].as_str(),
+            body["token"].as_str(),
+            body["reused"].as_bool()
+        ),
+        (
+            Some("t1-kept"),
+            Some("Ready"),
+            Some("kept-token"),
+            Some(true)
+        ),
+        "{body}"
+    );
+    let events = drain_events(&mut server, NS, 2).await;
+    assert!(
+        events[0]["note"]
+            .as_str()
+            .unwrap()
+            .contains("kept from an earlier turn"),
+        "{}",
+        events[0]
+    );
+    let metrics = ctx.metrics.encode();
+    assert!(
+        metrics
+            .contains("kube_harness_tier1_opens_total{source=\"reused\",miss_reason=\"none\"} 1"),
+        "{metrics}"
+    );
+}
+
+/// The attack: a list that (whatever its selector asked) holds pods another session kept, one a
+/// session of the same name kept before it was deleted and created again, one another worker
+/// opened, one past its idle time, one of an old template, one not ready. None is taken: the open
+/// creates the turn's own ordinary pod.
+#[tokio::test]
+async fn no_kept_pod_of_another_session_worker_template_or_past_its_idle_time_is_ever_taken() {
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    let soon = in_seconds(120);
+    let mut other_worker = kept_pod("t1-e", json!({}), &soon);
+    other_worker["metadata"]["annotations"]["kubeharness.dev/worker-uid"] = json!("w-old/0");
+    let mut starting = kept_pod("t1-g", json!({}), &soon);
+    starting["status"] = json!({"phase": "Pending"});
+    let mut deleting = kept_pod("t1-h", json!({}), &soon);
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    let pods = vec![
+        kept_pod("t1-a", json!({"kubeharness.dev/session": "other"}), &soon),
+        kept_pod(
+            "t1-b",
+            json!({"kubeharness.dev/session-namespace": "team-b"}),
+            &soon,
+        ),
+        kept_pod(
+            "t1-c",
+            json!({"kubeharness.dev/session-uid": "old-uid"}),
+            &soon,
+        ),
+        kept_pod("t1-d", json!({"kubeharness.dev/tier": "python"}), &soon),
+        other_worker,
+        kept_pod(
+            "t1-f",
+            json!({"kubeharness.dev/template-hash": "stale"}),
+            &soon,
+        ),
+        starting,
+        deleting,
+        kept_pod("t1-i", json!({}), &in_seconds(-1)),
+        // Serving another turn.
+        kept_pod(
+            "t1-j",
+            json!({"kubeharness.dev/turn": "0123456789abcdef"}),
+            &soon,
+        ),
+    ];
+    auth_session_tier(&mut server, pods, keeping_tier(0, 300)).await;
+    worker_pod(&mut server).await;
+    // Straight to the turn's own pod: its record, Secret, pod.
+    let (_, p) = ordinary(&mut server, None).await;
+    assert_eq!(
+        p["metadata"]["name"],
+        pod::ordinary_name(NS, "demo", "turn-1")
+    );
+    drain_events(&mut server, NS, 1).await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.get("reused").is_none(), "{body}");
+}
+
+/// Two opens of one turn raced: this one claimed pool pod t1-bbb, but the other recorded t1-aaa
+/// for the turn first. This one gives t1-bbb up (deleted, with its Secret: nothing was bound to
+/// it) and answers with t1-aaa, so both get the same pod.
+#[tokio::test]
+async fn an_open_that_loses_the_turns_record_gives_its_claimed_pod_up_and_answers_the_recorded_one()
+{
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    new_turn(&mut server, tier(2, true)).await;
+    let hash = pod::template_hash(&tier_obj(2), &config());
+    let pool_labels = json!({"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false",
+                             "kubeharness.dev/template-hash": hash, "kubeharness.dev/tier": "rust"});
+    list_pool(
+        &mut server,
+        vec![t1_pod(
+            "t1-bbb",
+            pool_labels.clone(),
+            json!({}),
+            ready_status("10.0.0.2"),
+            "41",
+        )],
+    )
+    .await;
+    let mut claimed = pool_labels.clone();
+    claimed["kubeharness.dev/claimed"] = json!("true");
+    patch_pod(
+        &mut server,
+        "t1-bbb",
+        200,
+        t1_pod("t1-bbb", claimed, json!({}), ready_status("10.0.0.2"), "42"),
+    )
+    .await;
+    read_t1_secret(&mut server, "t1-bbb", "pool-token-b").await;
+    read_session(&mut server, session(None)).await;
+    expect(
+        &mut server,
+        "POST",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases"),
+        409,
+        super::support::already_exists("leases", &record::name(NS, "demo", "turn-1")),
+    )
+    .await;
+    expect(&mut server, "GET", &record_path(), 200, lease("t1-aaa")).await;
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{OP}/pods/t1-bbb"),
+        200,
+        t1_pod("t1-bbb", json!({}), json!({}), json!({}), "43"),
+    )
+    .await;
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{OP}/secrets/t1-bbb"),
+        200,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+    )
+    .await;
+    let winner = t1_pod(
+        "t1-aaa",
+        turn_labels(
+            json!({"kubeharness.dev/tier": "rust", "kubeharness.dev/pool": "rust",
+                            "kubeharness.dev/claimed": "true"}),
+        ),
+        json!({"kubeharness.dev/tier-level": "1"}),
+        ready_status("10.0.0.1"),
+        "12",
+    );
+    expect(
+        &mut server,
+        "GET",
+        &format!("/api/v1/namespaces/{OP}/pods/t1-aaa"),
+        200,
+        winner,
+    )
+    .await;
+    read_t1_secret(&mut server, "t1-aaa", "pool-token-a").await;
+    read_session(&mut server, session(None)).await;
+    patch_session_status(&mut server).await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        (body["pod"].as_str(), body["token"].as_str()),
+        (Some("t1-aaa"), Some("pool-token-a")),
+        "{body}"
+    );
+}
+
+/// The unpooled race: the other open recorded a pool pod... or any pod; this one, about to
+/// create the turn's ordinary pod, records first and creates nothing when it loses.
+#[tokio::test]
+async fn an_ordinary_open_that_loses_the_turns_record_creates_nothing() {
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    new_turn(&mut server, tier(0, false)).await;
+    expect(
+        &mut server,
+        "POST",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases"),
+        409,
+        super::support::already_exists("leases", &record::name(NS, "demo", "turn-1")),
+    )
+    .await;
+    expect(&mut server, "GET", &record_path(), 200, lease("t1-other")).await;
+    // The recorded pod, not there (deleted): Failed, and nothing was created.
+    expect(
+        &mut server,
+        "GET",
+        &format!("/api/v1/namespaces/{OP}/pods/t1-other"),
+        404,
+        not_found("pods", "t1-other"),
+    )
+    .await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        (
+            body["pod"].as_str(),
+            body["phase"].as_str(),
+            body["reason"].as_str()
+        ),
+        (Some("t1-other"), Some("Failed"), Some("PodDeleted")),
+        "{body}"
+    );
+    let next =
+        tokio::time::timeout(std::time::Duration::from_millis(200), server.next_request()).await;
+    assert!(
+        next.is_err() || next.unwrap().is_none(),
+        "nothing is created after losing the record"
+    );
+}
+
+/// An operator stopped between claiming a pod for the turn and recording it: the worker's next
+/// open finds the pod by its turn label, records it and answers with it.
+#[tokio::test]
+async fn an_open_records_a_turns_pod_that_an_earlier_open_claimed_but_never_recorded() {
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    let claimed = t1_pod(
+        "t1-ccc",
+        turn_labels(
+            json!({"kubeharness.dev/tier": "rust", "kubeharness.dev/pool": "rust",
+                           "kubeharness.dev/claimed": "true"}),
+        ),
+        json!({"kubeharness.dev/tier-level": "1"}),
+        json!({"phase": "Pending"}),
+        "9",
+    );
+    auth_session_tier(&mut server, vec![claimed], tier(2, true)).await;
+    create_record(&mut server, "t1-ccc").await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(
+        (code, body["pod"].as_str(), body["phase"].as_str()),
+        (200, Some("t1-ccc"), Some("Pending")),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn an_ended_turn_keeps_its_ready_pod_idle_for_the_sessions_next_turn() {
+    let (base, mut server) = start().await;
+    let name = pod::ordinary_name(NS, "demo", "turn-1");
+    let reply = call(&base, reqwest::Method::DELETE, "turn-1").await;
+    session_token(&mut server).await;
+    find_turn(
+        &mut server,
+        vec![t1_pod(
+            &name,
+            turn_labels(json!({"kubeharness.dev/tier": "rust"})),
+            json!({"kubeharness.dev/turn-id": "turn-1"}),
+            ready_status("10.0.0.9"),
+            "3",
+        )],
+    )
+    .await;
+    read_record(&mut server, Some(&name)).await;
+    read_tier(&mut server, keeping_tier(0, 45)).await;
+    let release = expect(
+        &mut server,
+        "PATCH",
+        &format!("/api/v1/namespaces/{OP}/pods/{name}"),
+        200,
+        t1_pod(&name, json!({}), json!({}), ready_status("10.0.0.9"), "4"),
+    )
+    .await;
+    let meta = &release.body["metadata"];
+    assert_eq!(meta["resourceVersion"], "3", "conditioned");
+    assert_eq!(meta["labels"]["kubeharness.dev/turn"], Value::Null);
+    assert_eq!(meta["annotations"]["kubeharness.dev/turn-id"], Value::Null);
+    assert_eq!(
+        meta["annotations"]["kubeharness.dev/turn-deadline"],
+        Value::Null
+    );
+    let until: k8s_openapi::jiff::Timestamp = meta["annotations"]["kubeharness.dev/idle-until"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let left = until.as_second() - k8s_openapi::jiff::Timestamp::now().as_second();
+    assert!(
+        (40..=46).contains(&left),
+        "idle for the tier's 45 s: {left}"
+    );
+    // Not deleted; the turn's record goes.
+    expect(&mut server, "DELETE", &record_path(), 200, lease(&name)).await;
+    read_session(&mut server, session(Some(("True", reasons::TIER1_READY)))).await;
+    let patch = patch_session_status(&mut server).await;
+    let esc = &patch.body["status"]["conditions"][0];
+    assert_eq!(esc["reason"], reasons::TURN_ENDED);
+    assert!(esc["message"].as_str().unwrap().contains("kept"), "{esc}");
+    drain_events(&mut server, NS, 1).await;
+    assert_eq!(reply.await.unwrap().0, 204);
 }

@@ -423,3 +423,391 @@ async fn an_image_that_cannot_start_is_126_with_a_reason_and_a_condition() {
     })
     .await;
 }
+
+/// Events in `ns` with `reason`, as "regarding-name: note".
+async fn events_of(client: &Client, ns: &str, reason: &str) -> Vec<String> {
+    use k8s_openapi::api::events::v1::Event;
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.regarding.and_then(|r| r.name).unwrap_or_default(),
+                e.note.unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// Waits until the Tier-1 pod `name` is gone (not even terminating) in the release namespace.
+async fn pod_gone(client: &Client, name: &str, timeout: Duration) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &harness::release_namespace());
+    wait::until(&format!("Tier-1 pod {name} gone"), timeout, || async {
+        Ok(match pods.get_opt(name).await? {
+            None => Check::Done(()),
+            Some(p) => Check::Pending(format!(
+                "labels {:?}, annotations {:?}, deleting {}",
+                p.labels(),
+                p.annotations(),
+                p.metadata.deletion_timestamp.is_some()
+            )),
+        })
+    })
+    .await
+    .unwrap();
+}
+
+/// Lifetimes, idleTimeoutSeconds (docs/tier1.md): a turn's Tier-1 pod is kept after its end for
+/// the same session's next turn, which gets it with its own workspace replacing the last one (a
+/// file Tier-0 deleted in between is not there; HOME keeps what the session left). Another
+/// session escalating meanwhile gets a pod of its own and sees nothing the kept one holds. The kept
+/// pod goes once idle for the tier's 10 s (by the leader's sweep, within 30 s after), with a
+/// Tier1IdleExpired Event on its session.
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn a_kept_pod_serves_only_its_sessions_next_turn_and_goes_after_its_idle_time() {
+    let client = Client::try_default().await.unwrap();
+    let mut tier = toolchain_tier("e2e-keep", 0);
+    tier.spec.idle_timeout_seconds = 10;
+    with_tier(&client, tier, || async {
+        with_namespace("t1keep", |client, ns| async move {
+            session(&client, &ns, "keep", "e2e-keep").await;
+            session(&client, &ns, "other", "e2e-keep").await;
+            let r = exec_json(&ns, "keep", "git init -q /session/r && echo one > /session/r/f && echo mine > \"$HOME/mark\" && echo ok", true);
+            assert_eq!((r["stdout"].as_str(), r["tier"].as_i64()), (Some("ok\n"), Some(1)), "{r:#}");
+            let first = last_sandbox(&client, run_of(&r)).await;
+            let pod = first["pod"].as_str().unwrap().to_string();
+            assert!(first.get("reused").is_none(), "{first:#}");
+            // A Tier-0 turn between: f goes, g comes.
+            let r = exec_json(&ns, "keep", "rm /session/r/f && echo two > /session/r/g", true);
+            assert_eq!((r["exitCode"].as_i64(), r["tier"].as_i64()), (Some(0), Some(0)), "{r:#}");
+            let r = exec_json(&ns, "keep", "git -C /session/r status --porcelain; cat \"$HOME/mark\"", true);
+            assert_eq!((r["exitCode"].as_i64(), r["tier"].as_i64()), (Some(0), Some(1)), "{r:#}");
+            assert_eq!(r["stdout"], "?? g\nmine\n", "the new turn's workspace only, HOME kept: {r:#}");
+            let again = last_sandbox(&client, run_of(&r)).await;
+            assert_eq!(
+                (again["pod"].as_str(), again["reused"].as_bool()),
+                (Some(pod.as_str()), Some(true)),
+                "the kept pod served the next turn: {again:#}"
+            );
+            // Another session, while the pod is kept for "keep": a pod of its own, nothing of
+            // the kept one.
+            let r = exec_json(&ns, "other", "git --version >/dev/null; test -e \"$HOME/mark\" && echo seen || echo none; test -e /session/r && echo leaked || echo clean", true);
+            assert_eq!((r["exitCode"].as_i64(), r["tier"].as_i64()), (Some(0), Some(1)), "{r:#}");
+            assert_eq!(r["stdout"], "none\nclean\n", "nothing of keep's pod: {r:#}");
+            let theirs = last_sandbox(&client, run_of(&r)).await;
+            assert_ne!(theirs["pod"].as_str(), Some(pod.as_str()), "{theirs:#}");
+            assert!(theirs.get("reused").is_none(), "{theirs:#}");
+            // Gone after its idle time.
+            pod_gone(&client, &pod, Duration::from_secs(90)).await;
+            no_tier1_pod_left(&client, &ns, "keep").await;
+            let expired = events_of(&client, &ns, "Tier1IdleExpired").await;
+            assert!(expired.iter().any(|e| e.starts_with("keep:") && e.contains(&pod)), "{expired:?}");
+            no_tier1_pod_left(&client, &ns, "other").await;
+        })
+        .await;
+    })
+    .await;
+}
+
+/// Lifetimes, maxTurnSeconds: a turn that never sends its end-turn loses its Tier-1 pod after the
+/// tier's 10 s (by the sweep, within 30 s after); the session says so (Escalated False
+/// TurnTimedOut, a Warning Event Tier1TurnTimedOut naming the pod), the turn's next command is 126,
+/// and the next turn escalates again.
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn a_turn_that_never_ends_loses_its_pod_after_the_bound() {
+    let client = Client::try_default().await.unwrap();
+    let mut tier = toolchain_tier("e2e-bound", 0);
+    tier.spec.max_turn_seconds = 10;
+    with_tier(&client, tier, || async {
+        with_namespace("t1bound", |client, ns| async move {
+            session(&client, &ns, "bound", "e2e-bound").await;
+            let r = exec_json(&ns, "bound", "git --version >/dev/null && echo up", false);
+            assert_eq!(
+                (r["stdout"].as_str(), r["tier"].as_i64()),
+                (Some("up\n"), Some(1)),
+                "{r:#}"
+            );
+            let pod = last_sandbox(&client, run_of(&r)).await["pod"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            pod_gone(&client, &pod, Duration::from_secs(90)).await;
+            let escalated = harness::condition(&client, &ns, "bound", "Escalated")
+                .await
+                .unwrap();
+            assert_eq!(
+                (escalated.status.as_str(), escalated.reason.as_str()),
+                ("False", "TurnTimedOut"),
+                "{escalated:?}"
+            );
+            assert!(escalated.message.contains(&pod), "{escalated:?}");
+            let timed_out = events_of(&client, &ns, "Tier1TurnTimedOut").await;
+            assert!(timed_out.iter().any(|e| e.contains(&pod)), "{timed_out:?}");
+            let r = exec_json(&ns, "bound", "git --version", true);
+            assert_eq!(r["exitCode"].as_i64(), Some(126), "{r:#}");
+            assert!(
+                r["stderr"].as_str().unwrap().starts_with("kube-harness:"),
+                "{r:#}"
+            );
+            let r = exec_json(&ns, "bound", "git --version >/dev/null && echo again", true);
+            assert_eq!(
+                (r["stdout"].as_str(), r["tier"].as_i64()),
+                (Some("again\n"), Some(1)),
+                "{r:#}"
+            );
+            no_tier1_pod_left(&client, &ns, "bound").await;
+        })
+        .await;
+    })
+    .await;
+}
+
+/// A pod the restricted release namespace admits, labelled as a Tier-1 pod.
+fn fake_tier1_pod(name: &str, labels: Value, annotations: Value) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": {
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": false,
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "agent", "image": TOOLCHAIN, "imagePullPolicy": "Never",
+                "command": ["sleep", "3600"],
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]
+        }
+    }))
+    .unwrap()
+}
+
+/// RFC 3339, `secs` from now.
+fn rfc3339(secs: i64) -> String {
+    k8s_openapi::jiff::Timestamp::from_second(
+        k8s_openapi::jiff::Timestamp::now().as_second() + secs,
+    )
+    .unwrap()
+    .to_string()
+}
+
+/// Orphans of an operator SIGKILLed half-way through opens, swept at the next leader's start-up.
+/// Simulated: this test makes the objects such an open leaves, as the operator makes them (the
+/// labels, annotations and turn record of docs/tier1.md): a turn record with the ordinary pod's
+/// token Secret whose pod never came (killed after the Secret); a pod claimed for a live session's
+/// turn that nothing recorded, its turn begun 10 minutes ago (killed between the claim and the
+/// record, and the worker never came back); a pool pod claimed for a session that is gone. Then the
+/// operator pods are deleted with grace period 0 (SIGKILL, as `kubectl delete pod --grace-period=0
+/// --force`). Each object goes, with a Tier1Swept Event, and the new leader counts it in
+/// `kube_harness_tier1_swept_total`.
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn orphans_of_a_killed_operator_are_swept_at_the_next_start_with_events_and_metrics() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Secret;
+    let client = Client::try_default().await.unwrap();
+    with_tier(&client, toolchain_tier("e2e-orphan", 0), || async {
+        with_namespace("t1orph", |client, ns| async move {
+            session(&client, &ns, "orph", "e2e-orphan").await;
+            let release = harness::release_namespace();
+            let suffix = format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos());
+            let base = json!({"app.kubernetes.io/managed-by": "kube-harness", "kubeharness.dev/role": "tier1",
+                              "kubeharness.dev/tier": "e2e-orphan", "kubeharness.dev/session-namespace": ns,
+                              "kubeharness.dev/session": "orph"});
+            let with = |more: Value| {
+                let mut l = base.clone();
+                for (k, v) in more.as_object().unwrap() {
+                    l[k] = v.clone();
+                }
+                l
+            };
+            let secret_name = format!("t1-never-{suffix}");
+            let record_name = format!("t1-turn-orphan-{suffix}");
+            let unrecorded = format!("t1-unrec-{suffix}");
+            let gone = format!("t1-gone-{suffix}");
+            let secrets: Api<Secret> = Api::namespaced(client.clone(), &release);
+            let leases: Api<Lease> = Api::namespaced(client.clone(), &release);
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &release);
+            let pp = kube::api::PostParams::default();
+            secrets.create(&pp, &serde_json::from_value(json!({"metadata": {"name": secret_name,
+                "labels": with(json!({"kubeharness.dev/turn": "00000000000000aa"}))},
+                "data": {"token": "dG9rZW4="}})).unwrap()).await.unwrap();
+            leases.create(&pp, &serde_json::from_value(json!({"metadata": {"name": record_name,
+                "labels": with(json!({"kubeharness.dev/turn": "00000000000000aa"})),
+                "annotations": {"kubeharness.dev/ordinary-pod": secret_name, "kubeharness.dev/turn-id": "t-orphan"}},
+                "spec": {"holderIdentity": secret_name, "acquireTime": rfc3339(-300).replace('Z', ".000000Z")}})).unwrap()).await.unwrap();
+            pods.create(&pp, &fake_tier1_pod(&unrecorded,
+                with(json!({"kubeharness.dev/turn": "00000000000000bb"})),
+                json!({"kubeharness.dev/turn-id": "t-lost", "kubeharness.dev/turn-started": rfc3339(-600),
+                       "kubeharness.dev/turn-deadline": rfc3339(3600)}))).await.unwrap();
+            pods.create(&pp, &fake_tier1_pod(&gone,
+                with(json!({"kubeharness.dev/session": "no-such-session", "kubeharness.dev/pool": "e2e-orphan",
+                            "kubeharness.dev/claimed": "true", "kubeharness.dev/turn": "00000000000000cc"})),
+                json!({"kubeharness.dev/turn-id": "t-gone"}))).await.unwrap();
+
+            // SIGKILL the operator (every replica).
+            for op in pods
+                .list(&ListParams::default().labels("app.kubernetes.io/name=kube-harness-operator"))
+                .await
+                .unwrap()
+                .items
+            {
+                harness::kill_pod(&pods, &op.name_any()).await.unwrap();
+            }
+            let limit = Duration::from_secs(180);
+            pod_gone(&client, &unrecorded, limit).await;
+            pod_gone(&client, &gone, limit).await;
+            wait::until("the orphaned record and Secret gone", limit, || async {
+                let (l, s) = (leases.get_opt(&record_name).await?, secrets.get_opt(&secret_name).await?);
+                Ok(if l.is_none() && s.is_none() {
+                    Check::Done(())
+                } else {
+                    Check::Pending(format!("record {}, secret {}", l.is_some(), s.is_some()))
+                })
+            })
+            .await
+            .unwrap();
+            let swept = events_of(&client, &release, "Tier1Swept").await;
+            for name in [&unrecorded, &gone, &record_name, &secret_name] {
+                assert!(swept.iter().any(|e| e.starts_with(&format!("{name}:"))), "an Event for {name}: {swept:?}");
+            }
+            // The leader's counters.
+            let holder = leases.get("kube-harness-operator").await.unwrap().spec.unwrap().holder_identity.unwrap();
+            let tunnel = kube_harness_client::tunnel::Tunnel::open(pods.clone(), &holder, 8000).await.unwrap();
+            let text = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap()
+                .get(format!("http://{}/metrics", tunnel.local)).send().await.unwrap().text().await.unwrap();
+            for series in [
+                "kube_harness_tier1_swept_total{kind=\"pod\",reason=\"unrecorded\"}",
+                "kube_harness_tier1_swept_total{kind=\"pod\",reason=\"session_gone\"}",
+                "kube_harness_tier1_swept_total{kind=\"record\",reason=\"no_pod\"}",
+                "kube_harness_tier1_swept_total{kind=\"secret\",reason=\"no_pod\"}",
+            ] {
+                assert!(text.lines().any(|l| l.starts_with(series)), "{series} in {text}");
+            }
+        })
+        .await;
+    })
+    .await;
+}
+
+/// One pod per turn (docs/tier1.md): six opens of one turn sent at once to the tier API (through a
+/// port-forward to the operator, with the session's own token), on a pooled tier with two ready
+/// pool pods to race for and on an unpooled tier, all answer the same pod, and the session has
+/// exactly one Tier-1 pod; ending the turn leaves none.
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn racing_opens_of_one_turn_claim_one_pod() {
+    use k8s_openapi::api::core::v1::Secret;
+    let client = Client::try_default().await.unwrap();
+    with_tier(&client, toolchain_tier("e2e-race-p", 2), || async {
+        with_tier(&client, toolchain_tier("e2e-race-o", 0), || async {
+            with_namespace("t1race", |client, ns| async move {
+                session(&client, &ns, "rp", "e2e-race-p").await;
+                session(&client, &ns, "ro", "e2e-race-o").await;
+                pool_settles(&client, "e2e-race-p", 2, TOOLCHAIN).await;
+                let release = harness::release_namespace();
+                let pods: Api<Pod> = Api::namespaced(client.clone(), &release);
+                let operator = pods
+                    .list(
+                        &ListParams::default()
+                            .labels("app.kubernetes.io/name=kube-harness-operator"),
+                    )
+                    .await
+                    .unwrap()
+                    .items
+                    .into_iter()
+                    .find(|p| p.metadata.deletion_timestamp.is_none())
+                    .expect("an operator pod");
+                let tunnel = kube_harness_client::tunnel::Tunnel::open(
+                    pods.clone(),
+                    &operator.name_any(),
+                    8081,
+                )
+                .await
+                .unwrap();
+                let http = reqwest::Client::builder()
+                    .timeout(Duration::from_secs(30))
+                    .build()
+                    .unwrap();
+                for session_name in ["rp", "ro"] {
+                    let secret: Secret = Api::namespaced(client.clone(), &ns)
+                        .get(&format!("{session_name}-token"))
+                        .await
+                        .unwrap();
+                    let token = String::from_utf8(secret.data.unwrap()["token"].0.clone()).unwrap();
+                    let turn = format!(
+                        "race-{}",
+                        std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .unwrap()
+                            .as_nanos()
+                    );
+                    let url = format!(
+                        "http://{}/v1/namespaces/{ns}/sessions/{session_name}/sandboxes",
+                        tunnel.local
+                    );
+                    let body =
+                        serde_json::to_vec(&json!({"turn": turn, "workspaceBytes": 100})).unwrap();
+                    let opens = (0..6).map(|_| {
+                        http.post(&url)
+                            .bearer_auth(&token)
+                            .header("content-type", "application/json")
+                            .body(body.clone())
+                            .send()
+                    });
+                    let mut answered = std::collections::BTreeSet::new();
+                    for r in futures::future::join_all(opens).await {
+                        let r = r.unwrap();
+                        let status = r.status();
+                        let v: Value = r.json().await.unwrap();
+                        assert_eq!(status, 200, "{session_name}: {v}");
+                        assert!(v["phase"] != "Failed", "{session_name}: {v}");
+                        answered.insert(v["pod"].as_str().unwrap().to_string());
+                    }
+                    assert_eq!(
+                        answered.len(),
+                        1,
+                        "{session_name}: every open answered one pod: {answered:?}"
+                    );
+                    let pod = answered.into_iter().next().unwrap();
+                    let serving: Vec<String> = tier1_pods(&client, &ns, session_name)
+                        .await
+                        .into_iter()
+                        .filter(|p| p.metadata.deletion_timestamp.is_none())
+                        .map(|p| p.name_any())
+                        .collect();
+                    assert_eq!(
+                        serving,
+                        vec![pod.clone()],
+                        "{session_name}: one pod for the turn"
+                    );
+                    let shown: Value = http
+                        .get(format!("{url}/{turn}"))
+                        .bearer_auth(&token)
+                        .send()
+                        .await
+                        .unwrap()
+                        .json()
+                        .await
+                        .unwrap();
+                    assert_eq!(shown["pod"].as_str(), Some(pod.as_str()), "{shown}");
+                    let ended = http
+                        .delete(format!("{url}/{turn}"))
+                        .bearer_auth(&token)
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(ended.status(), 204);
+                    no_tier1_pod_left(&client, &ns, session_name).await;
+                }
+            })
+            .await;
+        })
+        .await;
+    })
+    .await;
+}

@@ -356,3 +356,112 @@ async fn scripts_see_the_image_environment_but_not_the_agents_own_settings() {
     );
     assert!(Path::new(&agent.host("/session")).is_dir());
 }
+
+async fn put_replace(url: &str, body: Vec<u8>) -> (u16, Value) {
+    let r = http()
+        .put(format!("{url}/v1/workspace?replace=true"))
+        .bearer_auth(AGENT_TOKEN)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+/// A pod kept for its session's next turn (docs/tier1.md, "Lifetimes"): the next turn's bind
+/// (`?replace=true`) first empties the tracked mounts of everything the last turn left, removing
+/// a symlink out of the workspace without following it, then binds and is checked as any bind;
+/// the changes are since the new bind. Refused while a command runs; a plain second bind is still
+/// one use.
+#[tokio::test]
+async fn a_replacing_bind_serves_the_next_turn_with_nothing_of_the_last_workspace() {
+    let root = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("keep"), "outside\n").unwrap();
+    let agent = spawn_agent(root.path(), &[]);
+    let (_first, archive, _) = source();
+    assert_eq!(put(&agent.url, archive).await.0, 200);
+    let none = Default::default();
+    let script = format!(
+        "echo last > /session/turn1.txt && mkdir -p /artifacts/d/e && echo x > /artifacts/d/e/f && ln -s {} /session/out && chmod 000 /artifacts/d",
+        outside.path().display()
+    );
+    let (_, err, code, _) = exec(&agent.url, &script, "/session", &none).await;
+    assert_eq!(code, 0, "{err}");
+
+    // Refused while a command runs.
+    let busy = {
+        let url = agent.url.clone();
+        tokio::spawn(async move {
+            exec_raw(&url, json!({"script": "sleep 2", "cwd": "/session"})).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let next = workspace_root();
+    std::fs::write(next.path().join("session/b.txt"), "beta\n").unwrap();
+    let mut archive2 = Vec::new();
+    let packed2 = workspace::pack(
+        &spec_of(next.path()),
+        &PackOptions::default(),
+        &mut archive2,
+    )
+    .unwrap();
+    let (status, v) = put_replace(&agent.url, archive2.clone()).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (409, Some("busy")),
+        "{v}"
+    );
+    assert_eq!(busy.await.unwrap().0, 200);
+
+    let (status, bound) = put_replace(&agent.url, archive2.clone()).await;
+    assert_eq!(status, 200, "{bound}");
+    assert_eq!(
+        (bound["files"].as_u64(), bound["bytes"].as_u64()),
+        (Some(packed2.entries), Some(packed2.total_bytes))
+    );
+    for gone in [
+        "/session/turn1.txt",
+        "/session/a.txt",
+        "/session/out",
+        "/artifacts/d",
+        "/persistent/notes.md",
+    ] {
+        assert!(
+            std::fs::symlink_metadata(agent.host(gone)).is_err(),
+            "{gone} survived the replacing bind"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("keep")).unwrap(),
+        "outside\n",
+        "the symlink was removed, not followed"
+    );
+    let (out, _, _, _) = exec(
+        &agent.url,
+        "ls -A /session /artifacts /persistent; echo made > /session/c.txt",
+        "/session",
+        &none,
+    )
+    .await;
+    assert_eq!(out, "/artifacts:\n\n/persistent:\n\n/session:\nb.txt\n");
+    let changes = http()
+        .get(format!("{}/v1/changes", agent.url))
+        .bearer_auth(AGENT_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(
+        apply_changes(next.path(), &changes, &packed2.snapshot),
+        ["Created /session/c.txt"]
+    );
+    // Without `replace` a bind is still one use.
+    let (status, v) = put(&agent.url, archive2).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (409, Some("already_bound"))
+    );
+}

@@ -4,7 +4,9 @@
 //! sandbox, answers Pending then Ready (or Failed, 503, never Ready), and kills the agent on
 //! DELETE, as deleting the pod would.
 
-use super::tier1_support::{spawn_agent, turn_with, AgentProcess, TurnFixture, AGENT_TOKEN};
+use super::tier1_support::{
+    spawn_agent, turn_at, turn_with, AgentProcess, TurnFixture, AGENT_TOKEN,
+};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -25,6 +27,9 @@ enum Mode {
     Failed,
     Uncertain,
     NeverReady,
+    /// One agent for every turn, kept at the end of each (the tier's idleTimeoutSeconds): from
+    /// the second turn on it is answered `reused`.
+    Keep,
 }
 
 #[derive(Default)]
@@ -34,6 +39,8 @@ struct Book {
     agents: HashMap<String, (AgentProcess, tempfile::TempDir)>,
     deleted: Vec<String>,
     workspace_bytes: Vec<u64>,
+    /// Mode::Keep: the turns opened, in order.
+    kept_turns: Vec<String>,
 }
 
 struct Operator {
@@ -97,6 +104,24 @@ async fn open(
         )
             .into_response();
     }
+    if op.mode == Mode::Keep {
+        let fresh = {
+            let mut book = op.book.lock().unwrap();
+            if !book.kept_turns.contains(&turn) {
+                book.kept_turns.push(turn.clone());
+            }
+            !book.agents.contains_key("kept")
+        };
+        if fresh {
+            let agent = tokio::task::spawn_blocking(|| {
+                let root = tempfile::tempdir().unwrap();
+                (spawn_agent(root.path(), &[]), root)
+            })
+            .await
+            .unwrap();
+            op.book.lock().unwrap().agents.insert("kept".into(), agent);
+        }
+    }
     if op.mode == Mode::Ready && !op.book.lock().unwrap().agents.contains_key(&turn) {
         let agent = tokio::task::spawn_blocking(|| {
             let root = tempfile::tempdir().unwrap();
@@ -118,6 +143,12 @@ fn sandbox(op: &Operator, turn: &str) -> Value {
     };
     let pod = format!("t1-{}", &turn[..8]);
     match op.mode {
+        Mode::Keep => {
+            let url = book.agents["kept"].0.url.clone();
+            let reused = book.kept_turns.first().map(String::as_str) != Some(turn);
+            json!({"turn": turn, "pod": "t1-kept", "phase": "Ready", "endpoint": url, "token": AGENT_TOKEN,
+                   "source": "ordinary", "reused": reused})
+        }
         Mode::Ready if polls >= 3 => {
             let url = book.agents[turn].0.url.clone();
             json!({"turn": turn, "pod": pod, "phase": "Ready", "endpoint": url, "token": AGENT_TOKEN,
@@ -151,6 +182,7 @@ async fn end(
     let removed = {
         let mut book = op.book.lock().unwrap();
         book.deleted.push(turn.clone());
+        // Mode::Keep keeps its agent: the pod is kept for the next turn.
         book.agents.remove(&turn)
     };
     // Deleting the pod: the agent process goes away.
@@ -427,4 +459,50 @@ async fn an_operator_that_is_not_there_is_retried_until_the_deadline() {
         out.stderr
     );
     assert!(took < Duration::from_secs(10), "{:?}", took);
+}
+
+/// A pod kept for the session's next turn (the operator answers `reused`): the next turn binds
+/// its own workspace over the last one on the same agent (`?replace=true`), so what Tier-0 deleted
+/// between the turns is not there, and what the turn changes merges back as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_pods_next_turn_binds_its_own_workspace_over_the_last() {
+    let (op, url) = operator(Mode::Keep, false).await;
+    let tier = pod_tier(&url, Duration::from_secs(30));
+    let f = turn_with(tier.clone());
+    let out = f.turn.exec("git init -q r && echo one > r/f").await;
+    assert_eq!((out.exit_code, out.tier), (0, 1), "{}", out.stderr);
+    f.turn.end().await;
+    assert!(f.root.join("session/r/f").is_file(), "merged back");
+    let next = turn_at(&f.root, tier.clone(), f.events.clone());
+    let out = next.exec("rm r/f && echo two > r/g").await;
+    assert_eq!((out.exit_code, out.tier), (0, 0), "{}", out.stderr);
+    next.end().await;
+    let last = turn_at(&f.root, tier, f.events.clone());
+    let out = last
+        .exec("git -C r status --porcelain && echo three > r/h")
+        .await;
+    assert_eq!(
+        (out.stdout.as_str(), out.exit_code, out.tier),
+        ("?? g\n", 0, 1),
+        "the kept agent holds this turn's workspace only: {}",
+        out.stderr
+    );
+    last.end().await;
+    assert_eq!(
+        std::fs::read_to_string(f.root.join("session/r/h")).unwrap(),
+        "three\n"
+    );
+    assert!(!f.root.join("session/r/f").exists());
+    let events = f.events.events();
+    let escalated = of(&events, kind::TIER_ESCALATED);
+    assert_eq!(escalated.len(), 2);
+    assert!(escalated[0].data["sandbox"].get("reused").is_none());
+    assert_eq!(escalated[1].data["sandbox"]["reused"], true);
+    assert!(
+        of(&events, kind::DISPOSE_FAILED).is_empty(),
+        "{:?}",
+        of(&events, kind::DISPOSE_FAILED)
+    );
+    let book = op.book.lock().unwrap();
+    assert_eq!((book.kept_turns.len(), book.agents.len()), (2, 1));
 }

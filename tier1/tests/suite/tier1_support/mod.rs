@@ -188,29 +188,35 @@ pub struct TurnFixture {
 pub fn turn_with(next: Arc<dyn NextTier>) -> TurnFixture {
     let tmp = workspace_root();
     let root = tmp.path().to_path_buf();
-    let spec = spec_of(&root);
-    let tier0 = Tier0Executor::new(SandboxConfig::new(spec.clone(), Presentation::Namespace))
-        .expect("the Tier-0 sandbox is available on this machine (root or user namespaces)");
     let events = Arc::new(Collector::default());
-    let turn = Turn::new(
-        TurnConfig {
-            workspace: spec.clone(),
-            classify: ClassifyOptions::default(),
-            inline_output_limit: 4096,
-        },
-        Emitter::new("s1", "t1", vec![events.clone()]),
-        Arc::new(tier0),
-        Some(next),
-        Some(Arc::new(WorkspaceTracker::new(spec))),
-        PathBuf::from("/session"),
-        BTreeMap::new(),
-    );
+    let turn = turn_at(&root, next, events.clone());
     TurnFixture {
         _tmp: tmp,
         root,
         turn,
         events,
     }
+}
+
+/// A turn on the Tier-0 workspace at `root` (a later turn of a [`TurnFixture`]'s session), its
+/// events into `events`.
+pub fn turn_at(root: &Path, next: Arc<dyn NextTier>, events: Arc<Collector>) -> Turn {
+    let spec = spec_of(root);
+    let tier0 = Tier0Executor::new(SandboxConfig::new(spec.clone(), Presentation::Namespace))
+        .expect("the Tier-0 sandbox is available on this machine (root or user namespaces)");
+    Turn::new(
+        TurnConfig {
+            workspace: spec.clone(),
+            classify: ClassifyOptions::default(),
+            inline_output_limit: 4096,
+        },
+        Emitter::new("s1", "t1", vec![events]),
+        Arc::new(tier0),
+        Some(next),
+        Some(Arc::new(WorkspaceTracker::new(spec))),
+        PathBuf::from("/session"),
+        BTreeMap::new(),
+    )
 }
 
 /// [`sleeping`] after up to two seconds for the kernel to finish killing them.

@@ -1,0 +1,347 @@
+//! The leader's Tier-1 sweep against a mocked API server: lifetimes (a kept pod past its idle
+//! time, a turn past its bound) and orphans (a turn record whose pod never came, with the
+//! ordinary pod's token Secret it left; a pod claimed for a turn that nothing recorded; a pod of a
+//! session created again under the same name). Each thing deleted is an Event and a metric.
+
+use super::support::{drain_events, expect, not_found, Handle};
+use kube_harness_crds::condition::reasons;
+use kube_harness_operator::tier1::{pod, sweep};
+use kube_harness_operator::{Context, OperatorConfig};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+const NS: &str = "team-a";
+const OP: &str = "kube-harness";
+
+fn context() -> (Arc<Context>, Handle) {
+    let (client, server) = super::support::client();
+    let config = OperatorConfig {
+        tier_api_url: Some("http://kh-operator.kube-harness.svc:8081".into()),
+        ..OperatorConfig::for_namespace(OP)
+    };
+    (Arc::new(Context::new(client, config)), server)
+}
+
+fn at(secs: i64) -> String {
+    k8s_openapi::jiff::Timestamp::from_second(
+        k8s_openapi::jiff::Timestamp::now().as_second() + secs,
+    )
+    .unwrap()
+    .to_string()
+}
+
+fn ok() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+}
+
+/// A Tier-1 pod of session demo, Ready, opened by worker `w-uid/0`.
+fn t1(name: &str, labels: Value, annotations: Value) -> Value {
+    let mut l = json!({"kubeharness.dev/role": "tier1", "kubeharness.dev/tier": "rust",
+        "kubeharness.dev/session-namespace": NS, "kubeharness.dev/session": "demo",
+        "kubeharness.dev/session-uid": "s-uid"});
+    for (k, v) in labels.as_object().unwrap() {
+        l[k] = v.clone();
+    }
+    let mut a = json!({"kubeharness.dev/worker-uid": "w-uid/0"});
+    for (k, v) in annotations.as_object().unwrap() {
+        a[k] = v.clone();
+    }
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": OP, "uid": format!("uid-{name}"), "resourceVersion": "1",
+                        "creationTimestamp": at(-3600), "labels": l, "annotations": a},
+           "spec": {"containers": [{"name": "agent", "image": "x"}]},
+           "status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}})
+}
+
+fn lease(name: &str, holder: &str, turn_label: &str, written: i64, ordinary: &str) -> Value {
+    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+           "metadata": {"name": name, "namespace": OP, "creationTimestamp": at(written),
+                        "labels": {"kubeharness.dev/role": "tier1", "kubeharness.dev/session-namespace": NS,
+                                   "kubeharness.dev/session": "demo", "kubeharness.dev/turn": turn_label},
+                        "annotations": {"kubeharness.dev/ordinary-pod": ordinary}},
+           "spec": {"holderIdentity": holder, "acquireTime": at(written)}})
+}
+
+fn session() -> Value {
+    json!({"apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessSession",
+           "metadata": {"name": "demo", "namespace": NS, "uid": "s-uid", "generation": 1},
+           "spec": {"escalation": {"tier": "rust"}},
+           "status": {"conditions": [{"type": "Escalated", "status": "True", "reason": reasons::TIER1_READY,
+                      "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+}
+
+async fn deleted_pod(server: &mut Handle, name: &str) {
+    expect(
+        server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{OP}/pods/{name}"),
+        200,
+        ok(),
+    )
+    .await;
+    expect(
+        server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{OP}/secrets/{name}"),
+        200,
+        ok(),
+    )
+    .await;
+}
+
+/// One sweep over: a kept pod past its idle time; a turn past its bound (recorded); a pod claimed
+/// for a turn that nothing recorded, 10 minutes ago; a pod of the session's earlier incarnation; a
+/// turn's pod still within every bound; a turn record whose pod never came (written 5 minutes
+/// ago) with its ordinary Secret; and a fresh record whose pod is being created.
+#[tokio::test]
+async fn the_sweep_ends_lifetimes_and_orphans_with_an_event_and_a_metric_each() {
+    let (ctx, mut server) = context();
+    let run = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move { sweep::sweep(&ctx).await })
+    };
+    let turn = |t: &str| pod::turn_label(t);
+    let records = vec![
+        lease(
+            "t1-turn-timed",
+            "t1-timed",
+            &turn("t-timed"),
+            -4000,
+            "t1-timed",
+        ),
+        lease("t1-turn-live", "t1-live", &turn("t-live"), -100, "t1-live"),
+        lease(
+            "t1-turn-orphan",
+            "t1-never",
+            &turn("t-orphan"),
+            -300,
+            "t1-never",
+        ),
+        lease(
+            "t1-turn-fresh",
+            "t1-coming",
+            &turn("t-fresh"),
+            -5,
+            "t1-coming",
+        ),
+    ];
+    let listed = expect(
+        &mut server,
+        "GET",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases"),
+        200,
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "LeaseList", "metadata": {}, "items": records}),
+    )
+    .await;
+    assert!(
+        listed.query.contains("kubeharness.dev%2Frole%3Dtier1"),
+        "{}",
+        listed.query
+    );
+    let pods = vec![
+        t1(
+            "t1-idle",
+            json!({}),
+            json!({"kubeharness.dev/idle-until": at(-2)}),
+        ),
+        t1(
+            "t1-timed",
+            json!({"kubeharness.dev/turn": turn("t-timed")}),
+            json!({"kubeharness.dev/turn-id": "t-timed", "kubeharness.dev/turn-deadline": at(-1),
+                   "kubeharness.dev/turn-started": at(-4000)}),
+        ),
+        t1(
+            "t1-unrecorded",
+            json!({"kubeharness.dev/turn": turn("t-lost")}),
+            json!({"kubeharness.dev/turn-id": "t-lost", "kubeharness.dev/turn-deadline": at(3600),
+                   "kubeharness.dev/turn-started": at(-600)}),
+        ),
+        t1(
+            "t1-old",
+            json!({"kubeharness.dev/session-uid": "old-uid", "kubeharness.dev/turn": turn("t-old")}),
+            json!({}),
+        ),
+        t1(
+            "t1-live",
+            json!({"kubeharness.dev/turn": turn("t-live")}),
+            json!({"kubeharness.dev/turn-id": "t-live", "kubeharness.dev/turn-deadline": at(40),
+                   "kubeharness.dev/turn-started": at(-100)}),
+        ),
+    ];
+    expect(
+        &mut server,
+        "GET",
+        &format!("/api/v1/namespaces/{OP}/pods"),
+        200,
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": pods}),
+    )
+    .await;
+    // The session and its worker, once.
+    expect(
+        &mut server,
+        "GET",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+        200,
+        session(),
+    )
+    .await;
+    expect(
+        &mut server,
+        "GET",
+        &format!("/api/v1/namespaces/{NS}/pods/demo-worker"),
+        200,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker", "namespace": NS, "uid": "w-uid"},
+               "status": {"containerStatuses": [{"name": "worker", "image": "x", "imageID": "", "ready": true, "restartCount": 0}]}}),
+    )
+    .await;
+    // The kept pod past its idle time: deleted, an Event on it and one on its session.
+    deleted_pod(&mut server, "t1-idle").await;
+    let on_pod = drain_events(&mut server, OP, 1).await;
+    assert_eq!(on_pod[0]["reason"], "Tier1Swept");
+    assert_eq!(on_pod[0]["regarding"]["name"], "t1-idle");
+    let on_session = drain_events(&mut server, NS, 1).await;
+    assert_eq!(on_session[0]["reason"], "Tier1IdleExpired");
+    // The turn past its bound: deleted; the session's Escalated becomes TurnTimedOut, with a
+    // Warning Event.
+    deleted_pod(&mut server, "t1-timed").await;
+    drain_events(&mut server, OP, 1).await;
+    expect(
+        &mut server,
+        "GET",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+        200,
+        session(),
+    )
+    .await;
+    let status = expect(
+        &mut server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo/status"),
+        200,
+        session(),
+    )
+    .await;
+    let esc = &status.body["status"]["conditions"][0];
+    assert_eq!(
+        (esc["status"].as_str(), esc["reason"].as_str()),
+        (Some("False"), Some(reasons::TURN_TIMED_OUT)),
+        "{esc}"
+    );
+    assert!(
+        esc["message"].as_str().unwrap().contains("t1-timed"),
+        "{esc}"
+    );
+    let timed_out = drain_events(&mut server, NS, 1).await;
+    assert_eq!(
+        (
+            timed_out[0]["reason"].as_str(),
+            timed_out[0]["type"].as_str()
+        ),
+        (Some("Tier1TurnTimedOut"), Some("Warning"))
+    );
+    // The pod whose turn was never recorded, and the old incarnation's pod.
+    deleted_pod(&mut server, "t1-unrecorded").await;
+    drain_events(&mut server, OP, 1).await;
+    deleted_pod(&mut server, "t1-old").await;
+    drain_events(&mut server, OP, 1).await;
+    // The timed-out turn's record (its pod just went, and it is old), then the orphaned record
+    // and its ordinary Secret; the live and the fresh records stay.
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases/t1-turn-timed"),
+        200,
+        ok(),
+    )
+    .await;
+    drain_events(&mut server, OP, 1).await;
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{OP}/secrets/t1-timed"),
+        404,
+        not_found("secrets", "t1-timed"),
+    )
+    .await;
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases/t1-turn-orphan"),
+        200,
+        ok(),
+    )
+    .await;
+    drain_events(&mut server, OP, 1).await;
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{OP}/secrets/t1-never"),
+        200,
+        ok(),
+    )
+    .await;
+    let secret_event = drain_events(&mut server, OP, 1).await;
+    assert_eq!(secret_event[0]["regarding"]["kind"], "Secret");
+    let report = tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let swept: Vec<(&str, &str, &str)> = report
+        .swept
+        .iter()
+        .map(|s| (s.kind, s.name.as_str(), s.reason))
+        .collect();
+    assert_eq!(
+        swept,
+        vec![
+            ("pod", "t1-idle", "idle_timeout"),
+            ("pod", "t1-timed", "turn_timeout"),
+            ("pod", "t1-unrecorded", "unrecorded"),
+            ("pod", "t1-old", "session_gone"),
+            ("record", "t1-turn-timed", "no_pod"),
+            ("record", "t1-turn-orphan", "no_pod"),
+            ("secret", "t1-never", "no_pod"),
+        ]
+    );
+    // The live turn's bound is 40 s away: the next sweep comes no later.
+    let next = report.next.expect("a lifetime due");
+    assert!(next <= std::time::Duration::from_secs(40), "{next:?}");
+    let metrics = ctx.metrics.encode();
+    for (kind, reason, n) in [
+        ("pod", "idle_timeout", 1),
+        ("pod", "turn_timeout", 1),
+        ("pod", "unrecorded", 1),
+        ("pod", "session_gone", 1),
+        ("record", "no_pod", 2),
+        ("secret", "no_pod", 1),
+    ] {
+        let line =
+            format!("kube_harness_tier1_swept_total{{kind=\"{kind}\",reason=\"{reason}\"}} {n}");
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
+    assert!(
+        metrics.contains("kube_harness_tier1_pods{tier=\"rust\",state=\"serving\"} 1"),
+        "{metrics}"
+    );
+}
+
+/// A turn whose record names another pod: the pod that lost the race (its open stopped before
+/// giving it up) goes at once.
+#[test]
+fn a_pod_whose_turn_another_pod_holds_goes_and_one_recorded_stays() {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(t1(
+        "t1-b",
+        json!({"kubeharness.dev/turn": pod::turn_label("t")}),
+        json!({"kubeharness.dev/turn-started": at(-1)}),
+    ))
+    .unwrap();
+    let now = k8s_openapi::jiff::Timestamp::now();
+    assert_eq!(
+        sweep::lifetime(&pod, Some("t1-a"), now).map(|v| v.reason),
+        Some("lost_race")
+    );
+    assert_eq!(sweep::lifetime(&pod, Some("t1-b"), now), None);
+    // Not recorded yet, but just opened: the open may still record it.
+    assert_eq!(sweep::lifetime(&pod, None, now), None);
+}
