@@ -134,7 +134,9 @@ pub struct Workspace {
     /// StorageClass of the PVC; the cluster default when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_class_name: Option<String>,
-    /// Directories under /persistent that outlive turns, each with its commit policy.
+    /// Directories under /persistent with a commit policy. Not acted on in the cluster yet: the
+    /// worker pod's /persistent is a directory on the session's PVC, writable as a whole, and
+    /// no commit policy or read-only prefix is applied (docs/operator.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(validation = kube::core::Rule::new("self.all(p, self.exists_one(q, q.name == p.name))").message("persistent dir names must be unique"))]
     #[schemars(length(max = 16))]
