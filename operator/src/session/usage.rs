@@ -384,8 +384,12 @@ mod tests {
             rx.try_recv().is_err(),
             "nothing changed: no reconcile asked for"
         );
-        // A new pod (another address) starts over.
-        let (port2, _) = worker(Duration::ZERO).await;
+        // A new pod (another address) starts over. The OS may hand the closed port above out
+        // again (then it is the same address, not a new pod): take another.
+        let mut port2 = worker(Duration::ZERO).await.0;
+        while port2 == port {
+            port2 = worker(Duration::ZERO).await.0;
+        }
         let _ = polls
             .report(session(), "127.0.0.1", port2, "t", Duration::from_secs(2))
             .await;
