@@ -11,6 +11,12 @@ if [[ ! -d $KH_STATE ]]; then
   exit 0
 fi
 
+# 0. Benchmark companions started beside the cluster (tests/cluster/kwok.sh, the peer's controller
+#    from tests/cluster/peers/): a bench left running must not fail the teardown.
+for extra in kwok agent-sandbox; do
+  stop "$extra"
+done
+
 # 1. Let kubelet tear pods down properly (CNI DEL, volume unmounts) while it still runs; stop the
 #    controllers first so nothing recreates them.
 stop kube-controller-manager
