@@ -287,31 +287,32 @@ fn unreachable(status: &mut HarnessSessionStatus) {
 /// when a report first comes from a new instance) plus this one's report. A report from a worker
 /// that started before the one counted now is from one already replaced: left out.
 fn apply_report(status: &mut HarnessSessionStatus, report: &WorkerReport) {
-    let Some(instance) = &report.instance else {
+    let usage = match &report.instance {
         // A worker too old to say which process it is: its counters as they are.
-        status.usage = Some(report.usage.clone());
-        status.current_tier = Some(report.tier);
-        status.last_activity_time = Some(report.last_activity.clone());
-        return;
-    };
-    let carried = match status.usage_carried.take() {
-        Some(c) if &c.worker == instance => c.usage,
-        Some(c) if started_before(&report.started_at, &c.worker_started_at) => {
-            status.usage_carried = Some(c);
-            return;
+        None => report.usage.clone(),
+        Some(instance) => {
+            let carried = match status.usage_carried.take() {
+                Some(c) if &c.worker == instance => c.usage,
+                Some(c) if started_before(&report.started_at, &c.worker_started_at) => {
+                    status.usage_carried = Some(c);
+                    return;
+                }
+                // A new worker process: everything shown so far is carried.
+                Some(_) => status.usage.clone().unwrap_or_default(),
+                // The first report, or a status written before usage was carried (then the usage
+                // shown was this worker's own).
+                None => Usage::default(),
+            };
+            let usage = carried.plus(&report.usage);
+            status.usage_carried = Some(CarriedUsage {
+                worker: instance.clone(),
+                worker_started_at: report.started_at.clone(),
+                usage: carried,
+            });
+            usage
         }
-        // A new worker process: everything shown so far is carried.
-        Some(_) => status.usage.clone().unwrap_or_default(),
-        // The first report, or a status written before usage was carried (then the usage shown
-        // was this worker's own).
-        None => Usage::default(),
     };
-    status.usage = Some(carried.plus(&report.usage));
-    status.usage_carried = Some(CarriedUsage {
-        worker: instance.clone(),
-        worker_started_at: report.started_at.clone(),
-        usage: carried,
-    });
+    status.usage = Some(usage);
     status.current_tier = Some(report.tier);
     status.last_activity_time = Some(report.last_activity.clone());
 }

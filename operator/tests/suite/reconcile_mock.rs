@@ -232,17 +232,29 @@ async fn a_session_gone_before_its_finalizer_is_added_is_done() {
     );
 }
 
+/// A first reconcile of a session with its finalizer, up to the worker pod's create: the tier
+/// read, the pod looked up (absent), the token Secret created and the children applied. Returns
+/// the reconcile and what the Secret, PVC, NetworkPolicy and Service requests carried.
+async fn a_cold_start_up_to_its_pod(
+    client: kube::Client,
+    server: &mut Handle,
+) -> (
+    tokio::task::JoinHandle<kube_harness_operator::Result<kube::runtime::controller::Action>>,
+    (Vec<Seen>, Seen, Seen, Seen),
+) {
+    let obj = session_obj(json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"]}}));
+    let run = tokio::spawn(session::reconcile(Arc::new(obj), context(client)));
+    read_tier0(server).await;
+    worker_pod_absent(server).await;
+    let children = make_children(server, vec![Want::new("POST", format!("/api/v1/namespaces/{NS}/secrets"), 201, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-token", "namespace": NS}}))]).await;
+    (run, children)
+}
+
 #[tokio::test]
 async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
     let (client, mut server) = super::support::client();
-    let obj = session_obj(json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"]}}));
-    let ctx = context(client);
-    let run = tokio::spawn(session::reconcile(Arc::new(obj), ctx));
     let base = format!("/api/v1/namespaces/{NS}");
-
-    read_tier0(&mut server).await;
-    worker_pod_absent(&mut server).await;
-    let (secret, pvc, np, svc) = make_children(&mut server, vec![Want::new("POST", format!("{base}/secrets"), 201, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-token", "namespace": NS}}))]).await;
+    let (run, (secret, pvc, np, svc)) = a_cold_start_up_to_its_pod(client, &mut server).await;
     let secret = &secret[0];
     assert_eq!(
         secret.body["metadata"]["ownerReferences"][0]["uid"],
@@ -371,13 +383,8 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
 #[tokio::test]
 async fn a_worker_pod_refused_by_the_namespaces_quota_is_a_condition_with_its_message() {
     let (client, mut server) = super::support::client();
-    let obj = session_obj(json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"]}}));
-    let ctx = context(client);
-    let run = tokio::spawn(session::reconcile(Arc::new(obj), ctx));
     let base = format!("/api/v1/namespaces/{NS}");
-    read_tier0(&mut server).await;
-    worker_pod_absent(&mut server).await;
-    make_children(&mut server, vec![Want::new("POST", format!("{base}/secrets"), 201, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-token", "namespace": NS}}))]).await;
+    let (run, _) = a_cold_start_up_to_its_pod(client, &mut server).await;
     let quota = "pods \"demo-worker\" is forbidden: exceeded quota: team-quota, requested: pods=1, used: pods=0, limited: pods=0";
     expect(&mut server, "POST", &format!("{base}/pods"), 403, json!({
         "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
