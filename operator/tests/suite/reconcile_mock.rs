@@ -253,7 +253,6 @@ async fn a_cold_start_up_to_its_pod(
 #[tokio::test]
 async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
     let (client, mut server) = super::support::client();
-    let base = format!("/api/v1/namespaces/{NS}");
     let (run, (secret, pvc, np, svc)) = a_cold_start_up_to_its_pod(client, &mut server).await;
     let secret = &secret[0];
     assert_eq!(
