@@ -11,6 +11,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod classify;
+mod commit;
 mod cp;
 mod crdgen;
 mod exec;
@@ -56,6 +57,8 @@ enum Command {
     Exec(exec::ExecArgs),
     /// End a session's open turn: merge a Tier-1 sandbox back and release it, write the usage.
     EndTurn(exec::EndTurnArgs),
+    /// Write a Persistent Dir's version kept at the end of a turn to its source.
+    Commit(commit::CommitArgs),
     /// Copy one file into or out of a session: `cp ./x SESSION:/session/x` or back.
     Cp(cp::CpArgs),
     /// List HarnessSessions with phase, readiness, tier and usage.
@@ -69,7 +72,7 @@ enum Command {
 /// The name kubectl runs a plugin by (`kubectl harness …` → `kubectl-harness …`).
 const PLUGIN_NAME: &str = "kubectl-harness";
 /// What the plugin offers: the commands for reaching sessions, not the server roles.
-const PLUGIN_COMMANDS: [&str; 5] = ["exec", "sessions", "cp", "end-turn", "ping"];
+const PLUGIN_COMMANDS: [&str; 6] = ["exec", "sessions", "cp", "end-turn", "commit", "ping"];
 
 /// The command line as a kubectl plugin: `kubectl harness` in help and errors, and only the
 /// session commands (any other is an unrecognised subcommand, exit 2).
@@ -120,6 +123,7 @@ fn main() -> ExitCode {
         Command::Operator(args) => operator::run(args),
         Command::Exec(args) => exec::run(args),
         Command::EndTurn(args) => exec::run_end_turn(args),
+        Command::Commit(args) => commit::run(args),
         Command::Cp(args) => cp::run(args),
         Command::Sessions(args) => sessions::run(args),
         Command::Ping(args) => ping::run(args),

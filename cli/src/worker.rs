@@ -10,8 +10,8 @@ use kube_harness_worker::api::{
     self, AuthConfig, ConnectionLimits, SessionLogConfig, Worker, WorkerConfig,
 };
 use kube_harness_worker::classify::RuntimeToggles;
-use kube_harness_worker::protocol::worker_args::Escalation;
 pub use kube_harness_worker::protocol::worker_args::WorkerArgs;
+use kube_harness_worker::protocol::worker_args::{Escalation, SOURCES_GID};
 use kube_harness_worker::runtime::NextTier;
 use kube_harness_worker::tier1::{self, Agent, AgentConfig, PodTier1, PodTier1Config};
 use std::process::ExitCode;
@@ -196,7 +196,16 @@ fn worker_config(args: &WorkerArgs) -> WorkerConfig {
     if let Some(max) = args.max_body_bytes {
         config.max_body_bytes = max;
     }
+    config.persistent_dirs = args.persistent_dir.clone();
+    config.read_only_prefixes = args.read_only_prefix.clone();
+    config.share_gid = in_group(SOURCES_GID).then_some(SOURCES_GID);
     config
+}
+
+/// Whether this process has `gid` (primary or supplemental).
+fn in_group(gid: u32) -> bool {
+    rustix::process::getgid().as_raw() == gid
+        || rustix::process::getgroups().is_ok_and(|groups| groups.iter().any(|g| g.as_raw() == gid))
 }
 
 /// `--escalation pod`: Tier-1 pods from the operator, the worker's token as the bearer.

@@ -134,9 +134,10 @@ pub struct Workspace {
     /// StorageClass of the PVC; the cluster default when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_class_name: Option<String>,
-    /// Directories under /persistent with a commit policy. Not acted on in the cluster yet: the
-    /// worker pod's /persistent is a directory on the session's PVC, writable as a whole, and
-    /// no commit policy or read-only prefix is applied (docs/operator.md).
+    /// Directories under /persistent/<name> loaded from a source that outlives the session (a
+    /// PersistentVolumeClaim or a ConfigMap in the session's namespace) and committed back by
+    /// their policy (docs/operator.md "Persistent Dirs"). A session with any is never adopted
+    /// from a warm pool (the pool's pods do not mount its sources).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(validation = kube::core::Rule::new("self.all(p, self.exists_one(q, q.name == p.name))").message("persistent dir names must be unique"))]
     #[schemars(length(max = 16))]
@@ -162,31 +163,85 @@ fn default_size() -> String {
     "1Gi".into()
 }
 
-/// A directory under /persistent.
+/// A directory under /persistent, backed by a source outside the session.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!has(self.source.configMap) || self.commit == 'read-only'").message("a ConfigMap source is read-only: set commit: read-only").field_path(".commit"))]
 pub struct PersistentDir {
-    /// Directory name under /persistent (one path segment).
+    /// Directory name under /persistent (one path segment): the agent sees /persistent/<name>.
     #[x_kube(validation = kube::core::Rule::new("self.matches('^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$')").message("name must be one path segment of letters, digits, '.', '_' or '-'"))]
     #[schemars(length(max = 63))]
     pub name: String,
-    /// auto: changes are kept at end of turn; manual: kept only when committed.
+    /// Where the directory's files live between sessions.
+    pub source: PersistentDirSource,
+    /// When the session's changes reach the source: read-only (never; writes fail), after-turn
+    /// (at the end of every turn, unless another session committed since this one loaded: then
+    /// the turn's version is kept as a manual commit and reported as a conflict), manual (only
+    /// when `kube-harness commit` names the turn).
     #[serde(default)]
     pub commit: CommitPolicy,
-    /// Paths under the directory that scripts may read but not change.
+    /// Paths relative to the directory that scripts may read but not change (a landlock
+    /// read-only prefix, on Tier-0 and in the merge-back of Tier-1).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = kube::core::Rule::new("self.all(p, p.matches('^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$') && !p.matches('(^|/)[.][.]?(/|$)'))").message("readOnlyPrefixes must be relative paths of plain names (no '.', '..' or empty segments)"))]
     #[schemars(length(max = 32), inner(length(max = 1024)))]
     pub read_only_prefixes: Vec<String>,
 }
 
-/// When changes to a persistent directory are kept.
+/// Exactly one source: a claim (any policy) or a ConfigMap (read-only).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("has(self.claim) != has(self.configMap)").message("set exactly one of claim and configMap"))]
+pub struct PersistentDirSource {
+    /// A PersistentVolumeClaim in the session's namespace; sessions naming the same claim and
+    /// path share the directory. On a cluster with more than one node it needs an access mode
+    /// that lets several pods mount it (ReadWriteMany, or ReadOnlyMany for read-only dirs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<ClaimSource>,
+    /// A ConfigMap in the session's namespace, its keys shown as files (read-only only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapSource>,
+}
+
+/// A directory inside a PersistentVolumeClaim.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimSource {
+    /// Name of the PersistentVolumeClaim.
+    #[x_kube(validation = kube::core::Rule::new("self.size() > 0").message("claimName must name a PersistentVolumeClaim"))]
+    #[schemars(length(max = 253))]
+    pub claim_name: String,
+    /// Directory inside the claim (plain names separated by '/'), created by the first commit.
+    /// Defaults to the Persistent Dir's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = kube::core::Rule::new("self.matches('^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$') && !self.matches('(^|/)[.][.]?(/|$)')").message("path must be a relative path of plain names (no '.', '..' or empty segments)"))]
+    #[schemars(length(max = 1024))]
+    pub path: Option<String>,
+}
+
+/// A ConfigMap shown as a read-only directory.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapSource {
+    /// Name of the ConfigMap.
+    #[x_kube(validation = kube::core::Rule::new("self.size() > 0").message("name must name a ConfigMap"))]
+    #[schemars(length(max = 253))]
+    pub name: String,
+}
+
+/// When changes to a Persistent Dir reach its source.
 #[derive(
     schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default,
 )]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum CommitPolicy {
+    // Plain comments: doc comments would replace the enum's description in the schema.
+    // Loaded each turn; writes fail.
+    ReadOnly,
+    // Committed back when each turn ends.
     #[default]
-    Auto,
+    AfterTurn,
+    // Kept per turn; committed when `kube-harness commit` asks.
     Manual,
 }
 

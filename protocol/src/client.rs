@@ -5,8 +5,8 @@
 //! is the caller's decision (with a step key, retrying is safe: the worker replays).
 
 use crate::worker_api::{
-    ArchiveWritten, EndTurnRequest, EndTurnResponse, ErrorBody, ExecRequest, ExecResponse,
-    ExecStreamLine, FileWritten, Health, Status, NDJSON,
+    ArchiveWritten, CommitRequest, EndTurnRequest, EndTurnResponse, ErrorBody, ExecRequest,
+    ExecResponse, ExecStreamLine, FileWritten, Health, PersistentCommit, Status, NDJSON,
 };
 use kube_harness_service_kit::body::{self, chain, BodyError};
 use reqwest::StatusCode;
@@ -164,6 +164,15 @@ impl WorkerClient {
         req: &EndTurnRequest,
     ) -> Result<EndTurnResponse, WorkerClientError> {
         self.send(self.http.post(self.url("/v1/turns/end")).json(req))
+            .await
+    }
+
+    /// Writes a kept turn of a Persistent Dir to its source (`POST /v1/persistent/commit`).
+    pub async fn commit_persistent(
+        &self,
+        req: &CommitRequest,
+    ) -> Result<PersistentCommit, WorkerClientError> {
+        self.send(self.http.post(self.url("/v1/persistent/commit")).json(req))
             .await
     }
 

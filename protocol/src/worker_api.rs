@@ -158,6 +158,45 @@ pub struct TurnSummary {
     pub file_changes_omitted: u64,
     /// Events of the turn's end (usage, dispose failures).
     pub events: Vec<TraceEvent>,
+    /// What became of each writable Persistent Dir at the turn's end (none without them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub persistent: Vec<PersistentCommit>,
+}
+
+/// One Persistent Dir at the end of a turn, or answering `POST /v1/persistent/commit`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PersistentCommit {
+    /// The dir's name (`/persistent/<dir>`).
+    pub dir: String,
+    /// The turn whose end state this is.
+    pub turn_id: String,
+    pub outcome: CommitOutcome,
+    /// Why, for `conflict` and `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// `committed`: the source now holds the turn's version. `kept`: kept for a manual commit
+/// (a `manual` dir, or an `after-turn` dir in `conflict`). `conflict`: another session committed
+/// the source after this one loaded it, so this turn's version was kept instead of written
+/// (first commit wins; `POST /v1/persistent/commit` writes it anyway). `failed`: nothing was
+/// written (the message says why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CommitOutcome {
+    Committed,
+    Kept,
+    Conflict,
+    Failed,
+}
+
+/// `POST /v1/persistent/commit`: write a kept turn of a dir to its source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommitRequest {
+    pub dir: String,
+    pub turn_id: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

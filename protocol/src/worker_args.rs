@@ -113,6 +113,118 @@ impl std::fmt::Display for Escalation {
     }
 }
 
+/// Where the worker finds a Persistent Dir's source volume: `SOURCES_ROOT/NAME`.
+pub const SOURCES_ROOT: &str = "/var/run/kube-harness/sources";
+/// Where the worker keeps `manual` Persistent Dirs' turns until they are committed (on the
+/// session's workspace volume, outside every path commands can reach).
+pub const MANUAL_COMMITS_ROOT: &str = "/var/run/kube-harness/manual-commits";
+/// The supplemental group of every worker pod that mounts a Persistent Dir source: the trees a
+/// commit writes belong to it, so sessions (each its own uid) can replace each other's commits.
+pub const SOURCES_GID: u32 = 99_999;
+
+/// What the worker does with a Persistent Dir's source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PersistentPolicy {
+    /// Mounted read-only at /persistent/NAME by the pod (a ConfigMap): nothing to load.
+    Mounted,
+    /// Loaded at each turn's start; writes fail.
+    ReadOnly,
+    /// Loaded at each turn's start, committed back when the turn ends.
+    AfterTurn,
+    /// Loaded at each turn's start; each turn's end state kept until a commit names it.
+    Manual,
+}
+
+impl PersistentPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PersistentPolicy::Mounted => "mounted",
+            PersistentPolicy::ReadOnly => "read-only",
+            PersistentPolicy::AfterTurn => "after-turn",
+            PersistentPolicy::Manual => "manual",
+        }
+    }
+
+    /// Whether commands may not change the directory.
+    pub fn read_only(self) -> bool {
+        matches!(self, PersistentPolicy::Mounted | PersistentPolicy::ReadOnly)
+    }
+}
+
+/// `--persistent-dir NAME:POLICY[:PATH]`, checked when parsed: NAME one plain path segment,
+/// PATH plain names separated by `/` (default NAME), none for `mounted`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PersistentDirArg {
+    pub name: String,
+    pub policy: PersistentPolicy,
+    /// The directory inside the source volume (`None` for `mounted`).
+    pub path: Option<String>,
+}
+
+/// One plain path segment: letters, digits, `.`, `_`, `-`, not `.` or `..`, at most 255 bytes.
+pub fn plain_segment(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 255
+        && s != "."
+        && s != ".."
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+impl std::str::FromStr for PersistentDirArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut parts = s.splitn(3, ':');
+        let name = parts.next().unwrap_or_default();
+        let policy = parts.next().unwrap_or_default();
+        let path = parts.next();
+        if !plain_segment(name) {
+            return Err(format!(
+                "{s:?}: NAME must be one plain path segment (NAME:POLICY[:PATH])"
+            ));
+        }
+        let policy = match policy {
+            "mounted" => PersistentPolicy::Mounted,
+            "read-only" => PersistentPolicy::ReadOnly,
+            "after-turn" => PersistentPolicy::AfterTurn,
+            "manual" => PersistentPolicy::Manual,
+            other => {
+                return Err(format!(
+                    "{s:?}: policy {other:?} is not one of mounted, read-only, after-turn, manual"
+                ))
+            }
+        };
+        let path = match (policy, path) {
+            (PersistentPolicy::Mounted, Some(_)) => {
+                return Err(format!("{s:?}: a mounted dir has no PATH"))
+            }
+            (PersistentPolicy::Mounted, None) => None,
+            (_, Some(p)) if p.len() <= 1024 && p.split('/').all(plain_segment) => Some(p.to_string()),
+            (_, Some(p)) => {
+                return Err(format!(
+                    "{s:?}: PATH {p:?} must be plain names separated by '/' (no '.', '..', empty segments)"
+                ))
+            }
+            (_, None) => Some(name.to_string()),
+        };
+        Ok(PersistentDirArg {
+            name: name.to_string(),
+            policy,
+            path,
+        })
+    }
+}
+
+impl std::fmt::Display for PersistentDirArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.name, self.policy.as_str())?;
+        match &self.path {
+            Some(p) => write!(f, ":{p}"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// `kube-harness worker`'s settings. Every flag can also come from its `KH_WORKER_*` variable.
 #[derive(Args, Debug, Clone, PartialEq, Eq)]
 pub struct WorkerArgs {
@@ -153,6 +265,27 @@ pub struct WorkerArgs {
         value_delimiter = ','
     )]
     pub deny_command: Vec<String>,
+    /// A Persistent Dir, `NAME:POLICY[:PATH]` (repeatable; docs/worker-api.md "Persistent
+    /// Dirs"): /persistent/NAME is loaded at each turn's start from PATH inside the source
+    /// volume mounted at /var/run/kube-harness/sources/NAME and committed back by POLICY
+    /// (`read-only`, `after-turn`, `manual`); `mounted` is a read-only source mounted at
+    /// /persistent/NAME itself (a ConfigMap), which is never loaded or committed.
+    #[arg(
+        long = "persistent-dir",
+        env = "KH_WORKER_PERSISTENT_DIR",
+        value_name = "SPEC",
+        value_delimiter = ','
+    )]
+    pub persistent_dir: Vec<PersistentDirArg>,
+    /// A harness path under /persistent that commands may read but not change (repeatable;
+    /// a landlock read-only prefix; changes a higher tier made there are not merged back).
+    #[arg(
+        long = "read-only-prefix",
+        env = "KH_WORKER_READ_ONLY_PREFIX",
+        value_name = "PATH",
+        value_delimiter = ','
+    )]
+    pub read_only_prefix: Vec<PathBuf>,
     /// A second exec for a busy session waits (`queue`) or is answered 409 (`reject`).
     #[arg(long, env = "KH_WORKER_SAME_SESSION", value_enum, default_value_t = SameSession::default())]
     pub same_session: SameSession,
@@ -311,6 +444,8 @@ impl WorkerArgs {
             javascript: toggles.javascript,
             network: toggles.network,
             deny_command: Vec::new(),
+            persistent_dir: Vec::new(),
+            read_only_prefix: Vec::new(),
             same_session: SameSession::default(),
             session_log_url: None,
             session_log_token_file: None,
@@ -357,6 +492,14 @@ impl WorkerArgs {
         for deny in &self.deny_command {
             args.push("--deny-command".into());
             args.push(deny.clone());
+        }
+        for dir in &self.persistent_dir {
+            args.push("--persistent-dir".into());
+            args.push(dir.to_string());
+        }
+        for prefix in &self.read_only_prefix {
+            args.push("--read-only-prefix".into());
+            args.push(path(prefix));
         }
         let mut flag = |name: &str, value: String| {
             args.push(format!("--{name}"));
@@ -497,6 +640,28 @@ mod tests {
     }
 
     #[test]
+    fn persistent_dir_specs_parse_and_bad_ones_say_why() {
+        let d: PersistentDirArg = "notes:after-turn".parse().unwrap();
+        assert_eq!(d.path.as_deref(), Some("notes"));
+        assert_eq!(d.to_string(), "notes:after-turn:notes");
+        let d: PersistentDirArg = "kb:read-only:org/kb".parse().unwrap();
+        assert!(d.policy.read_only());
+        for bad in [
+            "../x:manual",
+            "x:sometimes",
+            "x:manual:../up",
+            "x:manual:a//b",
+            "x:manual:/abs",
+            "x:mounted:p",
+            "x",
+            "",
+        ] {
+            let e = bad.parse::<PersistentDirArg>().unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn the_defaults_of_new_are_the_flags_defaults() {
         let parsed = parse(&["--token-file".into(), "/t".into()]).unwrap();
         assert_eq!(parsed, WorkerArgs::new("/t"));
@@ -514,6 +679,12 @@ mod tests {
             javascript: false,
             network: true,
             deny_command: vec!["rm".into(), "curl".into()],
+            persistent_dir: vec![
+                "kb:mounted".parse().unwrap(),
+                "notes:after-turn:teams/a/notes".parse().unwrap(),
+                "drafts:manual".parse().unwrap(),
+            ],
+            read_only_prefix: vec!["/persistent/notes/policy".into()],
             same_session: SameSession::Reject,
             session_log_url: Some("http://log:8080".into()),
             session_log_token_file: Some("/run/log-token".into()),

@@ -456,6 +456,46 @@ fn ignore_missing(r: io::Result<()>) -> io::Result<()> {
     }
 }
 
+/// Gives the group `gid` read and write access to the tree in `dir` (and to `dir` itself):
+/// every entry's group becomes `gid` (symlinks included, never followed), files get `g+rw`,
+/// directories `g+rwxs` (so what is made in them later inherits the group). For trees the
+/// caller just built (a Persistent Dir's commit staging); still, nothing is followed: files
+/// are opened with `O_NOFOLLOW` before their mode changes, symlinks are only chowned.
+pub fn share_tree_at(dir: &impl AsFd, gid: u32) -> io::Result<()> {
+    share_dir(dir, gid, 0)
+}
+
+fn share_dir(dir: &impl AsFd, gid: u32, depth: usize) -> io::Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(io::Error::other(format!(
+            "a tree deeper than {MAX_DEPTH} levels"
+        )));
+    }
+    let group = Some(rustix::fs::Gid::from_raw(gid));
+    rfs::fchown(dir, None, group)?;
+    let st = rfs::fstat(dir)?;
+    rfs::fchmod(dir, Mode::from_raw_mode((st.st_mode & 0o777) | 0o2070))?;
+    for name in list_dir(dir)? {
+        let Some(st) = stat_at(dir, &name)? else {
+            continue;
+        };
+        match kind_of(&st) {
+            Some(EntryKind::Dir) => {
+                let sub = open_dir_at(dir, &name).map_err(WalkError::into_io)?;
+                share_dir(&sub, gid, depth.saturating_add(1))?;
+            }
+            Some(EntryKind::File) => {
+                // Opened without following, so the chmod cannot reach through a symlink.
+                let file = open_regular_at(dir, &name)?;
+                rfs::fchown(&file, None, group)?;
+                rfs::fchmod(&file, Mode::from_raw_mode((st.st_mode & 0o777) | 0o060))?;
+            }
+            _ => rfs::chownat(dir, &name, None, group, AtFlags::SYMLINK_NOFOLLOW)?,
+        }
+    }
+    Ok(())
+}
+
 /// What `copy_tree_at` copied, and what it left out.
 #[derive(Debug, Default)]
 pub struct CopyReport {

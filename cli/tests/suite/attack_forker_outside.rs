@@ -734,10 +734,13 @@ fn hopping_process_chains_do_not_outlive_their_command() {
     // Control: outside, one group kill does not stop a chain.
     let scratch = tempfile::tempdir().unwrap();
     let beat = scratch.path().join("beat-control");
+    // It runs 6 s: long enough to outlast the wait below on a loaded machine (CI builds on both
+    // cores made 100 hops take longer than a fixed 500 ms once, and a 2.5 s chain had ended).
+    let started = Instant::now();
     let mut c = Command::new("python3");
     c.args(["-c", HOP])
         .arg(&beat)
-        .args(["2.5", "khmark-hop-control"]);
+        .args(["6", "khmark-hop-control"]);
     bound.hold(&mut c, None);
     let child = c.spawn().unwrap();
     let pgid = child.id() as i32;
@@ -753,17 +756,24 @@ fn hopping_process_chains_do_not_outlive_their_command() {
     }
     unsafe { libc::kill(-pgid, libc::SIGKILL) };
     let before = std::fs::read_to_string(&beat).unwrap_or_default();
-    std::thread::sleep(Duration::from_millis(500));
-    let after = std::fs::read_to_string(&beat).unwrap_or_default();
+    // Another 100 hops after the kill, however slow the machine is (within the chain's life).
+    let beat_again = Instant::now() + Duration::from_secs(4);
+    let mut after = before.clone();
+    while after == before && Instant::now() < beat_again {
+        std::thread::sleep(Duration::from_millis(20));
+        after = std::fs::read_to_string(&beat).unwrap_or_default();
+    }
     let mut child = child;
     let _ = child.wait();
     assert_ne!(
         before, after,
         "control: a group kill should not stop a hopping chain"
     );
-    // It ends by itself 2.5 s after it started (a scan of /proc can miss a chain mid-hop, so
+    // It ends by itself 6 s after it started (a scan of /proc can miss a chain mid-hop, so
     // wait for its own end before its directory goes).
-    std::thread::sleep(Duration::from_millis(2500));
+    std::thread::sleep(
+        (started + Duration::from_millis(6500)).saturating_duration_since(Instant::now()),
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 pub mod access;
 pub mod observe;
 pub mod owned;
+pub mod persistent;
 pub mod reconcile;
 pub mod resources;
 pub mod status;

@@ -7,9 +7,9 @@ use crate::labels;
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapProjection, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
     HTTPGetAction, KeyToPath, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, Pod, PodSpec, Probe, ProjectedVolumeSource, Secret,
-    SecretVolumeSource, SecurityContext, Volume, VolumeMount, VolumeProjection,
-    VolumeResourceRequirements,
+    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, Probe,
+    ProjectedVolumeSource, Secret, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    VolumeProjection, VolumeResourceRequirements,
 };
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
@@ -231,6 +231,7 @@ pub fn worker_settings(session: &HarnessSession, config: &OperatorConfig) -> Wor
         SameSession::Reject => worker_args::SameSession::Reject,
     };
     args.deny_command = spec.policy.deny_commands.clone();
+    (args.persistent_dir, args.read_only_prefix) = super::persistent::worker_args(session);
     if let (Some(_), Some(url)) = (escalation_tier(session), &config.tier_api_url) {
         args.escalation = Escalation::Pod;
         args.tier_api_url = Some(url.clone());
@@ -360,7 +361,12 @@ pub fn worker_pod_with(
                 },
                 false,
             ),
-            extra: None,
+            extra: super::persistent::volumes(session),
+            groups: if super::persistent::mounts_claims(session) {
+                vec![i64::from(worker_args::SOURCES_GID)]
+            } else {
+                Vec::new()
+            },
         },
     );
     let hash = spec_hash(&spec);
@@ -405,8 +411,10 @@ pub struct WorkerPodParts {
     pub agents: (Volume, bool),
     /// The `token` volume (TOKEN_DIR), and whether the worker may write it (likewise).
     pub token: (Volume, bool),
-    /// One more volume and its mount (a pool pod's adoption token).
-    pub extra: Option<(Volume, VolumeMount)>,
+    /// More volumes and mounts (a pool pod's adoption token, a session's Persistent Dirs).
+    pub extra: (Vec<Volume>, Vec<VolumeMount>),
+    /// Supplemental groups of the pod (`SOURCES_GID` for Persistent Dir sources).
+    pub groups: Vec<i64>,
 }
 
 /// The worker pod's spec, from the tier's template and the parts that differ.
@@ -459,10 +467,8 @@ pub fn worker_pod_spec(
         },
         parts.token.0,
     ];
-    if let Some((volume, at)) = parts.extra {
-        volumes.push(volume);
-        mounts.push(at);
-    }
+    volumes.extend(parts.extra.0);
+    mounts.extend(parts.extra.1);
     let container = Container {
         name: "worker".into(),
         image: Some(image),
@@ -512,7 +518,10 @@ pub fn worker_pod_spec(
         runtime_class_name: template.runtime_class_name.clone(),
         node_selector: (!template.node_selector.is_empty()).then(|| template.node_selector.clone()),
         tolerations: (!template.tolerations.is_empty()).then(|| template.tolerations.clone()),
-        security_context: Some(restricted_pod(parts.uid)),
+        security_context: Some(PodSecurityContext {
+            supplemental_groups: (!parts.groups.is_empty()).then_some(parts.groups),
+            ..restricted_pod(parts.uid)
+        }),
         ..PodSpec::default()
     }
 }

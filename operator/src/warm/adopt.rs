@@ -88,6 +88,10 @@ pub async fn claim(
     if ws.size != POOL_WORKSPACE_SIZE || ws.storage_class_name.is_some() {
         return miss("workspace-differs");
     }
+    // A pool pod mounts no Persistent Dir source (nor the group that shares them).
+    if !ws.persistent_dirs.is_empty() {
+        return miss("persistent-dirs");
+    }
     let Some(req) = request(session, ctx, config_maps) else {
         return miss("skills-missing");
     };

@@ -216,8 +216,8 @@ pub fn pool_pod(tier: &SandboxTier, name: &str, namespace: &str, config: &Operat
             claim: claim_name(name),
             agents: (empty("agents", "8Mi", None), true),
             token: (empty("token", "1Mi", Some("Memory")), true),
-            extra: Some((
-                Volume {
+            extra: (
+                vec![Volume {
                     name: "pool-token".into(),
                     secret: Some(SecretVolumeSource {
                         secret_name: Some(pool_object_name(&tier.name_any())),
@@ -225,9 +225,10 @@ pub fn pool_pod(tier: &SandboxTier, name: &str, namespace: &str, config: &Operat
                         ..SecretVolumeSource::default()
                     }),
                     ..Volume::default()
-                },
-                mount("pool-token", POOL_TOKEN_DIR, None, true),
-            )),
+                }],
+                vec![mount("pool-token", POOL_TOKEN_DIR, None, true)],
+            ),
+            groups: Vec::new(),
         },
     );
     let mut labels = pool_pod_labels(&tier.name_any());

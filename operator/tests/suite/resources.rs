@@ -202,6 +202,124 @@ fn skills_become_files_under_agents() {
 }
 
 #[test]
+fn persistent_dirs_mount_their_sources_where_only_the_worker_reads_them() {
+    let config = OperatorConfig::for_namespace("kh");
+    let s = session(json!({"workspace": {"persistentDirs": [
+        {"name": "kb", "source": {"configMap": {"name": "kb-files"}}, "commit": "read-only"},
+        {"name": "team", "source": {"claim": {"claimName": "team-pvc"}}, "commit": "read-only"},
+        {"name": "notes", "source": {"claim": {"claimName": "user-pvc", "path": "u1/notes"}},
+         "readOnlyPrefixes": ["policy"]},
+        {"name": "drafts", "source": {"claim": {"claimName": "user-pvc"}}, "commit": "manual"},
+    ]}}));
+    let tier = tier_spec(json!({"level": 0, "template": {"image": "img"}}));
+    let pod = resources::worker_pod(&s, &tier, &config, &[]);
+    let spec = pod.spec.unwrap();
+    let mounts: Vec<(String, String, Option<String>, bool)> = spec.containers[0]
+        .volume_mounts
+        .clone()
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.name.starts_with("persistent-") || m.mount_path.ends_with("manual-commits"))
+        .map(|m| {
+            (
+                m.name,
+                m.mount_path,
+                m.sub_path,
+                m.read_only.unwrap_or(false),
+            )
+        })
+        .collect();
+    let m = |n: &str, p: &str, sub: Option<&str>, ro| {
+        (n.to_string(), p.to_string(), sub.map(String::from), ro)
+    };
+    assert_eq!(
+        mounts,
+        vec![
+            m("persistent-0", "/persistent/kb", None, true),
+            m(
+                "persistent-1",
+                "/var/run/kube-harness/sources/team",
+                None,
+                true
+            ),
+            m(
+                "persistent-2",
+                "/var/run/kube-harness/sources/notes",
+                None,
+                false
+            ),
+            m(
+                "persistent-3",
+                "/var/run/kube-harness/sources/drafts",
+                None,
+                false
+            ),
+            m(
+                "workspace",
+                "/var/run/kube-harness/manual-commits",
+                Some("manual-commits"),
+                false
+            ),
+        ]
+    );
+    let claims: Vec<(String, bool)> = spec
+        .volumes
+        .unwrap()
+        .into_iter()
+        .filter_map(|v| v.persistent_volume_claim)
+        .map(|c| (c.claim_name, c.read_only.unwrap_or(false)))
+        .collect();
+    assert_eq!(
+        claims,
+        vec![
+            ("s1-workspace".to_string(), false),
+            ("team-pvc".into(), true),
+            ("user-pvc".into(), false),
+            ("user-pvc".into(), false)
+        ]
+    );
+    let groups = spec.security_context.unwrap().supplemental_groups.unwrap();
+    assert_eq!(
+        groups,
+        vec![i64::from(kube_harness_protocol::worker_args::SOURCES_GID)]
+    );
+    let args = parsed_worker_args(&s, &config);
+    let dirs: Vec<String> = args
+        .persistent_dir
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        dirs,
+        [
+            "kb:mounted",
+            "team:read-only:team",
+            "notes:after-turn:u1/notes",
+            "drafts:manual:drafts"
+        ]
+    );
+    assert_eq!(
+        args.read_only_prefix,
+        vec![std::path::PathBuf::from("/persistent/notes/policy")]
+    );
+    // Without Persistent Dirs: no extra group, no extra mount.
+    let plain = resources::worker_pod(&session(json!({})), &tier, &config, &[]);
+    let plain = plain.spec.unwrap();
+    assert!(plain
+        .security_context
+        .unwrap()
+        .supplemental_groups
+        .is_none());
+    assert!(!plain.containers[0]
+        .volume_mounts
+        .as_ref()
+        .unwrap()
+        .iter()
+        .any(|m| m.mount_path.starts_with("/var/run/kube-harness/")
+            && !m.mount_path.ends_with("/token")));
+}
+
+#[test]
 fn worker_states_are_read_from_pod_status() {
     let pod = |status: serde_json::Value| -> Pod {
         serde_json::from_value(json!({"metadata": {"name": "p"}, "status": status})).unwrap()

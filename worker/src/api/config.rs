@@ -8,7 +8,8 @@ use kube_harness_workspace::WorkspaceSpec;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kube_harness_protocol::worker_args;
+use super::persistent::PersistentConfig;
+use kube_harness_protocol::worker_args::{self, PersistentDirArg};
 /// A second exec for a busy session waits (`Queue`) or is answered 409 `session-busy` (`Reject`).
 pub use kube_harness_protocol::SameSession;
 
@@ -61,6 +62,18 @@ pub struct WorkerConfig {
     /// How long a client may take to send a request head, how long an idle connection stays
     /// open, and how many connections may be open at once (docs/worker-api.md "Connections").
     pub connections: ConnectionLimits,
+    /// Persistent Dirs (`--persistent-dir`): loaded at each turn's start, committed by policy.
+    pub persistent_dirs: Vec<PersistentDirArg>,
+    /// Where their source volumes are mounted (`worker_args::SOURCES_ROOT` in a pod).
+    pub sources_root: PathBuf,
+    /// Where kept (manual or conflicting) versions go (`worker_args::MANUAL_COMMITS_ROOT`).
+    pub manual_root: PathBuf,
+    /// The group commits give source trees to, so other sessions' workers can replace them
+    /// (`worker_args::SOURCES_GID` when this process is in it).
+    pub share_gid: Option<u32>,
+    /// Harness paths commands may read but not change (`--read-only-prefix`), besides the
+    /// read-only Persistent Dirs themselves.
+    pub read_only_prefixes: Vec<PathBuf>,
     /// Set on a worker adopted from a warm pool: the digest of what the adoption bound
     /// (`worker_api::adoption_settings`), reported by `/v1/status` for the operator to check.
     pub adoption: Option<String>,
@@ -88,7 +101,23 @@ impl WorkerConfig {
             shutdown_grace: Duration::from_secs(worker_args::DEFAULT_SHUTDOWN_GRACE_SECS),
             connections: ConnectionLimits::default(),
             adoption: None,
+            persistent_dirs: Vec::new(),
+            sources_root: PathBuf::from(worker_args::SOURCES_ROOT),
+            manual_root: PathBuf::from(worker_args::MANUAL_COMMITS_ROOT),
+            share_gid: None,
+            read_only_prefixes: Vec::new(),
         }
+    }
+
+    /// The Persistent Dirs' settings, `None` without any.
+    pub fn persistent(&self) -> Option<PersistentConfig> {
+        (!self.persistent_dirs.is_empty()).then(|| PersistentConfig {
+            dirs: self.persistent_dirs.clone(),
+            sources_root: self.sources_root.clone(),
+            manual_root: self.manual_root.clone(),
+            checkout_root: self.workspace_root.join("persistent"),
+            share_gid: self.share_gid,
+        })
     }
 
     /// The mount table: the canonical layout, backed by the root's subfolders (`/` in a pod, so
@@ -96,7 +125,14 @@ impl WorkerConfig {
     /// A session without skills may have no `/.agents` volume: that read-only mount is left out
     /// rather than failing the sandbox.
     pub fn workspace(&self) -> WorkspaceSpec {
-        let mut spec = WorkspaceSpec::canonical(&self.workspace_root, self.runtime, Vec::new());
+        let mut read_only = self.read_only_prefixes.clone();
+        read_only.extend(
+            self.persistent_dirs
+                .iter()
+                .filter(|d| d.policy.read_only())
+                .map(|d| Path::new(kube_harness_workspace::spec::PERSISTENT).join(&d.name)),
+        );
+        let mut spec = WorkspaceSpec::canonical(&self.workspace_root, self.runtime, read_only);
         spec.mounts
             .retain(|m| m.writable || m.backing_path.is_dir());
         spec

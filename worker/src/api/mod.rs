@@ -14,6 +14,7 @@ pub mod escalation;
 pub mod files;
 pub mod log;
 pub mod metrics;
+pub mod persistent;
 pub mod refusal;
 pub mod replay;
 pub mod server;

@@ -7,7 +7,7 @@
 //! does not cut a command off: it finishes, and its events still reach the session log.
 
 use super::model::{
-    code, EndTurnRequest, ExecRequest, Health, MAX_KEY_LEN, MAX_SCRIPT_BYTES, NDJSON,
+    code, CommitRequest, EndTurnRequest, ExecRequest, Health, MAX_KEY_LEN, MAX_SCRIPT_BYTES, NDJSON,
 };
 use super::refusal::Refusal;
 use super::state::{NotReady, Worker};
@@ -36,6 +36,7 @@ pub fn router(worker: Arc<Worker>, auth: AuthConfig) -> Router {
     let api = Router::new()
         .route("/v1/exec", post(exec))
         .route("/v1/turns/end", post(end_turn))
+        .route("/v1/persistent/commit", post(commit_persistent))
         .route("/v1/status", get(status))
         .route("/metrics", get(metrics))
         .route("/v1/files", get(get_file).put(put_file))
@@ -335,6 +336,21 @@ async fn end_turn(
     let running = worker.clone();
     in_own_task(&worker, "end-turn", async move {
         running.end_turn(req.run_id).await
+    })
+    .await
+}
+
+async fn commit_persistent(
+    State(worker): State<Arc<Worker>>,
+    headers: HeaderMap,
+    raw: Body,
+) -> Result<Response, Refusal> {
+    let raw = body(&worker, &headers, raw).await?;
+    let req: CommitRequest = serde_json::from_slice(&raw)
+        .map_err(|e| bad_request(format!("invalid commit request: {e}")))?;
+    let running = worker.clone();
+    in_own_task(&worker, "commit", async move {
+        running.commit_persistent(req).await
     })
     .await
 }

@@ -6,9 +6,11 @@ use super::config::{SameSession, WorkerConfig};
 use super::log::{keyed, Capture, LogForwarder, StartRecorder};
 use super::metrics::{LogFailure, WorkerMetrics};
 use super::model::{
-    code, ArchiveWritten, CommandCounts, EndTurnResponse, ExecRequest, ExecResponse,
-    FileChangeSummary, FileWritten, Status, TurnSummary,
+    code, ArchiveWritten, CommandCounts, CommitOutcome, CommitRequest, EndTurnResponse,
+    ExecRequest, ExecResponse, FileChangeSummary, FileWritten, PersistentCommit, Status,
+    TurnSummary,
 };
+use super::persistent::{CommitError, PersistentDirs};
 use super::refusal::Refusal;
 use super::relock;
 use super::replay::{self, Replay};
@@ -136,6 +138,8 @@ pub struct Worker {
     /// `Err(reason)` when the sandbox could not be prepared at start-up (`/readyz` says why).
     tier0: Result<Arc<TimedTier0>, NotReady>,
     next_tier: Option<Arc<dyn NextTier>>,
+    /// The session's Persistent Dirs (`None` without any).
+    persistent: Option<Arc<PersistentDirs>>,
     log: Option<Arc<LogForwarder>>,
     slot: tokio::sync::Mutex<Slot>,
     busy: AtomicBool,
@@ -212,6 +216,9 @@ impl Worker {
         Ok(Worker {
             spec,
             tier0,
+            persistent: config
+                .persistent()
+                .map(|p| Arc::new(PersistentDirs::new(p))),
             next_tier: Some(next_tier.unwrap_or_else(|| Arc::new(super::escalation::NoTier1))),
             log,
             slot: tokio::sync::Mutex::new(Slot {
@@ -424,7 +431,7 @@ impl Worker {
         let slot: &mut Slot = &mut slot;
         let open = match &mut slot.turn {
             Some(open) => open,
-            empty => empty.insert(self.open_turn(tier0, &slot.cwd, &slot.env)),
+            empty => empty.insert(self.begin_turn(tier0, &slot.cwd, &slot.env).await?),
         };
         let step = Step {
             script: &req.script,
@@ -625,7 +632,7 @@ impl Worker {
         let slot: &mut Slot = &mut slot;
         let open = match &mut slot.turn {
             Some(open) => open,
-            empty => empty.insert(self.open_turn(tier0, &slot.cwd, &slot.env)),
+            empty => empty.insert(self.begin_turn(tier0, &slot.cwd, &slot.env).await?),
         };
         if open.turn.tier().await != 0 {
             return Err(escalated());
@@ -786,6 +793,7 @@ impl Worker {
             );
         }
         files.record(&events);
+        let persistent = self.end_persistent(&turn_id).await;
         self.counters.turns.fetch_add(1, Ordering::SeqCst);
         self.counters.tier.store(0, Ordering::SeqCst);
         self.metrics.turn_ended();
@@ -801,8 +809,108 @@ impl Worker {
                     .map(|(path, change)| FileChangeSummary { path, change })
                     .collect(),
                 events,
+                persistent,
             }),
         })
+    }
+
+    /// Commits or keeps the session's writable Persistent Dirs as the ended turn left them
+    /// (after its Tier-1 changes were merged back).
+    async fn end_persistent(&self, turn_id: &str) -> Vec<PersistentCommit> {
+        let Some(dirs) = self.persistent.clone() else {
+            return Vec::new();
+        };
+        let turn = turn_id.to_string();
+        let reports = tokio::task::spawn_blocking(move || dirs.end_turn(&turn))
+            .await
+            .unwrap_or_else(|e| {
+                vec![PersistentCommit {
+                    dir: String::new(),
+                    turn_id: turn_id.to_string(),
+                    outcome: CommitOutcome::Failed,
+                    message: Some(format!("the commit task failed: {e}")),
+                }]
+            });
+        for r in &reports {
+            if r.outcome != CommitOutcome::Committed && r.outcome != CommitOutcome::Kept {
+                tracing::warn!(dir = r.dir, turn_id, outcome = ?r.outcome, "Persistent Dir not committed: {}", r.message.as_deref().unwrap_or(""));
+            }
+        }
+        reports
+    }
+
+    /// `POST /v1/persistent/commit`: writes a kept turn of a dir to its source, between
+    /// commands.
+    pub async fn commit_persistent(&self, req: CommitRequest) -> Result<PersistentCommit, Refusal> {
+        let Some(dirs) = self.persistent.clone() else {
+            return Err(Refusal::new(
+                StatusCode::NOT_FOUND,
+                code::NOT_FOUND,
+                "this session has no Persistent Dirs",
+            ));
+        };
+        let _slot = self.lock().await?;
+        let _busy = BusyFlag::set(&self.busy);
+        self.touch();
+        let committed = tokio::task::spawn_blocking(move || dirs.commit(&req.dir, &req.turn_id))
+            .await
+            .map_err(|e| self.task_failed("commit", &e))?;
+        committed.map_err(|e| {
+            let (status, what) = match &e {
+                CommitError::NoSuchDir(_) | CommitError::NothingKept { .. } => {
+                    (StatusCode::NOT_FOUND, code::NOT_FOUND)
+                }
+                CommitError::ReadOnly(_) => (StatusCode::CONFLICT, code::READ_ONLY),
+                CommitError::Failed(_) => (StatusCode::INTERNAL_SERVER_ERROR, code::IO_FAILED),
+            };
+            Refusal::new(status, what, e.to_string())
+        })
+    }
+
+    /// Opens a turn: with Persistent Dirs to load, loads them and builds the turn its own
+    /// sandbox (landlock rules bind to inodes, and the load replaced the directories the
+    /// start-up sandbox's rules were bound to).
+    async fn begin_turn(
+        &self,
+        tier0: &Arc<TimedTier0>,
+        cwd: &Path,
+        env: &BTreeMap<String, String>,
+    ) -> Result<OpenTurn, Refusal> {
+        let tier0 = match &self.persistent {
+            Some(dirs) if dirs.loads() => {
+                let dirs = dirs.clone();
+                let sandbox = self.config.sandbox().map_err(|e| {
+                    Refusal::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        code::NOT_READY,
+                        e.to_string(),
+                    )
+                })?;
+                let built = tokio::task::spawn_blocking(move || {
+                    dirs.load()?;
+                    TimedTier0::new(
+                        sandbox.workspace,
+                        sandbox.presentation,
+                        sandbox.limits,
+                        sandbox.denied,
+                        None,
+                    )
+                    .map(Arc::new)
+                    .map_err(|e| format!("preparing the sandbox after loading: {e}"))
+                })
+                .await
+                .map_err(|e| self.task_failed("load", &e))?;
+                built.map_err(|e| {
+                    Refusal::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        code::IO_FAILED,
+                        format!("the turn did not start: {e}"),
+                    )
+                })?
+            }
+            _ => tier0.clone(),
+        };
+        Ok(self.open_turn(&tier0, cwd, env))
     }
 
     /// After SIGTERM and the grace period: ends the turn if the running command let go of the

@@ -362,6 +362,16 @@ impl Place {
 /// copy that fails (a tree deeper than the walk limit, a full disk) removes what it built: no
 /// staging directory is left behind.
 pub fn mirror(from: &Place, to: &Place) -> Result<(), LocalError> {
+    mirror_with(from, to, &|_| Ok(()))
+}
+
+/// [`mirror`], with `finish` applied to the new tree (its staging directory) before it is
+/// renamed into place: a failure there is a failed copy (nothing replaced, nothing left).
+pub fn mirror_with(
+    from: &Place,
+    to: &Place,
+    finish: &dyn Fn(&OwnedFd) -> std::io::Result<()>,
+) -> Result<(), LocalError> {
     let shown_to = to.path();
     let (to_root, to_parent, name) = to
         .split()
@@ -397,7 +407,7 @@ pub fn mirror(from: &Place, to: &Place) -> Result<(), LocalError> {
         if let Some(src) = &src {
             safe_fs::copy_tree_at(src, &dst)?;
         }
-        Ok(())
+        finish(&dst)
     })();
     if let Err(e) = filled {
         let _ = safe_fs::remove_tree_at(&parent, &staging);

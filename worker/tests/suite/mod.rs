@@ -5,6 +5,7 @@ mod api_errors;
 mod api_exec;
 mod api_files;
 mod api_metrics;
+mod api_persistent;
 mod api_replay;
 mod api_spill;
 mod api_stream;

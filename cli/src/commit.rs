@@ -1,0 +1,61 @@
+//! `kube-harness commit [-n NS] SESSION --dir NAME --turn T`: write the version of a Persistent
+//! Dir that turn T left (a `manual` dir's, or an `after-turn` dir's that lost a conflict) to its
+//! source, through the session's worker API (docs/operator.md "Persistent Dirs").
+
+use crate::reach::{connect, Via};
+use anyhow::Context;
+use clap::Args;
+use kube_harness_worker::protocol::worker_api::CommitRequest;
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct CommitArgs {
+    /// Namespace of the session (default: the kubeconfig's namespace).
+    #[arg(short = 'n', long)]
+    namespace: Option<String>,
+    /// Name of the HarnessSession.
+    session: String,
+    /// The Persistent Dir's name (`/persistent/<dir>`).
+    #[arg(long)]
+    dir: String,
+    /// The turn whose version to commit (`turnId` of the end-turn answer).
+    #[arg(long)]
+    turn: String,
+    /// Print the answer as JSON.
+    #[arg(long)]
+    json: bool,
+    /// How long to wait for the session to be Ready.
+    #[arg(long, default_value_t = 180)]
+    wait: u64,
+    /// Route to the worker.
+    #[arg(long, value_enum, default_value_t = Via::Auto)]
+    via: Via,
+}
+
+pub fn run(args: CommitArgs) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Runtime::new()?.block_on(async move {
+        let connected = connect(args.namespace, &args.session, args.wait, args.via).await?;
+        let committed = connected
+            .worker
+            .commit_persistent(&CommitRequest {
+                dir: args.dir.clone(),
+                turn_id: args.turn.clone(),
+            })
+            .await
+            .with_context(|| {
+                format!(
+                    "committing /persistent/{} of turn {} in session {}",
+                    args.dir, args.turn, args.session
+                )
+            })?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&committed)?);
+        } else {
+            println!(
+                "/persistent/{} of turn {} committed",
+                committed.dir, committed.turn_id
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
