@@ -177,7 +177,8 @@ pub struct PersistentCommit {
     pub message: Option<String>,
 }
 
-/// `committed`: the source now holds the turn's version. `kept`: kept for a manual commit
+/// `committed`: the source now holds the turn's version. `unchanged`: an `after-turn` dir the
+/// turn did not change (its file events name nothing under it): nothing was copied. `kept`: kept for a manual commit
 /// (a `manual` dir, or an `after-turn` dir in `conflict`). `conflict`: another session committed
 /// the source after this one loaded it, so this turn's version was kept instead of written
 /// (first commit wins; `POST /v1/persistent/commit` writes it anyway). `failed`: nothing was
@@ -186,6 +187,7 @@ pub struct PersistentCommit {
 #[serde(rename_all = "kebab-case")]
 pub enum CommitOutcome {
     Committed,
+    Unchanged,
     Kept,
     Conflict,
     Failed,

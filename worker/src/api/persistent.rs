@@ -23,7 +23,7 @@ use kube_harness_protocol::worker_api::{CommitOutcome, PersistentCommit};
 use kube_harness_protocol::worker_args::{PersistentDirArg, PersistentPolicy};
 use kube_harness_workspace::safe_fs::{self, WalkError};
 use rustix::fs::{self as rfs, FlockOperation, Mode, OFlags};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
@@ -87,21 +87,45 @@ impl PersistentDirs {
             .any(|d| d.policy != PersistentPolicy::Mounted)
     }
 
-    /// Loads every source into its checkout (blocking; at a turn's start).
-    pub fn load(&self) -> Result<(), String> {
+    /// Loads the sources into their checkouts (blocking; at a turn's start); whether anything
+    /// was copied (and so the turn needs a sandbox of its own). A `read-only` or `after-turn`
+    /// checkout is left as it is when the source's generation is the one this session last
+    /// loaded or committed (nothing else changed it since: commands cannot write a read-only
+    /// checkout, and an after-turn one was committed as it is). A source without a generation
+    /// (never committed by a session, written by something else) is copied every turn, and a
+    /// `manual` one always (its uncommitted changes do not outlive their turn).
+    pub fn load(&self) -> Result<bool, String> {
+        let mut copied = false;
         for dir in self.loaded_dirs() {
             let volume = self.volume(dir);
             let _lock = VolumeLock::take(&volume, false)?;
             let token = generation(&volume, dir.path.as_deref().unwrap_or(&dir.name));
+            let seen = super::relock(&self.seen).get(&dir.name).cloned();
+            let checkout = self.checkout(dir).path();
+            let current = dir.policy != PersistentPolicy::Manual
+                && !token.is_empty()
+                && seen.as_deref() == Some(token.as_str())
+                // The host made it; a command may have swapped it for a symlink since.
+                && std::fs::symlink_metadata(&checkout).is_ok_and(|m| m.is_dir());
+            if current {
+                continue;
+            }
             mirror(&self.source(dir), &self.checkout(dir))
                 .map_err(|e| format!("loading /persistent/{}: {e}", dir.name))?;
             super::relock(&self.seen).insert(dir.name.clone(), token);
+            copied = true;
         }
-        Ok(())
+        Ok(copied)
     }
 
     /// Commits or keeps every writable dir as `turn_id` left it (blocking; at a turn's end).
-    pub fn end_turn(&self, turn_id: &str) -> Vec<PersistentCommit> {
+    /// `changed`: the dirs the turn's file events name, `None` when they may be incomplete
+    /// (then every after-turn dir is committed).
+    pub fn end_turn(
+        &self,
+        turn_id: &str,
+        changed: Option<&BTreeSet<String>>,
+    ) -> Vec<PersistentCommit> {
         let mut reports = Vec::new();
         for dir in &self.config.dirs {
             let (outcome, message) = match dir.policy {
@@ -110,10 +134,20 @@ impl PersistentDirs {
                     Ok(()) => (CommitOutcome::Kept, None),
                     Err(e) => (CommitOutcome::Failed, Some(e)),
                 },
+                PersistentPolicy::AfterTurn
+                    if changed.is_some_and(|c| !c.contains(&dir.name))
+                        && super::relock(&self.seen).contains_key(&dir.name) =>
+                {
+                    (CommitOutcome::Unchanged, None)
+                }
                 PersistentPolicy::AfterTurn => match self.commit_after_turn(dir, turn_id) {
                     Ok(None) => (CommitOutcome::Committed, None),
                     Ok(Some(conflict)) => (CommitOutcome::Conflict, Some(conflict)),
-                    Err(e) => (CommitOutcome::Failed, Some(e)),
+                    Err(e) => {
+                        // Loaded again next turn: what failed to commit is not kept on.
+                        super::relock(&self.seen).remove(&dir.name);
+                        (CommitOutcome::Failed, Some(e))
+                    }
                 },
             };
             reports.push(PersistentCommit {

@@ -26,7 +26,7 @@ use kube_harness_runtime::{
 use kube_harness_session_log::RunId;
 use kube_harness_workspace::FileChange;
 use kube_harness_workspace::WorkspaceSpec;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -140,6 +140,9 @@ pub struct Worker {
     next_tier: Option<Arc<dyn NextTier>>,
     /// The session's Persistent Dirs (`None` without any).
     persistent: Option<Arc<PersistentDirs>>,
+    /// The sandbox built after the last load of the Persistent Dirs (its landlock rules are
+    /// bound to the loaded directories), for the turns that load nothing.
+    loaded_tier0: Mutex<Option<Arc<TimedTier0>>>,
     log: Option<Arc<LogForwarder>>,
     slot: tokio::sync::Mutex<Slot>,
     busy: AtomicBool,
@@ -219,6 +222,7 @@ impl Worker {
             persistent: config
                 .persistent()
                 .map(|p| Arc::new(PersistentDirs::new(p))),
+            loaded_tier0: Mutex::new(None),
             next_tier: Some(next_tier.unwrap_or_else(|| Arc::new(super::escalation::NoTier1))),
             log,
             slot: tokio::sync::Mutex::new(Slot {
@@ -793,7 +797,7 @@ impl Worker {
             );
         }
         files.record(&events);
-        let persistent = self.end_persistent(&turn_id).await;
+        let persistent = self.end_persistent(&turn_id, files.persistent_dirs()).await;
         self.counters.turns.fetch_add(1, Ordering::SeqCst);
         self.counters.tier.store(0, Ordering::SeqCst);
         self.metrics.turn_ended();
@@ -816,12 +820,16 @@ impl Worker {
 
     /// Commits or keeps the session's writable Persistent Dirs as the ended turn left them
     /// (after its Tier-1 changes were merged back).
-    async fn end_persistent(&self, turn_id: &str) -> Vec<PersistentCommit> {
+    async fn end_persistent(
+        &self,
+        turn_id: &str,
+        changed: Option<BTreeSet<String>>,
+    ) -> Vec<PersistentCommit> {
         let Some(dirs) = self.persistent.clone() else {
             return Vec::new();
         };
         let turn = turn_id.to_string();
-        let reports = tokio::task::spawn_blocking(move || dirs.end_turn(&turn))
+        let reports = tokio::task::spawn_blocking(move || dirs.end_turn(&turn, changed.as_ref()))
             .await
             .unwrap_or_else(|e| {
                 vec![PersistentCommit {
@@ -832,7 +840,7 @@ impl Worker {
                 }]
             });
         for r in &reports {
-            if r.outcome != CommitOutcome::Committed && r.outcome != CommitOutcome::Kept {
+            if matches!(r.outcome, CommitOutcome::Conflict | CommitOutcome::Failed) {
                 tracing::warn!(dir = r.dir, turn_id, outcome = ?r.outcome, "Persistent Dir not committed: {}", r.message.as_deref().unwrap_or(""));
             }
         }
@@ -887,7 +895,9 @@ impl Worker {
                     )
                 })?;
                 let built = tokio::task::spawn_blocking(move || {
-                    dirs.load()?;
+                    if !dirs.load()? {
+                        return Ok(None);
+                    }
                     TimedTier0::new(
                         sandbox.workspace,
                         sandbox.presentation,
@@ -895,18 +905,23 @@ impl Worker {
                         sandbox.denied,
                         None,
                     )
-                    .map(Arc::new)
+                    .map(|t| Some(Arc::new(t)))
                     .map_err(|e| format!("preparing the sandbox after loading: {e}"))
                 })
                 .await
                 .map_err(|e| self.task_failed("load", &e))?;
-                built.map_err(|e| {
+                let built = built.map_err(|e| {
                     Refusal::new(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         code::IO_FAILED,
                         format!("the turn did not start: {e}"),
                     )
-                })?
+                })?;
+                let mut last = relock(&self.loaded_tier0);
+                if let Some(new) = built {
+                    *last = Some(new);
+                }
+                last.clone().unwrap_or_else(|| tier0.clone())
             }
             _ => tier0.clone(),
         };
@@ -999,6 +1014,10 @@ impl Worker {
             }
         }
         open.files.record(events);
+        // A snapshot failed: the turn's file events may be missing some change.
+        if self.tracking.get().is_err() {
+            open.files.untracked = true;
+        }
     }
 
     fn touch(&self) {
@@ -1014,6 +1033,8 @@ impl Worker {
 /// out is counted: changes to paths past either limit, and the file events the emitter already
 /// left out (`harness.file.truncated`).
 struct TurnFiles {
+    /// Set when a snapshot failed during the turn (its file events may be incomplete).
+    untracked: bool,
     paths: BTreeMap<String, String>,
     limit: usize,
     bytes: usize,
@@ -1024,12 +1045,29 @@ struct TurnFiles {
 impl TurnFiles {
     fn new(limit: usize, byte_limit: usize) -> Self {
         TurnFiles {
+            untracked: false,
             paths: BTreeMap::new(),
             limit,
             bytes: 0,
             byte_limit,
             omitted: 0,
         }
+    }
+
+    /// The Persistent Dirs (`/persistent/<name>`) the turn's file events name; `None` when the
+    /// events may be incomplete (a failed snapshot, changes past the list's bound).
+    fn persistent_dirs(&self) -> Option<BTreeSet<String>> {
+        if self.untracked || self.omitted > 0 {
+            return None;
+        }
+        Some(
+            self.paths
+                .keys()
+                .filter_map(|p| p.strip_prefix("/persistent/"))
+                .filter_map(|rest| rest.split('/').next())
+                .map(String::from)
+                .collect(),
+        )
     }
 
     fn record(&mut self, events: &[TraceEvent]) {

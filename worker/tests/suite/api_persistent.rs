@@ -76,6 +76,13 @@ async fn an_after_turn_commit_is_seen_by_the_next_session() {
         run(&b, "ls -A /persistent/notes").await,
         (0, "a.txt\n".into())
     );
+    // A turn that changed nothing there copies nothing: the source is the same directory.
+    let before = std::fs::metadata(src.path().join("notes/team/notes")).unwrap();
+    let (_, reports) = end(&b).await;
+    assert_eq!(outcomes(&reports), [("notes", CommitOutcome::Unchanged)]);
+    let after = std::fs::metadata(src.path().join("notes/team/notes")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(before.ino(), after.ino());
 }
 
 #[tokio::test]
@@ -217,7 +224,8 @@ async fn a_read_only_prefix_holds_after_every_load() {
         &["/persistent/notes/policy"],
     )
     .await;
-    for turn in 1..=2 {
+    let other = session(src.path(), &["notes:after-turn"], &[]).await;
+    for turn in 1..=3 {
         let (code, out) = run(
             &w,
             &format!("echo {turn} > /persistent/notes/work/t{turn} && echo ok"),
@@ -232,13 +240,22 @@ async fn a_read_only_prefix_holds_after_every_load() {
         assert_ne!(code, 0, "turn {turn}: the read-only prefix was written");
         let (_, reports) = end(&w).await;
         assert_eq!(outcomes(&reports), [("notes", CommitOutcome::Committed)]);
+        // Another session commits after turn 1, so turn 2 loads again (turn 3 loads nothing:
+        // the source is as turn 2 committed it, and the sandbox built for turn 2 serves).
+        if turn == 1 {
+            run(&other, "echo o > /persistent/notes/work/o").await;
+            let (_, reports) = end(&other).await;
+            assert_eq!(outcomes(&reports), [("notes", CommitOutcome::Committed)]);
+        }
     }
     let source = src.path().join("notes/notes");
     assert_eq!(
         std::fs::read_to_string(source.join("policy/rules.md")).unwrap(),
         "keep"
     );
-    assert!(source.join("work/t1").exists() && source.join("work/t2").exists());
+    for f in ["t1", "o", "t2", "t3"] {
+        assert!(source.join("work").join(f).exists(), "{f}");
+    }
 }
 
 #[tokio::test]
