@@ -118,7 +118,7 @@ pub const SOURCES_ROOT: &str = "/var/run/kube-harness/sources";
 /// Where the worker keeps `manual` Persistent Dirs' turns until they are committed (on the
 /// session's workspace volume, outside every path commands can reach).
 pub const MANUAL_COMMITS_ROOT: &str = "/var/run/kube-harness/manual-commits";
-/// The supplemental group of every worker pod that mounts a Persistent Dir source: the trees a
+/// The fsGroup of every worker pod that mounts a Persistent Dir claim: the trees a
 /// commit writes belong to it, so sessions (each its own uid) can replace each other's commits.
 pub const SOURCES_GID: u32 = 99_999;
 

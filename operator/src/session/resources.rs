@@ -362,11 +362,8 @@ pub fn worker_pod_with(
                 false,
             ),
             extra: super::persistent::volumes(session),
-            groups: if super::persistent::mounts_claims(session) {
-                vec![i64::from(worker_args::SOURCES_GID)]
-            } else {
-                Vec::new()
-            },
+            fs_group: super::persistent::mounts_claims(session)
+                .then_some(i64::from(worker_args::SOURCES_GID)),
         },
     );
     let hash = spec_hash(&spec);
@@ -413,8 +410,10 @@ pub struct WorkerPodParts {
     pub token: (Volume, bool),
     /// More volumes and mounts (a pool pod's adoption token, a session's Persistent Dirs).
     pub extra: (Vec<Volume>, Vec<VolumeMount>),
-    /// Supplemental groups of the pod (`SOURCES_GID` for Persistent Dir sources).
-    pub groups: Vec<i64>,
+    /// The pod's fsGroup instead of `uid` (`SOURCES_GID` when it mounts Persistent Dir claims:
+    /// the kubelet gives a claim to the pod's fsGroup as it mounts it, and sessions sharing a
+    /// claim must all use the same one or each mount would take it from the others).
+    pub fs_group: Option<i64>,
 }
 
 /// The worker pod's spec, from the tier's template and the parts that differ.
@@ -518,9 +517,14 @@ pub fn worker_pod_spec(
         runtime_class_name: template.runtime_class_name.clone(),
         node_selector: (!template.node_selector.is_empty()).then(|| template.node_selector.clone()),
         tolerations: (!template.tolerations.is_empty()).then(|| template.tolerations.clone()),
-        security_context: Some(PodSecurityContext {
-            supplemental_groups: (!parts.groups.is_empty()).then_some(parts.groups),
-            ..restricted_pod(parts.uid)
+        security_context: Some(match parts.fs_group {
+            Some(group) => PodSecurityContext {
+                fs_group: Some(group),
+                // After the first mount the claim's root has the group: not walked again.
+                fs_group_change_policy: Some("OnRootMismatch".into()),
+                ..restricted_pod(parts.uid)
+            },
+            None => restricted_pod(parts.uid),
         }),
         ..PodSpec::default()
     }

@@ -228,7 +228,7 @@ pub fn pool_pod(tier: &SandboxTier, name: &str, namespace: &str, config: &Operat
                 }],
                 vec![mount("pool-token", POOL_TOKEN_DIR, None, true)],
             ),
-            groups: Vec::new(),
+            fs_group: None,
         },
     );
     let mut labels = pool_pod_labels(&tier.name_any());

@@ -278,10 +278,14 @@ fn persistent_dirs_mount_their_sources_where_only_the_worker_reads_them() {
             ("user-pvc".into(), false)
         ]
     );
-    let groups = spec.security_context.unwrap().supplemental_groups.unwrap();
+    let security = spec.security_context.unwrap();
     assert_eq!(
-        groups,
-        vec![i64::from(kube_harness_protocol::worker_args::SOURCES_GID)]
+        (security.fs_group, security.run_as_user),
+        (
+            Some(i64::from(kube_harness_protocol::worker_args::SOURCES_GID)),
+            Some(resources::worker_uid(&s))
+        ),
+        "one fsGroup for every session sharing a claim, its own uid still"
     );
     let args = parsed_worker_args(&s, &config);
     let dirs: Vec<String> = args
@@ -302,14 +306,11 @@ fn persistent_dirs_mount_their_sources_where_only_the_worker_reads_them() {
         args.read_only_prefix,
         vec![std::path::PathBuf::from("/persistent/notes/policy")]
     );
-    // Without Persistent Dirs: no extra group, no extra mount.
+    // Without Persistent Dirs: the session's own fsGroup, no extra mount.
     let plain = resources::worker_pod(&session(json!({})), &tier, &config, &[]);
     let plain = plain.spec.unwrap();
-    assert!(plain
-        .security_context
-        .unwrap()
-        .supplemental_groups
-        .is_none());
+    let own = plain.security_context.unwrap();
+    assert_eq!(own.fs_group, own.run_as_user);
     assert!(!plain.containers[0]
         .volume_mounts
         .as_ref()

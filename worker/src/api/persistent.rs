@@ -14,7 +14,7 @@
 //! place, never through a symlink), so a reader sees the old tree or the new one.
 //!
 //! Sessions run as different uids; the trees a commit writes are given to the shared group
-//! (`SOURCES_GID`, a supplemental group of every worker pod) so that the next session's commit
+//! (`SOURCES_GID`, the fsGroup of every worker pod that mounts a claim) so that the next session's commit
 //! can replace them.
 
 use crate::local::persistent::{mirror, mirror_with, Place};
