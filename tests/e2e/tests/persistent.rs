@@ -41,16 +41,17 @@ async fn session(client: &Client, ns: &str, name: &str, dirs: Value) {
 }
 
 /// Runs `script` as a whole turn; the end-turn answer's Persistent Dir reports and turn id.
+/// The command's outcome is flattened into the top level of `exec --json`.
 fn turn(ns: &str, name: &str, script: &str) -> (i32, String, Value) {
     let out =
         kube_harness(&["exec", "-n", ns, name, "--json", "--end-turn", "--", script]).unwrap();
     let v: Value = serde_json::from_str(&stdout(&out))
         .unwrap_or_else(|e| panic!("{e}: {} {}", stdout(&out), stderr(&out)));
-    let code = v["outcome"]["exitCode"].as_i64().unwrap_or(-1) as i32;
+    let code = v["exitCode"].as_i64().unwrap_or(-1) as i32;
     let text = format!(
         "{}{}",
-        v["outcome"]["stdout"].as_str().unwrap_or(""),
-        v["outcome"]["stderr"].as_str().unwrap_or("")
+        v["stdout"].as_str().unwrap_or(""),
+        v["stderr"].as_str().unwrap_or("")
     );
     (code, text, v["endTurn"]["turn"].clone())
 }
