@@ -10,8 +10,8 @@ use kube_harness_crds::SandboxTier;
 use kube_harness_e2e::harness::{self, kube_harness, stderr, stdout};
 use kube_harness_e2e::namespace::with_namespace;
 use kube_harness_e2e::tiers::{
-    no_tier1_pod_left, pool_pods, pool_settles, session, tier1_pods, toolchain_tier, with_tier,
-    TOOLCHAIN,
+    no_tier1_pod_left, pool_pods, pool_settles, session, session_with, tier1_pods, toolchain_tier,
+    with_tier, TOOLCHAIN,
 };
 use kube_harness_e2e::wait::{self, Check};
 use serde_json::{json, Value};
@@ -882,7 +882,8 @@ async fn a_new_turn_ends_the_sessions_other_turn_and_an_ended_turn_stays_ended()
 /// What a command leaves running does not reach the session's next turn on its kept pod
 /// (docs/security-model.md §12): a turn plants a chain of 250 processes, each in a session of its
 /// own and waiting for the next, and a loop that forks without pause; the next turn, on the same
-/// pod, sees no process but the agent and its own shell.
+/// pod, sees no process but the agent and its own shell. The session has no deny policy (the
+/// example's would refuse `sh /tmp/chain`, a script the classifier cannot read, before it runs).
 #[tokio::test]
 #[ignore = "needs a cluster with the chart installed"]
 async fn a_kept_pods_next_turn_finds_nothing_the_last_turn_left_running() {
@@ -891,7 +892,7 @@ async fn a_kept_pods_next_turn_finds_nothing_the_last_turn_left_running() {
     tier.spec.idle_timeout_seconds = 60;
     with_tier(&client, tier, || async {
         with_namespace("t1reap", |client, ns| async move {
-            session(&client, &ns, "reap", "e2e-reap").await;
+            session_with(&client, &ns, "reap", "e2e-reap", |s| s.spec.policy.deny_commands.clear()).await;
             let attack = r#"git --version >/dev/null
 cat > /tmp/chain <<'CHAIN'
 n=$1
