@@ -105,6 +105,7 @@ pub struct Metrics {
     warm_ready: Family<TierLabel, Gauge>,
     tier1_pods: Family<PodsLabels, Gauge>,
     tier1_swept: Family<SweptLabels, Counter>,
+    tier1_sweep_errors: Counter,
     /// Every (tier, state) of `tier1_pods` set so far: a snapshot sets those it lacks to 0.
     tier1_known: Mutex<HashSet<PodsLabels>>,
     escalations: Mutex<EscalationClock>,
@@ -223,9 +224,16 @@ impl Default for Metrics {
             "Tier-1 pods, token Secrets and turn records deleted by the leader's sweep, by kind and reason",
             tier1_swept.clone(),
         );
+        let tier1_sweep_errors = Counter::default();
+        registry.register(
+            "tier1_sweep_errors",
+            "Kubernetes API requests of the leader's Tier-1 sweep that failed (the sweep goes on with the rest, and tries again at the next)",
+            tier1_sweep_errors.clone(),
+        );
         Metrics {
             tier1_pods,
             tier1_swept,
+            tier1_sweep_errors,
             tier1_known: Mutex::new(HashSet::new()),
             escalations: Mutex::new(EscalationClock::default()),
             escalation_seconds,
@@ -392,6 +400,11 @@ impl Metrics {
         self.tier1_swept
             .get_or_create(&SweptLabels { kind, reason })
             .inc();
+    }
+
+    /// A request of the sweep failed.
+    pub fn tier1_sweep_error(&self) {
+        self.tier1_sweep_errors.inc();
     }
 
     /// A sandbox failed (`reason` is one of the tier API's Failed reasons).

@@ -48,6 +48,9 @@ pub struct AgentConfig {
     /// Kill and reap every leftover child after each command (the agent as PID 1 / subreaper;
     /// never in a process that has children of its own, such as a test).
     pub reap_orphans: bool,
+    /// How long the reaper may take to end what a command left before the agent gives the pod
+    /// up (see [`super::reap::end_leftovers`]).
+    pub reap_bound: Duration,
 }
 
 impl AgentConfig {
@@ -60,6 +63,7 @@ impl AgentConfig {
             max_archive_bytes: super::pod_config::DEFAULT_MAX_ARCHIVE_BYTES,
             max_exec_body_bytes: 4 << 20,
             reap_orphans: false,
+            reap_bound: super::reap::REAP_BOUND,
         }
     }
 }
@@ -80,6 +84,9 @@ pub struct Agent {
     bind: tokio::sync::Mutex<BindState>,
     /// One command at a time, as in one persistent shell.
     queue: tokio::sync::Mutex<()>,
+    /// Why the pod serves no later turn: a command left processes the reaper could not end
+    /// within its bound. Set once; the current turn goes on, every later bind is refused.
+    given_up: std::sync::OnceLock<String>,
 }
 
 fn conflict(code: &'static str, message: impl Into<String>) -> ApiError {
@@ -114,6 +121,7 @@ impl Agent {
             scratch,
             bind: tokio::sync::Mutex::new(BindState::Unbound),
             queue: tokio::sync::Mutex::new(()),
+            given_up: std::sync::OnceLock::new(),
         })
     }
 
@@ -125,13 +133,19 @@ impl Agent {
     /// checks and places it. One use, unless `replace` (`?replace=true`: a pod kept for its
     /// session's next turn), which first empties the tracked mounts of the last turn's workspace
     /// and binds anew; refused (409 `busy`) while a command runs. A refused archive leaves the
-    /// agent unbound.
+    /// agent unbound. Refused (409 `broken`) for good once the agent gave the pod up.
     pub async fn bind(
         &self,
         headers: &HeaderMap,
         body: Body,
         replace: bool,
     ) -> Result<BindReport, ApiError> {
+        if let Some(why) = self.given_up.get() {
+            return Err(conflict(
+                "broken",
+                format!("{why}; this Tier-1 pod serves no later turn"),
+            ));
+        }
         let mut state = self
             .bind
             .try_lock()
@@ -305,7 +319,7 @@ impl Agent {
                 env: &env,
             };
             let started = std::time::Instant::now();
-            let result = shell::run(&cmd, &agent.view, &limits)
+            let mut result = shell::run(&cmd, &agent.view, &limits)
                 .await
                 .unwrap_or_else(|e| kube_harness_runtime::fault(&format!("Tier-1 agent: {e}")));
             tracing::debug!(
@@ -314,7 +328,15 @@ impl Agent {
                 "exec: command ran"
             );
             if agent.config.reap_orphans {
-                let _ = tokio::task::spawn_blocking(reap::kill_all_children).await;
+                if let Some(why) = agent.end_leftovers().await {
+                    if !result.stderr.is_empty() && !result.stderr.ends_with(b"\n") {
+                        result.stderr.push(b'\n');
+                    }
+                    result.stderr.extend_from_slice(
+                        format!("kube-harness: {why}; this Tier-1 pod serves no later turn\n")
+                            .as_bytes(),
+                    );
+                }
             }
             result
         });
@@ -333,6 +355,21 @@ impl Agent {
             stderr_truncated: result.stderr_truncated,
             duration_ms: u64::try_from(result.duration.as_millis()).unwrap_or(u64::MAX),
         })
+    }
+
+    /// Ends every process the command left (see [`reap::end_leftovers`]). When that fails
+    /// within the bound, the pod is given up (fail closed: the survivors may be waiting for the
+    /// session's next turn) and the reason is returned.
+    async fn end_leftovers(&self) -> Option<String> {
+        let bound = self.config.reap_bound;
+        let why = match tokio::task::spawn_blocking(move || reap::end_leftovers(bound)).await {
+            Ok(Ok(())) => return None,
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => format!("the reaping task failed ({e})"),
+        };
+        tracing::error!(%why, "giving this Tier-1 pod up: it serves no later turn");
+        let _ = self.given_up.set(why.clone());
+        Some(why)
     }
 
     fn validate(&self, req: &AgentExec) -> Result<Duration, ApiError> {
@@ -403,10 +440,16 @@ impl Agent {
         .map_err(|e| ApiError::internal("internal", format!("changes task: {e}")))?
     }
 
-    /// Why this agent serves nothing, once a bind failed half-way (`/readyz` answers 503).
+    /// Why this agent serves no later turn (`/readyz` answers 503 with it): a bind failed
+    /// half-way, or a command left processes it could not end.
     pub fn broken(&self) -> Option<String> {
+        if let Some(why) = self.given_up.get() {
+            return Some(format!("{why}; this Tier-1 pod serves no later turn"));
+        }
         match self.bind.try_lock().as_deref() {
-            Ok(BindState::Broken(reason)) => Some(reason.clone()),
+            Ok(BindState::Broken(reason)) => Some(format!(
+                "a workspace bind failed half-way ({reason}); this agent serves nothing"
+            )),
             _ => None,
         }
     }

@@ -50,14 +50,12 @@ pub fn router(agent: Arc<Agent>, auth: AuthConfig) -> Router {
 }
 
 /// Ready once listening: a prepared pod must be ready before anything is bound to it. An agent
-/// whose bind failed half-way is not ready again (503 `broken` with the reason).
+/// whose bind failed half-way, or that gave the pod up (a command left processes it could not
+/// end), is not ready again (503 `broken` with the reason): the operator neither keeps nor claims
+/// a pod that is not Ready.
 async fn readyz(State(agent): State<Arc<Agent>>) -> Response {
     if let Some(reason) = agent.broken() {
-        return ApiError::unavailable(
-            "broken",
-            format!("a workspace bind failed half-way ({reason}); this agent serves nothing"),
-        )
-        .into_response();
+        return ApiError::unavailable("broken", reason).into_response();
     }
     Json(json!({"status": "ready", "bound": agent.is_bound()})).into_response()
 }

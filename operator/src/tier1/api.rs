@@ -3,7 +3,8 @@
 //! ServiceAccount token to create API objects with. Served by every replica: all state is in the
 //! API server, so any replica answers any request.
 
-use super::open::{self, Claim, OpenError, Take};
+use super::end;
+use super::open::{self, Claim, Exactly, OpenError, Take};
 use super::pod::{self, Serving};
 use super::record::{self, Recorded};
 use super::report::{self, Update};
@@ -206,12 +207,24 @@ struct Known {
     opened: Option<report::Announcement>,
 }
 
+/// 409: the turn ended (its record is a tombstone, or an earlier same-named session's).
+fn ended_turn(ns: &str, session: &str, turn: &str) -> ApiError {
+    ApiError(
+        StatusCode::CONFLICT,
+        format!(
+            "turn {turn:?} of {ns}/{session} has ended (or is an earlier session's of that name); a new turn needs a new turn id"
+        ),
+    )
+}
+
 /// Opens (or finds) the turn's sandbox. Nothing is read before the bearer is checked; then the
 /// API requests that do not depend on each other go together, in six rounds on a warm claim
-/// (docs/tier1.md): the token Secret; the session, its Tier-1 pods and the turn's record; the
+/// (docs/tier1.md): the token Secret; the session, its Tier-1 pods and its turns' records; the
 /// tier, the worker pod and the pool's pods; the claim patch, the pod's token and the session
 /// again (for its status); the turn's record; the status write. The Events are published after
-/// the answer.
+/// the answer. Only pods and records of this session object (its uid) count. A turn that ended
+/// is 409 for good; a new turn first ends the session's other serving turns (one serving turn
+/// per session).
 async fn open(
     State(ctx): State<Arc<Context>>,
     Path((ns, session)): Path<(String, String)>,
@@ -224,15 +237,26 @@ async fn open(
     step("authorized");
     let Json(req) = body.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
     check_turn(&req.turn)?;
-    let (session_read, session_pods, recorded) = tokio::join!(
+    let (session_read, session_pods, records) = tokio::join!(
         read_session(&ctx, &ns, &session),
         open::session_pods(&ctx, &ns, &session),
-        record::get(&ctx, &ns, &session, &req.turn)
+        record::of_turns(&ctx, &ns, &session)
     );
     let session_obj = live_session(session_read?, &ns, &session)?;
     let tier_name = escalation_tier(&session_obj, &ns, &session)?;
-    step("session, its pods and the turn's record read");
-    let (session_pods, recorded) = (session_pods?, recorded?);
+    step("session, its pods and its turns' records read");
+    let uid = session_obj.metadata.uid.clone();
+    let session_pods = open::of_session_object(session_pods?, uid.as_deref());
+    let records = records?;
+    let this = record::name(&ns, &session, &req.turn);
+    let recorded = match record::said(
+        records.iter().find(|r| r.name_any() == this),
+        uid.as_deref(),
+    ) {
+        record::Said::Ended => return Err(ended_turn(&ns, &session, &req.turn)),
+        record::Said::Held(holder) => Some(holder),
+        record::Said::Nothing => None,
+    };
     let turn_pods = open::of_turn(&session_pods, &req.turn);
     // A new turn also needs the worker pod and, from a pooled tier, the pool's pods: asked for
     // with the tier. The pool's pods when the tier cache (the leader's) says the tier keeps a
@@ -301,9 +325,21 @@ async fn open(
                 Recorded::Theirs(holder) => {
                     recorded_pod(&ctx, &ns, &session, &req.turn, &holder).await
                 }
+                Recorded::Ended => {
+                    open::delete(&ctx, unrecorded, Exactly::Object).await?;
+                    Err(ended_turn(&ns, &session, &req.turn))
+                }
             };
         }
         (None, None) => {}
+    }
+    if new_turn {
+        let this_session = end::Session {
+            namespace: &ns,
+            name: &session,
+            uid: uid.as_deref(),
+        };
+        end::others(&ctx, &this_session, &req.turn, &session_pods, &records).await?;
     }
     let worker = match worker {
         Some(read) => read?,
@@ -378,25 +414,39 @@ async fn open(
     }
     let pod = match chosen {
         // A claimed pod is the turn's once recorded; an open that lost the record to another
-        // pod gives its own up (deleted: nothing was bound to it, and it is never handed back).
+        // pod, or whose turn ended meanwhile, gives its own up (deleted: nothing was bound to
+        // it, and it is never handed back).
         Some(claimed) => match record::record(&ctx, &serving, &tier, &claimed.name_any()).await? {
             Recorded::Ours => claimed,
             Recorded::Theirs(holder) => {
-                open::delete(&ctx, &claimed.name_any()).await?;
+                open::delete(&ctx, &claimed, Exactly::Object).await?;
                 return recorded_pod(&ctx, &ns, &session, &req.turn, &holder).await;
             }
+            Recorded::Ended => {
+                open::delete(&ctx, &claimed, Exactly::Object).await?;
+                return Err(ended_turn(&ns, &session, &req.turn));
+            }
         },
-        // The ordinary pod is recorded before it (and its Secret) is created.
+        // The ordinary pod is recorded before it (and its Secret) is created, and the record is
+        // read again after: a turn that ended in between gets no pod.
         None => {
             let mine = match &recorded {
                 Some(_) => Recorded::Ours,
                 None => record::record(&ctx, &serving, &tier, &ordinary_name).await?,
             };
             match mine {
-                Recorded::Ours => open::ordinary(&ctx, &tier, serving).await?,
+                Recorded::Ours => {
+                    let made = open::ordinary(&ctx, &tier, serving.clone()).await?;
+                    if record::ended_now(&ctx, &serving).await? {
+                        open::delete(&ctx, &made, Exactly::Object).await?;
+                        return Err(ended_turn(&ns, &session, &req.turn));
+                    }
+                    made
+                }
                 Recorded::Theirs(holder) => {
                     return recorded_pod(&ctx, &ns, &session, &req.turn, &holder).await;
                 }
+                Recorded::Ended => return Err(ended_turn(&ns, &session, &req.turn)),
             }
         }
     };
@@ -477,6 +527,7 @@ fn gone(turn: &str, holder: &str) -> Sandbox {
     }
 }
 
+/// The turn's Sandbox: its pod of this session object (its uid); 409 when the turn ended.
 async fn show(
     State(ctx): State<Arc<Context>>,
     Path((ns, session, turn)): Path<(String, String, String)>,
@@ -484,11 +535,24 @@ async fn show(
 ) -> Result<Json<Sandbox>> {
     authorize(&ctx, &ns, &session, &headers).await?;
     check_turn(&turn)?;
-    let (pods, recorded) = tokio::join!(
+    let (session_read, pods, recorded) = tokio::join!(
+        read_session(&ctx, &ns, &session),
         open::session_pods(&ctx, &ns, &session),
         record::get(&ctx, &ns, &session, &turn)
     );
-    let (pods, recorded) = (open::of_turn(&pods?, &turn), recorded?);
+    let Some(session_obj) = session_read? else {
+        return Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!("no HarnessSession {ns}/{session}"),
+        ));
+    };
+    let uid = session_obj.metadata.uid.as_deref();
+    let pods = open::of_turn(&open::of_session_object(pods?, uid), &turn);
+    let recorded = match record::said(recorded?.as_ref(), uid) {
+        record::Said::Ended => return Err(ended_turn(&ns, &session, &turn)),
+        record::Said::Held(holder) => Some(holder),
+        record::Said::Nothing => None,
+    };
     match open::chosen(&pods, recorded.as_deref()) {
         Some(pod) => answer(&ctx, &ns, &session, pod, &turn, Known::default()).await,
         // 404 also while the recorded pod is not there yet: the worker opens again, which creates
@@ -500,9 +564,10 @@ async fn show(
     }
 }
 
-/// Ends the turn: its pod is kept idle for the session's next turn when its tier says so
-/// (idleTimeoutSeconds > 0) and it is Ready, else deleted with its Secret; any other pod carrying
-/// the turn is deleted; then the turn's record.
+/// Ends the turn (see [`end::turn`]): its record becomes a tombstone, then its pod is kept idle
+/// for the session's next turn when its tier says so or deleted. Only this session object's (its
+/// uid's) turn: one of an earlier same-named session, or of a session gone, is left to the
+/// sweep. 204, also when already ended or gone.
 async fn end(
     State(ctx): State<Arc<Context>>,
     Path((ns, session, turn)): Path<(String, String, String)>,
@@ -510,30 +575,25 @@ async fn end(
 ) -> Result<StatusCode> {
     authorize(&ctx, &ns, &session, &headers).await?;
     check_turn(&turn)?;
-    let (pods, recorded) = tokio::join!(
-        open::session_pods(&ctx, &ns, &session),
+    let (session_read, recorded) = tokio::join!(
+        read_session(&ctx, &ns, &session),
         record::get(&ctx, &ns, &session, &turn)
     );
-    let (pods, recorded) = (open::of_turn(&pods?, &turn), recorded?);
-    let keep = open::chosen(&pods, recorded.as_deref()).map(|p| p.name_any());
-    let mut kept: Option<(String, u32)> = None;
-    let mut ended: Option<String> = None;
-    for pod in &pods {
-        ended.get_or_insert_with(|| pod.name_any());
-        if keep.as_deref() == Some(pod.name_any().as_str()) {
-            if let Some(idle) = keep_for(&ctx, pod).await? {
-                if open::release(&ctx, pod, idle).await? {
-                    kept = Some((pod.name_any(), idle));
-                    ended = Some(pod.name_any());
-                    continue;
-                }
-            }
-        }
-        open::delete(&ctx, &pod.name_any()).await?;
+    let Some(session_obj) = session_read? else {
+        return Ok(StatusCode::NO_CONTENT);
+    };
+    let uid = session_obj.metadata.uid.as_deref();
+    if recorded?.is_some_and(|r| !record::belongs(r.labels(), uid)) {
+        return Ok(StatusCode::NO_CONTENT);
     }
-    record::delete(&ctx, &ns, &session, &turn).await?;
-    if let Some(pod) = ended {
-        let message = match &kept {
+    let this_session = end::Session {
+        namespace: &ns,
+        name: &session,
+        uid,
+    };
+    let ended = end::turn(&ctx, &this_session, &turn).await?;
+    if let Some(pod) = ended.pod {
+        let message = match &ended.kept {
             Some((pod, idle)) => format!(
                 "turn {turn} ended; Tier-1 pod {pod} is kept for the session's next turn for {idle}s"
             ),
@@ -549,28 +609,6 @@ async fn end(
         report::set(&ctx, &ns, &session, &update, Some(&[reasons::TIER1_READY])).await;
     }
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// How long `pod` is kept after its turn: its tier's idleTimeoutSeconds when that is over 0 and
-/// the pod is Ready (a failed or starting pod is deleted); `None`: delete it.
-async fn keep_for(ctx: &Context, pod: &Pod) -> Result<Option<u32>> {
-    if !matches!(state::phase(pod), state::Phase::Ready { .. }) {
-        return Ok(None);
-    }
-    let Some(tier) = pod.labels().get(labels::TIER) else {
-        return Ok(None);
-    };
-    let idle = match ctx.caches.tier(tier) {
-        Some(t) => t.spec.idle_timeout_seconds,
-        None => match Api::<SandboxTier>::all(ctx.client.clone())
-            .get_opt(tier)
-            .await?
-        {
-            Some(t) => t.spec.idle_timeout_seconds,
-            None => return Ok(None),
-        },
-    };
-    Ok((idle > 0).then_some(idle))
 }
 
 /// The Sandbox of `pod` (with its token once Ready), and what it means for the session. Its

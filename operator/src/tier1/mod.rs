@@ -2,6 +2,7 @@
 //! with, warm pools of prepared pods, and the sweep that cleans up after turns that ended badly.
 
 pub mod api;
+pub mod end;
 pub mod open;
 pub mod pod;
 pub mod pool;

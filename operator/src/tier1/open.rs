@@ -8,7 +8,7 @@ use crate::context::Context;
 use crate::kube_util::{create_if_absent, delete_if_present, new_token, secret_token};
 use crate::labels;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Api, ResourceExt};
 use kube_harness_crds::{HarnessSession, SandboxTier};
 use serde_json::json;
@@ -60,6 +60,14 @@ pub async fn session_pods(
         .items;
     found.sort_by_key(|p| p.name_any());
     Ok(found)
+}
+
+/// The pods of `pods` that belong to the session object with `uid` (not to an earlier session of
+/// the same name, see [`super::record::belongs`]).
+pub fn of_session_object(pods: Vec<Pod>, uid: Option<&str>) -> Vec<Pod> {
+    pods.into_iter()
+        .filter(|p| super::record::belongs(p.labels(), uid))
+        .collect()
 }
 
 /// The pods of `pods` labelled with `turn` (normally one), by name.
@@ -329,9 +337,44 @@ pub async fn token(ctx: &Context, pod: &str) -> Result<Option<String>, kube::Err
     secret_token(&secrets, pod).await
 }
 
-/// Deletes a Tier-1 pod and its token Secret; already gone is fine.
-pub async fn delete(ctx: &Context, name: &str) -> Result<(), kube::Error> {
+/// Which object a delete may hit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exactly {
+    /// The pod as read (its uid): never another pod made under the same name since.
+    Object,
+    /// The pod as read, unchanged since (uid and resourceVersion): for a decision made on what
+    /// was read (a sweep's, a pool's), which a claim or a release in between voids.
+    Version,
+}
+
+/// Deletes a Tier-1 pod (with a precondition, see [`Exactly`]) and then its token Secret.
+/// `false`: the precondition failed (the pod changed, or is another one now) and nothing was
+/// deleted; already gone is `true`.
+pub async fn delete(ctx: &Context, pod: &Pod, exactly: Exactly) -> Result<bool, kube::Error> {
     let ns = &ctx.config.namespace;
-    delete_if_present(&Api::<Pod>::namespaced(ctx.client.clone(), ns), name).await?;
-    delete_if_present(&Api::<Secret>::namespaced(ctx.client.clone(), ns), name).await
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: pod.metadata.uid.clone(),
+            resource_version: match exactly {
+                Exactly::Object => None,
+                Exactly::Version => pod.metadata.resource_version.clone(),
+            },
+        }),
+        ..DeleteParams::default()
+    };
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns);
+    match pods.delete(&pod.name_any(), &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    // The Secret has the pod's name, made with the pod (a pool pod's, or a turn's ordinary pod's
+    // under a name unique to the turn) and owned by it.
+    delete_if_present(
+        &Api::<Secret>::namespaced(ctx.client.clone(), ns),
+        &pod.name_any(),
+    )
+    .await?;
+    Ok(true)
 }

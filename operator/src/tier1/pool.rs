@@ -3,7 +3,7 @@
 //! the claim only takes pods with the current hash, so a stale pod is never handed out. Run by
 //! the leader's SandboxTier controller.
 
-use super::open;
+use super::open::{self, Exactly};
 use super::pod::{self, Purpose};
 use super::state::{self, Phase};
 use crate::context::Context;
@@ -38,7 +38,9 @@ const REPLACE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 pub const STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Brings the idle pods of `tier` to its pool size: deletes stale, ended and surplus ones, creates
-/// the missing ones. `valid`: the tier passed its checks; an invalid tier keeps no pool.
+/// the missing ones. `valid`: the tier passed its checks; an invalid tier keeps no pool. Each
+/// delete is of the pod as listed (uid and resourceVersion): one claimed or changed meanwhile is
+/// left, and the change requeues the tier (its pods are watched).
 pub async fn reconcile(tier: &SandboxTier, ctx: &Context, valid: bool) -> Result<PoolStatus> {
     let name = tier.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
@@ -66,15 +68,13 @@ pub async fn reconcile(tier: &SandboxTier, ctx: &Context, valid: bool) -> Result
         }
         match phase {
             _ if stale => {
-                open::delete(ctx, &p.name_any()).await?;
-                out.deleted += 1;
+                out.deleted += u32::from(open::delete(ctx, &p, Exactly::Version).await?);
             }
             // An ended pod is replaced, but not before it is a minute old: an agent that dies at
             // once must not turn the pool into a create/delete loop.
             Phase::Failed { reason, .. } if ENDED.contains(&reason.as_str()) => {
                 if super::sweep::age(&p) > REPLACE_AFTER {
-                    open::delete(ctx, &p.name_any()).await?;
-                    out.deleted += 1;
+                    out.deleted += u32::from(open::delete(ctx, &p, Exactly::Version).await?);
                 } else {
                     current.push((p, false));
                 }
@@ -86,8 +86,7 @@ pub async fn reconcile(tier: &SandboxTier, ctx: &Context, valid: bool) -> Result
             // Starting for this long: stuck (its token Secret never came, or it waits for a
             // node that never frees up): replaced.
             Phase::Pending if super::sweep::age(&p) > STUCK_AFTER => {
-                open::delete(ctx, &p.name_any()).await?;
-                out.deleted += 1;
+                out.deleted += u32::from(open::delete(ctx, &p, Exactly::Version).await?);
             }
             Phase::Pending => current.push((p, false)),
         }
@@ -96,8 +95,7 @@ pub async fn reconcile(tier: &SandboxTier, ctx: &Context, valid: bool) -> Result
     current.sort_by_key(|(p, ready)| (!*ready, std::cmp::Reverse(p.name_any())));
     while current.len() > want as usize {
         let (p, _) = current.pop().expect("len > want >= 0");
-        open::delete(ctx, &p.name_any()).await?;
-        out.deleted += 1;
+        out.deleted += u32::from(open::delete(ctx, &p, Exactly::Version).await?);
     }
     out.updated = current.len() as u32;
     out.ready = current.iter().filter(|(_, ready)| *ready).count() as u32;

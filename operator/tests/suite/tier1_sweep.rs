@@ -345,3 +345,186 @@ fn a_pod_whose_turn_another_pod_holds_goes_and_one_recorded_stays() {
     // Not recorded yet, but just opened: the open may still record it.
     assert_eq!(sweep::lifetime(&pod, None, now), None);
 }
+
+/// A turn record `name` of session demo's turn `turn`, naming `holder`, written `written`
+/// seconds from now; a tombstone since `ended` seconds from now when given.
+fn record(name: &str, holder: &str, turn: &str, written: i64, ended: Option<i64>) -> Value {
+    let mut annotations = json!({"kubeharness.dev/turn-id": turn});
+    if let Some(at_) = ended {
+        annotations["kubeharness.dev/turn-ended"] = json!(at(at_));
+    }
+    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+           "metadata": {"name": name, "namespace": OP, "uid": format!("uid-{name}"), "resourceVersion": "4",
+                        "creationTimestamp": at(written),
+                        "labels": {"kubeharness.dev/role": "tier1", "kubeharness.dev/session-namespace": NS,
+                                   "kubeharness.dev/session": "demo", "kubeharness.dev/session-uid": "s-uid",
+                                   "kubeharness.dev/turn": pod::turn_label(turn)},
+                        "annotations": annotations},
+           "spec": {"holderIdentity": holder, "acquireTime": at(written)}})
+}
+
+/// One sweep over: a pod whose turn's record is a tombstone (the turn ended, and an open still
+/// under way made it: deleted); two serving turns of one session (two opens of new turns at
+/// once: the older goes); a kept pod no longer Ready (its agent gave it up: deleted); a kept pod
+/// past its idle time that was claimed between the list and the delete (the resourceVersion
+/// precondition fails: left); a pod of another session that cannot be read (a failed request:
+/// counted, and the sweep goes on); a tombstone past its time (deleted quietly) and a fresh one
+/// (kept).
+#[tokio::test]
+async fn the_sweep_ends_ended_and_superseded_turns_and_unready_kept_pods_and_goes_on_after_errors()
+{
+    let (ctx, mut server) = context();
+    let run = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move { sweep::sweep(&ctx).await })
+    };
+    let turn = |t: &str| pod::turn_label(t);
+    let records = vec![
+        record("t1-turn-end", "t1-ended", "t-end", -60, Some(-30)),
+        record("t1-turn-gone", "t1-gone", "t-gone", -900, Some(-700)),
+        record("t1-turn-a", "t1-older", "t-a", -10, None),
+        record("t1-turn-b", "t1-newer", "t-b", -10, None),
+    ];
+    expect(
+        &mut server,
+        "GET",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases"),
+        200,
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "LeaseList", "metadata": {}, "items": records}),
+    )
+    .await;
+    let serving = |name: &str, t: &str, started: i64| {
+        t1(
+            name,
+            json!({"kubeharness.dev/turn": turn(t)}),
+            json!({"kubeharness.dev/turn-id": t, "kubeharness.dev/turn-started": at(started),
+                   "kubeharness.dev/turn-deadline": at(3600)}),
+        )
+    };
+    let mut broken = t1(
+        "t1-broken",
+        json!({}),
+        json!({"kubeharness.dev/idle-until": at(100)}),
+    );
+    broken["status"]["conditions"][0]["status"] = json!("False");
+    broken["metadata"]["creationTimestamp"] = json!(at(-60));
+    let mut other = serving("t1-other", "t-o", -5);
+    other["metadata"]["labels"]["kubeharness.dev/session"] = json!("other");
+    let pods = vec![
+        serving("t1-ended", "t-end", -60),
+        serving("t1-older", "t-a", -50),
+        serving("t1-newer", "t-b", -10),
+        broken,
+        t1(
+            "t1-changed",
+            json!({}),
+            json!({"kubeharness.dev/idle-until": at(-5)}),
+        ),
+        other,
+    ];
+    expect(
+        &mut server,
+        "GET",
+        &format!("/api/v1/namespaces/{OP}/pods"),
+        200,
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": pods}),
+    )
+    .await;
+    expect(
+        &mut server,
+        "GET",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+        200,
+        session(),
+    )
+    .await;
+    expect(
+        &mut server,
+        "GET",
+        &format!("/api/v1/namespaces/{NS}/pods/demo-worker"),
+        200,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker", "namespace": NS, "uid": "w-uid"},
+               "status": {"containerStatuses": [{"name": "worker", "image": "x", "imageID": "", "ready": true, "restartCount": 0}]}}),
+    )
+    .await;
+    for name in ["t1-ended", "t1-older", "t1-broken"] {
+        let seen = expect(
+            &mut server,
+            "DELETE",
+            &format!("/api/v1/namespaces/{OP}/pods/{name}"),
+            200,
+            ok(),
+        )
+        .await;
+        assert_eq!(
+            seen.body["preconditions"],
+            json!({"uid": format!("uid-{name}"), "resourceVersion": "1"}),
+            "the pod as listed"
+        );
+        expect(
+            &mut server,
+            "DELETE",
+            &format!("/api/v1/namespaces/{OP}/secrets/{name}"),
+            200,
+            ok(),
+        )
+        .await;
+        drain_events(&mut server, OP, 1).await;
+    }
+    let claimed = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "Precondition failed: ResourceVersion in precondition: 1, ResourceVersion in object meta: 2",
+        "reason": "Conflict", "code": 409});
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{OP}/pods/t1-changed"),
+        409,
+        claimed,
+    )
+    .await;
+    expect(
+        &mut server,
+        "GET",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/other"),
+        500,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500}),
+    )
+    .await;
+    let seen = expect(
+        &mut server,
+        "DELETE",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases/t1-turn-gone"),
+        200,
+        ok(),
+    )
+    .await;
+    assert_eq!(
+        seen.body["preconditions"],
+        json!({"uid": "uid-t1-turn-gone", "resourceVersion": "4"})
+    );
+    let report = tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let swept: Vec<(&str, &str, &str)> = report
+        .swept
+        .iter()
+        .map(|s| (s.kind, s.name.as_str(), s.reason))
+        .collect();
+    assert_eq!(
+        swept,
+        vec![
+            ("pod", "t1-ended", "turn_ended"),
+            ("pod", "t1-older", "superseded"),
+            ("pod", "t1-broken", "not_ready"),
+        ]
+    );
+    assert_eq!(report.errors, 1);
+    let metrics = ctx.metrics.encode();
+    assert!(
+        metrics.contains("kube_harness_tier1_sweep_errors_total 1"),
+        "{metrics}"
+    );
+}

@@ -10,6 +10,8 @@ use kube_harness_operator::{Context, OperatorConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
+mod turns;
+
 const NS: &str = "team-a";
 const OP: &str = "kube-harness";
 const TOKEN: &str = "worker-token";
@@ -203,8 +205,32 @@ async fn auth_recorded(
     session_token(server).await;
     read_session(server, session(None)).await;
     find_turn(server, session_pods).await;
-    read_record(server, recorded).await;
+    list_records(server, recorded.map(lease).into_iter().collect()).await;
     read_tier(server, tier_obj).await;
+}
+
+fn leases_path() -> String {
+    format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases")
+}
+
+/// The label lookup of the session's turn records, answered with `items`.
+async fn list_records(server: &mut Handle, items: Vec<Value>) {
+    let seen = expect(
+        server,
+        "GET",
+        &leases_path(),
+        200,
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "LeaseList", "metadata": {}, "items": items}),
+    )
+    .await;
+    let want = format!(
+        "labelSelector={}",
+        pod::session_selector(NS, "demo")
+            .replace('/', "%2F")
+            .replace('=', "%3D")
+            .replace(',', "%2C")
+    );
+    assert!(seen.query.contains(&want), "{} !~ {want}", seen.query);
 }
 
 fn record_path() -> String {
@@ -252,6 +278,11 @@ async fn create_record(server: &mut Handle, holder: &str) -> Seen {
     assert_eq!(
         seen.body["metadata"]["name"],
         record::name(NS, "demo", "turn-1")
+    );
+    assert_eq!(
+        seen.body["metadata"]["labels"]["kubeharness.dev/session-uid"], "s-uid",
+        "a record is of one session object: {}",
+        seen.body
     );
     seen
 }
@@ -350,6 +381,8 @@ async fn ordinary(server: &mut Handle, miss: Option<&str>) -> (Value, Value) {
         adopt.body["metadata"]["ownerReferences"][0]["uid"],
         format!("uid-{name}")
     );
+    // The record read again: the turn did not end meanwhile.
+    read_record(server, Some(&name)).await;
     (created_secret.body, p.body)
 }
 
@@ -816,6 +849,7 @@ async fn get_failed(status: Value) -> Value {
     let name = pod::ordinary_name(NS, "demo", "turn-1");
     let reply = call(&base, reqwest::Method::GET, "turn-1").await;
     session_token(&mut server).await;
+    read_session(&mut server, session(None)).await;
     find_turn(
         &mut server,
         vec![t1_pod(
@@ -889,29 +923,67 @@ async fn get_reports_unschedulable_and_missing_images_as_failed_at_once() {
     );
 }
 
+/// The turn's record made a tombstone by server-side apply (answered with `reply`); returns
+/// what was sent.
+async fn tombstone(server: &mut Handle, path: &str, reply: Value) -> Seen {
+    let seen = expect(server, "PATCH", path, 200, reply).await;
+    assert_eq!(seen.content_type, "application/apply-patch+yaml");
+    let at = seen.body["metadata"]["annotations"]["kubeharness.dev/turn-ended"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a tombstone: {}", seen.body));
+    at.parse::<k8s_openapi::jiff::Timestamp>().unwrap();
+    seen
+}
+
+/// What the DELETE of turn-1 reads first: the token, then together the session and the turn's
+/// record (naming `holder`, or none); then the record becomes a tombstone (naming the same
+/// holder) and only then are the session's pods listed (answered with `pods`).
+async fn end_turn_1(server: &mut Handle, holder: Option<&str>, pods: Vec<Value>) {
+    session_token(server).await;
+    read_session(server, session(None)).await;
+    read_record(server, holder).await;
+    let mut ended = match holder {
+        Some(h) => lease(h),
+        None => json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                       "metadata": {"name": record::name(NS, "demo", "turn-1"), "namespace": OP}}),
+    };
+    ended["metadata"]["annotations"] = json!({"kubeharness.dev/turn-ended": in_seconds(0)});
+    let sent = tombstone(server, &record_path(), ended).await;
+    assert_eq!(
+        (
+            sent.body["metadata"]["labels"]["kubeharness.dev/session-uid"].as_str(),
+            sent.body["metadata"]["labels"]["kubeharness.dev/turn"].as_str(),
+            sent.body["metadata"]["annotations"]["kubeharness.dev/turn-id"].as_str()
+        ),
+        (
+            Some("s-uid"),
+            Some(pod::turn_label("turn-1").as_str()),
+            Some("turn-1")
+        ),
+        "{}",
+        sent.body
+    );
+    find_turn(server, pods).await;
+}
+
 #[tokio::test]
 async fn delete_removes_pod_and_secret_and_ends_the_escalation() {
     let (base, mut server) = start().await;
     let name = pod::ordinary_name(NS, "demo", "turn-1");
     let reply = call(&base, reqwest::Method::DELETE, "turn-1").await;
-    session_token(&mut server).await;
-    find_turn(
-        &mut server,
-        vec![t1_pod(
-            &name,
-            turn_labels(json!({"kubeharness.dev/tier": "rust"})),
-            json!({}),
-            ready_status("10.0.0.9"),
-            "3",
-        )],
-    )
-    .await;
-    read_record(&mut server, Some(&name)).await;
-    // The tier keeps no pod idle (idleTimeoutSeconds 0): deleted.
+    let serving = t1_pod(
+        &name,
+        turn_labels(json!({"kubeharness.dev/tier": "rust"})),
+        json!({}),
+        ready_status("10.0.0.9"),
+        "3",
+    );
+    end_turn_1(&mut server, Some(&name), vec![serving]).await;
+    // The tier keeps no pod idle (idleTimeoutSeconds 0): deleted, that very pod (its uid).
     let mut no_idle = tier(0, false);
     no_idle["spec"]["idleTimeoutSeconds"] = json!(0);
     read_tier(&mut server, no_idle).await;
-    expect(
+    let deleted = expect(
         &mut server,
         "DELETE",
         &format!("/api/v1/namespaces/{OP}/pods/{name}"),
@@ -919,6 +991,10 @@ async fn delete_removes_pod_and_secret_and_ends_the_escalation() {
         t1_pod(&name, json!({}), json!({}), json!({}), "4"),
     )
     .await;
+    assert_eq!(
+        deleted.body["preconditions"],
+        json!({"uid": format!("uid-{name}")})
+    );
     expect(
         &mut server,
         "DELETE",
@@ -927,7 +1003,7 @@ async fn delete_removes_pod_and_secret_and_ends_the_escalation() {
         not_found("secrets", &name),
     )
     .await;
-    expect(&mut server, "DELETE", &record_path(), 200, lease(&name)).await;
+    // The record stays, a tombstone (the sweep deletes it later).
     read_session(&mut server, session(Some(("True", reasons::TIER1_READY)))).await;
     let patch = patch_session_status(&mut server).await;
     let esc = &patch.body["status"]["conditions"][0];
@@ -941,20 +1017,11 @@ async fn delete_removes_pod_and_secret_and_ends_the_escalation() {
     let (code, _) = reply.await.unwrap();
     assert_eq!(code, 204);
 
-    // Already gone: 204 without touching anything; a failed escalation keeps its reason.
+    // Already gone: the tombstone is written all the same (an open may still be under way),
+    // and nothing else is touched.
     let (base, mut server) = start().await;
     let reply = call(&base, reqwest::Method::DELETE, "turn-1").await;
-    session_token(&mut server).await;
-    find_turn(&mut server, vec![]).await;
-    read_record(&mut server, None).await;
-    expect(
-        &mut server,
-        "DELETE",
-        &record_path(),
-        404,
-        not_found("leases", &record::name(NS, "demo", "turn-1")),
-    )
-    .await;
+    end_turn_1(&mut server, None, vec![]).await;
     assert_eq!(reply.await.unwrap().0, 204);
 }
 
@@ -1065,9 +1132,9 @@ async fn a_warm_open_asks_together_what_does_not_depend_on_each_other_and_answer
             ("GET", pods.clone(), 200, list(vec![])),
             (
                 "GET",
-                record_path(),
-                404,
-                not_found("leases", &record::name(NS, "demo", "turn-1")),
+                leases_path(),
+                200,
+                json!({"apiVersion": "coordination.k8s.io/v1", "kind": "LeaseList", "metadata": {}, "items": []}),
             ),
         ],
     )
@@ -1350,9 +1417,28 @@ async fn no_kept_pod_of_another_session_worker_template_or_past_its_idle_time_is
             &soon,
         ),
     ];
-    auth_session_tier(&mut server, pods, keeping_tier(0, 300)).await;
+    auth_session_tier(&mut server, pods.clone(), keeping_tier(0, 300)).await;
     worker_pod(&mut server).await;
-    // Straight to the turn's own pod: its record, Secret, pod.
+    // The session's other serving turn ends first (one serving turn per session): listed
+    // again, its pod is deleted, and no other.
+    find_turn(&mut server, pods).await;
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{OP}/pods/t1-j"),
+        200,
+        t1_pod("t1-j", json!({}), json!({}), json!({}), "31"),
+    )
+    .await;
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{OP}/secrets/t1-j"),
+        404,
+        not_found("secrets", "t1-j"),
+    )
+    .await;
+    // Then straight to the turn's own pod: its record, Secret, pod.
     let (_, p) = ordinary(&mut server, None).await;
     assert_eq!(
         p["metadata"]["name"],
@@ -1528,19 +1614,14 @@ async fn an_ended_turn_keeps_its_ready_pod_idle_for_the_sessions_next_turn() {
     let (base, mut server) = start().await;
     let name = pod::ordinary_name(NS, "demo", "turn-1");
     let reply = call(&base, reqwest::Method::DELETE, "turn-1").await;
-    session_token(&mut server).await;
-    find_turn(
-        &mut server,
-        vec![t1_pod(
-            &name,
-            turn_labels(json!({"kubeharness.dev/tier": "rust"})),
-            json!({"kubeharness.dev/turn-id": "turn-1"}),
-            ready_status("10.0.0.9"),
-            "3",
-        )],
-    )
-    .await;
-    read_record(&mut server, Some(&name)).await;
+    let serving = t1_pod(
+        &name,
+        turn_labels(json!({"kubeharness.dev/tier": "rust"})),
+        json!({"kubeharness.dev/turn-id": "turn-1"}),
+        ready_status("10.0.0.9"),
+        "3",
+    );
+    end_turn_1(&mut server, Some(&name), vec![serving]).await;
     read_tier(&mut server, keeping_tier(0, 45)).await;
     let release = expect(
         &mut server,
@@ -1568,8 +1649,7 @@ async fn an_ended_turn_keeps_its_ready_pod_idle_for_the_sessions_next_turn() {
         (40..=46).contains(&left),
         "idle for the tier's 45 s: {left}"
     );
-    // Not deleted; the turn's record goes.
-    expect(&mut server, "DELETE", &record_path(), 200, lease(&name)).await;
+    // Not deleted; the turn's record stays a tombstone.
     read_session(&mut server, session(Some(("True", reasons::TIER1_READY)))).await;
     let patch = patch_session_status(&mut server).await;
     let esc = &patch.body["status"]["conditions"][0];

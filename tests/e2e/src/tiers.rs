@@ -50,11 +50,23 @@ where
 
 /// The demo session, escalating to `tier`.
 pub async fn session(client: &Client, ns: &str, name: &str, tier: &str) -> HarnessSession {
+    session_with(client, ns, name, tier, |_| {}).await
+}
+
+/// [`session`], changed by `edit` before it is created.
+pub async fn session_with(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    tier: &str,
+    edit: impl FnOnce(&mut HarnessSession),
+) -> HarnessSession {
     harness::restrict(client, ns).await.unwrap();
     let mut s = harness::example_session("demo.yaml", name).unwrap();
     s.spec.escalation = Some(kube_harness_crds::session::Escalation {
         tier: Some(tier.into()),
     });
+    edit(&mut s);
     Api::<HarnessSession>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &s)
         .await

@@ -10,8 +10,8 @@ use kube_harness_crds::SandboxTier;
 use kube_harness_e2e::harness::{self, kube_harness, stderr, stdout};
 use kube_harness_e2e::namespace::with_namespace;
 use kube_harness_e2e::tiers::{
-    no_tier1_pod_left, pool_pods, pool_settles, session, tier1_pods, toolchain_tier, with_tier,
-    TOOLCHAIN,
+    no_tier1_pod_left, pool_pods, pool_settles, session, session_with, tier1_pods, toolchain_tier,
+    with_tier, TOOLCHAIN,
 };
 use kube_harness_e2e::wait::{self, Check};
 use serde_json::{json, Value};
@@ -694,6 +694,98 @@ async fn orphans_of_a_killed_operator_are_swept_at_the_next_start_with_events_an
     .await;
 }
 
+/// The tier API as a session's worker reaches it: a port-forward to an operator pod's 8081 and
+/// the session's own token.
+struct TierApi {
+    _tunnel: kube_harness_client::tunnel::Tunnel,
+    http: reqwest::Client,
+    /// `…/v1/namespaces/{ns}/sessions/{session}/sandboxes`
+    url: String,
+    token: String,
+}
+
+impl TierApi {
+    async fn open(client: &Client, ns: &str, session: &str) -> TierApi {
+        use k8s_openapi::api::core::v1::Secret;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &harness::release_namespace());
+        let operator = pods
+            .list(&ListParams::default().labels("app.kubernetes.io/name=kube-harness-operator"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|p| p.metadata.deletion_timestamp.is_none())
+            .expect("an operator pod");
+        let tunnel =
+            kube_harness_client::tunnel::Tunnel::open(pods.clone(), &operator.name_any(), 8081)
+                .await
+                .unwrap();
+        let secret: Secret = Api::namespaced(client.clone(), ns)
+            .get(&format!("{session}-token"))
+            .await
+            .unwrap();
+        let token = String::from_utf8(secret.data.unwrap()["token"].0.clone()).unwrap();
+        let url = format!(
+            "http://{}/v1/namespaces/{ns}/sessions/{session}/sandboxes",
+            tunnel.local
+        );
+        TierApi {
+            _tunnel: tunnel,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            url,
+            token,
+        }
+    }
+
+    /// `POST` of `turn` (not sent yet, so several can go at once).
+    fn post(&self, turn: &str) -> reqwest::RequestBuilder {
+        let body = serde_json::to_vec(&json!({"turn": turn, "workspaceBytes": 100})).unwrap();
+        self.http
+            .post(&self.url)
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .body(body)
+    }
+
+    /// `method` on `turn`: (status, answer).
+    async fn call(&self, method: reqwest::Method, turn: &str) -> (u16, Value) {
+        let request = if method == reqwest::Method::POST {
+            self.post(turn)
+        } else {
+            self.http
+                .request(method, format!("{}/{turn}", self.url))
+                .bearer_auth(&self.token)
+        };
+        let r = request.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+}
+
+/// A fresh turn id.
+fn fresh_turn(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+/// The session's Tier-1 pods not being deleted, by name.
+async fn live_tier1_pods(client: &Client, ns: &str, session: &str) -> Vec<String> {
+    tier1_pods(client, ns, session)
+        .await
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| p.name_any())
+        .collect()
+}
+
 /// One pod per turn (docs/tier1.md): six opens of one turn sent at once to the tier API (through a
 /// port-forward to the operator, with the session's own token), on a pooled tier with two ready
 /// pool pods to race for and on an unpooled tier, all answer the same pod, and the session has
@@ -701,7 +793,6 @@ async fn orphans_of_a_killed_operator_are_swept_at_the_next_start_with_events_an
 #[tokio::test]
 #[ignore = "needs a cluster with the chart installed"]
 async fn racing_opens_of_one_turn_claim_one_pod() {
-    use k8s_openapi::api::core::v1::Secret;
     let client = Client::try_default().await.unwrap();
     with_tier(&client, toolchain_tier("e2e-race-p", 2), || async {
         with_tier(&client, toolchain_tier("e2e-race-o", 0), || async {
@@ -709,56 +800,10 @@ async fn racing_opens_of_one_turn_claim_one_pod() {
                 session(&client, &ns, "rp", "e2e-race-p").await;
                 session(&client, &ns, "ro", "e2e-race-o").await;
                 pool_settles(&client, "e2e-race-p", 2, TOOLCHAIN).await;
-                let release = harness::release_namespace();
-                let pods: Api<Pod> = Api::namespaced(client.clone(), &release);
-                let operator = pods
-                    .list(
-                        &ListParams::default()
-                            .labels("app.kubernetes.io/name=kube-harness-operator"),
-                    )
-                    .await
-                    .unwrap()
-                    .items
-                    .into_iter()
-                    .find(|p| p.metadata.deletion_timestamp.is_none())
-                    .expect("an operator pod");
-                let tunnel = kube_harness_client::tunnel::Tunnel::open(
-                    pods.clone(),
-                    &operator.name_any(),
-                    8081,
-                )
-                .await
-                .unwrap();
-                let http = reqwest::Client::builder()
-                    .timeout(Duration::from_secs(30))
-                    .build()
-                    .unwrap();
                 for session_name in ["rp", "ro"] {
-                    let secret: Secret = Api::namespaced(client.clone(), &ns)
-                        .get(&format!("{session_name}-token"))
-                        .await
-                        .unwrap();
-                    let token = String::from_utf8(secret.data.unwrap()["token"].0.clone()).unwrap();
-                    let turn = format!(
-                        "race-{}",
-                        std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .unwrap()
-                            .as_nanos()
-                    );
-                    let url = format!(
-                        "http://{}/v1/namespaces/{ns}/sessions/{session_name}/sandboxes",
-                        tunnel.local
-                    );
-                    let body =
-                        serde_json::to_vec(&json!({"turn": turn, "workspaceBytes": 100})).unwrap();
-                    let opens = (0..6).map(|_| {
-                        http.post(&url)
-                            .bearer_auth(&token)
-                            .header("content-type", "application/json")
-                            .body(body.clone())
-                            .send()
-                    });
+                    let api = TierApi::open(&client, &ns, session_name).await;
+                    let turn = fresh_turn("race");
+                    let opens = (0..6).map(|_| api.post(&turn).send());
                     let mut answered = std::collections::BTreeSet::new();
                     for r in futures::future::join_all(opens).await {
                         let r = r.unwrap();
@@ -774,38 +819,111 @@ async fn racing_opens_of_one_turn_claim_one_pod() {
                         "{session_name}: every open answered one pod: {answered:?}"
                     );
                     let pod = answered.into_iter().next().unwrap();
-                    let serving: Vec<String> = tier1_pods(&client, &ns, session_name)
-                        .await
-                        .into_iter()
-                        .filter(|p| p.metadata.deletion_timestamp.is_none())
-                        .map(|p| p.name_any())
-                        .collect();
                     assert_eq!(
-                        serving,
+                        live_tier1_pods(&client, &ns, session_name).await,
                         vec![pod.clone()],
                         "{session_name}: one pod for the turn"
                     );
-                    let shown: Value = http
-                        .get(format!("{url}/{turn}"))
-                        .bearer_auth(&token)
-                        .send()
-                        .await
-                        .unwrap()
-                        .json()
-                        .await
-                        .unwrap();
+                    let (_, shown) = api.call(reqwest::Method::GET, &turn).await;
                     assert_eq!(shown["pod"].as_str(), Some(pod.as_str()), "{shown}");
-                    let ended = http
-                        .delete(format!("{url}/{turn}"))
-                        .bearer_auth(&token)
-                        .send()
-                        .await
-                        .unwrap();
-                    assert_eq!(ended.status(), 204);
+                    let (ended, _) = api.call(reqwest::Method::DELETE, &turn).await;
+                    assert_eq!(ended, 204);
                     no_tier1_pod_left(&client, &ns, session_name).await;
                 }
             })
             .await;
+        })
+        .await;
+    })
+    .await;
+}
+
+/// One serving turn per session, and an ended turn stays ended (docs/tier1.md, "Lifetimes"):
+/// through the tier API with the session's own token, a second turn's open deletes the first
+/// turn's pod (the session has only the second's); the first turn is then 409 to GET and to a new
+/// open, and so is the second once its DELETE ended it; no pod is left.
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn a_new_turn_ends_the_sessions_other_turn_and_an_ended_turn_stays_ended() {
+    let client = Client::try_default().await.unwrap();
+    with_tier(&client, toolchain_tier("e2e-one", 0), || async {
+        with_namespace("t1one", |client, ns| async move {
+            session(&client, &ns, "one", "e2e-one").await;
+            let api = TierApi::open(&client, &ns, "one").await;
+            let (first, second) = (fresh_turn("first"), fresh_turn("second"));
+            let (status, a) = api.call(reqwest::Method::POST, &first).await;
+            assert_eq!(status, 200, "{a}");
+            let pod_a = a["pod"].as_str().unwrap().to_string();
+            let (status, b) = api.call(reqwest::Method::POST, &second).await;
+            assert_eq!(status, 200, "{b}");
+            let pod_b = b["pod"].as_str().unwrap().to_string();
+            assert_ne!(pod_a, pod_b);
+            assert_eq!(
+                live_tier1_pods(&client, &ns, "one").await,
+                vec![pod_b.clone()],
+                "the first turn's pod went when the second opened"
+            );
+            for method in [reqwest::Method::GET, reqwest::Method::POST] {
+                let (status, v) = api.call(method.clone(), &first).await;
+                assert_eq!(status, 409, "{method} of the ended first turn: {v}");
+            }
+            assert_eq!(live_tier1_pods(&client, &ns, "one").await, vec![pod_b]);
+            let (status, _) = api.call(reqwest::Method::DELETE, &second).await;
+            assert_eq!(status, 204);
+            let (status, v) = api.call(reqwest::Method::POST, &second).await;
+            assert_eq!(status, 409, "a late open of the ended second turn: {v}");
+            no_tier1_pod_left(&client, &ns, "one").await;
+        })
+        .await;
+    })
+    .await;
+}
+
+/// What a command leaves running does not reach the session's next turn on its kept pod
+/// (docs/security-model.md §12): a turn plants a chain of 250 processes, each in a session of its
+/// own and waiting for the next, and a loop that forks without pause; the next turn, on the same
+/// pod, sees no process but the agent and its own shell. The session has no deny policy (the
+/// example's would refuse `sh /tmp/chain`, a script the classifier cannot read, before it runs).
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn a_kept_pods_next_turn_finds_nothing_the_last_turn_left_running() {
+    let client = Client::try_default().await.unwrap();
+    let mut tier = toolchain_tier("e2e-reap", 0);
+    tier.spec.idle_timeout_seconds = 60;
+    with_tier(&client, tier, || async {
+        with_namespace("t1reap", |client, ns| async move {
+            session_with(&client, &ns, "reap", "e2e-reap", |s| s.spec.policy.deny_commands.clear()).await;
+            let attack = r#"git --version >/dev/null
+cat > /tmp/chain <<'CHAIN'
+n=$1
+if [ "$n" -gt 0 ]; then setsid sh /tmp/chain $((n - 1)) & wait
+else : > /tmp/bottom; exec sleep 3600; fi
+CHAIN
+setsid sh /tmp/chain 250 </dev/null >/dev/null 2>&1 &
+nice -n 19 setsid sh -c 'while :; do /bin/true; done' </dev/null >/dev/null 2>&1 &
+for i in $(seq 600); do [ -e /tmp/bottom ] && break; sleep 0.05; done
+[ -e /tmp/bottom ] && echo planted"#;
+            let r = exec_json(&ns, "reap", attack, true);
+            assert_eq!((r["stdout"].as_str(), r["tier"].as_i64()), (Some("planted
+"), Some(1)), "{r:#}");
+            let pod = last_sandbox(&client, run_of(&r)).await["pod"].as_str().unwrap().to_string();
+            let r = exec_json(
+                &ns,
+                "reap",
+                "git --version >/dev/null; for p in /proc/[0-9]*/comm; do read -r c < $p && echo $c; done",
+                true,
+            );
+            assert_eq!((r["exitCode"].as_i64(), r["tier"].as_i64()), (Some(0), Some(1)), "{r:#}");
+            let again = last_sandbox(&client, run_of(&r)).await;
+            assert_eq!(
+                (again["pod"].as_str(), again["reused"].as_bool()),
+                (Some(pod.as_str()), Some(true)),
+                "the kept pod served the next turn: {again:#}"
+            );
+            let mut seen: Vec<&str> = r["stdout"].as_str().unwrap().lines().collect();
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(seen, ["bash", "kube-harness"], "the processes of the next turn: {r:#}");
         })
         .await;
     })

@@ -19,7 +19,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod bound;
 mod procs;
+pub use bound::PidsBound;
 #[allow(unused_imports)]
 pub use procs::{process_gone, sleeping};
 
@@ -45,17 +47,36 @@ pub struct AgentProcess {
     pub child: Child,
     pub url: String,
     pub root: PathBuf,
+    /// The agent when it is PID 1 of a PID namespace under `child` (`unshare --pid`).
+    ns_init: Option<i32>,
 }
 
 impl AgentProcess {
-    /// SIGKILL, as when a pod dies.
+    /// SIGKILL, as when a pod dies. An agent that is PID 1 of its own PID namespace is killed
+    /// first, which ends every process of that namespace (its `unshare`'s `--kill-child` does
+    /// not reach it: the parent-death signal goes with the agent's change of uid).
     pub fn kill(&mut self) {
+        if let Some(pid) = self.ns_init.take() {
+            // Still the child of our unshare (not yet reaped), so the pid is not reused.
+            let parent = format!("PPid:\t{}", self.child.id());
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status"));
+            if status.is_ok_and(|s| s.lines().any(|l| l == parent)) {
+                // SAFETY: kill(2) on a pid checked to be our child's child.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The host pid of a pod-like agent ([`spawn_agent_pod_like_with`]): PID 1 of its own PID
+    /// namespace.
+    pub fn agent_pid(&self) -> i32 {
+        self.ns_init.expect("a pod-like agent")
     }
 
     /// The host path of a harness path (`/session/a` → `<root>/session/a`).
@@ -111,6 +132,7 @@ fn wait_for_address(mut cmd: Command, root: &Path) -> AgentProcess {
         child,
         url: format!("http://{addr}"),
         root: root.to_path_buf(),
+        ns_init: None,
     }
 }
 
@@ -124,6 +146,9 @@ pub fn agent_child_main() {
     config.reap_orphans = true;
     if let Ok(max) = std::env::var("KH_TEST_AGENT_MAX_ARCHIVE") {
         config.max_archive_bytes = max.parse().unwrap();
+    }
+    if let Ok(ms) = std::env::var("KH_TEST_AGENT_REAP_BOUND_MS") {
+        config.reap_bound = Duration::from_millis(ms.parse().unwrap());
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async move {
@@ -234,7 +259,8 @@ pub fn sleeping_after_grace(seconds: &str) -> Vec<i32> {
 /// Builds a pod's view by hand (root only): a private mount namespace, a read-only root of
 /// read-only system directories, `/session`, `/artifacts`, `/persistent` as three separate
 /// volumes (bind mounts of `$POD/pvc/*`, as three emptyDirs), a tmpfs `/tmp`, uid 65532, an
-/// empty environment, and the agent with `--workspace-root /`.
+/// empty environment (plus `$AGENT_ENV`), and the agent with `--workspace-root /`, as PID 1 of a
+/// PID namespace of its own (the caller's `unshare --pid`) with that namespace's `/proc`.
 const POD_SETUP: &str = r#"
 set -e
 R="$POD/root"
@@ -257,16 +283,49 @@ done
 cp "$BIN" "$R/app/agent"
 mount -o remount,ro "$R"
 exec chroot "$R" setpriv --reuid 65532 --regid 65532 --clear-groups \
-  env -i TMPDIR=/tmp PATH=/usr/local/bin:/usr/bin:/bin KH_TEST_AGENT_ROOT=/ \
+  env -i TMPDIR=/tmp PATH=/usr/local/bin:/usr/bin:/bin KH_TEST_AGENT_ROOT=/ $AGENT_ENV \
   /app/agent "$CHILD" --exact --ignored --nocapture --test-threads=1
 "#;
 
 /// The agent as in a Tier-1 pod (see `POD_SETUP`); `root` of the result is `$POD/pvc`.
 pub fn spawn_agent_pod_like(pod: &Path) -> AgentProcess {
+    spawn_agent_pod_like_with(pod, None, &[])
+}
+
+/// [`spawn_agent_pod_like`] inside `bound` (when given), with `env` (`NAME=value` words) added
+/// to the agent's environment. Killing the result kills the agent's whole PID namespace
+/// (`--kill-child`).
+pub fn spawn_agent_pod_like_with(
+    pod: &Path,
+    bound: Option<&PidsBound>,
+    env: &[&str],
+) -> AgentProcess {
     let mut cmd = Command::new("unshare");
-    cmd.args(["-m", "--propagation", "private", "bash", "-c", POD_SETUP])
-        .env("POD", pod)
-        .env("CHILD", child_test())
-        .env("BIN", std::env::current_exe().unwrap());
-    wait_for_address(cmd, &pod.join("pvc"))
+    cmd.args([
+        "-m",
+        "--propagation",
+        "private",
+        "--pid",
+        "--kill-child",
+        "bash",
+        "-c",
+        POD_SETUP,
+    ])
+    .env("POD", pod)
+    .env("CHILD", child_test())
+    .env("AGENT_ENV", env.join(" "))
+    .env("BIN", std::env::current_exe().unwrap());
+    if let Some(bound) = bound {
+        bound.hold(&mut cmd);
+    }
+    let mut agent = wait_for_address(cmd, &pod.join("pvc"));
+    // The only child of `unshare`: the agent, listening by now.
+    let pid = agent.child.id();
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    agent.ns_init = children
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok());
+    assert!(agent.ns_init.is_some(), "unshare has its child, the agent");
+    agent
 }

@@ -1,16 +1,21 @@
 //! The leader's sweep, at its start-up and then periodically: Tier-1 pods whose turn is over
 //! without a DELETE (the session is gone or was created again, its worker pod was replaced since
-//! the pod was opened, the pod itself ended), whose lifetime ran out (a turn past the tier's
-//! maxTurnSeconds, a kept pod past its idleTimeoutSeconds), or whose turn is someone else's or
-//! was never recorded (an operator stopped half-way through an open); and turn records whose pod
-//! is gone, with the ordinary pod's token Secret they may have left. Idle pool pods are the
+//! the pod was opened, the pod itself ended, the turn's record is a tombstone, a newer turn of
+//! the session opened), whose lifetime ran out (a turn past the tier's maxTurnSeconds, a kept pod
+//! past its idleTimeoutSeconds or no longer Ready), or whose turn is someone else's or was never
+//! recorded (an operator stopped half-way through an open); turn records whose pod is gone, with
+//! the ordinary pod's token Secret they may have left; and old tombstones. Idle pool pods are the
 //! pool's business, not the sweep's (it only counts them for the `tier1_pods` gauge).
+//!
+//! Every delete is of the object as listed (uid and resourceVersion preconditions): a pod claimed
+//! or released since the list, or a record written again, is left for the next sweep to judge.
+//! A failed request is logged and counted (`kube_harness_tier1_sweep_errors_total`), and the
+//! sweep goes on with the rest.
 
-use super::state::{self, Phase};
-use super::{open, record, report};
+use super::open::{self, Exactly};
+use super::{record, report};
 use crate::context::Context;
 use crate::{events, labels};
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams};
@@ -18,176 +23,18 @@ use kube::{Api, ResourceExt};
 use kube_harness_crds::condition::reasons;
 use kube_harness_crds::HarnessSession;
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::time::Duration;
 
 /// How often the leader sweeps.
 pub const PERIOD: Duration = Duration::from_secs(30);
 
-/// A pod that failed to start is normally ended by its worker's DELETE within seconds; after this
-/// long the sweep ends it (the worker lost its DELETE).
-pub const FAILED_GRACE: Duration = Duration::from_secs(300);
-/// A pod still not ready after this long serves no one (workers give up provisioning far sooner).
-pub const PENDING_LIMIT: Duration = Duration::from_secs(1800);
-
-/// A pod claimed for a turn that nothing recorded (its open stopped between the claim and the
-/// record, and the worker neither opened again nor ended the turn within its provisioning time,
-/// 180 s by default) is swept this long after its turn began.
-pub const RECORD_GRACE: Duration = Duration::from_secs(300);
-/// A turn record whose pod is gone is swept this long after it was written (an open creates the
-/// ordinary pod right after recording it).
-pub const ORPHAN_RECORD_GRACE: Duration = Duration::from_secs(60);
-
-/// Why the sweep deletes something: `reason` is the metric's label value, `message` the Event's.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verdict {
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Verdict {
-    fn new(reason: &'static str, message: impl Into<String>) -> Option<Self> {
-        Some(Verdict {
-            reason,
-            message: message.into(),
-        })
-    }
-}
-
-/// Why a serving (or kept) Tier-1 pod must go, if it must. `age`: since the pod was created.
-/// `session_exists`: its session is there, not being deleted, and has the uid the pod was
-/// opened for.
-pub fn verdict(
-    pod: &Pod,
-    session_exists: bool,
-    worker_uid: Option<&str>,
-    age: Duration,
-) -> Option<Verdict> {
-    if pod.metadata.deletion_timestamp.is_some() {
-        return None;
-    }
-    if !session_exists {
-        return Verdict::new("session_gone", "its HarnessSession is gone");
-    }
-    match state::phase(pod) {
-        Phase::Failed { reason, .. }
-            if matches!(reason.as_str(), "PodFailed" | "AgentDied" | "InitFailed") =>
-        {
-            return Verdict::new("ended", format!("it ended ({reason})"));
-        }
-        Phase::Failed { reason, .. } if age > FAILED_GRACE => {
-            return Verdict::new(
-                "failed_to_start",
-                format!("it failed to start ({reason}) and no one ended it"),
-            );
-        }
-        Phase::Pending if age > PENDING_LIMIT => {
-            return Verdict::new("never_ready", "it never became ready");
-        }
-        _ => {}
-    }
-    let recorded = pod
-        .annotations()
-        .get(labels::WORKER_UID)
-        .map(String::as_str);
-    match (recorded, worker_uid) {
-        (Some(r), Some(now)) if r != now => Verdict::new(
-            "worker_replaced",
-            "the session's worker pod was replaced or restarted",
-        ),
-        (Some(_), None) => Verdict::new("worker_replaced", "the session's worker pod is gone"),
-        _ => None,
-    }
-}
-
-/// The lifetime rules of a serving or kept pod (docs/tier1.md, "Lifetimes"): a turn past its
-/// bound (the tier's maxTurnSeconds), a kept pod past its idle time (idleTimeoutSeconds), a
-/// turn's pod that lost its turn's record to another pod, or that nothing recorded
-/// [`RECORD_GRACE`] after its turn began. `recorded`: the pod its turn's record names, if there
-/// is a record.
-pub fn lifetime(
-    pod: &Pod,
-    recorded: Option<&str>,
-    now: k8s_openapi::jiff::Timestamp,
-) -> Option<Verdict> {
-    if pod.metadata.deletion_timestamp.is_some() {
-        return None;
-    }
-    let annotation = |k: &str| pod.annotations().get(k).cloned().unwrap_or_default();
-    if !pod.labels().contains_key(labels::TURN) {
-        return match super::pod::passed(pod, labels::IDLE_UNTIL, now) {
-            Some(true) => Verdict::new(
-                "idle_timeout",
-                format!(
-                    "it was kept idle for the session's next turn until {} (the tier's idleTimeoutSeconds) and none came",
-                    annotation(labels::IDLE_UNTIL)
-                ),
-            ),
-            _ => None,
-        };
-    }
-    if super::pod::passed(pod, labels::TURN_DEADLINE, now) == Some(true) {
-        return Verdict::new(
-            "turn_timeout",
-            format!(
-                "turn {} held it past its bound {} (the tier's maxTurnSeconds) without ending",
-                annotation(labels::TURN_ID),
-                annotation(labels::TURN_DEADLINE)
-            ),
-        );
-    }
-    match recorded {
-        Some(holder) if holder != pod.name_any() => Verdict::new(
-            "lost_race",
-            format!(
-                "another pod, {holder}, is recorded for its turn {}",
-                annotation(labels::TURN_ID)
-            ),
-        ),
-        Some(_) => None,
-        None => {
-            let started: Option<k8s_openapi::jiff::Timestamp> =
-                annotation(labels::TURN_STARTED).parse().ok();
-            let waited = started.map(|t| now.duration_since(t).as_secs());
-            let grace = RECORD_GRACE.as_secs() as i64;
-            match waited {
-                Some(w) if w > grace => Verdict::new(
-                    "unrecorded",
-                    format!(
-                        "its turn {} was never recorded (the open that claimed it stopped half-way, {w}s ago)",
-                        annotation(labels::TURN_ID)
-                    ),
-                ),
-                _ => None,
-            }
-        }
-    }
-}
-
-/// When the next lifetime rule of `pod` falls due, from `now` (its turn's bound, or the end of
-/// its idle time).
-fn due(pod: &Pod, now: k8s_openapi::jiff::Timestamp) -> Option<Duration> {
-    let key = if pod.labels().contains_key(labels::TURN) {
-        labels::TURN_DEADLINE
-    } else {
-        labels::IDLE_UNTIL
-    };
-    let at: k8s_openapi::jiff::Timestamp = pod.annotations().get(key)?.parse().ok()?;
-    let secs = at.duration_since(now).as_secs();
-    Some(Duration::from_secs(secs.max(0) as u64))
-}
-
-/// What identifies the worker process that opened a sandbox: the worker pod's uid and its
-/// container restarts. A restarted worker has lost its turn, so its Tier-1 pod has no one to serve.
-pub fn worker_identity(worker: &Pod) -> Option<String> {
-    let uid = worker.metadata.uid.as_deref()?;
-    let restarts: i32 = worker
-        .status
-        .iter()
-        .flat_map(|s| s.container_statuses.iter().flatten())
-        .map(|c| c.restart_count)
-        .sum();
-    Some(format!("{uid}/{restarts}"))
-}
+mod rules;
+use rules::{due, newest_turns, superseded, turn_ended};
+pub use rules::{
+    lifetime, verdict, worker_identity, Verdict, FAILED_GRACE, ORPHAN_RECORD_GRACE, PENDING_LIMIT,
+    RECORD_GRACE,
+};
 
 /// One thing a sweep deleted.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -205,6 +52,17 @@ pub struct Swept {
 pub struct Report {
     pub swept: Vec<Swept>,
     pub next: Option<Duration>,
+    /// API requests that failed (each logged and counted); the sweep went on with the rest.
+    pub errors: u32,
+}
+
+impl Report {
+    /// Logs and counts a failed request; the sweep goes on.
+    fn failed(&mut self, ctx: &Context, what: &str, error: &kube::Error) {
+        tracing::warn!(%error, "Tier-1 sweep: {what}; going on with the rest");
+        ctx.metrics.tier1_sweep_error();
+        self.errors = self.errors.saturating_add(1);
+    }
 }
 
 /// The session of a pod as one sweep saw it: its uid, and the identity of its worker pod.
@@ -247,9 +105,17 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
     };
     let holders: HashMap<(String, String, String), String> = records
         .iter()
+        .filter(|r| !record::ended(r))
         .filter_map(|r| Some((key(r.labels()), record::holder(r)?.to_string())))
         .collect();
-    let mut sessions: HashMap<(String, String), SessionSeen> = HashMap::new();
+    let ended: HashSet<(String, String, String)> = records
+        .iter()
+        .filter(|r| record::ended(r))
+        .map(|r| key(r.labels()))
+        .collect();
+    let newest = newest_turns(&all);
+    // None: the session could not be read (its pods are judged at the next sweep).
+    let mut sessions: HashMap<(String, String), Option<SessionSeen>> = HashMap::new();
     let mut out = Report::default();
     let mut alive: HashMap<(String, &'static str), u32> = HashMap::new();
     // Pods still serving their turn after this sweep: (name, turn label).
@@ -272,29 +138,23 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
         };
         let session_key = (ns.clone(), name.clone());
         if !sessions.contains_key(&session_key) {
-            let found = Api::<HarnessSession>::namespaced(ctx.client.clone(), &ns)
-                .get_opt(&name)
-                .await?
-                .filter(|s| s.metadata.deletion_timestamp.is_none());
-            let worker = if let Some(session) = &found {
-                Api::<Pod>::namespaced(ctx.client.clone(), &ns)
-                    .get_opt(&crate::session::owned::worker_pod_name(session))
-                    .await?
-                    .filter(|p| p.metadata.deletion_timestamp.is_none())
-                    .as_ref()
-                    .and_then(worker_identity)
-            } else {
-                None
+            let seen = match seen(ctx, &ns, &name).await {
+                Ok(seen) => Some(seen),
+                Err(e) => {
+                    out.failed(ctx, &format!("reading session {ns}/{name}"), &e);
+                    None
+                }
             };
-            sessions.insert(
-                session_key.clone(),
-                SessionSeen {
-                    session: found,
-                    worker,
-                },
-            );
+            sessions.insert(session_key.clone(), seen);
         }
-        let seen = &sessions[&session_key];
+        let turn = key(pod.labels());
+        let Some(seen) = &sessions[&session_key] else {
+            // Judged at the next sweep; its turn's record stays with it meanwhile.
+            if !turn.2.is_empty() {
+                serving.insert(pod.name_any(), turn.2.clone());
+            }
+            continue;
+        };
         // A session created again under the same name is another session.
         let exists = seen.session.as_ref().is_some_and(|s| {
             match (pod.labels().get(labels::SESSION_UID), &s.metadata.uid) {
@@ -302,14 +162,15 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
                 _ => true,
             }
         });
-        let turn = key(pod.labels());
         let pod_name = pod.name_any();
         let recorded = match records_known {
             true => holders.get(&turn).map(String::as_str),
             false => Some(pod_name.as_str()),
         };
         let v = verdict(&pod, exists, seen.worker.as_deref(), age(&pod))
-            .or_else(|| lifetime(&pod, recorded, now));
+            .or_else(|| turn_ended(&pod, ended.contains(&turn)))
+            .or_else(|| lifetime(&pod, recorded, now))
+            .or_else(|| superseded(&pod, &newest));
         let Some(v) = v else {
             if pod.metadata.deletion_timestamp.is_none() {
                 let state = if turn.2.is_empty() { "kept" } else { "serving" };
@@ -324,7 +185,21 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
             continue;
         };
         tracing::info!(pod = %pod.name_any(), session = %format!("{ns}/{name}"), why = %v.message, "deleting a Tier-1 pod");
-        open::delete(ctx, &pod.name_any()).await?;
+        let gone = match open::delete(ctx, &pod, Exactly::Version).await {
+            Ok(gone) => gone,
+            Err(e) => {
+                out.failed(ctx, &format!("deleting Tier-1 pod {}", pod.name_any()), &e);
+                false
+            }
+        };
+        if !gone {
+            // Changed since the list (claimed, released) or not deleted: judged again next
+            // time; its turn's record stays with it meanwhile.
+            if !turn.2.is_empty() {
+                serving.insert(pod.name_any(), turn.2.clone());
+            }
+            continue;
+        }
         names.remove(&pod.name_any());
         let session = seen.session.as_ref().filter(|_| exists);
         swept(ctx, &mut out, "pod", &pod, &v).await;
@@ -379,6 +254,22 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
     // Turn records whose pod is gone (or serves no longer that turn), with the ordinary pod's
     // token Secret an open may have left before it stopped.
     for r in &records {
+        if record::ended(r) {
+            // A tombstone, kept for opens of its turn still under way; then deleted quietly.
+            let at: Option<k8s_openapi::jiff::Timestamp> = r
+                .annotations()
+                .get(labels::TURN_ENDED)
+                .and_then(|t| t.parse().ok());
+            let old = at.is_none_or(|t| {
+                now.duration_since(t).as_secs() > record::ENDED_KEPT.as_secs() as i64
+            });
+            if old {
+                if let Err(e) = record::delete_as_read(ctx, r).await {
+                    out.failed(ctx, &format!("deleting turn record {}", r.name_any()), &e);
+                }
+            }
+            continue;
+        }
         let Some(holder) = record::holder(r) else {
             continue;
         };
@@ -402,9 +293,13 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
             reason: "no_pod",
             message: format!("the turn's pod {holder} is gone or serves it no longer"),
         };
-        let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-        if deleted(leases.delete(&r.name_any(), &DeleteParams::default()).await)? {
-            swept(ctx, &mut out, "record", r, &v).await;
+        match record::delete_as_read(ctx, r).await {
+            Ok(true) => swept(ctx, &mut out, "record", r, &v).await,
+            Ok(false) => {}
+            Err(e) => {
+                out.failed(ctx, &format!("deleting turn record {}", r.name_any()), &e);
+                continue;
+            }
         }
         let Some(ordinary) = r.annotations().get(record::ORDINARY) else {
             continue;
@@ -413,7 +308,14 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
             continue;
         }
         let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-        if deleted(secrets.delete(ordinary, &DeleteParams::default()).await)? {
+        let gone = match deleted(secrets.delete(ordinary, &DeleteParams::default()).await) {
+            Ok(gone) => gone,
+            Err(e) => {
+                out.failed(ctx, &format!("deleting token Secret {ordinary}"), &e);
+                false
+            }
+        };
+        if gone {
             let gone = Secret {
                 metadata: ObjectMeta {
                     name: Some(ordinary.clone()),
@@ -431,6 +333,27 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
     }
     ctx.metrics.tier1_pods(&alive);
     Ok(out)
+}
+
+/// The session `ns`/`name` (not being deleted) and the identity of its worker pod.
+async fn seen(ctx: &Context, ns: &str, name: &str) -> Result<SessionSeen, kube::Error> {
+    let found = Api::<HarnessSession>::namespaced(ctx.client.clone(), ns)
+        .get_opt(name)
+        .await?
+        .filter(|s| s.metadata.deletion_timestamp.is_none());
+    let worker = match &found {
+        Some(session) => Api::<Pod>::namespaced(ctx.client.clone(), ns)
+            .get_opt(&crate::session::owned::worker_pod_name(session))
+            .await?
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .as_ref()
+            .and_then(worker_identity),
+        None => None,
+    };
+    Ok(SessionSeen {
+        session: found,
+        worker,
+    })
 }
 
 /// Whether a delete deleted something (404: it was gone already).
@@ -481,7 +404,8 @@ pub async fn run(ctx: std::sync::Arc<Context>, stop: impl std::future::Future<Ou
                 d.saturating_add(Duration::from_secs(1)).min(PERIOD)
             }),
             Err(e) => {
-                tracing::warn!(error = %e, "Tier-1 sweep");
+                tracing::warn!(error = %e, "Tier-1 sweep: listing the Tier-1 pods");
+                ctx.metrics.tier1_sweep_error();
                 PERIOD
             }
         };
@@ -501,7 +425,7 @@ pub async fn delete_for_session(ctx: &Context, ns: &str, session: &str) -> crate
         .await?
         .items;
     for pod in &found {
-        open::delete(ctx, &pod.name_any()).await?;
+        open::delete(ctx, pod, Exactly::Object).await?;
     }
     Ok(found.len())
 }
