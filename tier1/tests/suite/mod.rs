@@ -3,4 +3,6 @@
 mod tier1_agent;
 mod tier1_pod;
 mod tier1_pod_like;
+mod tier1_skills;
+mod tier1_skills_turn;
 mod tier1_support;
