@@ -851,15 +851,16 @@ async fn skills_are_readable_on_tier1() {
             let r = exec_json(&ns, "skills", "cat /.agents/review/SKILL.md", false);
             assert_eq!((r["stdout"].as_str(), r["tier"].as_i64()), (Some("# Review\nRead the diff first.\n"), Some(0)), "{r:#}");
 
+            // No eval or functions: the session's deny list makes the classifier fail closed on
+            // commands it cannot name.
             let script = r#"git --version > /dev/null || exit 9
 cat /.agents/review/SKILL.md /.agents/review/checklist.md
-try() { if err=$( { eval "$2"; } 2>&1 >/dev/null ); then echo "$1: CHANGED"; else echo "$1: ${err##*: }"; fi; }
 f=/.agents/review/SKILL.md
-try write "echo forged > $f"
-try delete "rm -f $f"
-try chmod "chmod 666 $f"
-try create "touch /.agents/review/new.md"
-try mkdir "mkdir /.agents/new"
+e=$( { echo forged > $f; } 2>&1 ) && echo "write: CHANGED" || echo "write: ${e##*: }"
+e=$(rm -f $f 2>&1) && echo "delete: CHANGED" || echo "delete: ${e##*: }"
+e=$(chmod 666 $f 2>&1) && echo "chmod: CHANGED" || echo "chmod: ${e##*: }"
+e=$(touch /.agents/review/new.md 2>&1) && echo "create: CHANGED" || echo "create: ${e##*: }"
+e=$(mkdir /.agents/new 2>&1) && echo "mkdir: CHANGED" || echo "mkdir: ${e##*: }"
 cat $f"#;
             let refused = "write: Read-only file system\ndelete: Read-only file system\nchmod: Read-only file system\ncreate: Read-only file system\nmkdir: Read-only file system\n";
             let expected = format!("# Review\nRead the diff first.\n- tests\n{refused}# Review\nRead the diff first.\n");
