@@ -5,6 +5,7 @@
 use crate::reach::{connect, Via};
 use anyhow::Context;
 use clap::Args;
+use kube_harness_worker::protocol::client::WorkerClientError;
 use kube_harness_worker::protocol::worker_api::CommitRequest;
 use std::process::ExitCode;
 
@@ -35,19 +36,29 @@ pub struct CommitArgs {
 pub fn run(args: CommitArgs) -> anyhow::Result<ExitCode> {
     tokio::runtime::Runtime::new()?.block_on(async move {
         let connected = connect(args.namespace, &args.session, args.wait, args.via).await?;
-        let committed = connected
+        let committed = match connected
             .worker
             .commit_persistent(&CommitRequest {
                 dir: args.dir.clone(),
                 turn_id: args.turn.clone(),
             })
             .await
-            .with_context(|| {
-                format!(
-                    "committing /persistent/{} of turn {} in session {}",
-                    args.dir, args.turn, args.session
-                )
-            })?;
+        {
+            Ok(committed) => committed,
+            // Refused by the worker (no such dir or kept version): its message, exit 1.
+            Err(WorkerClientError::Api { message, .. }) => {
+                eprintln!("kube-harness commit: {message}");
+                return Ok(ExitCode::from(1));
+            }
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "committing /persistent/{} of turn {} in session {}",
+                        args.dir, args.turn, args.session
+                    )
+                })
+            }
+        };
         if args.json {
             println!("{}", serde_json::to_string_pretty(&committed)?);
         } else {

@@ -22,6 +22,7 @@ mod ping;
 mod reach;
 mod session_log;
 mod sessions;
+mod skills_keeper;
 mod toggles;
 mod worker;
 
@@ -67,6 +68,9 @@ enum Command {
     Ping(ping::PingArgs),
     /// The Tier-0 worker of one session: serves exec, end-turn and status over HTTP.
     Worker(worker::WorkerArgs),
+    /// The skills keeper of a Tier-1 pod: the one writer of the volume shown read-only at
+    /// /.agents there; serves the agent's one loopback connection.
+    SkillsKeeper(skills_keeper::SkillsKeeperArgs),
 }
 
 /// The name kubectl runs a plugin by (`kubectl harness …` → `kubectl-harness …`).
@@ -119,6 +123,7 @@ fn main() -> ExitCode {
         Command::Ledger(args) => ledger::run(args),
         Command::Local(args) => local::run(args),
         Command::Worker(args) => worker::run(args),
+        Command::SkillsKeeper(args) => skills_keeper::run(args),
         Command::Crdgen(args) => crdgen::run(args),
         Command::Operator(args) => operator::run(args),
         Command::Exec(args) => exec::run(args),

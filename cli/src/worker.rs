@@ -237,6 +237,7 @@ fn run_agent(args: WorkerArgs, connections: ConnectionLimits) -> anyhow::Result<
     config.max_timeout = Duration::from_secs(args.max_timeout.max(3600));
     config.reap_orphans = true;
     config.max_archive_bytes = args.max_archive_bytes;
+    config.skills_keeper = args.skills_keeper;
     if let Some(max) = args.max_body_bytes {
         config.max_exec_body_bytes = max;
     }

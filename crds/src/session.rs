@@ -142,7 +142,8 @@ pub struct Workspace {
     #[x_kube(validation = kube::core::Rule::new("self.all(p, self.exists_one(q, q.name == p.name))").message("persistent dir names must be unique"))]
     #[schemars(length(max = 16))]
     pub persistent_dirs: Vec<PersistentDir>,
-    /// ConfigMaps whose keys appear as files under /.agents/<name>/ (read-only).
+    /// ConfigMaps whose keys appear as files under /.agents/<path>/ (read-only), in the worker
+    /// pod and, as a copy handed over at each escalation, on Tier-1 (never merged back).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub skills: Vec<Skill>,

@@ -243,9 +243,9 @@ pub struct WorkerArgs {
     #[arg(long, env = "KH_WORKER_SESSION", default_value = DEFAULT_SESSION)]
     pub session: String,
     /// The tier this process is: 0 (the session's worker) or 1 (the agent of a Tier-1 pod,
-    /// which uses only --listen, --token-file, --workspace-root, --command-timeout,
-    /// --max-timeout, --max-body-bytes, --max-archive-bytes and the connection flags
-    /// --header-read-timeout, --idle-timeout, --max-connections).
+    /// which uses only --listen, --token-file, --workspace-root, --skills-keeper,
+    /// --command-timeout, --max-timeout, --max-body-bytes, --max-archive-bytes and the
+    /// connection flags --header-read-timeout, --idle-timeout, --max-connections).
     #[arg(long, env = "KH_WORKER_TIER", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub tier: u8,
     /// Whether python3/python may run on Tier-0.
@@ -310,6 +310,11 @@ pub struct WorkerArgs {
         value_name = "DIR"
     )]
     pub workspace_root: PathBuf,
+    /// The agent (`--tier 1`) in a pod: the loopback address of the pod's skills keeper (the
+    /// container that writes the volume shown read-only at /.agents), connected before the
+    /// agent serves anything. Without it, `--workspace-root /` shows no /.agents.
+    #[arg(long, env = "KH_WORKER_SKILLS_KEEPER", value_name = "ADDR")]
+    pub skills_keeper: Option<SocketAddr>,
     /// Where escalating commands go: `none` refuses them with exit 126; `pod` asks the
     /// operator's tier API for a Tier-1 pod (needs --tier-api-url and --session-namespace).
     #[arg(long, env = "KH_WORKER_ESCALATION", value_enum, default_value_t = Escalation::default())]
@@ -451,6 +456,7 @@ impl WorkerArgs {
             session_log_token_file: None,
             session_log_run_scope: None,
             workspace_root: DEFAULT_WORKSPACE_ROOT.into(),
+            skills_keeper: None,
             escalation: Escalation::default(),
             tier_api_url: None,
             session_namespace: None,
@@ -521,6 +527,7 @@ impl WorkerArgs {
                 "adopt-token-file",
                 self.adopt_token_file.as_deref().map(path),
             ),
+            ("skills-keeper", self.skills_keeper.map(|a| a.to_string())),
         ];
         for (name, value) in options {
             if let Some(value) = value {
@@ -690,6 +697,7 @@ mod tests {
             session_log_token_file: Some("/run/log-token".into()),
             session_log_run_scope: Some("ns:uid".into()),
             workspace_root: "/srv/ws".into(),
+            skills_keeper: Some("127.0.0.1:8079".parse().unwrap()),
             escalation: Escalation::Pod,
             tier_api_url: Some("http://op:8081".into()),
             session_namespace: Some("ns".into()),

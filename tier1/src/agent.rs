@@ -7,10 +7,13 @@
     clippy::arithmetic_side_effects
 )]
 
+use super::agent_skills::SkillsSink;
 use super::bind::{self, BindError};
 use super::error::Tier1Error;
+use super::keeper::{self, Keeper};
 use super::reap;
 use super::shell::{self, ShellCommand, ShellLimits, View};
+use super::skills::MAX_SKILLS_ARCHIVE_BYTES;
 use axum::body::Body;
 use axum::http::HeaderMap;
 use base64::Engine;
@@ -22,7 +25,9 @@ use kube_harness_service_kit::body::{self, Capped};
 use kube_harness_service_kit::ApiError;
 use kube_harness_workspace::{self as workspace, PackOptions, Snapshot, WorkspaceSpec};
 use std::io::{Seek, SeekFrom, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +56,9 @@ pub struct AgentConfig {
     /// How long the reaper may take to end what a command left before the agent gives the pod
     /// up (see [`super::reap::end_leftovers`]).
     pub reap_bound: Duration,
+    /// The pod's skills keeper (`--skills-keeper`), connected before anything is served. Without
+    /// one, a `/` root shows no `/.agents`; any other root shows its `.agents` read-only.
+    pub skills_keeper: Option<SocketAddr>,
 }
 
 impl AgentConfig {
@@ -64,6 +72,7 @@ impl AgentConfig {
             max_exec_body_bytes: 4 << 20,
             reap_orphans: false,
             reap_bound: super::reap::REAP_BOUND,
+            skills_keeper: None,
         }
     }
 }
@@ -87,6 +96,11 @@ pub struct Agent {
     /// Why the pod serves no later turn: a command left processes the reaper could not end
     /// within its bound. Set once; the current turn goes on, every later bind is refused.
     given_up: std::sync::OnceLock<String>,
+    /// Where `PUT /v1/skills` installs the session's skills.
+    skills: SkillsSink,
+    /// A command ran since the last bind: skills are installed before a turn's first command
+    /// only, so a process that outlived its command cannot have them replaced.
+    ran: AtomicBool,
 }
 
 fn conflict(code: &'static str, message: impl Into<String>) -> ApiError {
@@ -102,11 +116,26 @@ impl Agent {
                 root.display()
             )));
         }
+        let direct = root == Path::new("/");
+        let agents = root.join(".agents");
+        let skills = match (config.skills_keeper, direct) {
+            (Some(addr), _) => SkillsSink::Keeper(Arc::new(
+                Keeper::connect(addr, keeper::CONNECT_WAIT)
+                    .map_err(|e| Tier1Error::local("connecting to the skills keeper", e))?,
+            )),
+            (None, true) => SkillsSink::None,
+            // Its own namespace binds it read-only at /.agents, as the local host's Tier-1 does.
+            (None, false) => {
+                std::fs::create_dir_all(&agents)
+                    .map_err(|e| Tier1Error::local(format!("creating {}", agents.display()), e))?;
+                SkillsSink::Dir(agents)
+            }
+        };
         let mut spec = WorkspaceSpec::canonical(root, RuntimeToggles::default(), Vec::new());
         spec.mounts
             .retain(|m| m.writable || m.backing_path.is_dir());
         let scratch = scratch_dir()?;
-        let view = if root == Path::new("/") {
+        let view = if direct {
             View::Direct
         } else {
             View::Namespace {
@@ -122,11 +151,24 @@ impl Agent {
             bind: tokio::sync::Mutex::new(BindState::Unbound),
             queue: tokio::sync::Mutex::new(()),
             given_up: std::sync::OnceLock::new(),
+            skills,
+            ran: AtomicBool::new(false),
         })
     }
 
     pub fn config(&self) -> &AgentConfig {
         &self.config
+    }
+
+    /// 409 `broken` once the reaper gave the pod up: no later turn's data reaches it.
+    fn serves_later_turns(&self) -> Result<(), ApiError> {
+        match self.given_up.get() {
+            Some(why) => Err(conflict(
+                "broken",
+                format!("{why}; this Tier-1 pod serves no later turn"),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// `PUT /v1/workspace`: spools the archive (up to the limit), unpacks it with the archive
@@ -140,12 +182,7 @@ impl Agent {
         body: Body,
         replace: bool,
     ) -> Result<BindReport, ApiError> {
-        if let Some(why) = self.given_up.get() {
-            return Err(conflict(
-                "broken",
-                format!("{why}; this Tier-1 pod serves no later turn"),
-            ));
-        }
+        self.serves_later_turns()?;
         let mut state = self
             .bind
             .try_lock()
@@ -180,7 +217,8 @@ impl Agent {
             false => None,
         };
         let started = std::time::Instant::now();
-        let spool = self.spool(headers, body).await?;
+        let limit = self.config.max_archive_bytes;
+        let spool = self.spool(headers, body, limit, "workspace").await?;
         if replace {
             let spec = self.spec.clone();
             let cleared = tokio::task::spawn_blocking(move || bind::clear(&spec)).await;
@@ -228,6 +266,7 @@ impl Agent {
                     "workspace bound"
                 );
                 *state = BindState::Bound(Arc::new(bound.base));
+                self.ran.store(false, Ordering::SeqCst);
                 Ok(bound.report)
             }
             Err(BindError::BadArchive(m)) => Err(ApiError::bad_request("bad_archive", m)),
@@ -240,18 +279,66 @@ impl Agent {
         }
     }
 
-    /// Streams a request body into a spool file, refusing it past `max_archive_bytes`: at once
-    /// when its Content-Length says so, else the moment the count passes the limit (the partial
-    /// spool is removed with the error).
+    /// `PUT /v1/skills`: installs the session's skills (a skills archive, `skills.rs`),
+    /// replacing what `/.agents` showed. Only while no command runs and none has run since the
+    /// last bind (409 `busy`, `commands_ran`): the worker sends them after the bind, before the
+    /// turn's first command.
+    pub async fn put_skills(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+    ) -> Result<BindReport, ApiError> {
+        let state = self
+            .bind
+            .try_lock()
+            .map_err(|_| conflict("bind_in_progress", "a workspace bind is in progress"))?;
+        if let BindState::Broken(reason) = &*state {
+            return Err(conflict(
+                "broken",
+                format!("an earlier bind failed half-way ({reason}); this agent serves nothing"),
+            ));
+        }
+        self.serves_later_turns()?;
+        let _quiet = self.queue.try_lock().map_err(|_| {
+            conflict(
+                "busy",
+                "a command is running; skills cannot be installed now",
+            )
+        })?;
+        if self.ran.load(Ordering::SeqCst) {
+            return Err(conflict(
+                "commands_ran",
+                "skills are installed before the turn's first command, and a command has run since the last bind",
+            ));
+        }
+        let spool = self
+            .spool(headers, body, MAX_SKILLS_ARCHIVE_BYTES, "skills")
+            .await?;
+        let installed = self.skills.install(spool.reopen().map_err(|e| {
+            ApiError::internal("skills_failed", format!("reading the spooled skills: {e}"))
+        })?);
+        let report = installed.await?;
+        tracing::info!(
+            files = report.files,
+            bytes = report.bytes,
+            "skills installed"
+        );
+        Ok(report)
+    }
+
+    /// Streams a request body into a spool file, refusing it past `limit`: at once when its
+    /// Content-Length says so, else the moment the count passes the limit (the partial spool is
+    /// removed with the error).
     async fn spool(
         &self,
         headers: &HeaderMap,
         body: Body,
+        limit: u64,
+        what: &str,
     ) -> Result<tempfile::NamedTempFile, ApiError> {
-        let limit = self.config.max_archive_bytes;
         let too_large = || {
             ApiError::too_large(format!(
-                "the workspace archive is over the limit of {limit} bytes"
+                "the {what} archive is over the limit of {limit} bytes"
             ))
         };
         let mut stream = body.into_data_stream();
@@ -302,6 +389,7 @@ impl Agent {
         let agent = self.clone();
         let task = tokio::spawn(async move {
             let _turn = agent.queue.lock().await;
+            agent.ran.store(true, Ordering::SeqCst);
             let mut env = shell::own_environment();
             for (k, v) in &req.env {
                 if state::carried(k) {

@@ -26,6 +26,7 @@ pub fn router(agent: Arc<Agent>, auth: AuthConfig) -> Router {
     // archive into a spool, the exec request into memory.
     let api = Router::new()
         .route("/v1/workspace", put(bind))
+        .route("/v1/skills", put(skills))
         .route("/v1/exec", post(exec))
         .route("/v1/changes", get(changes))
         .route_layer(axum::middleware::from_fn_with_state(auth, require_bearer));
@@ -36,7 +37,7 @@ pub fn router(agent: Arc<Agent>, auth: AuthConfig) -> Router {
         .fallback(|| async {
             ApiError::not_found(
                 "not_found",
-                "no such route: the Tier-1 agent serves PUT /v1/workspace, POST /v1/exec, GET /v1/changes, GET /healthz, GET /readyz",
+                "no such route: the Tier-1 agent serves PUT /v1/workspace, PUT /v1/skills, POST /v1/exec, GET /v1/changes, GET /healthz, GET /readyz",
             )
         })
         .method_not_allowed_fallback(|| async {
@@ -85,6 +86,18 @@ async fn bind(
     }
     agent
         .bind(&headers, archive, replace)
+        .await
+        .map(|r| Json(r).into_response())
+}
+
+/// `PUT /v1/skills`: the session's skills, shown read-only at `/.agents`.
+async fn skills(
+    State(agent): State<Arc<Agent>>,
+    headers: HeaderMap,
+    archive: Body,
+) -> Result<Response, ApiError> {
+    agent
+        .put_skills(&headers, archive)
         .await
         .map(|r| Json(r).into_response())
 }

@@ -29,6 +29,9 @@ pub enum Tier1Error {
     /// The packed workspace is larger than the handoff allows.
     #[error("the workspace is over the handoff limit of {limit} bytes (--max-archive-bytes)")]
     OverHandoffLimit { limit: u64 },
+    /// The session's skills (`/.agents`) pack into more than a skills archive may hold.
+    #[error("the skills under /.agents are over the limit of {limit} bytes of a skills archive")]
+    OverSkillsLimit { limit: u64 },
     /// A blocking pack or merge task panicked or was cancelled.
     #[error("{what}: {source}")]
     Task {

@@ -7,6 +7,7 @@
 
 use crate::error::Tier1Error;
 use crate::shell::{self, ShellCommand, ShellLimits, View};
+use crate::skills;
 use async_trait::async_trait;
 use kube_harness_runtime::executor::{
     CommandExecutor, DisposeReport, ExecRequest, ExecResult, NextTier, TierError,
@@ -71,6 +72,7 @@ impl LocalTier1 {
             .map_err(|e| Tier1Error::local("making the Tier-1 scratch dir", e))?;
         let spec = spec.clone();
         let ws = scratch.path().join("ws");
+        let agents = scratch.path().join("agents");
         // Handoff: pack the tracked mounts, unpack into the copy (with the archive's checks).
         let handoff = tokio::task::spawn_blocking(move || {
             let mut archive = Vec::new();
@@ -79,6 +81,15 @@ impl LocalTier1 {
             let unpacked = workspace::unpack(&archive[..], &ws, &UnpackOptions::for_spec(&spec))
                 .map_err(Tier1Error::workspace("unpacking the workspace"))?;
             let tier1_spec = workspace::rehome(&spec, &ws);
+            // The skills as on a Tier-1 pod: a copy made by the same archive and install,
+            // bound read-only at /.agents, so no command reaches the session's own.
+            let tier1_spec = match skills::agents_dir(&spec) {
+                None => tier1_spec,
+                Some(dir) => {
+                    copy_skills(dir, &agents)?;
+                    skills::shown_from(&tier1_spec, &agents)
+                }
+            };
             Ok::<_, Tier1Error>((
                 spec,
                 tier1_spec,
@@ -105,6 +116,22 @@ impl LocalTier1 {
             busy_ms: AtomicU64::new(0),
         }))
     }
+}
+
+/// Packs the skills at `from` and installs them into a new directory `to`, bounded as a pod's.
+fn copy_skills(from: &std::path::Path, to: &std::path::Path) -> Result<(), Tier1Error> {
+    let limit = skills::MAX_SKILLS_ARCHIVE_BYTES;
+    let mut out = kube_harness_service_kit::body::Capped::new(Vec::new(), limit);
+    let packed = skills::pack(Some(from), &mut out);
+    if out.over {
+        return Err(Tier1Error::OverSkillsLimit { limit });
+    }
+    packed.map_err(Tier1Error::workspace("packing the skills under /.agents"))?;
+    std::fs::create_dir(to).map_err(|e| Tier1Error::local("making the skills copy", e))?;
+    skills::install(&out.inner[..], to).map_err(|e| {
+        Tier1Error::local("copying the skills", std::io::Error::other(e.to_string()))
+    })?;
+    Ok(())
 }
 
 /// Scratch directories are `<parent>/kube-harness-tier1-<pid>-<random>`: those of a host that

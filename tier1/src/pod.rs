@@ -15,12 +15,13 @@ use super::error::Tier1Error;
 use super::pod_config::ERROR_TEXT_BYTES;
 pub use super::pod_config::{PodTier1Config, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_ARCHIVE_BYTES};
 use super::pod_shell::PodShell;
+use super::skills::{self, MAX_SKILLS_ARCHIVE_BYTES};
 use super::tier_api::{TierApi, TierApiError};
 use async_trait::async_trait;
 use kube_harness_protocol::tier1::{BindReport, Phase, Sandbox};
 use kube_harness_runtime::{CommandExecutor, NextTier, TierError};
 use kube_harness_service_kit::body::{self, Capped};
-use kube_harness_workspace::{self as workspace, PackOptions, WorkspaceSpec};
+use kube_harness_workspace::{self as workspace, PackOptions, PackReport, WorkspaceSpec};
 use serde_json::json;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -135,13 +136,14 @@ impl PodTier1 {
         }
     }
 
-    /// `PUT /v1/workspace`, retried while the agent's address refuses connections (a pod just
-    /// Ready, a network policy not yet in force), until the deadline.
+    /// `PUT` of a spooled archive to the agent (`route`: the workspace or the skills), retried
+    /// while the agent's address refuses connections (a pod just Ready, a network policy not
+    /// yet in force), until the deadline; then its count must be what was packed.
     async fn hand_over(
         &self,
         sb: &Sandbox,
-        archive: &std::fs::File,
-        length: u64,
+        route: &str,
+        (archive, length, packed): &Spooled,
         deadline: Instant,
     ) -> Result<BindReport, Tier1Error> {
         let endpoint = sb
@@ -150,16 +152,17 @@ impl PodTier1 {
             .unwrap_or_default()
             .trim_end_matches('/');
         let token = sb.token.as_deref().unwrap_or_default();
-        // A pod kept from the session's earlier turn holds that turn's workspace: this one
-        // replaces it (and is checked as any bind is).
-        let url = match sb.reused {
-            true => format!("{endpoint}/v1/workspace?replace=true"),
-            false => format!("{endpoint}/v1/workspace"),
+        let url = format!("{endpoint}{route}");
+        let what = if route.starts_with("/v1/skills") {
+            "skills"
+        } else {
+            "workspace"
         };
-        loop {
+        let length = *length;
+        let bound = loop {
             // Streamed from the spool, from its start again on each attempt.
             let body = body::from_file(archive)
-                .map_err(|e| Tier1Error::local("reading the spooled workspace archive", e))?;
+                .map_err(|e| Tier1Error::local(format!("reading the spooled {what} archive"), e))?;
             let sent = self
                 .http
                 .put(&url)
@@ -176,19 +179,19 @@ impl PodTier1 {
                 .await;
             match sent {
                 Ok(r) if r.status().is_success() => {
-                    return body::json::<BindReport>(r, self.config.max_answer_bytes)
+                    break body::json::<BindReport>(r, self.config.max_answer_bytes)
                         .await
                         .map_err(|e| {
                             Tier1Error::Pod(format!(
-                                "unreadable bind answer from the Tier-1 agent: {e}"
+                                "unreadable {what} answer from the Tier-1 agent: {e}"
                             ))
-                        })
+                        })?
                 }
                 Ok(r) => {
                     let status = r.status();
                     let text = body::text_prefix(r, ERROR_TEXT_BYTES).await;
                     return Err(Tier1Error::Pod(format!(
-                        "the Tier-1 agent refused the workspace ({status}): {text}"
+                        "the Tier-1 agent refused the {what} ({status}): {text}"
                     )));
                 }
                 Err(e) if e.is_connect() && Instant::now() < deadline => {
@@ -196,12 +199,61 @@ impl PodTier1 {
                 }
                 Err(e) => {
                     return Err(Tier1Error::Pod(format!(
-                        "handing the workspace to the Tier-1 agent: {e}"
+                        "handing the {what} to the Tier-1 agent: {e}"
                     )))
                 }
             }
+        };
+        if bound.files != packed.entries || bound.bytes != packed.total_bytes {
+            return Err(Tier1Error::Pod(format!(
+                "the Tier-1 pod {} unpacked {} {what} entries / {} bytes, but {} / {} were sent",
+                sb.pod.as_deref().unwrap_or_default(),
+                bound.files,
+                bound.bytes,
+                packed.entries,
+                packed.total_bytes
+            )));
         }
+        Ok(bound)
     }
+}
+
+/// An archive packed into a spool file: the file, its length and what `pack` reported.
+type Spooled = (std::fs::File, u64, PackReport);
+
+/// Packs the `what` archive into an unnamed spool file in `dir`, at most `limit` bytes (`over`
+/// names the error beyond); `pack` writes it into the writer it is given, and its failure is
+/// said as `packing`.
+fn spool(
+    dir: &std::path::Path,
+    limit: u64,
+    (what, packing): (&str, &'static str),
+    over: impl FnOnce() -> Tier1Error,
+    pack: impl FnOnce(
+        &mut dyn std::io::Write,
+    ) -> Result<PackReport, kube_harness_workspace::WorkspaceError>,
+) -> Result<Spooled, Tier1Error> {
+    let file = tempfile::tempfile_in(dir).map_err(|e| {
+        Tier1Error::local(
+            format!("spooling the {what} archive in {}", dir.display()),
+            e,
+        )
+    })?;
+    let mut out = Capped::new(
+        std::io::BufWriter::with_capacity(body::SPOOL_BUFFER, file),
+        limit,
+    );
+    let packed = pack(&mut out);
+    if out.over {
+        return Err(over());
+    }
+    let packed = packed.map_err(Tier1Error::workspace(packing))?;
+    let written = out.written;
+    let file = out
+        .inner
+        .into_inner()
+        .map_err(|e| Tier1Error::local(format!("spooling the {what} archive"), e.into_error()))?;
+    Ok((file, written, packed))
 }
 
 #[async_trait]
@@ -226,50 +278,53 @@ impl PodTier1 {
         let packed_spec = spec.clone();
         let dir = self.config.spool_dir.clone();
         let limit = self.config.max_archive_bytes;
-        // Packed into a spool file, never into memory; refused before any pod is asked for
-        // when it is over the limit.
-        let (archive, handed_over, packed) = tokio::task::spawn_blocking(move || {
-            let file = tempfile::tempfile_in(&dir).map_err(|e| {
-                Tier1Error::local(
-                    format!("spooling the workspace archive in {}", dir.display()),
-                    e,
-                )
+        // Both packed into spool files, never into memory; refused before any pod is asked for
+        // when over their limits. The skills (what Tier-0 shows at /.agents) go as an archive of
+        // their own, shown read-only on the pod and never merged back.
+        let (workspace, skills) = tokio::task::spawn_blocking(move || {
+            let over = || Tier1Error::OverHandoffLimit { limit };
+            let opts = PackOptions::default();
+            let what = ("workspace", "packing the workspace");
+            let ws = spool(&dir, limit, what, over, |out| {
+                workspace::pack(&packed_spec, &opts, out)
             })?;
-            let mut out = Capped::new(
-                std::io::BufWriter::with_capacity(body::SPOOL_BUFFER, file),
-                limit,
-            );
-            let packed = workspace::pack(&packed_spec, &PackOptions::default(), &mut out);
-            if out.over {
-                return Err(Tier1Error::OverHandoffLimit { limit });
-            }
-            let packed = packed.map_err(Tier1Error::workspace("packing the workspace"))?;
-            let written = out.written;
-            let file = out
-                .inner
-                .into_inner()
-                .map_err(|e| Tier1Error::local("spooling the workspace archive", e.into_error()))?;
-            Ok::<_, Tier1Error>((file, written, packed))
+            let over = || Tier1Error::OverSkillsLimit {
+                limit: MAX_SKILLS_ARCHIVE_BYTES,
+            };
+            let agents = skills::agents_dir(&packed_spec);
+            let what = ("skills", "packing the skills under /.agents");
+            let sk = spool(&dir, MAX_SKILLS_ARCHIVE_BYTES, what, over, |out| {
+                skills::pack(agents, out)
+            })?;
+            Ok::<_, Tier1Error>((ws, sk))
         })
         .await
         .map_err(Tier1Error::task("pack task"))??;
         step("workspace packed");
+        let handed_over = workspace.1;
         let turn = format!("t{}", uuid::Uuid::new_v4().simple());
         let sb = self.wait_ready(&turn, handed_over, deadline).await?;
         step("sandbox ready");
         let pod = sb.pod.clone().unwrap_or_default();
-        let bound = match self.hand_over(&sb, &archive, handed_over, deadline).await {
-            Ok(b) => b,
-            Err(e) => return Err(self.end_after(&turn, e).await),
+        // A pod kept from the session's earlier turn holds that turn's workspace: this one
+        // replaces it (and is checked as any bind is).
+        let route = match sb.reused {
+            true => "/v1/workspace?replace=true",
+            false => "/v1/workspace",
         };
-        step("workspace bound");
-        if bound.files != packed.entries || bound.bytes != packed.total_bytes {
-            let why = format!(
-                "the Tier-1 pod {pod} unpacked {} entries / {} bytes, but {} / {} were sent",
-                bound.files, bound.bytes, packed.entries, packed.total_bytes
-            );
-            return Err(self.end_after(&turn, Tier1Error::Pod(why)).await);
+        if let Err(e) = self.hand_over(&sb, route, &workspace, deadline).await {
+            return Err(self.end_after(&turn, e).await);
         }
+        step("workspace bound");
+        // After the bind, before the first command (the agent takes them only then). A fresh
+        // pod shows an empty /.agents already; a kept one shows the last turn's.
+        if skills.2.entries > 1 || sb.reused {
+            if let Err(e) = self.hand_over(&sb, "/v1/skills", &skills, deadline).await {
+                return Err(self.end_after(&turn, e).await);
+            }
+            step("skills installed");
+        }
+        let packed = workspace.2;
         Ok(Arc::new(PodShell {
             http: self.http.clone(),
             api: self.api.clone(),

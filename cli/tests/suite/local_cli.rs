@@ -241,3 +241,42 @@ fn persistent_dirs_follow_their_commit_policy_and_path_errors_write_nothing() {
         assert!(!tmp.path().join("outside").exists());
     }
 }
+
+/// The session's skills (`.agents/` of its data directory) on the local Tier-1, through the real
+/// binary: an escalated command reads them at `/.agents` and cannot change them (a read-only
+/// copy), and nothing of them is merged back.
+#[test]
+fn skills_are_read_only_on_the_local_tier1_and_never_merged_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = exec(tmp.path(), &[], "true");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let skills = tmp
+        .path()
+        .join(".little-harness/sessions/s1/.agents/skills");
+    std::fs::write(skills.join("review.md"), "# Review\n").unwrap();
+    let out = exec(
+        tmp.path(),
+        &["--json"],
+        "git --version > /dev/null && cat /.agents/skills/review.md && \
+         { echo forged > /.agents/skills/review.md || echo refused; } && \
+         { chmod 666 /.agents/skills/review.md || echo refused; } && \
+         { rm /.agents/skills/review.md || echo refused; }",
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (json["stdout"].as_str(), json["tier"].as_i64()),
+        (Some("# Review\nrefused\nrefused\nrefused\n"), Some(1)),
+        "{json:#}"
+    );
+    assert!(
+        json["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("Read-only file system"),
+        "{json:#}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(skills.join("review.md")).unwrap(),
+        "# Review\n"
+    );
+}

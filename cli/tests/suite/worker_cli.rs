@@ -1,6 +1,7 @@
 //! `kube-harness worker` as a real process: flags and `KH_WORKER_*` variables, exec over loopback
 //! with the typed client, and a real SIGTERM that lets the running command finish.
 
+use super::support::{kh, text};
 use kube_harness_worker::api::model::ExecRequest;
 use kube_harness_worker::api::WorkerClient;
 use std::process::{Child, Command, Stdio};
@@ -262,4 +263,38 @@ fn cp_moves_a_file_in_and_out() {
     let o = cp(up.to_str().unwrap(), "cli-s:/session/../etc/x");
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("bad-path"));
+}
+
+/// The skills keeper of a Tier-1 pod listens on loopback only: anything else is refused at its
+/// start (exit 2), as is a missing directory.
+#[test]
+fn the_skills_keeper_refuses_to_listen_beyond_loopback() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let out = kh(tmp.path())
+        .args(["skills-keeper", "--listen", "0.0.0.0:0", "--dir", dir])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("loopback only"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = kh(tmp.path())
+        .args([
+            "skills-keeper",
+            "--listen",
+            "127.0.0.1:0",
+            "--dir",
+            "/nonexistent/kh",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("not a directory"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -36,6 +36,15 @@ pub const HOME: &str = "/home/kh";
 pub const UID: i64 = 65532;
 /// Path of the binary in the worker image.
 const WORKER_BINARY: &str = "/usr/local/bin/kube-harness";
+/// The container that writes the skills volume (`kube-harness skills-keeper`).
+pub const KEEPER_CONTAINER: &str = "skills-keeper";
+/// The keeper's loopback address; the agent connects to it before it serves.
+const KEEPER_ADDR: &str = "127.0.0.1:8079";
+/// Where the keeper's container mounts the skills volume (read-write, the only one that does).
+const KEEPER_DIR: &str = "/kh/agents";
+/// What the pod's own parts are (containers, volumes, arguments), in the template hash: a pod
+/// an older operator built differently is never claimed or kept. 2: the skills keeper.
+const POD_LAYOUT: u32 = 2;
 
 /// Why an ordinary pod serves a pooled tier (docs/tier1.md, `missReason`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,6 +134,7 @@ pub fn template_hash(tier: &SandboxTier, config: &OperatorConfig) -> String {
         "workerImage": config.worker_image,
         "workerImagePullPolicy": config.worker_image_pull_policy,
         "port": AGENT_PORT,
+        "layout": POD_LAYOUT,
     });
     short_hash(&[&spec.to_string()])
 }
@@ -307,11 +317,44 @@ fn empty_dir(name: &str, limit: Option<&str>) -> Volume {
     }
 }
 
+/// The skills keeper: the one writer of the skills volume, which the agent's container mounts
+/// read-only at /.agents (the agent and its commands share a uid, so only a mount the kubelet
+/// made read-only keeps the skills from the commands). From the worker image, on loopback only.
+fn keeper(config: &OperatorConfig) -> Container {
+    Container {
+        name: KEEPER_CONTAINER.into(),
+        image: Some(config.worker_image.clone()),
+        image_pull_policy: config.worker_image_pull_policy.clone(),
+        command: Some(vec![
+            WORKER_BINARY.into(),
+            "skills-keeper".into(),
+            "--listen".into(),
+            KEEPER_ADDR.into(),
+            "--dir".into(),
+            KEEPER_DIR.into(),
+        ]),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".into(), Quantity("10m".into())),
+                ("memory".into(), Quantity("16Mi".into())),
+            ])),
+            limits: Some(BTreeMap::from([("memory".into(), Quantity("64Mi".into()))])),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            read_only_root_filesystem: Some(true),
+            ..restricted_container()
+        }),
+        volume_mounts: Some(vec![mount("agents", KEEPER_DIR, false)]),
+        ..Container::default()
+    }
+}
+
 /// The Tier-1 pod: an init container from the worker image copies the static agent binary into
-/// an emptyDir; the tier's image (any image) runs it as `worker --tier 1`. Restricted Pod
-/// Security, no ServiceAccount token, no service links, and only its own token mounted. The
-/// environment is the image's own, the tier's `env`, and HOME and TMPDIR: nothing of the worker's
-/// reaches it.
+/// an emptyDir; the tier's image (any image) runs it as `worker --tier 1`, with the skills keeper
+/// beside it. Restricted Pod Security, no ServiceAccount token, no service links, and only its
+/// own token mounted. The environment is the image's own, the tier's `env`, and HOME and TMPDIR:
+/// nothing of the worker's reaches it.
 pub fn pod(name: &str, tier: &SandboxTier, purpose: &Purpose, config: &OperatorConfig) -> Pod {
     let template = &tier.spec.template;
     let install = Container {
@@ -356,6 +399,8 @@ pub fn pod(name: &str, tier: &SandboxTier, purpose: &Purpose, config: &OperatorC
             format!("0.0.0.0:{AGENT_PORT}"),
             "--token-file".into(),
             format!("{TOKEN_DIR}/token"),
+            "--skills-keeper".into(),
+            KEEPER_ADDR.into(),
         ]),
         // The tier's variables first: HOME and TMPDIR are the pod's own volumes (the CRD refuses
         // them in the tier, and these come last, so they win anyway).
@@ -391,6 +436,7 @@ pub fn pod(name: &str, tier: &SandboxTier, purpose: &Purpose, config: &OperatorC
             mount("session", "/session", false),
             mount("artifacts", "/artifacts", false),
             mount("persistent", "/persistent", false),
+            mount("agents", "/.agents", true),
             mount("home", HOME, false),
             mount("tmp", "/tmp", false),
         ]),
@@ -410,6 +456,8 @@ pub fn pod(name: &str, tier: &SandboxTier, purpose: &Purpose, config: &OperatorC
         empty_dir("session", None),
         empty_dir("artifacts", None),
         empty_dir("persistent", None),
+        // Skills are at most 16 MiB (docs/tier1.md); an install stages the new beside the old.
+        empty_dir("agents", Some("64Mi")),
         empty_dir("home", None),
         empty_dir("tmp", None),
     ];
@@ -417,7 +465,8 @@ pub fn pod(name: &str, tier: &SandboxTier, purpose: &Purpose, config: &OperatorC
         metadata: metadata(name, tier, purpose, config),
         spec: Some(PodSpec {
             init_containers: Some(vec![install]),
-            containers: vec![agent],
+            // The agent first: what reads a Tier-1 pod's image reads the first container's.
+            containers: vec![agent, keeper(config)],
             volumes: Some(volumes),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),

@@ -2,7 +2,7 @@
 //! Failures that will not fix themselves are Failed at once, so the worker gives up in seconds
 //! instead of waiting out its provisioning timeout. Pure, so tests feed it pod statuses.
 
-use super::pod::AGENT_PORT;
+use super::pod::{AGENT_PORT, KEEPER_CONTAINER};
 use crate::kube_util::{pod_condition, ready_ip, CONTAINER_FAILURES, IMAGE_FAILURES};
 use crate::labels;
 use k8s_openapi::api::core::v1::Pod;
@@ -74,7 +74,9 @@ pub fn phase(pod: &Pod) -> Phase {
                 return failed("ContainerFailed", message);
             }
         }
-        let is_agent = cs.name == "agent";
+        // The keeper lives and dies with the agent (it exits when the agent's connection
+        // closes, and a lost keeper is never replaced): either ending is the agent's end.
+        let is_agent = cs.name == "agent" || cs.name == KEEPER_CONTAINER;
         let terminated = state.and_then(|s| s.terminated.as_ref());
         if is_agent && (terminated.is_some() || cs.restart_count > 0) {
             let how = terminated
@@ -86,9 +88,13 @@ pub fn phase(pod: &Pod) -> Phase {
                     )
                 })
                 .unwrap_or_else(|| format!("restarted {} times", cs.restart_count));
+            let who = match cs.name == KEEPER_CONTAINER {
+                true => "skills keeper",
+                false => "agent",
+            };
             return failed(
                 "AgentDied",
-                format!("the Tier-1 agent in {} died: {how}", pod.name_any()),
+                format!("the Tier-1 {who} in {} died: {how}", pod.name_any()),
             );
         }
         if !is_agent {

@@ -85,7 +85,7 @@ fn the_tier1_pod_meets_restricted_pod_security_with_no_token_and_no_worker_envir
         .iter()
         .chain(spec["containers"].as_array().unwrap())
         .collect();
-    assert_eq!(containers.len(), 2);
+    assert_eq!(containers.len(), 3);
     for c in &containers {
         let sc = &c["securityContext"];
         assert_eq!(sc["allowPrivilegeEscalation"], false, "{}", c["name"]);
@@ -156,6 +156,7 @@ fn the_tier1_pod_meets_restricted_pod_security_with_no_token_and_no_worker_envir
         "/session",
         "/artifacts",
         "/persistent",
+        "/.agents",
         "/home/kh",
         "/tmp",
     ] {
@@ -164,6 +165,50 @@ fn the_tier1_pod_meets_restricted_pod_security_with_no_token_and_no_worker_envir
             "{path} not mounted: {mounts:?}"
         );
     }
+    // The skills: read-only to the agent's container (and so to every command), written only by
+    // the keeper beside it, which the agent reaches on loopback.
+    let read_only = |c: &Value, path: &str| {
+        c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["mountPath"] == path)
+            .map(|m| (m["name"].clone(), m["readOnly"].clone()))
+    };
+    assert_eq!(
+        read_only(agent, "/.agents"),
+        Some((json!("agents"), json!(true)))
+    );
+    let args = agent["args"].as_array().unwrap();
+    let at = args.iter().position(|a| a == "--skills-keeper").unwrap();
+    assert_eq!(args[at + 1], "127.0.0.1:8079");
+    let keeper = containers[2];
+    assert_eq!(keeper["name"], "skills-keeper");
+    assert_eq!(keeper["image"], "localhost/kube-harness/worker:dev");
+    assert_eq!(
+        keeper["command"],
+        json!([
+            "/usr/local/bin/kube-harness",
+            "skills-keeper",
+            "--listen",
+            "127.0.0.1:8079",
+            "--dir",
+            "/kh/agents"
+        ])
+    );
+    assert_eq!(keeper["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        read_only(keeper, "/kh/agents"),
+        Some((json!("agents"), json!(false)))
+    );
+    assert_eq!(keeper["volumeMounts"].as_array().unwrap().len(), 1);
+    let agents = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "agents")
+        .unwrap();
+    assert_eq!(agents["emptyDir"]["sizeLimit"], "64Mi");
     // Every volume is an emptyDir except the pod's own token Secret: nothing else to read.
     for v in spec["volumes"].as_array().unwrap() {
         match v["name"].as_str().unwrap() {
@@ -324,6 +369,19 @@ fn pod_states_map_to_sandbox_phases() {
         ),
         "AgentDied"
     );
+    // The skills keeper ending (its agent is gone, or it died and is never replaced) is the
+    // agent's end, whatever its exit code; before, a keeper's clean exit was not noticed at all.
+    let keeper_ended = json!({"phase": "Running", "containerStatuses": [
+        {"name": "agent", "image": "i", "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}},
+        {"name": "skills-keeper", "image": "w", "imageID": "", "ready": false, "restartCount": 0,
+         "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]});
+    match state::phase(&pod_with(keeper_ended)) {
+        Phase::Failed { reason, message } => {
+            assert_eq!(reason, "AgentDied");
+            assert!(message.contains("skills keeper"), "{message}");
+        }
+        other => panic!("not failed: {other:?}"),
+    }
     let mut deleting = pod_with(json!({"phase": "Running"}));
     deleting.metadata.deletion_timestamp = Some(
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),

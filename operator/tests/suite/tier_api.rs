@@ -528,7 +528,9 @@ async fn post_creates_an_ordinary_pod_and_its_secret() {
             "--listen",
             "0.0.0.0:8080",
             "--token-file",
-            "/kh/token/token"
+            "/kh/token/token",
+            "--skills-keeper",
+            "127.0.0.1:8079"
         ])
     );
     assert_eq!(

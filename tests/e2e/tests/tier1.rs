@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
-use kube_harness_crds::SandboxTier;
+use kube_harness_crds::{HarnessSession, SandboxTier};
 use kube_harness_e2e::harness::{self, kube_harness, stderr, stdout};
 use kube_harness_e2e::namespace::with_namespace;
 use kube_harness_e2e::tiers::{
@@ -924,6 +924,85 @@ for i in $(seq 600); do [ -e /tmp/bottom ] && break; sleep 0.05; done
             seen.sort_unstable();
             seen.dedup();
             assert_eq!(seen, ["bash", "kube-harness"], "the processes of the next turn: {r:#}");
+        })
+        .await;
+    })
+    .await;
+}
+
+/// Skills on Tier-1 (docs/tier1.md, "Skills"): a session with a skill ConfigMap escalates (git)
+/// to a prepared pod of a pooled tier; the command there reads `/.agents/review/SKILL.md` with
+/// what Tier-0 shows, and every write, delete, chmod or new file under /.agents fails
+/// (`Read-only file system`: the agent's container mounts the keeper's volume read-only, and the
+/// agent's uid owning the files does not help). Nothing of it is merged back. A second turn,
+/// whatever pod serves it, shows them as well.
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn skills_are_readable_on_tier1() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::PostParams;
+    let client = Client::try_default().await.unwrap();
+    with_tier(&client, toolchain_tier("e2e-skills", 1), || async {
+        with_namespace("t1skills", |client, ns| async move {
+            harness::restrict(&client, &ns).await.unwrap();
+            let cm: ConfigMap = serde_json::from_value(json!({
+                "metadata": {"name": "review-skill"},
+                "data": {"SKILL.md": "# Review\nRead the diff first.\n", "checklist.md": "- tests\n"},
+            }))
+            .unwrap();
+            Api::<ConfigMap>::namespaced(client.clone(), &ns)
+                .create(&PostParams::default(), &cm)
+                .await
+                .unwrap();
+            let mut s = harness::example_session("demo.yaml", "skills").unwrap();
+            s.spec.escalation = Some(kube_harness_crds::session::Escalation {
+                tier: Some("e2e-skills".into()),
+            });
+            s.spec.workspace.skills =
+                vec![serde_json::from_value(json!({"configMap": "review-skill", "path": "review"})).unwrap()];
+            Api::<HarnessSession>::namespaced(client.clone(), &ns)
+                .create(&PostParams::default(), &s)
+                .await
+                .unwrap();
+            harness::wait_ready(&client, &ns, "skills", READY).await.unwrap();
+            pool_settles(&client, "e2e-skills", 1, TOOLCHAIN).await;
+            let r = exec_json(&ns, "skills", "cat /.agents/review/SKILL.md", false);
+            assert_eq!((r["stdout"].as_str(), r["tier"].as_i64()), (Some("# Review\nRead the diff first.\n"), Some(0)), "{r:#}");
+
+            // No eval or functions: the session's deny list makes the classifier fail closed on
+            // commands it cannot name.
+            let script = r#"git --version > /dev/null || exit 9
+cat /.agents/review/SKILL.md /.agents/review/checklist.md
+f=/.agents/review/SKILL.md
+e=$( { echo forged > $f; } 2>&1 ) && echo "write: CHANGED" || echo "write: ${e##*: }"
+e=$(rm -f $f 2>&1) && echo "delete: CHANGED" || echo "delete: ${e##*: }"
+e=$(chmod 666 $f 2>&1) && echo "chmod: CHANGED" || echo "chmod: ${e##*: }"
+e=$(touch /.agents/review/new.md 2>&1) && echo "create: CHANGED" || echo "create: ${e##*: }"
+e=$(mkdir /.agents/new 2>&1) && echo "mkdir: CHANGED" || echo "mkdir: ${e##*: }"
+cat $f"#;
+            let refused = "write: Read-only file system\ndelete: Read-only file system\nchmod: Read-only file system\ncreate: Read-only file system\nmkdir: Read-only file system\n";
+            let expected = format!("# Review\nRead the diff first.\n- tests\n{refused}# Review\nRead the diff first.\n");
+            let r = exec_json(&ns, "skills", script, true);
+            assert_eq!((r["exitCode"].as_i64(), r["tier"].as_i64()), (Some(0), Some(1)), "{r:#}");
+            assert_eq!(r["stdout"].as_str(), Some(expected.as_str()), "{r:#}");
+            let changes = r["endTurn"]["turn"]["fileChanges"].as_array().cloned().unwrap_or_default();
+            assert!(
+                changes.iter().all(|c| !c["path"].as_str().unwrap_or("").starts_with("/.agents")),
+                "nothing of /.agents is merged back: {changes:#?}"
+            );
+            let sandbox = last_sandbox(&client, run_of(&r)).await;
+            assert_eq!(sandbox["source"], "prepared", "a pool pod, its keeper connected long before: {sandbox:#}");
+
+            // Another turn, another pod: the same skills, still read-only; Tier-0's unchanged.
+            let r = exec_json(&ns, "skills", "git --version > /dev/null && cat /.agents/review/checklist.md && { echo x >> /.agents/review/checklist.md || echo refused; }", true);
+            assert_eq!((r["stdout"].as_str(), r["tier"].as_i64()), (Some("- tests\nrefused\n"), Some(1)), "{r:#}");
+            let r = exec_json(&ns, "skills", "cat /.agents/review/SKILL.md && ls -A /.agents/review", true);
+            assert_eq!(
+                (r["stdout"].as_str(), r["tier"].as_i64()),
+                (Some("# Review\nRead the diff first.\nSKILL.md\nchecklist.md\n"), Some(0)),
+                "{r:#}"
+            );
+            no_tier1_pod_left(&client, &ns, "skills").await;
         })
         .await;
     })

@@ -4,4 +4,6 @@ mod attack_reaper;
 mod tier1_agent;
 mod tier1_pod;
 mod tier1_pod_like;
+mod tier1_skills;
+mod tier1_skills_turn;
 mod tier1_support;

@@ -4,213 +4,11 @@
 //! sandbox, answers Pending then Ready (or Failed, 503, never Ready), and kills the agent on
 //! DELETE, as deleting the pod would.
 
-use super::tier1_support::{
-    spawn_agent, turn_at, turn_with, AgentProcess, TurnFixture, AGENT_TOKEN,
-};
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use super::tier1_support::stand_in::{operator, pod_tier, Mode};
+use super::tier1_support::{turn_at, turn_with, TurnFixture};
 use kube_harness_runtime::{event::kind, CommandOutcome, TraceEvent};
-use kube_harness_tier1::{PodTier1, PodTier1Config};
-use serde_json::{json, Value};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use serde_json::json;
 use std::time::{Duration, Instant};
-
-const WORKER_TOKEN: &str = "worker-token-abcdef";
-
-#[derive(Clone, Copy, PartialEq)]
-enum Mode {
-    Ready,
-    Failed,
-    Uncertain,
-    NeverReady,
-    /// One agent for every turn, kept at the end of each (the tier's idleTimeoutSeconds): from
-    /// the second turn on it is answered `reused`.
-    Keep,
-}
-
-#[derive(Default)]
-struct Book {
-    posts: u32,
-    polls: HashMap<String, u32>,
-    agents: HashMap<String, (AgentProcess, tempfile::TempDir)>,
-    deleted: Vec<String>,
-    workspace_bytes: Vec<u64>,
-    /// Mode::Keep: the turns opened, in order.
-    kept_turns: Vec<String>,
-}
-
-struct Operator {
-    mode: Mode,
-    /// Answer the first open with a 500, as a replica restarting would.
-    flaky: bool,
-    book: Mutex<Book>,
-}
-
-impl Operator {
-    fn deleted(&self) -> Vec<String> {
-        self.book.lock().unwrap().deleted.clone()
-    }
-
-    /// SIGKILLs every agent, as when the pod dies.
-    fn kill_agents(&self) {
-        for (agent, _) in self.book.lock().unwrap().agents.values_mut() {
-            agent.kill();
-        }
-    }
-
-    fn agent_pids(&self) -> Vec<u32> {
-        let book = self.book.lock().unwrap();
-        book.agents.values().map(|(a, _)| a.pid()).collect()
-    }
-}
-
-fn authorized(headers: &HeaderMap) -> bool {
-    headers.get("authorization").and_then(|v| v.to_str().ok())
-        == Some(&format!("Bearer {WORKER_TOKEN}"))
-}
-
-async fn open(
-    State(op): State<Arc<Operator>>,
-    Path((ns, session)): Path<(String, String)>,
-    headers: HeaderMap,
-    Json(body): Json<Value>,
-) -> Response {
-    if !authorized(&headers) {
-        return (
-            StatusCode::UNAUTHORIZED,
-            Json(json!({"error": {"code": "unauthorized", "message": "bad token"}})),
-        )
-            .into_response();
-    }
-    assert_eq!((ns.as_str(), session.as_str()), ("ns1", "s1"));
-    let turn = body["turn"].as_str().unwrap().to_string();
-    let bytes = body["workspaceBytes"].as_u64().unwrap();
-    {
-        let mut book = op.book.lock().unwrap();
-        book.posts += 1;
-        book.workspace_bytes.push(bytes);
-        if op.flaky && book.posts == 1 {
-            return (StatusCode::INTERNAL_SERVER_ERROR, "restarting").into_response();
-        }
-    }
-    if op.mode == Mode::Uncertain {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"error": "the claim patch failed without an answer"})),
-        )
-            .into_response();
-    }
-    if op.mode == Mode::Keep {
-        let fresh = {
-            let mut book = op.book.lock().unwrap();
-            if !book.kept_turns.contains(&turn) {
-                book.kept_turns.push(turn.clone());
-            }
-            !book.agents.contains_key("kept")
-        };
-        if fresh {
-            let agent = tokio::task::spawn_blocking(|| {
-                let root = tempfile::tempdir().unwrap();
-                (spawn_agent(root.path(), &[]), root)
-            })
-            .await
-            .unwrap();
-            op.book.lock().unwrap().agents.insert("kept".into(), agent);
-        }
-    }
-    if op.mode == Mode::Ready && !op.book.lock().unwrap().agents.contains_key(&turn) {
-        let agent = tokio::task::spawn_blocking(|| {
-            let root = tempfile::tempdir().unwrap();
-            (spawn_agent(root.path(), &[]), root)
-        })
-        .await
-        .unwrap();
-        op.book.lock().unwrap().agents.insert(turn.clone(), agent);
-    }
-    Json(sandbox(&op, &turn)).into_response()
-}
-
-fn sandbox(op: &Operator, turn: &str) -> Value {
-    let mut book = op.book.lock().unwrap();
-    let polls = {
-        let p = book.polls.entry(turn.to_string()).or_default();
-        *p += 1;
-        *p
-    };
-    let pod = format!("t1-{}", &turn[..8]);
-    match op.mode {
-        Mode::Keep => {
-            let url = book.agents["kept"].0.url.clone();
-            let reused = book.kept_turns.first().map(String::as_str) != Some(turn);
-            json!({"turn": turn, "pod": "t1-kept", "phase": "Ready", "endpoint": url, "token": AGENT_TOKEN,
-                   "source": "ordinary", "reused": reused})
-        }
-        Mode::Ready if polls >= 3 => {
-            let url = book.agents[turn].0.url.clone();
-            json!({"turn": turn, "pod": pod, "phase": "Ready", "endpoint": url, "token": AGENT_TOKEN,
-                   "source": "ordinary", "missReason": "stock_empty"})
-        }
-        Mode::Failed if polls >= 2 => json!({"turn": turn, "pod": pod, "phase": "Failed",
-            "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient cpu."}),
-        _ => json!({"turn": turn, "pod": pod, "phase": "Pending", "source": "ordinary"}),
-    }
-}
-
-async fn look(
-    State(op): State<Arc<Operator>>,
-    Path((_, _, turn)): Path<(String, String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    if !authorized(&headers) {
-        return StatusCode::UNAUTHORIZED.into_response();
-    }
-    Json(sandbox(&op, &turn)).into_response()
-}
-
-async fn end(
-    State(op): State<Arc<Operator>>,
-    Path((_, _, turn)): Path<(String, String, String)>,
-    headers: HeaderMap,
-) -> StatusCode {
-    if !authorized(&headers) {
-        return StatusCode::UNAUTHORIZED;
-    }
-    let removed = {
-        let mut book = op.book.lock().unwrap();
-        book.deleted.push(turn.clone());
-        // Mode::Keep keeps its agent: the pod is kept for the next turn.
-        book.agents.remove(&turn)
-    };
-    // Deleting the pod: the agent process goes away.
-    drop(removed);
-    StatusCode::NO_CONTENT
-}
-
-async fn operator(mode: Mode, flaky: bool) -> (Arc<Operator>, String) {
-    let op = Arc::new(Operator {
-        mode,
-        flaky,
-        book: Mutex::new(Book::default()),
-    });
-    let app = Router::new()
-        .route(
-            "/v1/namespaces/{ns}/sessions/{session}/sandboxes",
-            post(open),
-        )
-        .route(
-            "/v1/namespaces/{ns}/sessions/{session}/sandboxes/{turn}",
-            get(look).delete(end),
-        )
-        .with_state(op.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (op, url)
-}
 
 /// A turn whose pod tier (operator at `url`, `provision` deadline) refuses `git status`: 126, on
 /// Tier-0. Returns the turn, the outcome and how long the refusal took.
@@ -220,15 +18,6 @@ async fn refused_git(url: &str, provision: Duration) -> (TurnFixture, CommandOut
     let out = f.turn.exec("git status").await;
     assert_eq!((out.exit_code, out.tier), (126, 0), "{}", out.stderr);
     (f, out, started.elapsed())
-}
-
-fn pod_tier(url: &str, provision: Duration) -> Arc<PodTier1> {
-    let mut config = PodTier1Config::new(url, "ns1", "s1", WORKER_TOKEN);
-    config.provision_timeout = provision;
-    config.poll_interval = Duration::from_millis(50);
-    config.command_timeout = Duration::from_secs(30);
-    config.request_margin = Duration::from_secs(5);
-    Arc::new(PodTier1::new(config).unwrap())
 }
 
 fn of(events: &[TraceEvent], k: &str) -> Vec<TraceEvent> {
@@ -447,10 +236,10 @@ async fn a_sandbox_never_ready_is_refused_at_the_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_that_is_not_there_is_retried_until_the_deadline() {
-    // A port nothing listens on: connection refused at every attempt.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    drop(listener);
+    // A port nothing listens on: connection refused at every attempt. Not a port freed here:
+    // another test of this binary binding 127.0.0.1:0 meanwhile could get it (and did: this
+    // test's worker then opened sandboxes on the stand-in of an_uncertain_claim…).
+    let url = "http://127.0.0.1:1".to_string();
     let (_f, out, took) = refused_git(&url, Duration::from_secs(1)).await;
     assert!(out.stderr.contains("not ready within 1s"), "{}", out.stderr);
     assert!(

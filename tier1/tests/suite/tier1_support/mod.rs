@@ -20,7 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod bound;
+pub mod keeper_proc;
 mod procs;
+pub mod stand_in;
 pub use bound::PidsBound;
 #[allow(unused_imports)]
 pub use procs::{process_gone, sleeping};
@@ -150,6 +152,9 @@ pub fn agent_child_main() {
     if let Ok(ms) = std::env::var("KH_TEST_AGENT_REAP_BOUND_MS") {
         config.reap_bound = Duration::from_millis(ms.parse().unwrap());
     }
+    if let Ok(addr) = std::env::var("KH_TEST_AGENT_KEEPER") {
+        config.skills_keeper = Some(addr.parse().unwrap());
+    }
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async move {
         let agent = Arc::new(Agent::new(config).unwrap());
@@ -260,7 +265,9 @@ pub fn sleeping_after_grace(seconds: &str) -> Vec<i32> {
 /// read-only system directories, `/session`, `/artifacts`, `/persistent` as three separate
 /// volumes (bind mounts of `$POD/pvc/*`, as three emptyDirs), a tmpfs `/tmp`, uid 65532, an
 /// empty environment (plus `$AGENT_ENV`), and the agent with `--workspace-root /`, as PID 1 of a
-/// PID namespace of its own (the caller's `unshare --pid`) with that namespace's `/proc`.
+/// PID namespace of its own (the caller's `unshare --pid`) with that namespace's `/proc`. With
+/// `$AGENTS` and `$KEEPER`, the skills volume too: `$AGENTS` bound read-only at `/.agents` (as the
+/// kubelet mounts it in the agent's container) and the agent told its keeper's address.
 const POD_SETUP: &str = r#"
 set -e
 R="$POD/root"
@@ -280,16 +287,22 @@ for d in session artifacts persistent; do
   chown 65532:65532 "$POD/pvc/$d"
   mount --bind "$POD/pvc/$d" "$R/$d"
 done
+if [ -n "$AGENTS" ]; then
+  mkdir -p "$R/.agents"
+  mount --bind "$AGENTS" "$R/.agents"
+  mount -o remount,bind,ro "$R/.agents"
+fi
 cp "$BIN" "$R/app/agent"
 mount -o remount,ro "$R"
 exec chroot "$R" setpriv --reuid 65532 --regid 65532 --clear-groups \
   env -i TMPDIR=/tmp PATH=/usr/local/bin:/usr/bin:/bin KH_TEST_AGENT_ROOT=/ $AGENT_ENV \
+  ${KEEPER:+KH_TEST_AGENT_KEEPER=$KEEPER} \
   /app/agent "$CHILD" --exact --ignored --nocapture --test-threads=1
 "#;
 
 /// The agent as in a Tier-1 pod (see `POD_SETUP`); `root` of the result is `$POD/pvc`.
 pub fn spawn_agent_pod_like(pod: &Path) -> AgentProcess {
-    spawn_agent_pod_like_with(pod, None, &[])
+    spawn_pod_like(pod, None, &[], None)
 }
 
 /// [`spawn_agent_pod_like`] inside `bound` (when given), with `env` (`NAME=value` words) added
@@ -299,6 +312,24 @@ pub fn spawn_agent_pod_like_with(
     pod: &Path,
     bound: Option<&PidsBound>,
     env: &[&str],
+) -> AgentProcess {
+    spawn_pod_like(pod, bound, env, None)
+}
+
+/// [`spawn_agent_pod_like`] with the skills volume `agents`, written by the keeper at `keeper`.
+pub fn spawn_agent_pod_like_with_skills(
+    pod: &Path,
+    agents: &Path,
+    keeper: std::net::SocketAddr,
+) -> AgentProcess {
+    spawn_pod_like(pod, None, &[], Some((agents, keeper)))
+}
+
+fn spawn_pod_like(
+    pod: &Path,
+    bound: Option<&PidsBound>,
+    env: &[&str],
+    skills: Option<(&Path, std::net::SocketAddr)>,
 ) -> AgentProcess {
     let mut cmd = Command::new("unshare");
     cmd.args([
@@ -314,7 +345,12 @@ pub fn spawn_agent_pod_like_with(
     .env("POD", pod)
     .env("CHILD", child_test())
     .env("AGENT_ENV", env.join(" "))
-    .env("BIN", std::env::current_exe().unwrap());
+    .env("BIN", std::env::current_exe().unwrap())
+    .env_remove("AGENTS")
+    .env_remove("KEEPER");
+    if let Some((agents, keeper)) = skills {
+        cmd.env("AGENTS", agents).env("KEEPER", keeper.to_string());
+    }
     if let Some(bound) = bound {
         bound.hold(&mut cmd);
     }
@@ -328,4 +364,55 @@ pub fn spawn_agent_pod_like_with(
         .and_then(|p| p.parse().ok());
     assert!(agent.ns_init.is_some(), "unshare has its child, the agent");
     agent
+}
+
+/// Tries every way to change the skill `/.agents/review/SKILL.md` and its directory, then prints
+/// the skill: one line per attempt, `NAME: CHANGED` or `NAME: <the error's last part>`.
+pub const CHANGE_SKILLS: &str = r#"try() { if err=$( { eval "$2"; } 2>&1 >/dev/null ); then echo "$1: CHANGED"; else echo "$1: ${err##*: }"; fi; }
+f=/.agents/review/SKILL.md
+try write "echo x > $f"
+try append "echo x >> $f"
+try truncate "truncate -s 0 $f"
+try chmod "chmod 600 $f"
+try delete "rm -f $f"
+try rename "mv /.agents/review /.agents/moved"
+try create "touch /.agents/new.md"
+try mkdir "mkdir /.agents/new"
+try link "ln -s /etc/passwd /.agents/review/evil"
+cat $f"#;
+
+/// What [`CHANGE_SKILLS`] prints when every attempt is refused by a read-only mount and the skill
+/// says `content`.
+pub fn all_refused(content: &str) -> String {
+    let ops = [
+        "write", "append", "truncate", "chmod", "delete", "rename", "create", "mkdir", "link",
+    ];
+    let mut out: String = ops
+        .iter()
+        .map(|op| format!("{op}: Read-only file system\n"))
+        .collect();
+    out.push_str(content);
+    out
+}
+
+/// A skills directory as Tier-0 shows it: `review/SKILL.md` (mode 0644: writable by its owner,
+/// so only a read-only mount stops a write) saying `content`.
+pub fn skills_dir(content: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("review")).unwrap();
+    std::fs::write(dir.path().join("review/SKILL.md"), content).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        dir.path().join("review/SKILL.md"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    dir
+}
+
+/// The skills at `dir` as the worker sends them, with what was packed.
+pub fn skills_archive(dir: &Path) -> (Vec<u8>, workspace::PackReport) {
+    let mut archive = Vec::new();
+    let report = kube_harness_tier1::skills::pack(Some(dir), &mut archive).unwrap();
+    (archive, report)
 }
