@@ -11,9 +11,9 @@ if [[ ! -d $KH_STATE ]]; then
   exit 0
 fi
 
-# 0. Benchmark companions started beside the cluster (tests/cluster/kwok.sh, the peer's controller
-#    from tests/cluster/peers/): a bench left running must not fail the teardown.
-for extra in kwok agent-sandbox; do
+# 0. Companions started beside the cluster (tests/cluster/kwok.sh, the peer's controller from
+#    tests/cluster/peers/, Flux from tests/cluster/flux.sh): one left running must not fail the teardown.
+for extra in kwok agent-sandbox source-controller kustomize-controller; do
   stop "$extra"
 done
 

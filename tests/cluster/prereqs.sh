@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test cluster needs (idempotent: apt-get only when one is missing).
 # Go (>= 1.24) and a Rust toolchain are expected to be present already. python3-yaml is for the
-# chart rendering tests (charts/kube-harness/tests/render.sh).
+# chart rendering tests (charts/kube-harness/tests/render.sh); git is for the GitOps suite, which pushes
+# the fleet to a git server in the cluster.
 . "$(dirname "$0")/lib.sh"
 
 KH_APT_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack socat debootstrap
-  buildah openssl curl iproute2 util-linux ca-certificates file musl-tools python3-yaml)
+  buildah openssl curl iproute2 util-linux ca-certificates file musl-tools python3-yaml git)
 missing=()
 for p in "${KH_APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -16,6 +16,7 @@ cluster_lock
 all_running() { local c; for c in "${COMPONENTS[@]}"; do running "$c" || return 1; done; }
 if all_running && kh_kubectl get --raw /readyz >/dev/null 2>&1; then
   log "cluster already up"
+  [[ ${KH_FLUX:-0} == 1 ]] && "$KH_CLUSTER_DIR/flux.sh" up
   echo "KUBECONFIG=$KH_KUBECONFIG"
   exit 0
 fi
@@ -197,6 +198,8 @@ if ! wait_until 120 "CoreDNS to become ready" dns_ready; then
 fi
 
 "$KH_CLUSTER_DIR/storage.sh"
+# Flux's source- and kustomize-controller for the GitOps suite, only when asked (tests/cluster/flux.sh).
+[[ ${KH_FLUX:-0} == 1 ]] && "$KH_CLUSTER_DIR/flux.sh" up
 
 log "cluster up: $KH_K8S_VERSION, node $KH_NODE_NAME Ready, CoreDNS at $KH_DNS_IP"
 echo "KUBECONFIG=$KH_KUBECONFIG"
