@@ -221,7 +221,8 @@ else
 fi
 
 # -- examples against the CRD schemas -------------------------------------------------------------
-if "$PY" "$here/check_render.py" --validate "$crds" "$repo"/examples/*.yaml "$repo"/examples/tier1/*.yaml; then
+if "$PY" "$here/check_render.py" --validate "$crds" "$repo"/examples/*.yaml "$repo"/examples/tier1/*.yaml \
+  "$repo"/examples/gitops-fleet/tier.yaml "$repo"/examples/gitops-fleet/sessions/*.yaml; then
   pass "examples/ match the CRD schemas"
 else
   fail "examples/"
