@@ -20,6 +20,12 @@ finish() {
 trap finish EXIT
 trap 'exit 130' INT TERM
 
+# The suites that gate CI.
+read -r -a suites <<<"${KH_E2E_SUITES:---test smoke --test operator --test tier1 --test attack --test access --test warm --test persistent}"
+# The gitops suite (KH_E2E_SUITES="... --test gitops") needs Flux beside the cluster (tests/cluster/flux.sh,
+# started by up.sh).
+[[ " ${suites[*]} " == *" gitops "* ]] && export KH_FLUX=1
+
 start=$SECONDS
 "$KH_CLUSTER_DIR/prereqs.sh"
 out=$("$KH_CLUSTER_DIR/up.sh")
@@ -40,8 +46,6 @@ export KH_KUBECTL="$KH_BIN/kubectl"
 # The tests check container removal through the node's containerd too.
 export KH_CONTAINERD_ADDRESS="$KH_CONTAINERD_SOCK"
 cd "$KH_REPO_ROOT"
-# The suites that gate CI.
-read -r -a suites <<<"${KH_E2E_SUITES:---test smoke --test operator --test tier1 --test attack --test access --test warm --test persistent}"
 cargo test -p kube-harness-e2e "${suites[@]}" --no-run
 # A bound on the whole suite, so a hung test fails the stage with the cluster logs instead of
 # running CI into its own limit.
