@@ -113,7 +113,8 @@ fn commit_and_push(work: &Path, remote: &str, message: &str) -> String {
 }
 
 /// The git server: a pod of images/git-server behind a Service in `ns`; returns its base URL by
-/// ClusterIP (Flux's controllers run on the node, which does not resolve cluster DNS names).
+/// pod IP. Flux's controllers run on the node, which does not resolve cluster DNS names, and the
+/// node's own connection to the Service's ClusterIP was refused in the first run.
 async fn git_server(client: &Client, ns: &str) -> String {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "git-server", "labels": {"app": "git-server"}},
@@ -154,7 +155,7 @@ async fn git_server(client: &Client, ns: &str) -> String {
         }),
         ..Default::default()
     };
-    let svc = Api::<Service>::namespaced(client.clone(), ns)
+    Api::<Service>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &svc)
         .await
         .unwrap();
@@ -168,17 +169,15 @@ async fn git_server(client: &Client, ns: &str) -> String {
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            Ok(if ready {
-                Check::Done(())
-            } else {
-                Check::Pending(format!("{:?}", p.status.map(|s| s.container_statuses)))
+            let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
+            Ok(match (ready, ip) {
+                (true, Some(ip)) => Check::Done(format!("http://{ip}:8080")),
+                _ => Check::Pending(format!("{:?}", p.status.map(|s| s.container_statuses))),
             })
         },
     )
     .await
-    .unwrap();
-    let ip = svc.spec.unwrap().cluster_ip.unwrap();
-    format!("http://{ip}:8080")
+    .unwrap()
 }
 
 /// The GitRepository and Kustomization of examples/gitops-fleet/flux-sync.yaml, in `ns`, cloning
