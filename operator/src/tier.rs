@@ -5,10 +5,8 @@
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::kube_util::apply_owned;
 use crate::labels::MANAGER;
 use crate::tier1;
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
@@ -118,13 +116,8 @@ pub async fn reconcile(tier: Arc<SandboxTier>, ctx: Arc<Context>) -> Result<Acti
     );
     let mut requeue = Duration::from_secs(600);
     if tier.spec.level > 0 && reason != reasons::NAME_TOO_LONG {
-        // Tier-1 pods of this tier: their NetworkPolicy, and the warm pool.
-        apply_owned::<NetworkPolicy>(
-            &ctx.client,
-            &ctx.config.namespace,
-            &tier1::pod::network_policy(&tier, &ctx.config),
-        )
-        .await?;
+        // The warm pool, with the tier's NetworkPolicy where it keeps pods (an ordinary pod's
+        // open applies it in the session's namespace).
         let pool = tier1::pool::reconcile(&tier, &ctx, ready).await?;
         set_degraded(&ctx, &tier, &mut status, pool.failing.as_ref()).await;
         status.warm_ready = Some(pool.ready);

@@ -738,7 +738,9 @@ async fn observe_escalation(
         Some(tier) if tier.spec.level == 0 => Escalation::TierIsLevelZero { tier: t },
         Some(_) if ctx.config.tier_api_url.is_none() => Escalation::NotConfigured { tier: t },
         Some(tier) => {
-            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+            // The session's Tier-1 pods are in its own namespace.
+            let pods: Api<Pod> =
+                Api::namespaced(ctx.client.clone(), &session.namespace().unwrap_or_default());
             let selector = serving_selector(
                 &session.namespace().unwrap_or_default(),
                 &session.name_any(),

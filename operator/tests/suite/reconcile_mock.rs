@@ -465,10 +465,10 @@ async fn deleting_a_session_stops_its_worker_then_drops_the_finalizer() {
     let list = expect(
         &mut server,
         "GET",
-        "/api/v1/namespaces/kube-harness/pods",
+        "/api/v1/namespaces/team-a/pods",
         200,
         json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
-            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-abc", "namespace": "kube-harness"}}
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-abc", "namespace": "team-a"}}
         ]}),
     )
     .await;
@@ -482,7 +482,7 @@ async fn deleting_a_session_stops_its_worker_then_drops_the_finalizer() {
     expect(
         &mut server,
         "DELETE",
-        "/api/v1/namespaces/kube-harness/pods/t1-abc",
+        "/api/v1/namespaces/team-a/pods/t1-abc",
         200,
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-abc"}}),
     )
@@ -490,7 +490,7 @@ async fn deleting_a_session_stops_its_worker_then_drops_the_finalizer() {
     expect(
         &mut server,
         "DELETE",
-        "/api/v1/namespaces/kube-harness/secrets/t1-abc",
+        "/api/v1/namespaces/team-a/secrets/t1-abc",
         404,
         not_found("secrets", "t1-abc"),
     )
@@ -542,7 +542,7 @@ async fn escalating_reconcile(
     let list = expect(
         &mut server,
         "GET",
-        "/api/v1/namespaces/kube-harness/pods",
+        "/api/v1/namespaces/team-a/pods",
         200,
         tier1_pods,
     )
@@ -585,7 +585,7 @@ async fn escalating_reconcile(
 #[tokio::test]
 async fn a_serving_tier1_pod_makes_the_session_escalated_on_its_level() {
     let ready = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [{
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-abc", "namespace": "kube-harness"},
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-abc", "namespace": "team-a"},
         "status": {"phase": "Running", "podIP": "10.0.0.5", "conditions": [{"type": "Ready", "status": "True"}]}
     }]});
     let (st, _, events) = escalating_reconcile(None, ready, 1).await;
@@ -693,7 +693,7 @@ async fn deleting_a_session_with_cascade_orphan_keeps_its_children() {
     expect(
         &mut server,
         "GET",
-        "/api/v1/namespaces/kube-harness/pods",
+        "/api/v1/namespaces/team-a/pods",
         200,
         json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}),
     )

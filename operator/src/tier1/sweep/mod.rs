@@ -87,7 +87,8 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
             (Vec::new(), false)
         }
     };
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    // Tier-1 pods live in their sessions' namespaces (pool pods in the pools'): all of them.
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
     let selector = format!("{}={}", labels::ROLE, labels::ROLE_TIER1);
     let all = pods
         .list(&ListParams::default().labels(&selector))
@@ -307,7 +308,9 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
         if names.contains(ordinary) {
             continue;
         }
-        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+        // The ordinary pod's Secret is in the turn's session namespace, as the pod would be.
+        let secret_ns = key(r.labels()).0;
+        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &secret_ns);
         let gone = match deleted(secrets.delete(ordinary, &DeleteParams::default()).await) {
             Ok(gone) => gone,
             Err(e) => {
@@ -319,7 +322,7 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
             let gone = Secret {
                 metadata: ObjectMeta {
                     name: Some(ordinary.clone()),
-                    namespace: Some(ctx.config.namespace.clone()),
+                    namespace: Some(secret_ns.clone()),
                     ..ObjectMeta::default()
                 },
                 ..Secret::default()
@@ -418,7 +421,7 @@ pub async fn run(ctx: std::sync::Arc<Context>, stop: impl std::future::Future<Ou
 
 /// Deletes every Tier-1 pod of a session, serving or kept (its finalizer runs this).
 pub async fn delete_for_session(ctx: &Context, ns: &str, session: &str) -> crate::Result<usize> {
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let selector = super::pod::session_selector(ns, session);
     let found = pods
         .list(&ListParams::default().labels(&selector))
