@@ -774,6 +774,29 @@ async fn lost_claim_races_try_the_next_pod_then_fall_back_with_slot_unavailable(
     );
 }
 
+/// A pod that carries the pool's labels but lives in another namespace (listed by a confused or
+/// hostile API answer, or planted there) is never claimed: the session would be served outside
+/// its namespace's quota, by a pod its namespace's policies do not cover.
+#[tokio::test]
+async fn a_pool_pod_of_another_namespace_is_never_claimed() {
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    new_turn(&mut server, tier(2, true)).await;
+    let mut elsewhere = t1_pod(
+        "t1-aaa",
+        json!({"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false"}),
+        json!({}),
+        ready_status("10.0.0.1"),
+        "10",
+    );
+    elsewhere["metadata"]["namespace"] = json!("team-b");
+    list_pool(&mut server, vec![elsewhere]).await;
+    // No claim patch: only the session read that goes beside a claim, then an ordinary pod.
+    read_session(&mut server, session(None)).await;
+    let (p, _) = ordinary_answer(&mut server, reply, "slot_unavailable").await;
+    assert_eq!(p["metadata"]["namespace"], NS);
+}
+
 #[tokio::test]
 async fn a_workspace_over_the_prepared_limit_gets_an_ordinary_pod_without_touching_the_pool() {
     let (base, mut server) = start().await;
