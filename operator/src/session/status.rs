@@ -151,6 +151,11 @@ pub fn status(
                 message.into(),
             );
             nothing_wrong(&mut status, generation);
+            if !*releasing {
+                // Gone: a larger ttlSeconds starts the session again as a new one (a new claim,
+                // or a warm pod's), not on a claim that no longer exists.
+                status.workspace_claim = None;
+            }
             let progress = if *releasing {
                 Progress::Reconciling(
                     reasons::EXPIRING,

@@ -931,6 +931,21 @@ fn reconciling_and_stalled_follow_kstatus() {
 }
 
 #[test]
+fn an_expired_session_forgets_its_claim_once_it_is_gone() {
+    let (awake, _) = status(
+        &HarnessSessionStatus::default(),
+        Some(1),
+        &seen(Escalation::NoTier, running(ready(), None)),
+    );
+    let (releasing, _) = status(&awake, Some(1), &Observed::Expired { releasing: true });
+    // Still named while it is being deleted, so the next pass checks that it went.
+    assert_eq!(releasing.workspace_claim.as_deref(), Some("s-workspace"));
+    let (released, _) = status(&releasing, Some(1), &Observed::Expired { releasing: false });
+    assert_eq!(released.workspace_claim, None);
+    assert_eq!(released.worker_pod, None);
+}
+
+#[test]
 fn a_suspended_session_says_so_in_hibernated_and_shows_no_worker() {
     let before = seen(Escalation::NoTier, running(ready(), Some(report(0, false))));
     let (awake, _) = status(&HarnessSessionStatus::default(), Some(1), &before);
