@@ -573,6 +573,9 @@ async fn invalid_objects_are_rejected_with_the_field_named() {
             ("conflict", json!({"workerTier": "tier0", "escalation": {"tier": "tier0"}}), "spec.escalation.tier"),
             ("lifetime", json!({"lifetime": {"ttlSeconds": 100, "idleHibernateSeconds": 200}}), "spec.lifetime.idleHibernateSeconds"),
             ("type", json!({"runtime": {"network": "yes"}}), "spec.runtime.network"),
+            ("ttl-action", json!({"lifetime": {"ttlAction": "Delete"}}), "spec.lifetime.ttlAction"),
+            ("ttl-action-enum", json!({"lifetime": {"ttlSeconds": 100, "ttlAction": "Archive"}}), "spec.lifetime.ttlAction"),
+            ("suspend-type", json!({"suspend": "yes"}), "spec.suspend"),
         ] {
             let message = rejected::<HarnessSession>(&client, Some(&ns), session(name, spec)).await;
             assert!(message.contains(field), "{name}: {message}");
