@@ -201,7 +201,8 @@ impl Capability {
     }
 }
 
-/// Outbound traffic of a tier's pods. DNS and the session log are always reachable.
+/// Outbound traffic of a tier's pods besides DNS, which is always allowed. The session log and
+/// the ledger admit worker pods only, so a Tier-1 pod reaches neither, whatever this allows.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(validation = kube::core::Rule::new(
     "self.mode == 'AllowList' ? (has(self.cidrs) && self.cidrs.size() > 0) : !has(self.cidrs) || self.cidrs.size() == 0"

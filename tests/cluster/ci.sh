@@ -41,7 +41,7 @@ export KH_KUBECTL="$KH_BIN/kubectl"
 export KH_CONTAINERD_ADDRESS="$KH_CONTAINERD_SOCK"
 cd "$KH_REPO_ROOT"
 # The suites that gate CI.
-read -r -a suites <<<"${KH_E2E_SUITES:---test smoke --test operator --test tier1 --test attack --test access --test warm --test persistent}"
+read -r -a suites <<<"${KH_E2E_SUITES:---test smoke --test operator --test tier1 --test attack --test access --test warm --test persistent --test network}"
 cargo test -p kube-harness-e2e "${suites[@]}" --no-run
 # A bound on the whole suite, so a hung test fails the stage with the cluster logs instead of
 # running CI into its own limit.

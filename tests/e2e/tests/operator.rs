@@ -110,8 +110,10 @@ async fn the_worker_has_no_token_no_root_no_writable_root_and_no_network() {
             let script = format!("python3 -c \"import socket; socket.create_connection(('{ip}', {port}), 3); print('connected')\"");
             let (code, out, err) = cli_exec(&ns, "sec", &script, &[]);
             assert!(code != 0 && !out.contains("connected"), "{ip}:{port} reachable: {code} {out} {err}");
-            let (code, out, err) = cli_exec(&ns, "sec", &format!("(exec 3<>/dev/tcp/{ip}/{port}) && echo connected || echo blocked"), &[]);
-            assert!(!out.contains("connected"), "{ip}:{port} reachable through bash: {code} {out} {err}");
+            // `3>`, not `3<>`: the classifier cannot parse `<>`, and under the demo's deny policy
+            // that refusal (126, no output) passed this check without trying to connect.
+            let (code, out, err) = cli_exec(&ns, "sec", &format!("(exec 3>/dev/tcp/{ip}/{port}) && echo connected || echo blocked"), &[]);
+            assert_eq!((code, out.as_str()), (0, "blocked\n"), "{ip}:{port} through bash: {err}");
         }
     })
     .await;
