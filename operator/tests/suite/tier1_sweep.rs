@@ -53,6 +53,18 @@ fn t1(name: &str, labels: Value, annotations: Value) -> Value {
            "status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}})
 }
 
+/// A pod in namespace `tenant-a` carrying this session's labels (see [`t1`]); without the
+/// session's uid unless `with_uid`.
+fn planted(name: &str, labels: Value, annotations: Value, with_uid: bool) -> Value {
+    let mut p = t1(name, labels, annotations);
+    p["metadata"]["namespace"] = json!("tenant-a");
+    if !with_uid {
+        let l = p["metadata"]["labels"].as_object_mut().unwrap();
+        l.remove("kubeharness.dev/session-uid");
+    }
+    p
+}
+
 fn lease(name: &str, holder: &str, turn_label: &str, written: i64, ordinary: &str) -> Value {
     json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
            "metadata": {"name": name, "namespace": OP, "creationTimestamp": at(written),
@@ -166,6 +178,22 @@ async fn the_sweep_ends_lifetimes_and_orphans_with_an_event_and_a_metric_each() 
             json!({"kubeharness.dev/turn": turn("t-live")}),
             json!({"kubeharness.dev/turn-id": "t-live", "kubeharness.dev/turn-deadline": at(40),
                    "kubeharness.dev/turn-started": at(-100)}),
+        ),
+        // Planted by a tenant of another namespace, labelled for this session: one past its
+        // bound with a message of the tenant's (it would write demo's status and a Warning
+        // Event), one newer than t1-live with demo's uid (it would supersede t1-live). Neither
+        // is judged: no request below is theirs, and t1-live stays.
+        planted(
+            "t1-planted-timed",
+            json!({"kubeharness.dev/turn": turn("t-evil")}),
+            json!({"kubeharness.dev/turn-id": "click here", "kubeharness.dev/turn-deadline": at(-1)}),
+            false,
+        ),
+        planted(
+            "t1-planted-newer",
+            json!({"kubeharness.dev/turn": turn("t-newer")}),
+            json!({"kubeharness.dev/turn-started": at(36000)}),
+            true,
         ),
     ];
     expect(

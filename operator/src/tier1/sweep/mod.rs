@@ -90,10 +90,16 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
     // Tier-1 pods live in their sessions' namespaces (pool pods in the pools'): all of them.
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     let selector = format!("{}={}", labels::ROLE, labels::ROLE_TIER1);
-    let all = pods
+    // A pod whose session label names another namespace than its own was not made by the
+    // operator (it makes a session's pods in that session's namespace): a tenant's pod, planted
+    // to act on another namespace's session. Not judged, not counted, never a reason to write.
+    let all: Vec<Pod> = pods
         .list(&ListParams::default().labels(&selector))
         .await?
-        .items;
+        .items
+        .into_iter()
+        .filter(rules::in_its_sessions_namespace)
+        .collect();
     let now = k8s_openapi::jiff::Timestamp::now();
     let key = |l: &std::collections::BTreeMap<String, String>| {
         (
