@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (the README's): starts a throwaway PostgreSQL on loopback for the
 # store tests, runs every workspace test, then the Python and TypeScript SDKs' suites against the
-# worker it built, and stops what it started. On a fresh Debian machine it
+# worker it built and the Argo CD health checks (Lua 5.4), and stops what it started. On a fresh Debian machine it
 # installs the packages the tests need first (as root; otherwise it says what is missing).
 #
 #   bash scripts/test.sh              # all workspace tests
@@ -18,6 +18,7 @@ command -v make >/dev/null || need_packages+=(make)
 command -v unshare >/dev/null || need_packages+=(util-linux)
 command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null || need_packages+=(python3 python3-venv)
 command -v node >/dev/null && command -v npm >/dev/null || need_packages+=(nodejs npm)
+command -v lua5.4 >/dev/null || need_packages+=(lua5.4)   # the Argo CD health checks (docs/gitops.md)
 if ((${#need_packages[@]})); then
   if [ "$(id -u)" = 0 ]; then
     echo "test.sh: installing ${need_packages[*]}" >&2
@@ -43,4 +44,7 @@ if [ "$#" -eq 0 ]; then
   export KH_BIN="${CARGO_TARGET_DIR:-target}/debug/kube-harness"
   bash clients/python/test.sh
   bash clients/typescript/test.sh
+  # The Argo CD health checks against the statuses the operator writes (fixtures kept current by
+  # the operator's tests above).
+  bash tests/gitops/argocd-health.sh
 fi

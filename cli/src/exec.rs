@@ -56,7 +56,17 @@ async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let connected = match connect(args.namespace, &args.session, args.wait, args.via).await {
         Ok(connected) => connected,
         // Refused by the namespace (a quota): the command cannot run, as a refusal does.
-        Err(e) if matches!(e.downcast_ref(), Some(ClientError::Refused { .. })) => {
+        // Suspended or expired: the session declines commands until its spec changes.
+        Err(e)
+            if matches!(
+                e.downcast_ref(),
+                Some(
+                    ClientError::Refused { .. }
+                        | ClientError::Suspended { .. }
+                        | ClientError::Expired { .. }
+                )
+            ) =>
+        {
             eprintln!("kube-harness exec: {e}");
             return Ok(ExitCode::from(126));
         }

@@ -21,6 +21,13 @@ pub enum ClientError {
         reason: String,
         message: String,
     },
+    /// `spec.suspend` is true: the session is hibernated on purpose, and waking it would go
+    /// against its spec (and a GitOps tool that applies it).
+    #[error("HarnessSession {name} is suspended (spec.suspend: true); set spec.suspend to false (in git, if a GitOps tool applies it) to run commands in it")]
+    Suspended { name: String },
+    /// The session's TTL passed with ttlAction Release: its worker and workspace are gone.
+    #[error("HarnessSession {name} expired (lifetime.ttlSeconds passed): its worker and workspace were released; raise ttlSeconds to start it again with an empty workspace")]
+    Expired { name: String },
     #[error("HarnessSession {0} has no token Secret yet")]
     NoToken(String),
     #[error("Kubernetes API: {0}")]

@@ -119,13 +119,28 @@ impl SessionHandle {
         Ok(())
     }
 
-    /// Waits until the session is Ready, waking it first if it is hibernated.
+    /// Waits until the session is Ready, waking it first if it is hibernated. A suspended
+    /// session (`spec.suspend`) is [`ClientError::Suspended`] and an expired one
+    /// [`ClientError::Expired`] at once: no wait would help.
     pub async fn ready(&self, timeout: Duration) -> Result<HarnessSession, ClientError> {
         let deadline = Instant::now() + timeout;
         let mut woke = false;
         loop {
             let session = self.get().await?;
             let status = session.status.clone().unwrap_or_default();
+            if session.spec.suspend {
+                // Waking it would go against its spec: the operator would suspend it again.
+                return Err(ClientError::Suspended {
+                    name: self.name.clone(),
+                });
+            }
+            if status.phase == Some(Phase::Expired)
+                && status.observed_generation == session.metadata.generation
+            {
+                return Err(ClientError::Expired {
+                    name: self.name.clone(),
+                });
+            }
             if is_true(&status.conditions, types::READY) && status.worker_pod.is_some() {
                 return Ok(session);
             }

@@ -15,6 +15,12 @@ pub mod types {
     pub const ESCALATED: &str = "Escalated";
     /// Session or tier: something needs a human (a failing worker, a missing tier, failing pool pods).
     pub const DEGRADED: &str = "Degraded";
+    /// kstatus (sigs.k8s.io/cli-utils): True while the operator works toward the spec (a worker
+    /// pod starting, waking or being released, a warm pool filling); False once it is done.
+    pub const RECONCILING: &str = "Reconciling";
+    /// kstatus: True when the operator cannot make progress without a change (a missing or
+    /// unusable tier, a quota or admission refusal, an image that cannot run); False otherwise.
+    pub const STALLED: &str = "Stalled";
 }
 
 /// Condition reasons, by the condition types they go with (docs/operator.md has the table). They
@@ -29,23 +35,43 @@ pub mod reasons {
 
     /// Ready True: the worker pod is running and answers on its API.
     pub const WORKER_READY: &str = "WorkerReady";
-    /// Ready False: the worker pod is being created, scheduled or started, or replaced.
+    /// Ready False and Reconciling True: the worker pod is being created, scheduled or started
+    /// (a new session, a wake, a spec change), or replaced.
     pub const WORKER_STARTING: &str = "WorkerStarting";
-    /// Ready False and Degraded True: the worker pod cannot start without help (image, crash loop).
+    /// Ready False, Degraded True and Stalled True: the worker pod cannot start without help
+    /// (image, crash loop).
     pub const WORKER_FAILING: &str = "WorkerFailing";
-    /// Ready False and Degraded True (phase Pending): the namespace's ResourceQuota refused the
+    /// Ready False, Degraded True and Stalled True (phase Pending): the namespace's ResourceQuota refused the
     /// worker pod or the workspace claim; the message is the quota's. Tried again every 10 s.
     pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
-    /// Ready False and Degraded True (phase Pending): an admission check other than a quota (a
+    /// Ready False, Degraded True and Stalled True (phase Pending): an admission check other than a quota (a
     /// LimitRange, Pod Security admission, a webhook) refused the worker pod or the workspace
     /// claim; the message is the API server's. Tried again every 10 s.
     pub const ADMISSION_REFUSED: &str = "AdmissionRefused";
-    /// Ready False and Degraded True: the session's workerTier names no SandboxTier.
+    /// Ready False, Degraded True and Stalled True: the session's workerTier names no SandboxTier.
     pub const WORKER_TIER_NOT_FOUND: &str = "WorkerTierNotFound";
-    /// Ready False and Degraded True: the session's workerTier is not a level-0 tier.
+    /// Ready False, Degraded True and Stalled True: the session's workerTier is not a level-0 tier.
     pub const WORKER_TIER_NOT_LEVEL_ZERO: &str = "WorkerTierNotLevelZero";
     /// Ready False: the session is hibernated; the next exec wakes it.
     pub const HIBERNATED: &str = "Hibernated";
+    /// Ready False and Hibernated True: `spec.suspend` is true, so the worker pod is deleted and
+    /// the workspace PVC kept; `kube-harness exec` refuses it (exit 126) instead of waking it.
+    pub const SUSPENDED: &str = "Suspended";
+    /// Ready False (phase Expired): `lifetime.ttlSeconds` passed and `ttlAction` is Release: the
+    /// worker pod, Tier-1 pods and workspace PVC were deleted, the HarnessSession is kept.
+    pub const EXPIRED: &str = "Expired";
+
+    // HarnessSession and SandboxTier Reconciling (kstatus).
+
+    /// Reconciling False: nothing is left to do for the current spec (the session may be Ready,
+    /// hibernated, suspended or expired; the tier checked and its warm pool full).
+    pub const RECONCILED: &str = "Reconciled";
+    /// Reconciling True: the worker pod is being deleted to hibernate or suspend the session.
+    pub const HIBERNATING: &str = "Hibernating";
+    /// Reconciling True: the TTL passed; the session's pods and PVC are being deleted.
+    pub const EXPIRING: &str = "Expiring";
+    /// Reconciling True: the tier's warm pool has fewer ready pods than its size.
+    pub const WARM_POOL_FILLING: &str = "WarmPoolFilling";
 
     // HarnessSession Hibernated.
 
@@ -79,7 +105,8 @@ pub mod reasons {
     /// Escalated False: the operator has no tier API URL; escalating commands get exit 126.
     pub const ESCALATION_NOT_CONFIGURED: &str = "EscalationNotConfigured";
 
-    // SandboxTier Ready and Degraded.
+    // SandboxTier Ready and Degraded. A tier that is not Ready is also Stalled True, with the
+    // same reason.
 
     /// Ready True: the tier passed every check against the capability matrix.
     pub const VALID: &str = "Valid";
@@ -93,7 +120,7 @@ pub mod reasons {
     pub const NO_ESCALATION_CAPABILITY: &str = "NoEscalationCapability";
     /// Ready False: an escalation tier's name is too long to be a label value of its pods.
     pub const NAME_TOO_LONG: &str = "NameTooLong";
-    /// Degraded True: a warm-pool pod is failing (the message has its reason).
+    /// Degraded True and Stalled True: a warm-pool pod is failing (the message has its reason).
     pub const POOL_PODS_FAILING: &str = "PoolPodsFailing";
 }
 

@@ -81,6 +81,12 @@ pub struct HarnessSessionSpec {
     /// How long the session lives and when an idle session hibernates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifetime: Option<Lifetime>,
+    /// Hibernate the session and keep it so: true deletes the worker pod (and any Tier-1 pod)
+    /// and keeps the workspace PVC, as idle hibernation does; false wakes it. While true,
+    /// `kube-harness exec` refuses the session (exit 126) rather than waking it against the
+    /// spec. The declarative counterpart of exec's wake, for GitOps.
+    #[serde(default)]
+    pub suspend: bool,
     /// Which pods in the cluster may connect to the worker API at `status.address` (its token is
     /// still required). Unset: pods in the session's namespace labelled
     /// `kubeharness.dev/client=true`. The API server's port-forward works either way.
@@ -325,12 +331,22 @@ pub enum SameSession {
 #[x_kube(validation = kube::core::Rule::new(
     "!has(self.ttlSeconds) || !has(self.idleHibernateSeconds) || self.idleHibernateSeconds < self.ttlSeconds"
 ).message("idleHibernateSeconds must be less than ttlSeconds").field_path(".idleHibernateSeconds"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.ttlAction) || has(self.ttlSeconds)"
+).message("ttlAction needs ttlSeconds").field_path(".ttlAction"))]
 #[serde(rename_all = "camelCase")]
 pub struct Lifetime {
-    /// Seconds after creation when the session is deleted.
+    /// Seconds after creation when the session expires: what happens then is `ttlAction`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 60))]
     pub ttl_seconds: Option<u64>,
+    /// What expiry does. Release (the default): the worker pod, Tier-1 pods and workspace PVC
+    /// are deleted and the HarnessSession is kept with phase Expired and Ready False (reason
+    /// Expired), so a GitOps tool that applies it does not recreate it; a larger ttlSeconds
+    /// starts it again with an empty workspace. Delete: the HarnessSession itself is deleted
+    /// (for sessions no tool re-applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_action: Option<TtlAction>,
     /// Seconds without a command after which the worker pod is deleted (the PVC stays; the next
     /// exec wakes the session).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -338,17 +354,39 @@ pub struct Lifetime {
     pub idle_hibernate_seconds: Option<u64>,
 }
 
+/// What a session's TTL does when it passes.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default,
+)]
+pub enum TtlAction {
+    // Plain comments: doc comments would replace the enum's description in the schema.
+    // Delete the pods and the workspace PVC, keep the object (phase Expired).
+    #[default]
+    Release,
+    // Delete the HarnessSession.
+    Delete,
+}
+
+impl Lifetime {
+    /// What expiry does (Release unless Delete is asked for).
+    pub fn action(&self) -> TtlAction {
+        self.ttl_action.unwrap_or_default()
+    }
+}
+
 /// Observed state of a session.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct HarnessSessionStatus {
-    /// Pending, Provisioning, Ready, Hibernated, Failed or Terminating.
+    /// Pending, Provisioning, Ready, Hibernated (idle or spec.suspend), Failed, Expired (the TTL
+    /// passed with ttlAction Release) or Terminating.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
     /// The generation of the spec this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Ready, Hibernated, Escalated and Degraded, each with a stable reason.
+    /// Ready, Reconciling, Stalled (kstatus), Hibernated, Escalated and Degraded, each with a
+    /// stable reason and the observedGeneration it describes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// host:port of the worker pod's API (its pod IP: changes when the pod is replaced).
@@ -396,6 +434,7 @@ pub enum Phase {
     Ready,
     Hibernated,
     Failed,
+    Expired,
     Terminating,
 }
 
@@ -407,6 +446,7 @@ impl Phase {
             Phase::Ready => "Ready",
             Phase::Hibernated => "Hibernated",
             Phase::Failed => "Failed",
+            Phase::Expired => "Expired",
             Phase::Terminating => "Terminating",
         }
     }

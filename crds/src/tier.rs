@@ -49,11 +49,8 @@ use std::collections::BTreeMap;
     "self.level > 0 || !has(self.template.env) || size(self.template.env) == 0"
 ).message("env is for escalation tiers (level 1 and up); the Tier-0 worker gives commands an empty environment").field_path(".template.env"))]
 #[x_kube(validation = kube::core::Rule::new(
-    "self.level > 0 || !has(self.warmPool) || self.warmPool.size == 0 || (has(self.warmPool.namespaces) && size(self.warmPool.namespaces) > 0)"
-).message("a level-0 warm pool keeps worker pods in the namespaces of the sessions it serves: list them in warmPool.namespaces").field_path(".warmPool.namespaces"))]
-#[x_kube(validation = kube::core::Rule::new(
-    "self.level == 0 || !has(self.warmPool) || !has(self.warmPool.namespaces) || size(self.warmPool.namespaces) == 0"
-).message("warmPool.namespaces is for level-0 pools; an escalation tier's warm pods live in the operator's namespace").field_path(".warmPool.namespaces"))]
+    "!has(self.warmPool) || self.warmPool.size == 0 || (has(self.warmPool.namespaces) && size(self.warmPool.namespaces) > 0)"
+).message("a warm pool keeps its pods in the namespaces of the sessions it serves (they count against those namespaces' quotas): list them in warmPool.namespaces").field_path(".warmPool.namespaces"))]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxTierSpec {
     /// The tier level: 0 is the Tier-0 worker tier, 1 and up are escalation tiers.
@@ -204,7 +201,8 @@ impl Capability {
     }
 }
 
-/// Outbound traffic of a tier's pods. DNS and the session log are always reachable.
+/// Outbound traffic of a tier's pods besides DNS, which is always allowed. The session log and
+/// the ledger admit worker pods only, so a Tier-1 pod reaches neither, whatever this allows.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(validation = kube::core::Rule::new(
     "self.mode == 'AllowList' ? (has(self.cidrs) && self.cidrs.size() > 0) : !has(self.cidrs) || self.cidrs.size() == 0"
@@ -236,8 +234,8 @@ pub enum EgressMode {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct WarmPool {
-    /// Number of ready, unclaimed pods to keep (0: no pool). Escalation tiers (level 1 and up):
-    /// prepared Tier-1 pods an escalation claims instead of starting one. Level 0: pre-started
+    /// Number of ready, unclaimed pods to keep in each of `namespaces` (0: no pool). Escalation
+    /// tiers (level 1 and up): prepared Tier-1 pods an escalation claims instead of starting one. Level 0: pre-started
     /// worker pods, each with its workspace PVC, kept in every namespace of `namespaces`, that a
     /// new HarnessSession adopts instead of waiting for a cold start. Set through /scale by
     /// `kubectl scale sandboxtier/<name> --replicas N` or an HPA.
@@ -250,9 +248,11 @@ pub struct WarmPool {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 1073741824))]
     pub max_workspace_bytes: Option<u64>,
-    /// Level 0 only: the namespaces whose new sessions this pool serves; `size` worker pods are
-    /// kept in each (they count against that namespace's quota). Required when a level-0 pool
-    /// has a size; must be empty for escalation tiers. A namespace listed twice counts once.
+    /// The namespaces whose sessions this pool serves; `size` pods are kept in each (they count
+    /// against that namespace's quota): worker pods at level 0, prepared Tier-1 pods at levels 1
+    /// and up (a session elsewhere gets an ordinary Tier-1 pod, miss reason
+    /// `namespace_not_served`). Required when the pool has a size. A namespace listed twice
+    /// counts once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub namespaces: Vec<String>,

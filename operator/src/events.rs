@@ -40,8 +40,12 @@ pub async fn publish<K>(
 /// WorkerStarting, Degraded=False, Hibernated=False and Escalated=False were four Events per
 /// session, and Events a quarter of all API requests at 300 new sessions (docs/performance.md,
 /// "Scale"); its status shows them all the same.
+///
+/// Reconciling and Stalled are never Events: they restate Ready and Degraded for kstatus, whose
+/// changes are Events already.
 pub fn changed<'a>(old: &[Condition], new: &'a [Condition]) -> Vec<&'a Condition> {
     new.iter()
+        .filter(|c| c.type_ != types::RECONCILING && c.type_ != types::STALLED)
         .filter(|c| match old.iter().find(|o| o.type_ == c.type_) {
             Some(o) => o.status != c.status || o.reason != c.reason,
             None => c.status == "True" || is_warning(c),
@@ -55,7 +59,9 @@ pub fn is_warning(c: &Condition) -> bool {
         || (c.type_ == types::READY
             && c.status == "False"
             && c.reason != reasons::WORKER_STARTING
-            && c.reason != reasons::HIBERNATED)
+            && c.reason != reasons::HIBERNATED
+            && c.reason != reasons::SUSPENDED
+            && c.reason != reasons::EXPIRED)
 }
 
 #[cfg(test)]
@@ -142,5 +148,45 @@ mod tests {
             None,
         );
         assert_eq!(changed(&[], &fresh).len(), 1);
+    }
+
+    #[test]
+    fn reconciling_and_stalled_are_never_events() {
+        let mut new = Vec::new();
+        set(
+            &mut new,
+            types::RECONCILING,
+            true,
+            reasons::WORKER_STARTING,
+            "",
+            None,
+        );
+        set(
+            &mut new,
+            types::STALLED,
+            true,
+            reasons::QUOTA_EXCEEDED,
+            "",
+            None,
+        );
+        assert!(changed(&[], &new).is_empty());
+        let old = new.clone();
+        set(
+            &mut new,
+            types::RECONCILING,
+            false,
+            reasons::RECONCILED,
+            "",
+            None,
+        );
+        set(
+            &mut new,
+            types::STALLED,
+            false,
+            reasons::AS_EXPECTED,
+            "",
+            None,
+        );
+        assert!(changed(&old, &new).is_empty());
     }
 }

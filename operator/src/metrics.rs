@@ -128,12 +128,13 @@ const OBSERVED_KEPT: usize = 4096;
 /// ready after 30 minutes) or beyond [`OBSERVED_KEPT`] of them.
 const OPEN_FORGOTTEN: Duration = Duration::from_secs(3600);
 
-const PHASES: [Phase; 6] = [
+const PHASES: [Phase; 7] = [
     Phase::Pending,
     Phase::Provisioning,
     Phase::Ready,
     Phase::Hibernated,
     Phase::Failed,
+    Phase::Expired,
     Phase::Terminating,
 ];
 

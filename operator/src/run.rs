@@ -153,8 +153,8 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     );
     let policies =
         child_watch::<NetworkPolicy>(&ctx, "NetworkPolicy", &managed, stopped(stop_rx.clone()));
-    // Tier-1 pods (pool pods and serving ones) requeue their tier: a pool refills as soon as a
-    // pod is claimed, becomes ready or goes away.
+    // Tier-1 pods (pool pods and serving ones, in the namespaces they serve) requeue their tier:
+    // a pool refills as soon as a pod is claimed, becomes ready or goes away.
     let tier1_pods = watcher::Config::default().labels(&format!(
         "{}={}",
         crate::labels::ROLE,
@@ -164,15 +164,11 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         Api::<SandboxTier>::all(client.clone()),
         watcher::Config::default(),
     )
-    .watches(
-        Api::<Pod>::namespaced(client.clone(), &config.namespace),
-        tier1_pods,
-        |pod: Pod| {
-            pod.labels()
-                .get(crate::labels::TIER)
-                .map(|t| ObjectRef::<SandboxTier>::new(t))
-        },
-    )
+    .watches(Api::<Pod>::all(client.clone()), tier1_pods, |pod: Pod| {
+        pod.labels()
+            .get(crate::labels::TIER)
+            .map(|t| ObjectRef::<SandboxTier>::new(t))
+    })
     // Level-0 warm pods (in the namespaces their pools serve) requeue their tier, idle or just
     // claimed (a claim empties a place in the pool).
     .watches(

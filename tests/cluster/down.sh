@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Tears down what up.sh started: the processes named in $KH_STATE/pids (never anything found by
 # name), the pods' containers and their shims, mounts under $KH_STATE, the bridge, the iptables rules
-# and sysctls changed for the cluster, and finally $KH_STATE itself. Safe to run repeatedly.
+# and sysctls changed for the cluster, the NetworkPolicy agent's NFQUEUE hook (network-policies.sh), and
+# finally $KH_STATE itself. Safe to run repeatedly.
 . "$(dirname "$0")/lib.sh"
+. "$KH_CLUSTER_DIR/network-policies.sh"
 
 [[ $(id -u) == 0 ]] || die "down.sh must run as root"
 cluster_lock
@@ -28,6 +30,9 @@ if running kube-apiserver && running kubelet && running containerd; then
   wait_until 40 "pod containers to stop" tasks_gone || log "some containers outlived pod deletion; killing them"
 fi
 stop kubelet
+# The NetworkPolicy agent and its NFQUEUE hook (nftables table or iptables chain) go before
+# kube-proxy's cleanup: with the agent gone, a hook left behind drops pod traffic.
+netpol_stop
 if running kube-proxy; then
   stop kube-proxy
 fi

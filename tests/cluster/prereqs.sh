@@ -6,7 +6,7 @@
 . "$(dirname "$0")/lib.sh"
 
 KH_APT_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack socat debootstrap
-  buildah openssl curl iproute2 util-linux ca-certificates file musl-tools python3-yaml git)
+  buildah openssl curl iproute2 util-linux ca-certificates file musl-tools python3-yaml nftables git)
 missing=()
 for p in "${KH_APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -6,8 +6,10 @@
 . "$(dirname "$0")/lib.sh"
 . "$KH_CLUSTER_DIR/pki.sh"
 . "$KH_CLUSTER_DIR/configs.sh"
+. "$KH_CLUSTER_DIR/network-policies.sh"
 
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy
+  kube-network-policies)
 
 [[ $(id -u) == 0 ]] || die "up.sh must run as root (it runs kubelet, containerd and changes iptables)"
 cluster_lock
@@ -29,7 +31,8 @@ fi
 need() { command -v "$1" >/dev/null || die "prerequisite missing: $1 (Debian package: $2; run tests/cluster/prereqs.sh)"; }
 need containerd containerd; need ctr containerd; need runc runc; need iptables iptables
 need conntrack conntrack; need openssl openssl; need curl curl; need buildah buildah; need ip iproute2
-need ss iproute2; need setsid util-linux; need findmnt util-linux
+need ss iproute2; need setsid util-linux; need findmnt util-linux; need unshare util-linux
+need nft nftables
 for p in bridge host-local loopback portmap; do
   [[ -x /usr/lib/cni/$p ]] || die "prerequisite missing: CNI plugin /usr/lib/cni/$p (Debian package: containernetworking-plugins)"
 done
@@ -41,12 +44,13 @@ grep -qw overlay /proc/filesystems || die "kernel lacks overlayfs (containerd's 
 for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl coredns; do
   [[ -x $KH_BIN/$b ]] || die "binary missing after build: $KH_BIN/$b"
 done
+"$KH_CLUSTER_DIR/build-network-policies.sh"
 "$KH_CLUSTER_DIR/base-image.sh"
 images=$("$KH_CLUSTER_DIR/cluster-images.sh")
 
 # Ports: a clear message instead of a component crash-looping on EADDRINUSE.
 for spec in 2379:etcd 2380:etcd 6443:kube-apiserver 10257:kube-controller-manager 10259:kube-scheduler \
-  10250:kubelet 10248:kubelet 10249:kube-proxy 10256:kube-proxy; do
+  10250:kubelet 10248:kubelet 10249:kube-proxy 10256:kube-proxy "${KH_NETPOL_METRICS##*:}:kube-network-policies"; do
   port=${spec%%:*} comp=${spec#*:}
   if [[ -n $(ss -Hltn "sport = :$port") ]]; then
     die "port $port (needed by $comp) is already in use: $(ss -Hltnp "sport = :$port" | head -n1)"
@@ -185,6 +189,9 @@ healthy kubelet 90 node_ready
 start kube-proxy "$KH_BIN/kube-proxy" --config "$KH_STATE/kube-proxy/config.yaml"
 healthy kube-proxy 60 curl -fsS --max-time 3 http://127.0.0.1:10256/healthz
 
+# NetworkPolicy: the bridge CNI ignores it; kube-network-policies enforces it (network-policies.sh).
+netpol_start
+
 log "deploying CoreDNS"
 sed -e "s/@DNS_IP@/$KH_DNS_IP/" -e "s/@DOMAIN@/$KH_CLUSTER_DOMAIN/" "$KH_CLUSTER_DIR/manifests/coredns.yaml" \
   | kh_kubectl apply -f - >/dev/null || die "applying the CoreDNS manifests failed"
@@ -201,5 +208,5 @@ fi
 # Flux's source- and kustomize-controller for the GitOps suite, only when asked (tests/cluster/flux.sh).
 [[ ${KH_FLUX:-0} == 1 ]] && "$KH_CLUSTER_DIR/flux.sh" up
 
-log "cluster up: $KH_K8S_VERSION, node $KH_NODE_NAME Ready, CoreDNS at $KH_DNS_IP"
+log "cluster up: $KH_K8S_VERSION, node $KH_NODE_NAME Ready, CoreDNS at $KH_DNS_IP, NetworkPolicy enforced by kube-network-policies $KH_NETPOL_VERSION"
 echo "KUBECONFIG=$KH_KUBECONFIG"

@@ -32,8 +32,9 @@ if args[:2] == ["get", "harnesssessions.kubeharness.dev"]:
         sys.exit(1)
     calls = [json.loads(line) for line in open(os.path.join(here, "calls.jsonl"))]
     gets = sum(1 for c in calls if c[:2] == args[:2])
-    status = statuses[min(gets, len(statuses)) - 1]
-    print(json.dumps({{"kind": "HarnessSession", "status": status}}))
+    status = dict(statuses[min(gets, len(statuses)) - 1])
+    spec = status.pop("_spec", {{}})
+    print(json.dumps({{"kind": "HarnessSession", "spec": spec, "status": status}}))
 elif args[:2] == ["get", "secret"]:
     token = base64.b64encode(config["token"].encode()).decode()
     print(json.dumps({{"kind": "Secret", "data": {{"token": token}}}}))
@@ -60,6 +61,14 @@ HIBERNATED = {
         {"type": "Ready", "status": "False", "reason": "Hibernated", "message": "idle"}
     ],
     "tokenSecret": "demo-token",
+}
+# spec.suspend: true (the fake prints `_spec` as the object's spec).
+SUSPENDED = dict(HIBERNATED, _spec={"suspend": True})
+EXPIRED = {
+    "phase": "Expired",
+    "conditions": [
+        {"type": "Ready", "status": "False", "reason": "Expired", "message": "ttl passed"}
+    ],
 }
 STARTING = {
     "phase": "Provisioning",
@@ -148,6 +157,8 @@ def test_the_async_session_stops_its_port_forward_on_close(worker, fake):
     [
         ([], None, kh.SessionNotFound, "not found"),
         ([STARTING], None, kh.NotReadyError, "phase Provisioning; WorkerStarting: pod pending"),
+        ([SUSPENDED, READY], None, kh.SessionSuspended, "suspended"),
+        ([EXPIRED], None, kh.SessionSuspended, "expired"),
         ([READY], "fail", kh.ClusterError, "exited with 1: error: unable to forward"),
         ([READY], "silent", kh.ClusterError, "said nothing usable"),
     ],

@@ -24,7 +24,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use kube_harness_crds::condition::types;
+use kube_harness_crds::condition::{reasons, types};
+use kube_harness_crds::session::TtlAction;
 use kube_harness_crds::{HarnessSession, HarnessSessionStatus, Phase, SandboxTier};
 use serde_json::json;
 use std::sync::Arc;
@@ -37,7 +38,8 @@ pub async fn reconcile(session: Arc<HarnessSession>, ctx: Arc<Context>) -> Resul
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let api: Api<HarnessSession> = Api::namespaced(ctx.client.clone(), &ns);
     let session = with_known_finalizer(session, &ctx);
-    let result = if needs_finalizer(&session) && !ttl_expired(&session) {
+    let deleting = ttl_expired(&session) && ttl_action(&session) == TtlAction::Delete;
+    let result = if needs_finalizer(&session) && !deleting {
         // A new session: its first apply runs while the finalizer is added (its status write
         // waits for that), instead of one round trip after the other (docs/performance.md).
         let adding = add_finalizer(&api, &session);
@@ -246,14 +248,15 @@ async fn apply(
         ),
     };
 
-    if ttl_expired(&session) {
+    let expired = ttl_expired(&session);
+    if expired && ttl_action(&session) == TtlAction::Delete {
         let api: Api<HarnessSession> = Api::namespaced(ctx.client.clone(), &ns);
         events::publish(
             ctx,
             &*session,
             false,
             "TTLExpired",
-            "the session's ttlSeconds passed; deleting it",
+            "the session's ttlSeconds passed; deleting it (ttlAction Delete)",
             "Expire",
         )
         .await;
@@ -265,10 +268,18 @@ async fn apply(
         .is_some()
         .then(|| session.resource_version())
         .flatten();
+    // Expired (ttlAction Release): the session stays, what it holds goes.
+    let step = async {
+        if expired {
+            release(&session, ctx, &old).await
+        } else {
+            ensure(&session, ctx, &old).await
+        }
+    };
     let (observed, read_version) = match adding_finalizer {
-        None => (ensure(&session, ctx, &old).await?, read_version),
+        None => (step.await?, read_version),
         Some(adding) => {
-            let (added, observed) = tokio::join!(adding, ensure(&session, ctx, &old));
+            let (added, observed) = tokio::join!(adding, step);
             // The status write is conditioned on the object the finalizer patch returned.
             let added = match added {
                 Ok(s) => s,
@@ -338,6 +349,13 @@ async fn apply(
         Some(_) if phase == Phase::Ready => Some(ctx.polls.due_in(&ObjectRef::from_obj(&*session))),
         r => r,
     };
+    // A session that will expire comes back when it does, whatever else it waits for (a
+    // hibernated one waits for nothing).
+    let requeue = match (requeue, ttl_left(&session)) {
+        (Some(r), Some(left)) => Some(r.min(left)),
+        (None, Some(left)) => Some(left),
+        (r, None) => r,
+    };
     Ok(requeue
         .map(Action::requeue)
         .unwrap_or_else(Action::await_change))
@@ -397,6 +415,63 @@ async fn delete_children(session: &HarnessSession, ctx: &Context) -> Result<()> 
     )
     .await?;
     Ok(())
+}
+
+/// Step one for an expired session (ttlAction Release): deletes its worker pod, its Tier-1 pods
+/// and its workspace PVC, and keeps the session, its token Secret, NetworkPolicy and Service (no
+/// compute, no storage). Reports whether any of them is still there.
+async fn release(
+    session: &HarnessSession,
+    ctx: &Context,
+    old: &HarnessSessionStatus,
+) -> Result<Observed> {
+    let ns = session.namespace().unwrap_or_default();
+    let name = session.name_any();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let pod_name = old
+        .worker_pod
+        .clone()
+        .unwrap_or_else(|| labels::worker_pod(&name));
+    let claim = old
+        .workspace_claim
+        .clone()
+        .unwrap_or_else(|| labels::workspace_pvc(&name));
+    if old.phase != Some(Phase::Expired) {
+        events::publish(
+            ctx,
+            session,
+            false,
+            "TTLExpired",
+            "the session's ttlSeconds passed; deleting its pods and workspace PVC and keeping the session (ttlAction Release)",
+            "Expire",
+        )
+        .await;
+    }
+    let pod_left = match pods.get_opt(&pod_name).await? {
+        Some(pod) => {
+            if pod.metadata.deletion_timestamp.is_none() {
+                delete_worker(&pods, &pod_name).await?;
+            }
+            true
+        }
+        None => false,
+    };
+    ctx.polls.forget(&ObjectRef::from_obj(session));
+    // Tier-1 pods: none is opened without a worker, and those left are deleted now.
+    let tier1_left = crate::tier1::sweep::delete_for_session(ctx, &ns, &name).await? > 0;
+    let claim_left = match claims.get_opt(&claim).await? {
+        Some(pvc) => {
+            if pvc.metadata.deletion_timestamp.is_none() {
+                delete_if_present(&claims, &claim).await?;
+            }
+            true
+        }
+        None => false,
+    };
+    Ok(Observed::Expired {
+        releasing: pod_left || tier1_left || claim_left,
+    })
 }
 
 /// Step one: brings the child objects to what the session asks for (token Secret, workspace PVC,
@@ -522,7 +597,10 @@ async fn ensure(
                 pods.delete(&pod_name, &DeleteParams::default()).await?;
             }
         }
-        Worker::Hibernating
+        Worker::Hibernating {
+            suspended: session.spec.suspend,
+            pod_left: existing.is_some(),
+        }
     } else {
         let uid = if claim == own_claim {
             resources::worker_uid(session)
@@ -738,7 +816,9 @@ async fn observe_escalation(
         Some(tier) if tier.spec.level == 0 => Escalation::TierIsLevelZero { tier: t },
         Some(_) if ctx.config.tier_api_url.is_none() => Escalation::NotConfigured { tier: t },
         Some(tier) => {
-            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+            // The session's Tier-1 pods are in its own namespace.
+            let pods: Api<Pod> =
+                Api::namespaced(ctx.client.clone(), &session.namespace().unwrap_or_default());
             let selector = serving_selector(
                 &session.namespace().unwrap_or_default(),
                 &session.name_any(),
@@ -955,26 +1035,51 @@ fn stale(pod: &Pod, desired: &Pod) -> bool {
 }
 
 fn ttl_expired(session: &HarnessSession) -> bool {
-    let ttl = session.spec.lifetime.as_ref().and_then(|l| l.ttl_seconds);
-    let created = session.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    match (ttl, created) {
-        (Some(ttl), Some(created)) => {
-            Timestamp::now().duration_since(created) > SignedDuration::from_secs(ttl as i64)
-        }
-        _ => false,
-    }
+    ttl_left(session).is_none() && ttl_end(session).is_some()
 }
 
-/// Hibernated and no wake request since.
+/// When the session's TTL ends: its creation plus `lifetime.ttlSeconds`.
+fn ttl_end(session: &HarnessSession) -> Option<Timestamp> {
+    let ttl = session.spec.lifetime.as_ref()?.ttl_seconds?;
+    let created = session.metadata.creation_timestamp.as_ref()?.0;
+    created
+        .checked_add(SignedDuration::from_secs(ttl.min(i64::MAX as u64) as i64))
+        .ok()
+}
+
+/// How long until the TTL ends (a second past it, so that the reconcile then sees it passed);
+/// `None` without a TTL or once it passed.
+fn ttl_left(session: &HarnessSession) -> Option<Duration> {
+    let left = Timestamp::now().duration_until(ttl_end(session)?);
+    (left > SignedDuration::ZERO).then(|| Duration::from_secs(left.as_secs() as u64 + 1))
+}
+
+fn ttl_action(session: &HarnessSession) -> TtlAction {
+    session
+        .spec
+        .lifetime
+        .as_ref()
+        .map(|l| l.action())
+        .unwrap_or_default()
+}
+
+/// Suspended by `spec.suspend`, or hibernated and no wake request since. A session suspended
+/// until now wakes as soon as `spec.suspend` is false, with no wake request.
 fn hibernating(session: &HarnessSession, status: &HarnessSessionStatus) -> bool {
+    if session.spec.suspend {
+        return true;
+    }
     if status.phase != Some(Phase::Hibernated) {
         return false;
     }
-    let since = status
+    let hibernated = status
         .conditions
         .iter()
-        .find(|c| c.type_ == types::HIBERNATED && c.status == "True")
-        .map(|c| c.last_transition_time.0);
+        .find(|c| c.type_ == types::HIBERNATED && c.status == "True");
+    if hibernated.is_some_and(|c| c.reason == reasons::SUSPENDED) {
+        return false;
+    }
+    let since = hibernated.map(|c| c.last_transition_time.0);
     match (since, wake_requested(session)) {
         (Some(since), Some(wake)) => wake <= since,
         _ => true,

@@ -105,7 +105,7 @@ pub fn workspace_pvc(session: &HarnessSession) -> PersistentVolumeClaim {
 }
 
 /// Egress: nothing but DNS and the session log (and, with an escalation tier, the operator's tier
-/// API and Tier-1 pods) unless the session enables network. Ingress: the
+/// API and the Tier-1 pods of the session's namespace) unless the session enables network. Ingress: the
 /// operator (status polling) only; `kube-harness exec` arrives through the kubelet's port-forward,
 /// which NetworkPolicy does not filter.
 pub fn network_policy(session: &HarnessSession, config: &OperatorConfig) -> NetworkPolicy {
@@ -160,9 +160,9 @@ pub fn network_policy(session: &HarnessSession, config: &OperatorConfig) -> Netw
                 }]),
                 ports: Some(vec![port(i32::from(config.tier_api_listen.port()), "TCP")]),
             });
+            // Tier-1 pods run in the session's own namespace: no namespaceSelector.
             rules.push(NetworkPolicyEgressRule {
                 to: Some(vec![NetworkPolicyPeer {
-                    namespace_selector: operator_ns(),
                     pod_selector: Some(LabelSelector {
                         match_labels: Some(BTreeMap::from([
                             (labels::ROLE.into(), labels::ROLE_TIER1.into()),

@@ -26,6 +26,9 @@ pub const REPLACE_REQUEUE: Duration = Duration::from_secs(1);
 pub enum Observed {
     /// The session's workerTier is not a usable level-0 tier: nothing else was looked at.
     NoWorkerTier(WorkerTierProblem),
+    /// `lifetime.ttlSeconds` passed (ttlAction Release): the worker pod, Tier-1 pods and
+    /// workspace PVC were deleted; `releasing` while any of them is still there.
+    Expired { releasing: bool },
     /// The child objects are in place.
     Session(Box<Seen>),
 }
@@ -79,8 +82,9 @@ pub enum Escalation {
 /// The worker pod, and what the first step did to it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Worker {
-    /// Hibernated with no wake request since: its pod (if any) was deleted.
-    Hibernating,
+    /// Hibernated with no wake request since, or suspended by `spec.suspend`: its pod (if any)
+    /// was deleted; `pod_left` while it is still there (terminating).
+    Hibernating { suspended: bool, pod_left: bool },
     /// Ready, not busy, and idle past idleHibernateSeconds: its pod was deleted just now.
     IdledOut { report: WorkerReport },
     /// The pod kept (or created, or replaced); `report` when it is Ready and answered the poll.
@@ -129,20 +133,93 @@ pub fn status(
                 ),
             };
             set(&mut status, types::DEGRADED, true, reason, message.clone());
-            set(&mut status, types::READY, false, reason, message);
+            set(&mut status, types::READY, false, reason, message.clone());
+            kstatus(&mut status, generation, Progress::Stalled(reason, message));
             status.phase = Some(Phase::Pending);
             return (status, Some(WAIT_REQUEUE));
+        }
+        Observed::Expired { releasing } => {
+            status.phase = Some(Phase::Expired);
+            unreachable(&mut status);
+            status.worker_pod = None;
+            let message = "lifetime.ttlSeconds passed: the worker pod, Tier-1 pods and workspace PVC are deleted and the session is kept (ttlAction Release); a larger ttlSeconds starts it again with an empty workspace";
+            set(
+                &mut status,
+                types::READY,
+                false,
+                reasons::EXPIRED,
+                message.into(),
+            );
+            nothing_wrong(&mut status, generation);
+            if !*releasing {
+                // Gone: a larger ttlSeconds starts the session again as a new one (a new claim,
+                // or a warm pod's), not on a claim that no longer exists.
+                status.workspace_claim = None;
+            }
+            let progress = if *releasing {
+                Progress::Reconciling(
+                    reasons::EXPIRING,
+                    "the TTL passed: deleting the session's pods and workspace PVC".into(),
+                )
+            } else {
+                Progress::Current("the session expired; its pods and PVC are released".into())
+            };
+            kstatus(&mut status, generation, progress);
+            return (status, releasing.then_some(WAIT_REQUEUE));
         }
     };
     let serving_level = escalation(&mut status, generation, &seen.escalation);
     status.token_secret = Some(seen.token_secret.clone());
     status.workspace_claim = Some(seen.workspace_claim.clone());
     let (state, report) = match &seen.worker {
-        Worker::Hibernating => {
+        Worker::Hibernating {
+            suspended,
+            pod_left,
+        } => {
             status.phase = Some(Phase::Hibernated);
             unreachable(&mut status);
             status.worker_pod = None;
-            return (status, None);
+            let (reason, hibernated, ready) = if *suspended {
+                (
+                    reasons::SUSPENDED,
+                    "spec.suspend is true: the worker pod is deleted and the workspace PVC kept; setting it to false wakes the session",
+                    "the session is suspended (spec.suspend); kube-harness exec refuses it until spec.suspend is false",
+                )
+            } else {
+                (
+                    reasons::IDLE_TIMEOUT,
+                    IDLE_HIBERNATED,
+                    "the session is hibernated; the next exec wakes it",
+                )
+            };
+            set(
+                &mut status,
+                types::HIBERNATED,
+                true,
+                reason,
+                hibernated.into(),
+            );
+            let ready_reason = if *suspended {
+                reasons::SUSPENDED
+            } else {
+                reasons::HIBERNATED
+            };
+            set(&mut status, types::READY, false, ready_reason, ready.into());
+            nothing_wrong(&mut status, generation);
+            let progress = if *pod_left {
+                Progress::Reconciling(
+                    reasons::HIBERNATING,
+                    "the worker pod is being deleted".into(),
+                )
+            } else if *suspended {
+                Progress::Current("the session is suspended as its spec asks".into())
+            } else {
+                Progress::Current("the session is hibernated; the next exec wakes it".into())
+            };
+            kstatus(&mut status, generation, progress);
+            // A pod still terminating brings the session back with its deletion; this is only a
+            // safety net.
+            return (status, pod_left.then_some(WAIT_REQUEUE));
         }
         Worker::IdledOut { report } => {
             // As the worker answered: Awake until this pass deleted it.
@@ -157,13 +234,27 @@ pub fn status(
             status.phase = Some(Phase::Hibernated);
             unreachable(&mut status);
             status.worker_pod = None;
-            set(&mut status, types::HIBERNATED, true, reasons::IDLE_TIMEOUT, "no command for idleHibernateSeconds: the worker pod was deleted and the workspace PVC kept; the next exec wakes the session".into());
+            set(
+                &mut status,
+                types::HIBERNATED,
+                true,
+                reasons::IDLE_TIMEOUT,
+                IDLE_HIBERNATED.into(),
+            );
             set(
                 &mut status,
                 types::READY,
                 false,
                 reasons::HIBERNATED,
                 "the session is hibernated; the next exec wakes it".into(),
+            );
+            kstatus(
+                &mut status,
+                generation,
+                Progress::Reconciling(
+                    reasons::HIBERNATING,
+                    "idle: the worker pod is being deleted".into(),
+                ),
             );
             return (status, None);
         }
@@ -177,16 +268,6 @@ pub fn status(
         reasons::AWAKE,
         "the worker pod is kept".into(),
     );
-    let nothing_wrong = |status: &mut HarnessSessionStatus| {
-        condition::set(
-            &mut status.conditions,
-            types::DEGRADED,
-            false,
-            reasons::AS_EXPECTED,
-            "nothing is wrong",
-            generation,
-        );
-    };
     let requeue = match state {
         WorkerState::Ready { ip } => {
             status.worker_endpoint = Some(format!("{ip}:{}", seen.worker_port));
@@ -203,7 +284,12 @@ pub fn status(
                 reasons::WORKER_READY,
                 "the worker pod is running and answers on its API".into(),
             );
-            nothing_wrong(&mut status);
+            nothing_wrong(&mut status, generation);
+            kstatus(
+                &mut status,
+                generation,
+                Progress::Current("the worker pod serves the session".into()),
+            );
             READY_REQUEUE
         }
         WorkerState::Starting { reason } => {
@@ -216,7 +302,15 @@ pub fn status(
                 reasons::WORKER_STARTING,
                 format!("waiting for the worker pod ({reason})"),
             );
-            nothing_wrong(&mut status);
+            nothing_wrong(&mut status, generation);
+            kstatus(
+                &mut status,
+                generation,
+                Progress::Reconciling(
+                    reasons::WORKER_STARTING,
+                    format!("starting the worker pod ({reason})"),
+                ),
+            );
             if reason == ADOPTION_UNCONFIRMED {
                 // A Ready pod whose worker has not confirmed this adoption: no pod event will
                 // come, so ask again.
@@ -234,7 +328,8 @@ pub fn status(
             status.phase = Some(Phase::Pending);
             let what = format!("the worker pod or its workspace claim was refused: {message}");
             set(&mut status, types::READY, false, reason, what.clone());
-            set(&mut status, types::DEGRADED, true, reason, what);
+            set(&mut status, types::DEGRADED, true, reason, what.clone());
+            kstatus(&mut status, generation, Progress::Stalled(reason, what));
             WAIT_REQUEUE
         }
         WorkerState::Failing { reason, message } => {
@@ -254,6 +349,14 @@ pub fn status(
                 reasons::WORKER_FAILING,
                 format!("the worker pod cannot start: {reason}: {message}"),
             );
+            kstatus(
+                &mut status,
+                generation,
+                Progress::Stalled(
+                    reasons::WORKER_FAILING,
+                    format!("the worker pod cannot start: {reason}: {message}"),
+                ),
+            );
             WAIT_REQUEUE
         }
         WorkerState::Gone => {
@@ -266,6 +369,14 @@ pub fn status(
                 reasons::WORKER_STARTING,
                 "the worker pod ended; replacing it".into(),
             );
+            kstatus(
+                &mut status,
+                generation,
+                Progress::Reconciling(
+                    reasons::WORKER_STARTING,
+                    "the worker pod ended; replacing it".into(),
+                ),
+            );
             REPLACE_REQUEUE
         }
     };
@@ -274,6 +385,66 @@ pub fn status(
         status.current_tier = Some(level);
     }
     (status, Some(requeue))
+}
+
+const IDLE_HIBERNATED: &str = "no command for idleHibernateSeconds: the worker pod was deleted and the workspace PVC kept; the next exec wakes the session";
+
+/// Where the operator stands with the spec, as kstatus (sigs.k8s.io/cli-utils) reads it.
+enum Progress<'a> {
+    /// Still working toward the spec: Reconciling True (reason, message), Stalled False.
+    Reconciling(&'a str, String),
+    /// Cannot get further without a change: Stalled True (reason, message), Reconciling False.
+    Stalled(&'a str, String),
+    /// Done for this spec: both False; the message says what the session is now.
+    Current(String),
+}
+
+/// Sets Reconciling and Stalled, both always present, so that `kubectl wait` and kstatus read
+/// them with the status's observedGeneration.
+fn kstatus(status: &mut HarnessSessionStatus, generation: Option<i64>, progress: Progress<'_>) {
+    let (reconciling, stalled) = match progress {
+        Progress::Reconciling(reason, message) => (
+            (true, reason, message),
+            (false, reasons::AS_EXPECTED, "nothing is wrong".to_string()),
+        ),
+        Progress::Stalled(reason, message) => (
+            (
+                false,
+                reasons::RECONCILED,
+                "nothing can be done until the session, its tier or its namespace changes"
+                    .to_string(),
+            ),
+            (true, reason, message),
+        ),
+        Progress::Current(message) => (
+            (false, reasons::RECONCILED, message),
+            (false, reasons::AS_EXPECTED, "nothing is wrong".to_string()),
+        ),
+    };
+    for (type_, (value, reason, message)) in
+        [(types::RECONCILING, reconciling), (types::STALLED, stalled)]
+    {
+        condition::set(
+            &mut status.conditions,
+            type_,
+            value,
+            reason,
+            message,
+            generation,
+        );
+    }
+}
+
+/// Degraded False: nothing is wrong.
+fn nothing_wrong(status: &mut HarnessSessionStatus, generation: Option<i64>) {
+    condition::set(
+        &mut status.conditions,
+        types::DEGRADED,
+        false,
+        reasons::AS_EXPECTED,
+        "nothing is wrong",
+        generation,
+    );
 }
 
 /// No worker answers: neither its pod IP nor the Service's address is shown.

@@ -10,6 +10,7 @@ use super::record::{self, Recorded};
 use super::report::{self, Update};
 use super::state;
 use crate::context::Context;
+use crate::kube_util::admission_refusal;
 use crate::labels;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
@@ -282,7 +283,7 @@ async fn open(
             match &hint {
                 Some(t) => Some((
                     pod::template_hash(t, &ctx.config),
-                    open::pool_pods(&ctx, t).await,
+                    open::pool_pods(&ctx, t, &ns).await,
                 )),
                 None => None,
             }
@@ -377,10 +378,10 @@ async fn open(
         }
     }
     if chosen.is_none() && recorded.is_none() && tier.spec.warm_pool.size > 0 {
-        let candidates = match open::claimable(&ctx, &tier, req.workspace_bytes) {
+        let candidates = match open::claimable(&ctx, &tier, &ns, req.workspace_bytes) {
             Ok(()) => open::candidates(match pool {
                 Some((hash, listed)) if hash == pod::template_hash(&tier, &ctx.config) => listed?,
-                _ => open::pool_pods(&ctx, &tier).await?,
+                _ => open::pool_pods(&ctx, &tier, &ns).await?,
             }),
             Err(reason) => Err(reason),
         };
@@ -436,7 +437,24 @@ async fn open(
             };
             match mine {
                 Recorded::Ours => {
-                    let made = open::ordinary(&ctx, &tier, serving.clone()).await?;
+                    let made = match open::ordinary(&ctx, &tier, serving.clone()).await {
+                        Ok(made) => made,
+                        Err(OpenError::Api(crate::Error::Kube(e))) => {
+                            let Some((reason, message)) = admission_refusal(&e) else {
+                                return Err(ApiError::from(e));
+                            };
+                            let refused = Sandbox {
+                                turn: req.turn.clone(),
+                                pod: Some(ordinary_name.clone()),
+                                phase: Phase::Failed,
+                                reason: Some(reason.into()),
+                                message: Some(message),
+                                ..Sandbox::default()
+                            };
+                            return Ok(refused_answer(&ctx, &ns, &session, &tier, refused).await);
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
                     if record::ended_now(&ctx, &serving).await? {
                         open::delete(&ctx, &made, Exactly::Object).await?;
                         return Err(ended_turn(&ns, &session, &req.turn));
@@ -498,7 +516,7 @@ async fn recorded_pod(
     turn: &str,
     holder: &str,
 ) -> Result<Json<Sandbox>> {
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     match pods.get_opt(holder).await? {
         Some(p) if p.labels().get(labels::TURN) == Some(&pod::turn_label(turn)) => {
             answer(ctx, ns, session, &p, turn, Known::default()).await
@@ -640,7 +658,9 @@ async fn answer(
     if view.phase == Phase::Ready {
         let token = match token {
             Some(token) => token,
-            None => match open::token(ctx, view.pod_name()).await {
+            None => match open::token(ctx, &pod.namespace().unwrap_or_default(), view.pod_name())
+                .await
+            {
                 Ok(token) => token,
                 Err(e) => {
                     // The pod was opened all the same: its Event goes out.
@@ -677,6 +697,31 @@ async fn answer(
     }
     publish_after(ctx, announce);
     Ok(Json(view))
+}
+
+/// The answer to an open whose pod (or its Secret) the namespace's admission refused: a quota
+/// (`QuotaExceeded`), a LimitRange or Pod Security (`AdmissionRefused`), with the API server's
+/// message. Failed at once, so the worker ends the turn and the command exits 126 with that
+/// message instead of waiting; the session's `Escalated` condition and a Warning Event say it.
+async fn refused_answer(
+    ctx: &Arc<Context>,
+    ns: &str,
+    session: &str,
+    tier: &SandboxTier,
+    refused: Sandbox,
+) -> Json<Sandbox> {
+    tracing::info!(
+        namespace = ns,
+        session,
+        turn = %refused.turn,
+        reason = refused.reason.as_deref().unwrap_or_default(),
+        "tier-1 pod refused by the namespace's admission"
+    );
+    if let Some(update) = report::for_sandbox(&refused, &tier.name_any(), tier.spec.level) {
+        let announced = report::write(ctx, ns, session, &update, None, None).await;
+        publish_after(ctx, announced.into_iter().collect());
+    }
+    Json(refused)
 }
 
 /// Publishes `events` in order, off the answer's path.

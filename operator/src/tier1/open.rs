@@ -5,9 +5,10 @@
 
 use super::pod::{self, MissReason, Purpose, Serving};
 use crate::context::Context;
-use crate::kube_util::{create_if_absent, delete_if_present, new_token, secret_token};
+use crate::kube_util::{apply_owned, create_if_absent, delete_if_present, new_token, secret_token};
 use crate::labels;
 use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Api, ResourceExt};
 use kube_harness_crds::{HarnessSession, SandboxTier};
@@ -52,7 +53,7 @@ pub async fn session_pods(
     session_namespace: &str,
     session: &str,
 ) -> Result<Vec<Pod>, kube::Error> {
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), session_namespace);
     let selector = pod::session_selector(session_namespace, session);
     let mut found = pods
         .list(&ListParams::default().labels(&selector))
@@ -130,9 +131,14 @@ pub fn kept(
         .collect()
 }
 
-/// The idle pool pods of `tier` built from its current template (by the template hash label).
-pub async fn pool_pods(ctx: &Context, tier: &SandboxTier) -> Result<Vec<Pod>, kube::Error> {
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+/// The idle pool pods of `tier` in `namespace` (the session's) built from its current template
+/// (by the template hash label).
+pub async fn pool_pods(
+    ctx: &Context,
+    tier: &SandboxTier,
+    namespace: &str,
+) -> Result<Vec<Pod>, kube::Error> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     let selector = format!(
         "{},{}={}",
         pod::pool_selector(&tier.name_any()),
@@ -145,13 +151,24 @@ pub async fn pool_pods(ctx: &Context, tier: &SandboxTier) -> Result<Vec<Pod>, ku
         .items)
 }
 
-/// Whether a claim may be tried at all for a workspace of `workspace_bytes`: not over the
-/// prepared-pod limit, and the pool's state known. Asked before the pool's pods.
+/// Whether a claim may be tried at all for a workspace of `workspace_bytes` in `namespace`: the
+/// pool serves that namespace, not over the prepared-pod limit, and the pool's state known. Asked
+/// before the pool's pods.
 pub fn claimable(
     ctx: &Context,
     tier: &SandboxTier,
+    namespace: &str,
     workspace_bytes: u64,
 ) -> Result<(), MissReason> {
+    if !tier
+        .spec
+        .warm_pool
+        .namespaces
+        .iter()
+        .any(|n| n == namespace)
+    {
+        return Err(MissReason::NamespaceNotServed);
+    }
     let limit = tier
         .spec
         .warm_pool
@@ -205,7 +222,7 @@ pub async fn claim(
             "tier-1 claim: {what}"
         )
     };
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &serving.session_namespace);
     let (mut labels_patch, annotations) = pod::serving_metadata(serving);
     let mut annotations = json!(annotations);
     match take {
@@ -220,6 +237,11 @@ pub async fn claim(
     }
     for candidate in candidates {
         let name = candidate.name_any();
+        // Only pods of the session's namespace are candidates (listed there); checked again on
+        // the object, as a pod elsewhere would serve outside the session's quota.
+        if candidate.namespace().as_deref() != Some(serving.session_namespace.as_str()) {
+            continue;
+        }
         let patch = json!({"metadata": {
             "resourceVersion": candidate.resource_version(),
             "labels": labels_patch,
@@ -230,7 +252,10 @@ pub async fn claim(
             ..PatchParams::default()
         };
         let patch = Patch::Merge(patch);
-        let (patched, token) = tokio::join!(pods.patch(&name, &params, &patch), token(ctx, &name));
+        let (patched, token) = tokio::join!(
+            pods.patch(&name, &params, &patch),
+            token(ctx, &serving.session_namespace, &name)
+        );
         match patched {
             Ok(claimed) => {
                 step("claimed", &name);
@@ -255,7 +280,7 @@ pub async fn claim(
 /// `idle_seconds` from now. Conditioned on the pod's resourceVersion; `false` when the pod changed
 /// or went meanwhile (the caller deletes it instead).
 pub async fn release(ctx: &Context, pod: &Pod, idle_seconds: u32) -> Result<bool, kube::Error> {
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let pods: Api<Pod> = in_namespace_of(ctx, pod);
     let mut released = serde_json::Map::new();
     for key in [labels::TURN_ID, labels::TURN_STARTED, labels::TURN_DEADLINE] {
         released.insert(key.into(), serde_json::Value::Null);
@@ -291,17 +316,26 @@ pub async fn ordinary(
     tier: &SandboxTier,
     serving: Serving,
 ) -> Result<Pod, OpenError> {
-    let ns = &ctx.config.namespace;
+    let ns = serving.session_namespace.clone();
     let name = pod::ordinary_name(&serving.session_namespace, &serving.session, &serving.turn);
+    // The tier's policy in this namespace before its first pod there (idempotent).
+    apply_owned::<NetworkPolicy>(&ctx.client, &ns, &pod::network_policy(tier, &ns)).await?;
     let purpose = Purpose::Serving(serving);
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     let secret = pod::token_secret(&name, tier, &purpose, &ctx.config, &new_token());
     create_if_absent(&secrets, &secret).await?;
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let desired = pod::pod(&name, tier, &purpose, &ctx.config);
-    let pod = match create_if_absent(&pods, &desired).await? {
-        Some(created) => created,
-        None => pods.get(&name).await?,
+    let pod = match create_if_absent(&pods, &desired).await {
+        Ok(Some(created)) => created,
+        Ok(None) => pods.get(&name).await?,
+        // Refused (a quota, admission): its Secret would serve nothing.
+        Err(e) => {
+            if let Err(left) = delete_if_present(&secrets, &name).await {
+                tracing::warn!(error = %left, secret = %name, "deleting the Secret of a refused Tier-1 pod; the sweep will");
+            }
+            return Err(e.into());
+        }
     };
     adopt_secret(ctx, &pod).await?;
     Ok(pod)
@@ -310,7 +344,7 @@ pub async fn ordinary(
 /// Makes the pod the owner of its token Secret, so the garbage collector deletes the Secret with
 /// the pod however the pod goes (deleted by hand, by the sweep, or with its tier).
 pub async fn adopt_secret(ctx: &Context, pod: &Pod) -> Result<(), kube::Error> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let secrets: Api<Secret> = in_namespace_of(ctx, pod);
     let owner = json!([{
         "apiVersion": "v1",
         "kind": "Pod",
@@ -331,10 +365,24 @@ pub async fn adopt_secret(ctx: &Context, pod: &Pod) -> Result<(), kube::Error> {
     Ok(())
 }
 
-/// The token of a Tier-1 pod (its Secret of the same name).
-pub async fn token(ctx: &Context, pod: &str) -> Result<Option<String>, kube::Error> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+/// The token of a Tier-1 pod in `namespace` (its Secret of the same name).
+pub async fn token(
+    ctx: &Context,
+    namespace: &str,
+    pod: &str,
+) -> Result<Option<String>, kube::Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     secret_token(&secrets, pod).await
+}
+
+/// An API for objects of kind `K` in the namespace of `pod` (a Tier-1 pod's token Secret is
+/// beside it).
+pub fn in_namespace_of<K>(ctx: &Context, pod: &Pod) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
 }
 
 /// Which object a delete may hit.
@@ -351,7 +399,6 @@ pub enum Exactly {
 /// `false`: the precondition failed (the pod changed, or is another one now) and nothing was
 /// deleted; already gone is `true`.
 pub async fn delete(ctx: &Context, pod: &Pod, exactly: Exactly) -> Result<bool, kube::Error> {
-    let ns = &ctx.config.namespace;
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: pod.metadata.uid.clone(),
@@ -362,7 +409,7 @@ pub async fn delete(ctx: &Context, pod: &Pod, exactly: Exactly) -> Result<bool, 
         }),
         ..DeleteParams::default()
     };
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns);
+    let pods: Api<Pod> = in_namespace_of(ctx, pod);
     match pods.delete(&pod.name_any(), &params).await {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 404 => {}
@@ -371,10 +418,6 @@ pub async fn delete(ctx: &Context, pod: &Pod, exactly: Exactly) -> Result<bool, 
     }
     // The Secret has the pod's name, made with the pod (a pool pod's, or a turn's ordinary pod's
     // under a name unique to the turn) and owned by it.
-    delete_if_present(
-        &Api::<Secret>::namespaced(ctx.client.clone(), ns),
-        &pod.name_any(),
-    )
-    .await?;
+    delete_if_present(&in_namespace_of::<Secret>(ctx, pod), &pod.name_any()).await?;
     Ok(true)
 }

@@ -53,6 +53,8 @@ pub enum MissReason {
     WorkspaceTooLarge,
     SlotUnavailable,
     Unreported,
+    /// The pool keeps no pods in the session's namespace (not in `warmPool.namespaces`).
+    NamespaceNotServed,
 }
 
 impl MissReason {
@@ -62,6 +64,7 @@ impl MissReason {
             MissReason::WorkspaceTooLarge => "workspace_too_large",
             MissReason::SlotUnavailable => "slot_unavailable",
             MissReason::Unreported => "unreported",
+            MissReason::NamespaceNotServed => "namespace_not_served",
         }
     }
 }
@@ -69,8 +72,12 @@ impl MissReason {
 /// Whom a pod serves: a session's turn, or nobody yet (a warm-pool pod).
 #[derive(Clone, Debug)]
 pub enum Purpose {
-    /// An idle pool pod built from the template with this hash.
-    Pool { template_hash: String },
+    /// An idle pool pod built from the template with this hash, kept in `namespace` (one of the
+    /// pool's `namespaces`: it serves the sessions there and counts against their quota).
+    Pool {
+        template_hash: String,
+        namespace: String,
+    },
     /// An ordinary pod opened for one turn.
     Serving(Serving),
 }
@@ -236,7 +243,7 @@ fn metadata(
     let mut annotations =
         BTreeMap::from([(labels::TIER_LEVEL.to_string(), tier.spec.level.to_string())]);
     match purpose {
-        Purpose::Pool { template_hash } => {
+        Purpose::Pool { template_hash, .. } => {
             labels.insert(labels::POOL.into(), tier_name.clone());
             labels.insert(labels::CLAIMED.into(), "false".into());
             labels.insert(labels::TEMPLATE_HASH.into(), template_hash.clone());
@@ -249,9 +256,15 @@ fn metadata(
             labels.insert(labels::TEMPLATE_HASH.into(), template_hash(tier, config));
         }
     }
+    // Every Tier-1 pod lives in the namespace of the sessions it serves: its ResourceQuota,
+    // LimitRange and Pod Security admission apply, and its cost is the tenant's.
+    let namespace = match purpose {
+        Purpose::Pool { namespace, .. } => namespace.clone(),
+        Purpose::Serving(s) => s.session_namespace.clone(),
+    };
     ObjectMeta {
         name: Some(name.into()),
-        namespace: Some(config.namespace.clone()),
+        namespace: Some(namespace),
         labels: Some(labels),
         annotations: Some(annotations),
         owner_references: Some(tier_owner(tier)),
@@ -484,9 +497,10 @@ pub fn pod(name: &str, tier: &SandboxTier, purpose: &Purpose, config: &OperatorC
     }
 }
 
-/// The tier's NetworkPolicy: ingress only from worker pods (any namespace) on the agent port;
-/// egress DNS plus what the tier's `egress` policy allows.
-pub fn network_policy(tier: &SandboxTier, config: &OperatorConfig) -> NetworkPolicy {
+/// The tier's NetworkPolicy in `namespace` (one per namespace where the tier's pods run): ingress
+/// only from the worker pods of that namespace on the agent port; egress DNS plus what the tier's
+/// `egress` policy allows.
+pub fn network_policy(tier: &SandboxTier, namespace: &str) -> NetworkPolicy {
     let selector = |m: BTreeMap<String, String>| {
         Some(LabelSelector {
             match_labels: Some(m),
@@ -538,7 +552,7 @@ pub fn network_policy(tier: &SandboxTier, config: &OperatorConfig) -> NetworkPol
     NetworkPolicy {
         metadata: ObjectMeta {
             name: Some(labels::tier1_network_policy(&name)),
-            namespace: Some(config.namespace.clone()),
+            namespace: Some(namespace.into()),
             labels: Some(tier_labels(&name)),
             owner_references: Some(tier_owner(tier)),
             ..ObjectMeta::default()
@@ -548,7 +562,6 @@ pub fn network_policy(tier: &SandboxTier, config: &OperatorConfig) -> NetworkPol
             policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
             ingress: Some(vec![NetworkPolicyIngressRule {
                 from: Some(vec![NetworkPolicyPeer {
-                    namespace_selector: Some(LabelSelector::default()),
                     pod_selector: selector(workers),
                     ..NetworkPolicyPeer::default()
                 }]),

@@ -1,5 +1,6 @@
 //! The integration tests of this crate as modules of one test binary (one link on two cores).
 
+mod kstatus_fixtures;
 mod reconcile_mock;
 mod reconcile_scale;
 mod reconcile_warm;

@@ -465,10 +465,10 @@ async fn deleting_a_session_stops_its_worker_then_drops_the_finalizer() {
     let list = expect(
         &mut server,
         "GET",
-        "/api/v1/namespaces/kube-harness/pods",
+        "/api/v1/namespaces/team-a/pods",
         200,
         json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
-            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-abc", "namespace": "kube-harness"}}
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-abc", "namespace": "team-a"}}
         ]}),
     )
     .await;
@@ -482,7 +482,7 @@ async fn deleting_a_session_stops_its_worker_then_drops_the_finalizer() {
     expect(
         &mut server,
         "DELETE",
-        "/api/v1/namespaces/kube-harness/pods/t1-abc",
+        "/api/v1/namespaces/team-a/pods/t1-abc",
         200,
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-abc"}}),
     )
@@ -490,7 +490,7 @@ async fn deleting_a_session_stops_its_worker_then_drops_the_finalizer() {
     expect(
         &mut server,
         "DELETE",
-        "/api/v1/namespaces/kube-harness/secrets/t1-abc",
+        "/api/v1/namespaces/team-a/secrets/t1-abc",
         404,
         not_found("secrets", "t1-abc"),
     )
@@ -542,7 +542,7 @@ async fn escalating_reconcile(
     let list = expect(
         &mut server,
         "GET",
-        "/api/v1/namespaces/kube-harness/pods",
+        "/api/v1/namespaces/team-a/pods",
         200,
         tier1_pods,
     )
@@ -585,7 +585,7 @@ async fn escalating_reconcile(
 #[tokio::test]
 async fn a_serving_tier1_pod_makes_the_session_escalated_on_its_level() {
     let ready = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [{
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-abc", "namespace": "kube-harness"},
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t1-abc", "namespace": "team-a"},
         "status": {"phase": "Running", "podIP": "10.0.0.5", "conditions": [{"type": "Ready", "status": "True"}]}
     }]});
     let (st, _, events) = escalating_reconcile(None, ready, 1).await;
@@ -693,7 +693,7 @@ async fn deleting_a_session_with_cascade_orphan_keeps_its_children() {
     expect(
         &mut server,
         "GET",
-        "/api/v1/namespaces/kube-harness/pods",
+        "/api/v1/namespaces/team-a/pods",
         200,
         json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}),
     )
@@ -716,4 +716,200 @@ async fn deleting_a_session_with_cascade_orphan_keeps_its_children() {
     )
     .await;
     run.await.unwrap().expect("reconcile");
+}
+
+/// A Ready session's status, as an earlier reconcile left it (worker `demo-worker`).
+fn ready_status() -> Value {
+    let c = |type_: &str, status: &str, reason: &str| {
+        json!({"type": type_, "status": status, "reason": reason, "message": "earlier",
+            "lastTransitionTime": "2026-11-30T10:00:00Z", "observedGeneration": 3})
+    };
+    json!({
+        "phase": "Ready", "observedGeneration": 3, "workerPod": "demo-worker",
+        "workspaceClaim": "demo-workspace", "tokenSecret": "demo-token",
+        "conditions": [
+            c("Ready", "True", reasons::WORKER_READY),
+            c("Reconciling", "False", reasons::RECONCILED),
+            c("Stalled", "False", reasons::AS_EXPECTED),
+            c("Hibernated", "False", reasons::AWAKE),
+            c("Escalated", "False", reasons::NO_ESCALATION_TIER),
+            c("Degraded", "False", reasons::AS_EXPECTED),
+        ]
+    })
+}
+
+/// The worker pod looked up and found (running).
+async fn worker_pod_present(server: &mut Handle) {
+    expect(
+        server,
+        "GET",
+        &format!("/api/v1/namespaces/{NS}/pods/demo-worker"),
+        200,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker", "namespace": NS},
+            "status": super::support::running_ready_on_loopback()}),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn spec_suspend_deletes_the_worker_keeps_the_workspace_and_reports_reconciling_until_it_is_gone(
+) {
+    let (client, mut server) = super::support::client();
+    let obj = session_obj(json!({
+        "metadata": {"finalizers": ["kubeharness.dev/cleanup"], "generation": 4},
+        "spec": {"suspend": true},
+        "status": ready_status(),
+    }));
+    let run = tokio::spawn(session::reconcile(Arc::new(obj), context(client)));
+    read_tier0(&mut server).await;
+    worker_pod_present(&mut server).await;
+    // The token Secret (read back: it exists), the workspace PVC kept, the NetworkPolicy and the
+    // Service: all still applied.
+    let (_, pvc, _, _) = make_children(
+        &mut server,
+        vec![Want::new(
+            "POST",
+            format!("/api/v1/namespaces/{NS}/secrets"),
+            201,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-token", "namespace": NS}}),
+        )],
+    )
+    .await;
+    assert_eq!(pvc.body["metadata"]["name"], "demo-workspace");
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{NS}/pods/demo-worker"),
+        200,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker"}}),
+    )
+    .await;
+    let written = patch_session_status(&mut server).await;
+    let st = &written.body["status"];
+    assert_eq!(st["phase"], "Hibernated");
+    assert_eq!(st["observedGeneration"], 4);
+    assert!(st.get("workerPod").is_none(), "{st}");
+    let is = |type_: &str, status: &str, reason: &str| {
+        let c = condition(st, type_);
+        assert_eq!(
+            (c["status"].as_str(), c["reason"].as_str()),
+            (Some(status), Some(reason)),
+            "{c}"
+        );
+        assert_eq!(c["observedGeneration"], 4, "{c}");
+    };
+    is("Ready", "False", reasons::SUSPENDED);
+    is("Hibernated", "True", reasons::SUSPENDED);
+    // The pod is still terminating: kstatus reads InProgress until its deletion comes back.
+    is("Reconciling", "True", reasons::HIBERNATING);
+    is("Stalled", "False", reasons::AS_EXPECTED);
+    // Ready and Hibernated changed: two Normal Events (Reconciling and Stalled make none).
+    for event in drain_events(&mut server, NS, 2).await {
+        assert_eq!(event["type"], "Normal", "{event}");
+        assert_eq!(event["reason"], reasons::SUSPENDED, "{event}");
+    }
+    let action = tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .expect("nothing else is asked")
+        .unwrap()
+        .expect("reconcile");
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(10))
+    );
+}
+
+#[tokio::test]
+async fn an_expired_session_releases_its_pods_and_workspace_and_is_kept() {
+    let (client, mut server) = super::support::client();
+    let obj = session_obj(json!({
+        "metadata": {"finalizers": ["kubeharness.dev/cleanup"], "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"lifetime": {"ttlSeconds": 60}},
+        "status": ready_status(),
+    }));
+    let run = tokio::spawn(session::reconcile(Arc::new(obj), context(client)));
+    let note = drain_events(&mut server, NS, 1).await;
+    assert_eq!(note[0]["reason"], "TTLExpired", "{}", note[0]);
+    worker_pod_present(&mut server).await;
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{NS}/pods/demo-worker"),
+        200,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker"}}),
+    )
+    .await;
+    // Its Tier-1 pods, found by label (none left).
+    expect(
+        &mut server,
+        "GET",
+        "/api/v1/namespaces/team-a/pods",
+        200,
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}),
+    )
+    .await;
+    let claim = format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/demo-workspace");
+    expect(&mut server, "GET", &claim, 200,
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "demo-workspace", "namespace": NS}})).await;
+    expect(
+        &mut server,
+        "DELETE",
+        &claim,
+        200,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+    )
+    .await;
+    // No DELETE of the session itself: the next request is its status.
+    let written = patch_session_status(&mut server).await;
+    let st = &written.body["status"];
+    assert_eq!(st["phase"], "Expired");
+    assert!(
+        st.get("workerPod").is_none() && st.get("address").is_none(),
+        "{st}"
+    );
+    let c = |type_: &str| {
+        let c = condition(st, type_);
+        (
+            c["status"].as_str().unwrap().to_string(),
+            c["reason"].as_str().unwrap().to_string(),
+        )
+    };
+    assert_eq!(c("Ready"), ("False".into(), reasons::EXPIRED.into()));
+    assert_eq!(c("Reconciling"), ("True".into(), reasons::EXPIRING.into()));
+    assert_eq!(c("Stalled"), ("False".into(), reasons::AS_EXPECTED.into()));
+    let ready = drain_events(&mut server, NS, 1).await;
+    assert_eq!(
+        (ready[0]["type"].as_str(), ready[0]["reason"].as_str()),
+        (Some("Normal"), Some(reasons::EXPIRED))
+    );
+    tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .expect("nothing else is asked")
+        .unwrap()
+        .expect("reconcile");
+}
+
+#[tokio::test]
+async fn an_expired_session_with_ttl_action_delete_is_deleted() {
+    let (client, mut server) = super::support::client();
+    let obj = session_obj(json!({
+        "metadata": {"finalizers": ["kubeharness.dev/cleanup"], "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"lifetime": {"ttlSeconds": 60, "ttlAction": "Delete"}},
+        "status": ready_status(),
+    }));
+    let run = tokio::spawn(session::reconcile(Arc::new(obj), context(client)));
+    drain_events(&mut server, NS, 1).await;
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+        200,
+        json!(session_obj(json!({}))),
+    )
+    .await;
+    tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .expect("nothing else is asked")
+        .unwrap()
+        .expect("reconcile");
 }

@@ -331,7 +331,7 @@ async fn a_session_deleted_while_its_cleanup_ran_is_no_error() {
     expect(
         &mut server,
         "GET",
-        "/api/v1/namespaces/kube-harness/pods",
+        "/api/v1/namespaces/team-a/pods",
         200,
         json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}),
     )

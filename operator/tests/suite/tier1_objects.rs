@@ -32,7 +32,8 @@ fn rust(pool: u32) -> SandboxTier {
         json!({"level": 1, "template": {"image": "rust:1", "runtimeClassName": "gvisor",
         "resources": {"limits": {"memory": "4Gi"}}, "nodeSelector": {"pool": "build"},
         "tolerations": [{"key": "build", "operator": "Exists"}]},
-        "capabilities": ["version-control", "build-toolchain"], "warmPool": {"size": pool}}),
+        "capabilities": ["version-control", "build-toolchain"],
+        "warmPool": {"size": pool, "namespaces": if pool > 0 { json!(["team-a"]) } else { json!([]) }}}),
     )
 }
 
@@ -230,9 +231,12 @@ fn pool_pods_carry_the_pool_labels_and_the_template_hash_follows_the_template() 
         &rust(2),
         &Purpose::Pool {
             template_hash: hash.clone(),
+            namespace: "team-a".into(),
         },
         &config,
     );
+    // Kept where the sessions it serves are, not in the operator's namespace.
+    assert_eq!(p.metadata.namespace.as_deref(), Some("team-a"));
     let labels = p.metadata.labels.unwrap();
     assert_eq!(labels["kubeharness.dev/pool"], "rust");
     assert_eq!(labels["kubeharness.dev/claimed"], "false");
@@ -252,17 +256,17 @@ fn pool_pods_carry_the_pool_labels_and_the_template_hash_follows_the_template() 
 
 #[test]
 fn the_tier_network_policy_admits_only_workers_and_follows_the_egress_policy() {
-    let config = OperatorConfig::for_namespace("kh");
-    let np = serde_json::to_value(pod::network_policy(&rust(0), &config)).unwrap();
+    let np = serde_json::to_value(pod::network_policy(&rust(0), "team-a")).unwrap();
     assert_eq!(np["metadata"]["name"], "t1-rust");
-    assert_eq!(np["metadata"]["namespace"], "kh");
+    assert_eq!(np["metadata"]["namespace"], "team-a");
     assert_eq!(
         np["spec"]["podSelector"]["matchLabels"]["kubeharness.dev/tier"],
         "rust"
     );
     assert_eq!(
         np["spec"]["ingress"],
-        json!([{"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {
+        // Only the workers of the same namespace (no namespaceSelector).
+        json!([{"from": [{"podSelector": {"matchLabels": {
         "app.kubernetes.io/managed-by": "kube-harness-operator", "kubeharness.dev/role": "worker"}}}],
         "ports": [{"port": 8080, "protocol": "TCP"}]}])
     );
@@ -272,14 +276,14 @@ fn the_tier_network_policy_admits_only_workers_and_follows_the_egress_policy() {
     let mut list = rust(0);
     list.spec.egress =
         serde_json::from_value(json!({"mode": "AllowList", "cidrs": ["10.0.0.0/8"]})).unwrap();
-    let np = serde_json::to_value(pod::network_policy(&list, &config)).unwrap();
+    let np = serde_json::to_value(pod::network_policy(&list, "team-a")).unwrap();
     assert_eq!(
         np["spec"]["egress"][1]["to"],
         json!([{"ipBlock": {"cidr": "10.0.0.0/8"}}])
     );
     let mut all = rust(0);
     all.spec.egress = serde_json::from_value(json!({"mode": "AllowAll"})).unwrap();
-    let np = serde_json::to_value(pod::network_policy(&all, &config)).unwrap();
+    let np = serde_json::to_value(pod::network_policy(&all, "team-a")).unwrap();
     assert_eq!(np["spec"]["egress"], json!([{}]));
 }
 
@@ -508,10 +512,8 @@ fn an_escalating_session_worker_gets_the_tier_api_and_may_reach_it_and_tier1_pod
         egress[3]["to"][0]["podSelector"]["matchLabels"]["kubeharness.dev/role"],
         "tier1"
     );
-    assert_eq!(
-        egress[3]["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
-        "kh"
-    );
+    // The session's own namespace, where its Tier-1 pods run.
+    assert_eq!(egress[3]["to"][0].get("namespaceSelector"), None);
     let plain =
         serde_json::to_value(resources::network_policy(&session(json!({})), &config)).unwrap();
     assert_eq!(plain["spec"]["egress"].as_array().unwrap().len(), 2);
@@ -528,18 +530,35 @@ fn start_reconcile(tier: SandboxTier) -> (Handle, String, JoinHandle<Result<Acti
     (server, hash, run)
 }
 
-/// The tier's NetworkPolicy apply; returns what the operator sent.
+/// The list of the tier's idle pool pods in every namespace, answered with `items`.
+async fn list_everywhere(server: &mut Handle, items: Value) -> Seen {
+    expect(
+        server,
+        "GET",
+        "/api/v1/pods",
+        200,
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items}),
+    )
+    .await
+}
+
+/// The tier's NetworkPolicy apply in `team-a`; returns what the operator sent.
 async fn apply_policy(server: &mut Handle) -> Seen {
-    expect(server, "PATCH", "/apis/networking.k8s.io/v1/namespaces/kh/networkpolicies/t1-rust", 200,
+    expect(server, "PATCH", "/apis/networking.k8s.io/v1/namespaces/team-a/networkpolicies/t1-rust", 200,
         json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "t1-rust"}})).await
 }
 
-/// A pool pod deleted (answered with `reply`), then its Secret, already collected with it: fine.
+/// A pool pod of `team-a` deleted (answered with `reply`), then its Secret, already collected
+/// with it: fine.
 async fn delete_pool_pod(server: &mut Handle, name: &str, reply: Value) {
+    delete_pool_pod_in(server, "team-a", name, reply).await
+}
+
+async fn delete_pool_pod_in(server: &mut Handle, ns: &str, name: &str, reply: Value) {
     expect(
         server,
         "DELETE",
-        &format!("/api/v1/namespaces/kh/pods/{name}"),
+        &format!("/api/v1/namespaces/{ns}/pods/{name}"),
         200,
         reply,
     )
@@ -547,7 +566,7 @@ async fn delete_pool_pod(server: &mut Handle, name: &str, reply: Value) {
     expect(
         server,
         "DELETE",
-        &format!("/api/v1/namespaces/kh/secrets/{name}"),
+        &format!("/api/v1/namespaces/{ns}/secrets/{name}"),
         404,
         not_found("secrets", name),
     )
@@ -561,19 +580,19 @@ async fn create_pool_pod(server: &mut Handle, uid: &str) -> (String, Seen) {
     let arrived = super::support::next(server, "POST pods").await;
     assert_eq!(
         (arrived.method.as_str(), arrived.path.as_str()),
-        ("POST", "/api/v1/namespaces/kh/pods"),
+        ("POST", "/api/v1/namespaces/team-a/pods"),
         "the pod first"
     );
     let name = arrived.seen.body["metadata"]["name"]
         .as_str()
         .unwrap()
         .to_string();
-    let reply = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "kh", "uid": uid}});
+    let reply = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team-a", "uid": uid}});
     let created = super::support::answer(arrived, 201, &reply);
     let secret = expect(
         server,
         "POST",
-        "/api/v1/namespaces/kh/secrets",
+        "/api/v1/namespaces/team-a/secrets",
         201,
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}}),
     )
@@ -601,17 +620,46 @@ async fn patch_tier_status(server: &mut Handle, name: &str, reply: Value) -> See
 #[tokio::test]
 async fn a_pool_reconcile_deletes_stale_pods_creates_the_missing_and_reports_counts() {
     let (mut server, hash, run) = start_reconcile(rust(2));
-    let np = apply_policy(&mut server).await;
-    assert_eq!(np.content_type, "application/apply-patch+yaml");
-    let pool_pod = |name: &str, hash: &str| {
+    let pool_pod_in = |ns: &str, name: &str, hash: &str| {
         json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "kh", "labels": {"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false", "kubeharness.dev/template-hash": hash}},
+        "metadata": {"name": name, "namespace": ns, "uid": format!("{name}-uid"), "resourceVersion": "7",
+            "labels": {"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false", "kubeharness.dev/template-hash": hash}},
         "status": {"phase": "Running", "podIP": "10.0.0.3", "conditions": [{"type": "Ready", "status": "True"}]}})
     };
+    let pool_pod = |name: &str, hash: &str| pool_pod_in("team-a", name, hash);
+    // A pod in a namespace the pool no longer serves goes, with its Secret, exactly as listed.
+    list_everywhere(
+        &mut server,
+        json!([
+            pool_pod_in("old-team", "t1-moved", &hash),
+            pool_pod("t1-good", &hash)
+        ]),
+    )
+    .await;
+    let arrived = super::support::next(&mut server, "DELETE the unserved pod").await;
+    assert_eq!(
+        (arrived.method.as_str(), arrived.path.as_str()),
+        ("DELETE", "/api/v1/namespaces/old-team/pods/t1-moved")
+    );
+    assert_eq!(
+        arrived.seen.body["preconditions"],
+        json!({"uid": "t1-moved-uid", "resourceVersion": "7"})
+    );
+    super::support::answer(arrived, 200, &pool_pod_in("old-team", "t1-moved", &hash));
+    expect(
+        &mut server,
+        "DELETE",
+        "/api/v1/namespaces/old-team/secrets/t1-moved",
+        404,
+        not_found("secrets", "t1-moved"),
+    )
+    .await;
+    let np = apply_policy(&mut server).await;
+    assert_eq!(np.content_type, "application/apply-patch+yaml");
     let listed = expect(
         &mut server,
         "GET",
-        "/api/v1/namespaces/kh/pods",
+        "/api/v1/namespaces/team-a/pods",
         200,
         json!({"apiVersion": "v1", "kind": "PodList", "metadata": {},
         "items": [pool_pod("t1-stale", "0123456789abcdef"), pool_pod("t1-good", &hash)]}),
@@ -660,19 +708,20 @@ async fn a_pool_reconcile_deletes_stale_pods_creates_the_missing_and_reports_cou
 async fn pool_pods_that_cannot_start_are_kept_and_reported_and_crashed_ones_replaced_only_when_old()
 {
     let (mut server, hash, run) = start_reconcile(rust(3));
+    list_everywhere(&mut server, json!([])).await;
     apply_policy(&mut server).await;
     let now = k8s_openapi::jiff::Timestamp::now();
     let created =
         |secs_ago: i64| (now - k8s_openapi::jiff::SignedDuration::from_secs(secs_ago)).to_string();
     let pool_pod = |name: &str, age: i64, status: Value| {
         json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "kh", "creationTimestamp": created(age),
+        "metadata": {"name": name, "namespace": "team-a", "creationTimestamp": created(age),
             "labels": {"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false", "kubeharness.dev/template-hash": hash}},
         "status": status})
     };
     let died = json!({"phase": "Failed", "containerStatuses": [{"name": "agent", "image": "rust:1", "imageID": "", "ready": false,
         "restartCount": 0, "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]});
-    expect(&mut server, "GET", "/api/v1/namespaces/kh/pods", 200, json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
+    expect(&mut server, "GET", "/api/v1/namespaces/team-a/pods", 200, json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
         pool_pod("t1-noimage", 600, json!({"phase": "Pending", "containerStatuses": [{"name": "agent", "image": "rust:1", "imageID": "",
             "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ErrImageNeverPull", "message": "not present"}}}]})),
         pool_pod("t1-young", 5, died.clone()),

@@ -47,10 +47,22 @@ fn t1(name: &str, labels: Value, annotations: Value) -> Value {
         a[k] = v.clone();
     }
     json!({"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": name, "namespace": OP, "uid": format!("uid-{name}"), "resourceVersion": "1",
+           "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "resourceVersion": "1",
                         "creationTimestamp": at(-3600), "labels": l, "annotations": a},
            "spec": {"containers": [{"name": "agent", "image": "x"}]},
            "status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}})
+}
+
+/// A pod in namespace `tenant-a` carrying this session's labels (see [`t1`]); without the
+/// session's uid unless `with_uid`.
+fn planted(name: &str, labels: Value, annotations: Value, with_uid: bool) -> Value {
+    let mut p = t1(name, labels, annotations);
+    p["metadata"]["namespace"] = json!("tenant-a");
+    if !with_uid {
+        let l = p["metadata"]["labels"].as_object_mut().unwrap();
+        l.remove("kubeharness.dev/session-uid");
+    }
+    p
 }
 
 fn lease(name: &str, holder: &str, turn_label: &str, written: i64, ordinary: &str) -> Value {
@@ -74,7 +86,7 @@ async fn deleted_pod(server: &mut Handle, name: &str) {
     expect(
         server,
         "DELETE",
-        &format!("/api/v1/namespaces/{OP}/pods/{name}"),
+        &format!("/api/v1/namespaces/{NS}/pods/{name}"),
         200,
         ok(),
     )
@@ -82,7 +94,7 @@ async fn deleted_pod(server: &mut Handle, name: &str) {
     expect(
         server,
         "DELETE",
-        &format!("/api/v1/namespaces/{OP}/secrets/{name}"),
+        &format!("/api/v1/namespaces/{NS}/secrets/{name}"),
         200,
         ok(),
     )
@@ -167,11 +179,27 @@ async fn the_sweep_ends_lifetimes_and_orphans_with_an_event_and_a_metric_each() 
             json!({"kubeharness.dev/turn-id": "t-live", "kubeharness.dev/turn-deadline": at(40),
                    "kubeharness.dev/turn-started": at(-100)}),
         ),
+        // Planted by a tenant of another namespace, labelled for this session: one past its
+        // bound with a message of the tenant's (it would write demo's status and a Warning
+        // Event), one newer than t1-live with demo's uid (it would supersede t1-live). Neither
+        // is judged: no request below is theirs, and t1-live stays.
+        planted(
+            "t1-planted-timed",
+            json!({"kubeharness.dev/turn": turn("t-evil")}),
+            json!({"kubeharness.dev/turn-id": "click here", "kubeharness.dev/turn-deadline": at(-1)}),
+            false,
+        ),
+        planted(
+            "t1-planted-newer",
+            json!({"kubeharness.dev/turn": turn("t-newer")}),
+            json!({"kubeharness.dev/turn-started": at(36000)}),
+            true,
+        ),
     ];
     expect(
         &mut server,
         "GET",
-        &format!("/api/v1/namespaces/{OP}/pods"),
+        "/api/v1/pods",
         200,
         json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": pods}),
     )
@@ -196,7 +224,7 @@ async fn the_sweep_ends_lifetimes_and_orphans_with_an_event_and_a_metric_each() 
     .await;
     // The kept pod past its idle time: deleted, an Event on it and one on its session.
     deleted_pod(&mut server, "t1-idle").await;
-    let on_pod = drain_events(&mut server, OP, 1).await;
+    let on_pod = drain_events(&mut server, NS, 1).await;
     assert_eq!(on_pod[0]["reason"], "Tier1Swept");
     assert_eq!(on_pod[0]["regarding"]["name"], "t1-idle");
     let on_session = drain_events(&mut server, NS, 1).await;
@@ -204,7 +232,7 @@ async fn the_sweep_ends_lifetimes_and_orphans_with_an_event_and_a_metric_each() 
     // The turn past its bound: deleted; the session's Escalated becomes TurnTimedOut, with a
     // Warning Event.
     deleted_pod(&mut server, "t1-timed").await;
-    drain_events(&mut server, OP, 1).await;
+    drain_events(&mut server, NS, 1).await;
     expect(
         &mut server,
         "GET",
@@ -241,9 +269,9 @@ async fn the_sweep_ends_lifetimes_and_orphans_with_an_event_and_a_metric_each() 
     );
     // The pod whose turn was never recorded, and the old incarnation's pod.
     deleted_pod(&mut server, "t1-unrecorded").await;
-    drain_events(&mut server, OP, 1).await;
+    drain_events(&mut server, NS, 1).await;
     deleted_pod(&mut server, "t1-old").await;
-    drain_events(&mut server, OP, 1).await;
+    drain_events(&mut server, NS, 1).await;
     // The timed-out turn's record (its pod just went, and it is old), then the orphaned record
     // and its ordinary Secret; the live and the fresh records stay.
     expect(
@@ -258,7 +286,7 @@ async fn the_sweep_ends_lifetimes_and_orphans_with_an_event_and_a_metric_each() 
     expect(
         &mut server,
         "DELETE",
-        &format!("/api/v1/namespaces/{OP}/secrets/t1-timed"),
+        &format!("/api/v1/namespaces/{NS}/secrets/t1-timed"),
         404,
         not_found("secrets", "t1-timed"),
     )
@@ -275,12 +303,12 @@ async fn the_sweep_ends_lifetimes_and_orphans_with_an_event_and_a_metric_each() 
     expect(
         &mut server,
         "DELETE",
-        &format!("/api/v1/namespaces/{OP}/secrets/t1-never"),
+        &format!("/api/v1/namespaces/{NS}/secrets/t1-never"),
         200,
         ok(),
     )
     .await;
-    let secret_event = drain_events(&mut server, OP, 1).await;
+    let secret_event = drain_events(&mut server, NS, 1).await;
     assert_eq!(secret_event[0]["regarding"]["kind"], "Secret");
     let report = tokio::time::timeout(std::time::Duration::from_secs(5), run)
         .await
@@ -354,7 +382,7 @@ fn record(name: &str, holder: &str, turn: &str, written: i64, ended: Option<i64>
         annotations["kubeharness.dev/turn-ended"] = json!(at(at_));
     }
     json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-           "metadata": {"name": name, "namespace": OP, "uid": format!("uid-{name}"), "resourceVersion": "4",
+           "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "resourceVersion": "4",
                         "creationTimestamp": at(written),
                         "labels": {"kubeharness.dev/role": "tier1", "kubeharness.dev/session-namespace": NS,
                                    "kubeharness.dev/session": "demo", "kubeharness.dev/session-uid": "s-uid",
@@ -425,7 +453,7 @@ async fn the_sweep_ends_ended_and_superseded_turns_and_unready_kept_pods_and_goe
     expect(
         &mut server,
         "GET",
-        &format!("/api/v1/namespaces/{OP}/pods"),
+        "/api/v1/pods",
         200,
         json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": pods}),
     )
@@ -451,7 +479,7 @@ async fn the_sweep_ends_ended_and_superseded_turns_and_unready_kept_pods_and_goe
         let seen = expect(
             &mut server,
             "DELETE",
-            &format!("/api/v1/namespaces/{OP}/pods/{name}"),
+            &format!("/api/v1/namespaces/{NS}/pods/{name}"),
             200,
             ok(),
         )
@@ -464,12 +492,12 @@ async fn the_sweep_ends_ended_and_superseded_turns_and_unready_kept_pods_and_goe
         expect(
             &mut server,
             "DELETE",
-            &format!("/api/v1/namespaces/{OP}/secrets/{name}"),
+            &format!("/api/v1/namespaces/{NS}/secrets/{name}"),
             200,
             ok(),
         )
         .await;
-        drain_events(&mut server, OP, 1).await;
+        drain_events(&mut server, NS, 1).await;
     }
     let claimed = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": "Precondition failed: ResourceVersion in precondition: 1, ResourceVersion in object meta: 2",
@@ -477,7 +505,7 @@ async fn the_sweep_ends_ended_and_superseded_turns_and_unready_kept_pods_and_goe
     expect(
         &mut server,
         "DELETE",
-        &format!("/api/v1/namespaces/{OP}/pods/t1-changed"),
+        &format!("/api/v1/namespaces/{NS}/pods/t1-changed"),
         409,
         claimed,
     )

@@ -82,7 +82,7 @@ fn tier(pool: u32, observed: bool) -> Value {
         "apiVersion": "kubeharness.dev/v1alpha1", "kind": "SandboxTier",
         "metadata": {"name": "rust", "uid": "tier-uid", "generation": 1},
         "spec": {"level": 1, "template": {"image": "example.org/toolchain:1", "imagePullPolicy": "Never"},
-                 "capabilities": ["version-control"], "warmPool": {"size": pool}},
+                 "capabilities": ["version-control"], "warmPool": {"size": pool, "namespaces": [NS]}},
     });
     if observed {
         v["status"] = json!({"warmReady": pool});
@@ -105,7 +105,7 @@ fn ready_status(ip: &str) -> Value {
 /// A Tier-1 pod as the API server would return it.
 fn t1_pod(name: &str, labels: Value, annotations: Value, status: Value, rv: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": name, "namespace": OP, "uid": format!("uid-{name}"), "resourceVersion": rv,
+           "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "resourceVersion": rv,
                         "labels": labels, "annotations": annotations},
            "spec": {"containers": [{"name": "agent", "image": "example.org/toolchain:1"}]},
            "status": status})
@@ -158,9 +158,9 @@ async fn read_t1_secret(server: &mut Handle, name: &str, token: &str) {
     expect(
         server,
         "GET",
-        &format!("/api/v1/namespaces/{OP}/secrets/{name}"),
+        &format!("/api/v1/namespaces/{NS}/secrets/{name}"),
         200,
-        secret(OP, name, token),
+        secret(NS, name, token),
     )
     .await;
 }
@@ -170,7 +170,7 @@ async fn list_pool(server: &mut Handle, items: Vec<Value>) -> Seen {
     expect(
         server,
         "GET",
-        &format!("/api/v1/namespaces/{OP}/pods"),
+        &format!("/api/v1/namespaces/{NS}/pods"),
         200,
         list(items),
     )
@@ -182,7 +182,7 @@ async fn patch_pod(server: &mut Handle, name: &str, code: u16, reply: Value) -> 
     expect(
         server,
         "PATCH",
-        &format!("/api/v1/namespaces/{OP}/pods/{name}"),
+        &format!("/api/v1/namespaces/{NS}/pods/{name}"),
         code,
         reply,
     )
@@ -313,7 +313,7 @@ async fn find_turn(server: &mut Handle, items: Vec<Value>) {
     let seen = expect(
         server,
         "GET",
-        &format!("/api/v1/namespaces/{OP}/pods"),
+        &format!("/api/v1/namespaces/{NS}/pods"),
         200,
         list(items),
     )
@@ -341,17 +341,32 @@ async fn worker_pod(server: &mut Handle) {
                "status": {"containerStatuses": [{"name": "worker", "image": "x", "imageID": "", "ready": true, "restartCount": 2}]}})).await;
 }
 
+/// The tier's NetworkPolicy applied in the session's namespace before an ordinary pod there.
+async fn tier_policy(server: &mut Handle) -> Seen {
+    let np = expect(
+        server,
+        "PATCH",
+        &format!("/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/t1-rust"),
+        200,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "t1-rust", "namespace": NS}}),
+    )
+    .await;
+    assert_eq!(np.content_type, "application/apply-patch+yaml");
+    np
+}
+
 /// The ordinary pod: its Secret, the pod, the Secret adopted by the pod. Returns (secret, pod).
 async fn ordinary(server: &mut Handle, miss: Option<&str>) -> (Value, Value) {
     let name = pod::ordinary_name(NS, "demo", "turn-1");
     // Recorded before anything of it is created.
     create_record(server, &name).await;
+    tier_policy(server).await;
     let created_secret = expect(
         server,
         "POST",
-        &format!("/api/v1/namespaces/{OP}/secrets"),
+        &format!("/api/v1/namespaces/{NS}/secrets"),
         201,
-        secret(OP, &name, "t1-token"),
+        secret(NS, &name, "t1-token"),
     )
     .await;
     let mut annotations = json!({"kubeharness.dev/turn-id": "turn-1", "kubeharness.dev/tier-level": "1",
@@ -363,7 +378,7 @@ async fn ordinary(server: &mut Handle, miss: Option<&str>) -> (Value, Value) {
     let p = expect(
         server,
         "POST",
-        &format!("/api/v1/namespaces/{OP}/pods"),
+        &format!("/api/v1/namespaces/{NS}/pods"),
         201,
         created,
     )
@@ -371,9 +386,9 @@ async fn ordinary(server: &mut Handle, miss: Option<&str>) -> (Value, Value) {
     let adopt = expect(
         server,
         "PATCH",
-        &format!("/api/v1/namespaces/{OP}/secrets/{name}"),
+        &format!("/api/v1/namespaces/{NS}/secrets/{name}"),
         200,
-        secret(OP, &name, "t1-token"),
+        secret(NS, &name, "t1-token"),
     )
     .await;
     assert_eq!(adopt.body["metadata"]["ownerReferences"][0]["kind"], "Pod");
@@ -462,7 +477,7 @@ async fn post_creates_an_ordinary_pod_and_its_secret() {
     assert!(name.starts_with("t1-") && name.len() == 19, "{name}");
     // The Secret: the pod's own random 256-bit token (hex), owned by the tier until adopted.
     assert_eq!(secret["metadata"]["name"], name);
-    assert_eq!(secret["metadata"]["namespace"], OP);
+    assert_eq!(secret["metadata"]["namespace"], NS);
     assert_eq!(
         secret["data"]["token"].as_str().map(str::len),
         Some(88),
@@ -474,7 +489,7 @@ async fn post_creates_an_ordinary_pod_and_its_secret() {
     );
     // The pod: exactly the labels of docs/tier1.md, in the operator's namespace.
     let meta = &p["metadata"];
-    assert_eq!(meta["namespace"], OP);
+    assert_eq!(meta["namespace"], NS);
     assert_eq!(
         meta["labels"],
         json!({
@@ -759,6 +774,29 @@ async fn lost_claim_races_try_the_next_pod_then_fall_back_with_slot_unavailable(
     );
 }
 
+/// A pod that carries the pool's labels but lives in another namespace (listed by a confused or
+/// hostile API answer, or planted there) is never claimed: the session would be served outside
+/// its namespace's quota, by a pod its namespace's policies do not cover.
+#[tokio::test]
+async fn a_pool_pod_of_another_namespace_is_never_claimed() {
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    new_turn(&mut server, tier(2, true)).await;
+    let mut elsewhere = t1_pod(
+        "t1-aaa",
+        json!({"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false"}),
+        json!({}),
+        ready_status("10.0.0.1"),
+        "10",
+    );
+    elsewhere["metadata"]["namespace"] = json!("team-b");
+    list_pool(&mut server, vec![elsewhere]).await;
+    // No claim patch: only the session read that goes beside a claim, then an ordinary pod.
+    read_session(&mut server, session(None)).await;
+    let (p, _) = ordinary_answer(&mut server, reply, "slot_unavailable").await;
+    assert_eq!(p["metadata"]["namespace"], NS);
+}
+
 #[tokio::test]
 async fn a_workspace_over_the_prepared_limit_gets_an_ordinary_pod_without_touching_the_pool() {
     let (base, mut server) = start().await;
@@ -773,6 +811,98 @@ async fn a_workspace_over_the_prepared_limit_gets_an_ordinary_pod_without_touchi
     assert_eq!(
         p["metadata"]["annotations"]["kubeharness.dev/miss-reason"],
         "workspace_too_large"
+    );
+}
+
+#[tokio::test]
+async fn a_pool_that_does_not_serve_the_sessions_namespace_gives_an_ordinary_pod_there() {
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    let mut elsewhere = tier(2, true);
+    elsewhere["spec"]["warmPool"]["namespaces"] = json!(["team-b"]);
+    new_turn(&mut server, elsewhere).await;
+    // No pool pod of another namespace is listed or claimed: the pod is made in the session's.
+    let (p, _) = ordinary_answer(&mut server, reply, "namespace_not_served").await;
+    assert_eq!(p["metadata"]["namespace"], NS);
+}
+
+/// A Tier-1 pod the session's namespace refuses (its ResourceQuota): Failed at once with reason
+/// QuotaExceeded and the API server's message, which the session's Escalated condition and a
+/// Warning Event carry; nothing is retried or left waiting.
+#[tokio::test]
+async fn an_ordinary_pod_refused_by_the_namespaces_quota_is_failed_at_once_with_its_message() {
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    new_turn(&mut server, tier(0, false)).await;
+    let name = pod::ordinary_name(NS, "demo", "turn-1");
+    create_record(&mut server, &name).await;
+    tier_policy(&mut server).await;
+    expect(
+        &mut server,
+        "POST",
+        &format!("/api/v1/namespaces/{NS}/secrets"),
+        201,
+        secret(NS, &name, "t1-token"),
+    )
+    .await;
+    let quota = "pods \"x\" is forbidden: exceeded quota: team-quota, requested: pods=1, used: pods=2, limited: pods=2";
+    expect(
+        &mut server,
+        "POST",
+        &format!("/api/v1/namespaces/{NS}/pods"),
+        403,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": quota, "reason": "Forbidden", "code": 403}),
+    )
+    .await;
+    // Its Secret would serve nothing: deleted.
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{NS}/secrets/{name}"),
+        200,
+        secret(NS, &name, "t1-token"),
+    )
+    .await;
+    expect(
+        &mut server,
+        "GET",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+        200,
+        session(None),
+    )
+    .await;
+    let status = patch_session_status(&mut server).await;
+    let esc = &status.body["status"]["conditions"][0];
+    assert_eq!(
+        (
+            esc["type"].as_str(),
+            esc["status"].as_str(),
+            esc["reason"].as_str()
+        ),
+        (
+            Some("Escalated"),
+            Some("False"),
+            Some(reasons::TIER1_FAILED)
+        ),
+        "{esc}"
+    );
+    let message = esc["message"].as_str().unwrap();
+    assert!(
+        message.contains("QuotaExceeded") && message.contains("exceeded quota: team-quota"),
+        "{message}"
+    );
+    let events = drain_events(&mut server, NS, 1).await;
+    assert_eq!(events[0]["type"], "Warning");
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(
+        (code, body["phase"].as_str(), body["reason"].as_str()),
+        (200, Some("Failed"), Some(reasons::QUOTA_EXCEEDED)),
+        "{body}"
+    );
+    assert!(
+        body["message"].as_str().unwrap().contains("team-quota"),
+        "{body}"
     );
 }
 
@@ -988,7 +1118,7 @@ async fn delete_removes_pod_and_secret_and_ends_the_escalation() {
     let deleted = expect(
         &mut server,
         "DELETE",
-        &format!("/api/v1/namespaces/{OP}/pods/{name}"),
+        &format!("/api/v1/namespaces/{NS}/pods/{name}"),
         200,
         t1_pod(&name, json!({}), json!({}), json!({}), "4"),
     )
@@ -1000,7 +1130,7 @@ async fn delete_removes_pod_and_secret_and_ends_the_escalation() {
     expect(
         &mut server,
         "DELETE",
-        &format!("/api/v1/namespaces/{OP}/secrets/{name}"),
+        &format!("/api/v1/namespaces/{NS}/secrets/{name}"),
         404,
         not_found("secrets", &name),
     )
@@ -1121,7 +1251,7 @@ async fn a_warm_open_asks_together_what_does_not_depend_on_each_other_and_answer
     .await;
     // Nothing before the bearer is checked.
     session_token(&mut server).await;
-    let pods = format!("/api/v1/namespaces/{OP}/pods");
+    let pods = format!("/api/v1/namespaces/{NS}/pods");
     together(
         &mut server,
         vec![
@@ -1179,9 +1309,9 @@ async fn a_warm_open_asks_together_what_does_not_depend_on_each_other_and_answer
             ("PATCH", format!("{pods}/t1-aaa"), 200, claimed),
             (
                 "GET",
-                format!("/api/v1/namespaces/{OP}/secrets/t1-aaa"),
+                format!("/api/v1/namespaces/{NS}/secrets/t1-aaa"),
                 200,
-                secret(OP, "t1-aaa", "pool-token"),
+                secret(NS, "t1-aaa", "pool-token"),
             ),
             (
                 "GET",
@@ -1256,7 +1386,7 @@ async fn a_claimed_pod_whose_token_cannot_be_read_is_503_and_its_open_is_still_a
     patch_pod(&mut server, "t1-aaa", 200, claimed).await;
     let unavailable = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                              "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
-    let secret_path = format!("/api/v1/namespaces/{OP}/secrets/t1-aaa");
+    let secret_path = format!("/api/v1/namespaces/{NS}/secrets/t1-aaa");
     // Beside the claim, then once more by the answer: both fail.
     expect(&mut server, "GET", &secret_path, 500, unavailable.clone()).await;
     read_session(&mut server, session(None)).await;
@@ -1427,7 +1557,7 @@ async fn no_kept_pod_of_another_session_worker_template_or_past_its_idle_time_is
     expect(
         &mut server,
         "DELETE",
-        &format!("/api/v1/namespaces/{OP}/pods/t1-j"),
+        &format!("/api/v1/namespaces/{NS}/pods/t1-j"),
         200,
         t1_pod("t1-j", json!({}), json!({}), json!({}), "31"),
     )
@@ -1435,7 +1565,7 @@ async fn no_kept_pod_of_another_session_worker_template_or_past_its_idle_time_is
     expect(
         &mut server,
         "DELETE",
-        &format!("/api/v1/namespaces/{OP}/secrets/t1-j"),
+        &format!("/api/v1/namespaces/{NS}/secrets/t1-j"),
         404,
         not_found("secrets", "t1-j"),
     )
@@ -1498,7 +1628,7 @@ async fn an_open_that_loses_the_turns_record_gives_its_claimed_pod_up_and_answer
     expect(
         &mut server,
         "DELETE",
-        &format!("/api/v1/namespaces/{OP}/pods/t1-bbb"),
+        &format!("/api/v1/namespaces/{NS}/pods/t1-bbb"),
         200,
         t1_pod("t1-bbb", json!({}), json!({}), json!({}), "43"),
     )
@@ -1506,7 +1636,7 @@ async fn an_open_that_loses_the_turns_record_gives_its_claimed_pod_up_and_answer
     expect(
         &mut server,
         "DELETE",
-        &format!("/api/v1/namespaces/{OP}/secrets/t1-bbb"),
+        &format!("/api/v1/namespaces/{NS}/secrets/t1-bbb"),
         200,
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
     )
@@ -1524,7 +1654,7 @@ async fn an_open_that_loses_the_turns_record_gives_its_claimed_pod_up_and_answer
     expect(
         &mut server,
         "GET",
-        &format!("/api/v1/namespaces/{OP}/pods/t1-aaa"),
+        &format!("/api/v1/namespaces/{NS}/pods/t1-aaa"),
         200,
         winner,
     )
@@ -1561,7 +1691,7 @@ async fn an_ordinary_open_that_loses_the_turns_record_creates_nothing() {
     expect(
         &mut server,
         "GET",
-        &format!("/api/v1/namespaces/{OP}/pods/t1-other"),
+        &format!("/api/v1/namespaces/{NS}/pods/t1-other"),
         404,
         not_found("pods", "t1-other"),
     )
@@ -1628,7 +1758,7 @@ async fn an_ended_turn_keeps_its_ready_pod_idle_for_the_sessions_next_turn() {
     let release = expect(
         &mut server,
         "PATCH",
-        &format!("/api/v1/namespaces/{OP}/pods/{name}"),
+        &format!("/api/v1/namespaces/{NS}/pods/{name}"),
         200,
         t1_pod(&name, json!({}), json!({}), ready_status("10.0.0.9"), "4"),
     )

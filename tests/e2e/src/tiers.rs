@@ -14,8 +14,8 @@ const READY: Duration = Duration::from_secs(180);
 /// The stock toolchain image (images/toolchain): git, make, gcc, nothing of kube-harness.
 pub const TOOLCHAIN: &str = "localhost/kube-harness/toolchain:dev";
 
-/// A level-1 tier on the toolchain image with a warm pool of `pool`.
-pub fn toolchain_tier(name: &str, pool: u32) -> SandboxTier {
+/// A level-1 tier on the toolchain image with no warm pool (see [`pool_in`]).
+pub fn toolchain_tier(name: &str) -> SandboxTier {
     // As YAML would say it: the defaults of the CRD fill in the rest.
     let spec: SandboxTierSpec = serde_json::from_value(serde_json::json!({
         "level": 1,
@@ -23,10 +23,25 @@ pub fn toolchain_tier(name: &str, pool: u32) -> SandboxTier {
         "capabilities": ["version-control", "build-toolchain", "package-manager"],
         "egress": {"mode": "Deny"},
         "idleTimeoutSeconds": 0,
-        "warmPool": {"size": pool},
+        "warmPool": {"size": 0},
     }))
     .expect("a valid SandboxTier spec");
     SandboxTier::new(name, spec)
+}
+
+/// Gives `tier` a warm pool of `size` pods in namespace `ns` (a pool keeps its pods in the
+/// namespaces of the sessions it serves, so a test's pool follows its namespace).
+pub async fn pool_in(client: &Client, tier: &str, size: u32, ns: &str) {
+    Api::<SandboxTier>::all(client.clone())
+        .patch(
+            tier,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "spec": {"warmPool": {"size": size, "namespaces": [ns]}}
+            })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("giving {tier} a pool in {ns}: {e}"));
 }
 
 /// Creates the cluster-scoped tier, runs `body`, deletes the tier whatever happened.
@@ -74,9 +89,9 @@ pub async fn session_with(
     harness::wait_ready(client, ns, name, READY).await.unwrap()
 }
 
-/// Tier-1 pods serving this session (in the release namespace).
+/// Tier-1 pods serving this session (in its own namespace).
 pub async fn tier1_pods(client: &Client, ns: &str, session: &str) -> Vec<Pod> {
-    Api::<Pod>::namespaced(client.clone(), &harness::release_namespace())
+    Api::<Pod>::namespaced(client.clone(), ns)
         .list(&ListParams::default().labels(&format!(
             "kubeharness.dev/role=tier1,kubeharness.dev/session-namespace={ns},kubeharness.dev/session={session}"
         )))
@@ -106,9 +121,9 @@ pub async fn no_tier1_pod_left(client: &Client, ns: &str, session: &str) {
     .unwrap();
 }
 
-/// Pool pods of a tier: (name, claimed, ready, image).
+/// Pool pods of a tier, in every namespace it serves: (name, claimed, ready, image).
 pub async fn pool_pods(client: &Client, tier: &str) -> Vec<(String, bool, bool, String)> {
-    Api::<Pod>::namespaced(client.clone(), &harness::release_namespace())
+    Api::<Pod>::all(client.clone())
         .list(&ListParams::default().labels(&format!("kubeharness.dev/pool={tier}")))
         .await
         .unwrap()

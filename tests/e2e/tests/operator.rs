@@ -110,8 +110,10 @@ async fn the_worker_has_no_token_no_root_no_writable_root_and_no_network() {
             let script = format!("python3 -c \"import socket; socket.create_connection(('{ip}', {port}), 3); print('connected')\"");
             let (code, out, err) = cli_exec(&ns, "sec", &script, &[]);
             assert!(code != 0 && !out.contains("connected"), "{ip}:{port} reachable: {code} {out} {err}");
-            let (code, out, err) = cli_exec(&ns, "sec", &format!("(exec 3<>/dev/tcp/{ip}/{port}) && echo connected || echo blocked"), &[]);
-            assert!(!out.contains("connected"), "{ip}:{port} reachable through bash: {code} {out} {err}");
+            // `3>`, not `3<>`: the classifier cannot parse `<>`, and under the demo's deny policy
+            // that refusal (126, no output) passed this check without trying to connect.
+            let (code, out, err) = cli_exec(&ns, "sec", &format!("(exec 3>/dev/tcp/{ip}/{port}) && echo connected || echo blocked"), &[]);
+            assert_eq!((code, out.as_str()), (0, "blocked\n"), "{ip}:{port} through bash: {err}");
         }
     })
     .await;
@@ -573,6 +575,9 @@ async fn invalid_objects_are_rejected_with_the_field_named() {
             ("conflict", json!({"workerTier": "tier0", "escalation": {"tier": "tier0"}}), "spec.escalation.tier"),
             ("lifetime", json!({"lifetime": {"ttlSeconds": 100, "idleHibernateSeconds": 200}}), "spec.lifetime.idleHibernateSeconds"),
             ("type", json!({"runtime": {"network": "yes"}}), "spec.runtime.network"),
+            ("ttl-action", json!({"lifetime": {"ttlAction": "Delete"}}), "spec.lifetime.ttlAction"),
+            ("ttl-action-enum", json!({"lifetime": {"ttlSeconds": 100, "ttlAction": "Archive"}}), "spec.lifetime.ttlAction"),
+            ("suspend-type", json!({"suspend": "yes"}), "spec.suspend"),
         ] {
             let message = rejected::<HarnessSession>(&client, Some(&ns), session(name, spec)).await;
             assert!(message.contains(field), "{name}: {message}");
@@ -704,4 +709,296 @@ async fn two_operator_replicas_elect_one_leader_and_serve_metrics() {
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
+}
+
+/// "type=status reason" of every condition, for a wait's timeout message.
+fn conditions_of(s: &HarnessSession) -> String {
+    let status = s.status.clone().unwrap_or_default();
+    format!(
+        "phase {:?}, observedGeneration {:?} (generation {:?}): {}",
+        status.phase,
+        status.observed_generation,
+        s.metadata.generation,
+        status
+            .conditions
+            .iter()
+            .map(|c| format!("{}={} {}", c.type_, c.status, c.reason))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// (status, reason) of condition `type_`, if present.
+fn cond_of(s: &HarnessSession, type_: &str) -> Option<(String, String)> {
+    s.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+fn is(value: &str, reason: &str) -> Option<(String, String)> {
+    Some((value.into(), reason.into()))
+}
+
+/// What kstatus reads: the status describes the current generation, Ready is `ready`, and
+/// Reconciling and Stalled are as given.
+fn kstatus_is(
+    s: &HarnessSession,
+    ready: (&str, &str),
+    reconciling: (&str, &str),
+    stalled: (&str, &str),
+) -> bool {
+    let status = s.status.clone().unwrap_or_default();
+    status.observed_generation == s.metadata.generation
+        && cond_of(s, types::READY) == is(ready.0, ready.1)
+        && cond_of(s, types::RECONCILING) == is(reconciling.0, reconciling.1)
+        && cond_of(s, types::STALLED) == is(stalled.0, stalled.1)
+        && status
+            .conditions
+            .iter()
+            .filter(|c| {
+                [types::READY, types::RECONCILING, types::STALLED].contains(&c.type_.as_str())
+            })
+            .all(|c| c.observed_generation == s.metadata.generation)
+}
+
+/// Waits until `check` holds for session `name`.
+async fn wait_session(
+    api: &Api<HarnessSession>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&HarnessSession) -> bool,
+) -> HarnessSession {
+    wait::until(what, timeout, || async {
+        let s = api.get(name).await?;
+        Ok(if check(&s) {
+            Check::Done(s)
+        } else {
+            Check::Pending(conditions_of(&s))
+        })
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Waits until pod `name` is gone.
+async fn pod_gone(pods: &Api<Pod>, name: &str) {
+    wait::until(
+        &format!("pod {name} to go"),
+        Duration::from_secs(90),
+        || async {
+            Ok(match pods.get_opt(name).await? {
+                None => Check::Done(()),
+                Some(_) => Check::Pending("still there".into()),
+            })
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn spec_suspend_hibernates_exec_refuses_it_and_unsuspending_wakes_it() {
+    with_namespace("suspend", |client, ns| async move {
+        demo(&client, &ns, "nap").await;
+        let (code, _, err) = cli_exec(&ns, "nap", "echo kept > /session/f", &[]);
+        assert_eq!(code, 0, "{err}");
+        let api: Api<HarnessSession> = Api::namespaced(client.clone(), &ns);
+        let ready = |s: &HarnessSession| {
+            kstatus_is(
+                s,
+                ("True", reasons::WORKER_READY),
+                ("False", reasons::RECONCILED),
+                ("False", reasons::AS_EXPECTED),
+            )
+        };
+        wait_session(&api, "nap", "Ready and Current", READY, ready).await;
+
+        // As a GitOps tool would: a change of spec.
+        let suspend = |value: bool| {
+            let api = api.clone();
+            async move {
+                api.patch(
+                    "nap",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"spec": {"suspend": value}})),
+                )
+                .await
+                .unwrap()
+            }
+        };
+        suspend(true).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        pod_gone(&pods, "nap-worker").await;
+        let suspended = wait_session(
+            &api,
+            "nap",
+            "suspended and Current",
+            Duration::from_secs(60),
+            |s| {
+                kstatus_is(
+                    s,
+                    ("False", reasons::SUSPENDED),
+                    ("False", reasons::RECONCILED),
+                    ("False", reasons::AS_EXPECTED),
+                )
+            },
+        )
+        .await;
+        let status = suspended.status.clone().unwrap();
+        assert_eq!(status.phase, Some(kube_harness_crds::Phase::Hibernated));
+        assert_eq!(
+            cond_of(&suspended, types::HIBERNATED),
+            is("True", reasons::SUSPENDED)
+        );
+        assert!(
+            status.worker_pod.is_none() && status.address.is_none(),
+            "{status:?}"
+        );
+        assert!(
+            Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
+                .get_opt("nap-workspace")
+                .await
+                .unwrap()
+                .is_some(),
+            "the workspace is kept"
+        );
+        // exec does not wake a session against its spec: 126 at once, saying why.
+        let started = std::time::Instant::now();
+        let (code, _, err) = cli_exec(&ns, "nap", "cat /session/f", &[]);
+        assert_eq!(code, 126, "{err}");
+        assert!(
+            err.contains("suspended") && err.contains("spec.suspend"),
+            "{err}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "it did not wait"
+        );
+        assert!(
+            pods.get_opt("nap-worker").await.unwrap().is_none(),
+            "not woken"
+        );
+
+        suspend(false).await;
+        wait_session(&api, "nap", "awake again", READY, ready).await;
+        let (code, out, err) = cli_exec(&ns, "nap", "cat /session/f", &[]);
+        assert_eq!((code, out.as_str()), (0, "kept\n"), "{err}");
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn a_session_past_its_ttl_is_kept_expired_with_its_pods_and_workspace_released() {
+    with_namespace("ttl", |client, ns| async move {
+        harness::restrict(&client, &ns).await.unwrap();
+        let mut s = harness::example_session("demo.yaml", "brief").unwrap();
+        // The shortest TTL the CRD admits.
+        s.spec.lifetime = Some(serde_json::from_value(json!({"ttlSeconds": 60})).unwrap());
+        let api: Api<HarnessSession> = Api::namespaced(client.clone(), &ns);
+        api.create(&PostParams::default(), &s).await.unwrap();
+        harness::wait_ready(&client, &ns, "brief", READY)
+            .await
+            .unwrap();
+        let expired = wait_session(
+            &api,
+            "brief",
+            "expired, released and Current",
+            Duration::from_secs(150),
+            |s| {
+                kstatus_is(
+                    s,
+                    ("False", reasons::EXPIRED),
+                    ("False", reasons::RECONCILED),
+                    ("False", reasons::AS_EXPECTED),
+                )
+            },
+        )
+        .await;
+        // The object is still there (a GitOps tool would recreate a deleted one), and says so.
+        assert!(expired.metadata.deletion_timestamp.is_none());
+        let status = expired.status.clone().unwrap();
+        assert_eq!(status.phase, Some(kube_harness_crds::Phase::Expired));
+        assert!(
+            status.worker_pod.is_none() && status.address.is_none(),
+            "{status:?}"
+        );
+        // What it held is released: no worker pod, no workspace PVC.
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        assert!(pods.get_opt("brief-worker").await.unwrap().is_none());
+        assert!(
+            Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
+                .get_opt("brief-workspace")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let (code, _, err) = cli_exec(&ns, "brief", "true", &[]);
+        assert_eq!(code, 126, "{err}");
+        assert!(err.contains("expired"), "{err}");
+        // And it stays so: nothing recreates the worker.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(pods.get_opt("brief-worker").await.unwrap().is_none());
+        assert_eq!(
+            api.get("brief").await.unwrap().status.unwrap().phase,
+            Some(kube_harness_crds::Phase::Expired)
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn a_session_naming_a_missing_tier_is_stalled_and_the_installed_tier_is_current() {
+    with_namespace("stalled", |client, ns| async move {
+        harness::restrict(&client, &ns).await.unwrap();
+        let mut s = harness::example_session("demo.yaml", "lost").unwrap();
+        s.spec.worker_tier = "no-such-tier".into();
+        let api: Api<HarnessSession> = Api::namespaced(client.clone(), &ns);
+        api.create(&PostParams::default(), &s).await.unwrap();
+        wait_session(&api, "lost", "Stalled", Duration::from_secs(60), |s| {
+            kstatus_is(
+                s,
+                ("False", reasons::WORKER_TIER_NOT_FOUND),
+                ("False", reasons::RECONCILED),
+                ("True", reasons::WORKER_TIER_NOT_FOUND),
+            )
+        })
+        .await;
+        // The chart's tier: checked, its (empty) pool full, kstatus Current.
+        let tier = Api::<SandboxTier>::all(client.clone())
+            .get("tier0")
+            .await
+            .unwrap();
+        let status = tier.status.clone().unwrap_or_default();
+        assert_eq!(status.observed_generation, tier.metadata.generation);
+        let c = |type_: &str| {
+            status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == type_)
+                .map(|c| (c.status.clone(), c.reason.clone(), c.observed_generation))
+        };
+        let gen = tier.metadata.generation;
+        assert_eq!(
+            c(types::READY),
+            Some(("True".into(), reasons::VALID.into(), gen))
+        );
+        assert_eq!(
+            c(types::RECONCILING),
+            Some(("False".into(), reasons::RECONCILED.into(), gen)),
+            "{status:?}"
+        );
+        assert_eq!(
+            c(types::STALLED),
+            Some(("False".into(), reasons::AS_EXPECTED.into(), gen)),
+            "{status:?}"
+        );
+    })
+    .await;
 }

@@ -10,8 +10,8 @@ use kube_harness_crds::{HarnessSession, SandboxTier};
 use kube_harness_e2e::harness::{self, kube_harness, stderr, stdout};
 use kube_harness_e2e::namespace::with_namespace;
 use kube_harness_e2e::tiers::{
-    no_tier1_pod_left, pool_pods, pool_settles, session, session_with, tier1_pods, toolchain_tier,
-    with_tier, TOOLCHAIN,
+    no_tier1_pod_left, pool_in, pool_pods, pool_settles, session, session_with, tier1_pods,
+    toolchain_tier, with_tier, TOOLCHAIN,
 };
 use kube_harness_e2e::wait::{self, Check};
 use serde_json::{json, Value};
@@ -64,7 +64,7 @@ fn escalations(events: &[(String, Value)]) -> Vec<&Value> {
 #[ignore = "needs a cluster with the chart installed"]
 async fn git_runs_on_a_tier1_pod_and_the_repository_comes_back() {
     let client = Client::try_default().await.unwrap();
-    with_tier(&client, toolchain_tier("e2e-git", 0), || async {
+    with_tier(&client, toolchain_tier("e2e-git"), || async {
         with_namespace("t1git", |client, ns| async move {
             session(&client, &ns, "git", "e2e-git").await;
             // Watch for the Tier-1 pod while the command runs (the CLI runs on a blocking thread, so
@@ -124,11 +124,100 @@ async fn git_runs_on_a_tier1_pod_and_the_repository_comes_back() {
     .await;
 }
 
+/// Tier-1 pods count against the session's namespace (docs/tier1.md, "Tenancy"): the pod is made
+/// there, and a ResourceQuota that has no room for it refuses it: the escalating command exits
+/// 126 at once with the quota's message, the session's Escalated condition says QuotaExceeded,
+/// and Tier-0 goes on. With room again, the next turn escalates.
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn a_tier1_pod_runs_in_the_sessions_namespace_and_its_quota_refuses_it_clearly() {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    let client = Client::try_default().await.unwrap();
+    with_tier(&client, toolchain_tier("e2e-quota"), || async {
+        with_namespace("t1quota", |client, ns| async move {
+            session(&client, &ns, "q", "e2e-quota").await;
+            // Room: the Tier-1 pod is in the session's namespace.
+            let r = exec_json(&ns, "q", "git init -q a && echo ok", true);
+            assert_eq!(
+                (r["exitCode"].as_i64(), r["tier"].as_i64()),
+                (Some(0), Some(1)),
+                "{r:#}"
+            );
+            no_tier1_pod_left(&client, &ns, "q").await;
+            // No room: pods limited to the one the worker has.
+            let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
+            let quota: ResourceQuota = serde_json::from_value(json!({
+                "metadata": {"name": "team-quota"}, "spec": {"hard": {"pods": "1"}}
+            }))
+            .unwrap();
+            quotas.create(&Default::default(), &quota).await.unwrap();
+            wait::until("the quota observed", Duration::from_secs(60), || async {
+                let q = quotas.get("team-quota").await?;
+                let used = q
+                    .status
+                    .and_then(|s| s.used)
+                    .and_then(|u| u.get("pods").cloned());
+                Ok(match used {
+                    Some(u) if u.0 == "1" => Check::Done(()),
+                    other => Check::Pending(format!("used {other:?}")),
+                })
+            })
+            .await
+            .unwrap();
+            let started = std::time::Instant::now();
+            let r = exec_json(&ns, "q", "git init -q b && echo escalated", true);
+            assert_eq!(r["exitCode"].as_i64(), Some(126), "{r:#}");
+            assert!(
+                r["stderr"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("exceeded quota: team-quota"),
+                "the quota's message reaches the caller: {r:#}"
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "refused at once, not after a wait"
+            );
+            let hs: HarnessSession = Api::namespaced(client.clone(), &ns).get("q").await.unwrap();
+            let escalated = hs
+                .status
+                .unwrap()
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Escalated")
+                .unwrap();
+            assert!(
+                escalated.status == "False" && escalated.message.contains("QuotaExceeded"),
+                "{escalated:?}"
+            );
+            // Tier-0 goes on; with room again, the next turn escalates.
+            let r = exec_json(&ns, "q", "echo still", true);
+            assert_eq!(
+                (r["exitCode"].as_i64(), r["stdout"].as_str()),
+                (Some(0), Some("still\n")),
+                "{r:#}"
+            );
+            quotas
+                .delete("team-quota", &Default::default())
+                .await
+                .unwrap();
+            let r = exec_json(&ns, "q", "git init -q c && echo back", true);
+            assert_eq!(
+                (r["exitCode"].as_i64(), r["tier"].as_i64()),
+                (Some(0), Some(1)),
+                "{r:#}"
+            );
+        })
+        .await;
+    })
+    .await;
+}
+
 #[tokio::test]
 #[ignore = "needs a cluster with the chart installed"]
 async fn a_build_script_escalates_whole_before_anything_runs_on_tier0() {
     let client = Client::try_default().await.unwrap();
-    with_tier(&client, toolchain_tier("e2e-build", 0), || async {
+    with_tier(&client, toolchain_tier("e2e-build"), || async {
         with_namespace("t1build", |client, ns| async move {
             session(&client, &ns, "build", "e2e-build").await;
             let r = exec_json(&ns, "build", "mkdir -p build && echo old > build/keep && printf 'all:\\n\\tmkdir -p build && echo new > build/out\\n' > Makefile", true);
@@ -165,8 +254,9 @@ async fn last_sandbox(client: &Client, run: &str) -> Value {
 #[ignore = "needs a cluster with the chart installed"]
 async fn a_warm_pool_hands_out_prepared_pods_refills_rolls_and_reports_misses() {
     let client = Client::try_default().await.unwrap();
-    with_tier(&client, toolchain_tier("e2e-pool", 2), || async {
+    with_tier(&client, toolchain_tier("e2e-pool"), || async {
         with_namespace("t1pool", |client, ns| async move {
+            pool_in(&client, "e2e-pool", 2, &ns).await;
             pool_settles(&client, "e2e-pool", 2, TOOLCHAIN).await;
             session(&client, &ns, "pool", "e2e-pool").await;
             let git = "git init -q r 2>/dev/null; git -C r status --short | wc -l";
@@ -326,12 +416,13 @@ async fn first_tier1_pod(client: &Client, ns: &str, session: &str, running: bool
 #[ignore = "needs a cluster with the chart installed"]
 async fn failures_end_the_turn_cleanly_and_leave_no_tier1_pod() {
     let client = Client::try_default().await.unwrap();
-    with_tier(&client, toolchain_tier("e2e-fail", 0), || async {
+    with_tier(&client, toolchain_tier("e2e-fail"), || async {
         with_namespace("t1fail", |client, ns| async move {
             session(&client, &ns, "fail", "e2e-fail").await;
             let r = exec_json(&ns, "fail", "echo kept > /session/keep", true);
             assert_eq!(r["exitCode"].as_i64(), Some(0), "{r:#}");
-            let pods: Api<Pod> = Api::namespaced(client.clone(), &harness::release_namespace());
+            // Tier-1 pods run in the session's namespace.
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
 
             // The Tier-1 pod killed mid-command.
             let running = spawn_exec(&ns, "fail", "git init -q k && sleep 60 && echo finished");
@@ -391,7 +482,7 @@ async fn failures_end_the_turn_cleanly_and_leave_no_tier1_pod() {
 #[ignore = "needs a cluster with the chart installed"]
 async fn an_image_that_cannot_start_is_126_with_a_reason_and_a_condition() {
     let client = Client::try_default().await.unwrap();
-    let mut tier = toolchain_tier("e2e-noimage", 0);
+    let mut tier = toolchain_tier("e2e-noimage");
     tier.spec.template.image = "localhost/kube-harness/does-not-exist:dev".into();
     with_tier(&client, tier, || async {
         with_namespace("t1img", |client, ns| async move {
@@ -444,9 +535,9 @@ async fn events_of(client: &Client, ns: &str, reason: &str) -> Vec<String> {
         .collect()
 }
 
-/// Waits until the Tier-1 pod `name` is gone (not even terminating) in the release namespace.
-async fn pod_gone(client: &Client, name: &str, timeout: Duration) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &harness::release_namespace());
+/// Waits until the Tier-1 pod `name` is gone (not even terminating) in namespace `ns`.
+async fn pod_gone(client: &Client, ns: &str, name: &str, timeout: Duration) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     wait::until(&format!("Tier-1 pod {name} gone"), timeout, || async {
         Ok(match pods.get_opt(name).await? {
             None => Check::Done(()),
@@ -472,7 +563,7 @@ async fn pod_gone(client: &Client, name: &str, timeout: Duration) {
 #[ignore = "needs a cluster with the chart installed"]
 async fn a_kept_pod_serves_only_its_sessions_next_turn_and_goes_after_its_idle_time() {
     let client = Client::try_default().await.unwrap();
-    let mut tier = toolchain_tier("e2e-keep", 0);
+    let mut tier = toolchain_tier("e2e-keep");
     tier.spec.idle_timeout_seconds = 10;
     with_tier(&client, tier, || async {
         with_namespace("t1keep", |client, ns| async move {
@@ -504,7 +595,7 @@ async fn a_kept_pod_serves_only_its_sessions_next_turn_and_goes_after_its_idle_t
             assert_ne!(theirs["pod"].as_str(), Some(pod.as_str()), "{theirs:#}");
             assert!(theirs.get("reused").is_none(), "{theirs:#}");
             // Gone after its idle time.
-            pod_gone(&client, &pod, Duration::from_secs(90)).await;
+            pod_gone(&client, &ns, &pod, Duration::from_secs(90)).await;
             no_tier1_pod_left(&client, &ns, "keep").await;
             let expired = events_of(&client, &ns, "Tier1IdleExpired").await;
             assert!(expired.iter().any(|e| e.starts_with("keep:") && e.contains(&pod)), "{expired:?}");
@@ -523,7 +614,7 @@ async fn a_kept_pod_serves_only_its_sessions_next_turn_and_goes_after_its_idle_t
 #[ignore = "needs a cluster with the chart installed"]
 async fn a_turn_that_never_ends_loses_its_pod_after_the_bound() {
     let client = Client::try_default().await.unwrap();
-    let mut tier = toolchain_tier("e2e-bound", 0);
+    let mut tier = toolchain_tier("e2e-bound");
     tier.spec.max_turn_seconds = 10;
     with_tier(&client, tier, || async {
         with_namespace("t1bound", |client, ns| async move {
@@ -538,7 +629,7 @@ async fn a_turn_that_never_ends_loses_its_pod_after_the_bound() {
                 .as_str()
                 .unwrap()
                 .to_string();
-            pod_gone(&client, &pod, Duration::from_secs(90)).await;
+            pod_gone(&client, &ns, &pod, Duration::from_secs(90)).await;
             let escalated = harness::condition(&client, &ns, "bound", "Escalated")
                 .await
                 .unwrap();
@@ -610,7 +701,7 @@ async fn orphans_of_a_killed_operator_are_swept_at_the_next_start_with_events_an
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::Secret;
     let client = Client::try_default().await.unwrap();
-    with_tier(&client, toolchain_tier("e2e-orphan", 0), || async {
+    with_tier(&client, toolchain_tier("e2e-orphan"), || async {
         with_namespace("t1orph", |client, ns| async move {
             session(&client, &ns, "orph", "e2e-orphan").await;
             let release = harness::release_namespace();
@@ -629,9 +720,12 @@ async fn orphans_of_a_killed_operator_are_swept_at_the_next_start_with_events_an
             let record_name = format!("t1-turn-orphan-{suffix}");
             let unrecorded = format!("t1-unrec-{suffix}");
             let gone = format!("t1-gone-{suffix}");
-            let secrets: Api<Secret> = Api::namespaced(client.clone(), &release);
+            // Tier-1 pods and their Secrets are in the session's namespace; the turn records and
+            // the operator in the release namespace.
+            let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
             let leases: Api<Lease> = Api::namespaced(client.clone(), &release);
-            let pods: Api<Pod> = Api::namespaced(client.clone(), &release);
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            let operators: Api<Pod> = Api::namespaced(client.clone(), &release);
             let pp = kube::api::PostParams::default();
             secrets.create(&pp, &serde_json::from_value(json!({"metadata": {"name": secret_name,
                 "labels": with(json!({"kubeharness.dev/turn": "00000000000000aa"}))},
@@ -650,17 +744,17 @@ async fn orphans_of_a_killed_operator_are_swept_at_the_next_start_with_events_an
                 json!({"kubeharness.dev/turn-id": "t-gone"}))).await.unwrap();
 
             // SIGKILL the operator (every replica).
-            for op in pods
+            for op in operators
                 .list(&ListParams::default().labels("app.kubernetes.io/name=kube-harness-operator"))
                 .await
                 .unwrap()
                 .items
             {
-                harness::kill_pod(&pods, &op.name_any()).await.unwrap();
+                harness::kill_pod(&operators, &op.name_any()).await.unwrap();
             }
             let limit = Duration::from_secs(180);
-            pod_gone(&client, &unrecorded, limit).await;
-            pod_gone(&client, &gone, limit).await;
+            pod_gone(&client, &ns, &unrecorded, limit).await;
+            pod_gone(&client, &ns, &gone, limit).await;
             wait::until("the orphaned record and Secret gone", limit, || async {
                 let (l, s) = (leases.get_opt(&record_name).await?, secrets.get_opt(&secret_name).await?);
                 Ok(if l.is_none() && s.is_none() {
@@ -671,13 +765,15 @@ async fn orphans_of_a_killed_operator_are_swept_at_the_next_start_with_events_an
             })
             .await
             .unwrap();
-            let swept = events_of(&client, &release, "Tier1Swept").await;
+            // Events on the pods and the Secret are in their namespace, on the record in the release's.
+            let mut swept = events_of(&client, &release, "Tier1Swept").await;
+            swept.extend(events_of(&client, &ns, "Tier1Swept").await);
             for name in [&unrecorded, &gone, &record_name, &secret_name] {
                 assert!(swept.iter().any(|e| e.starts_with(&format!("{name}:"))), "an Event for {name}: {swept:?}");
             }
             // The leader's counters.
             let holder = leases.get("kube-harness-operator").await.unwrap().spec.unwrap().holder_identity.unwrap();
-            let tunnel = kube_harness_client::tunnel::Tunnel::open(pods.clone(), &holder, 8000).await.unwrap();
+            let tunnel = kube_harness_client::tunnel::Tunnel::open(operators.clone(), &holder, 8000).await.unwrap();
             let text = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap()
                 .get(format!("http://{}/metrics", tunnel.local)).send().await.unwrap().text().await.unwrap();
             for series in [
@@ -794,9 +890,10 @@ async fn live_tier1_pods(client: &Client, ns: &str, session: &str) -> Vec<String
 #[ignore = "needs a cluster with the chart installed"]
 async fn racing_opens_of_one_turn_claim_one_pod() {
     let client = Client::try_default().await.unwrap();
-    with_tier(&client, toolchain_tier("e2e-race-p", 2), || async {
-        with_tier(&client, toolchain_tier("e2e-race-o", 0), || async {
+    with_tier(&client, toolchain_tier("e2e-race-p"), || async {
+        with_tier(&client, toolchain_tier("e2e-race-o"), || async {
             with_namespace("t1race", |client, ns| async move {
+                pool_in(&client, "e2e-race-p", 2, &ns).await;
                 session(&client, &ns, "rp", "e2e-race-p").await;
                 session(&client, &ns, "ro", "e2e-race-o").await;
                 pool_settles(&client, "e2e-race-p", 2, TOOLCHAIN).await;
@@ -846,7 +943,7 @@ async fn racing_opens_of_one_turn_claim_one_pod() {
 #[ignore = "needs a cluster with the chart installed"]
 async fn a_new_turn_ends_the_sessions_other_turn_and_an_ended_turn_stays_ended() {
     let client = Client::try_default().await.unwrap();
-    with_tier(&client, toolchain_tier("e2e-one", 0), || async {
+    with_tier(&client, toolchain_tier("e2e-one"), || async {
         with_namespace("t1one", |client, ns| async move {
             session(&client, &ns, "one", "e2e-one").await;
             let api = TierApi::open(&client, &ns, "one").await;
@@ -888,7 +985,7 @@ async fn a_new_turn_ends_the_sessions_other_turn_and_an_ended_turn_stays_ended()
 #[ignore = "needs a cluster with the chart installed"]
 async fn a_kept_pods_next_turn_finds_nothing_the_last_turn_left_running() {
     let client = Client::try_default().await.unwrap();
-    let mut tier = toolchain_tier("e2e-reap", 0);
+    let mut tier = toolchain_tier("e2e-reap");
     tier.spec.idle_timeout_seconds = 60;
     with_tier(&client, tier, || async {
         with_namespace("t1reap", |client, ns| async move {
@@ -942,8 +1039,9 @@ async fn skills_are_readable_on_tier1() {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::PostParams;
     let client = Client::try_default().await.unwrap();
-    with_tier(&client, toolchain_tier("e2e-skills", 1), || async {
+    with_tier(&client, toolchain_tier("e2e-skills"), || async {
         with_namespace("t1skills", |client, ns| async move {
+            pool_in(&client, "e2e-skills", 1, &ns).await;
             harness::restrict(&client, &ns).await.unwrap();
             let cm: ConfigMap = serde_json::from_value(json!({
                 "metadata": {"name": "review-skill"},

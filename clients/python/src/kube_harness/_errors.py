@@ -29,6 +29,11 @@ class SessionNotFound(ClusterError):
     """There is no HarnessSession of that name (in that namespace)."""
 
 
+class SessionSuspended(ClusterError):
+    """The session's spec.suspend is true, or its TTL passed (phase Expired): it declines commands
+    until its spec changes, so it is neither woken nor waited for (docs/gitops.md)."""
+
+
 class NotReadyError(ClusterError):
     """The session did not become Ready (with a worker pod) in time."""
 

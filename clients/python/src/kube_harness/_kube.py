@@ -16,7 +16,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional, Tuple
 
-from ._errors import ClusterError, NotReadyError, SessionNotFound
+from ._errors import ClusterError, NotReadyError, SessionNotFound, SessionSuspended
 
 RESOURCE = "harnesssessions.kubeharness.dev"
 WAKE_ANNOTATION = "kubeharness.dev/wake-requested"
@@ -70,11 +70,24 @@ def wait_ready(kube: Kubectl, name: str, timeout: float) -> Dict[str, Any]:
     woke = False
     while True:
         try:
-            status = kube.get(RESOURCE, name).get("status") or {}
+            session = kube.get(RESOURCE, name)
         except ClusterError as e:
             if "(NotFound)" in e.stderr:
                 raise SessionNotFound(f"no HarnessSession {name!r}: {e.stderr.strip()}") from None
             raise
+        status = session.get("status") or {}
+        if (session.get("spec") or {}).get("suspend"):
+            # Waking it would go against its spec: the operator would suspend it again.
+            raise SessionSuspended(
+                f"HarnessSession {name!r} is suspended (spec.suspend: true); set spec.suspend to "
+                "false to run commands in it"
+            )
+        generation = (session.get("metadata") or {}).get("generation")
+        if status.get("phase") == "Expired" and status.get("observedGeneration") == generation:
+            raise SessionSuspended(
+                f"HarnessSession {name!r} expired (lifetime.ttlSeconds passed): its worker and "
+                "workspace were released"
+            )
         ready = _ready_condition(status)
         if ready.get("status") == "True" and status.get("workerPod"):
             return status

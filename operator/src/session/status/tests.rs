@@ -146,7 +146,8 @@ struct Want {
 #[test]
 fn status_follows_the_observations() {
     let hibernated_before = with(&[(types::HIBERNATED, true, reasons::IDLE_TIMEOUT, "idle")]);
-    let cases: Vec<(&str, HarnessSessionStatus, Observed, Want)> = vec![
+    let cases: Vec<(&str, HarnessSessionStatus, Observed, Want)> =
+        vec![
         (
             "worker tier missing: Pending, not Ready, Degraded; nothing else touched",
             HarnessSessionStatus::default(),
@@ -333,11 +334,11 @@ fn status_follows_the_observations() {
         (
             "hibernating: no pod, no endpoint, no requeue, Hibernated kept",
             hibernated_before.clone(),
-            seen(Escalation::NoTier, Worker::Hibernating),
+            seen(Escalation::NoTier, Worker::Hibernating { suspended: false, pod_left: false }),
             Want {
                 phase: Some(Phase::Hibernated),
-                ready: None,
-                degraded: None,
+                ready: f(reasons::HIBERNATED),
+                degraded: f(reasons::AS_EXPECTED),
                 hibernated: t(reasons::IDLE_TIMEOUT),
                 escalated: f(reasons::NO_ESCALATION_TIER),
                 endpoint: None,
@@ -442,6 +443,25 @@ fn status_follows_the_observations() {
         assert_eq!(got.current_tier, want.current_tier, "{name}: currentTier");
         assert_eq!(requeue, want.requeue, "{name}: requeue");
         assert_eq!(got.observed_generation, Some(3), "{name}: generation");
+        // kstatus: Reconciling and Stalled are always there, of this generation, never both True.
+        let (r, st) = (
+            get(&got, types::RECONCILING).expect("Reconciling"),
+            get(&got, types::STALLED).expect("Stalled"),
+        );
+        assert_eq!(
+            r.observed_generation,
+            Some(3),
+            "{name}: Reconciling generation"
+        );
+        assert_eq!(
+            st.observed_generation,
+            Some(3),
+            "{name}: Stalled generation"
+        );
+        assert!(
+            !(r.status == "True" && st.status == "True"),
+            "{name}: Reconciling and Stalled both True"
+        );
         let secret = matches!(observed, Observed::Session(_)).then_some("s-token");
         assert_eq!(got.token_secret.as_deref(), secret, "{name}: tokenSecret");
         // Conditions set by this pass carry its generation.
@@ -621,7 +641,13 @@ fn the_same_observations_give_the_same_status() {
                 None,
             ),
         ),
-        seen(Escalation::NoTier, Worker::Hibernating),
+        seen(
+            Escalation::NoTier,
+            Worker::Hibernating {
+                suspended: false,
+                pod_left: false,
+            },
+        ),
         Observed::NoWorkerTier(WorkerTierProblem::NotFound { tier: "w".into() }),
     ];
     for observed in observations {
@@ -629,4 +655,315 @@ fn the_same_observations_give_the_same_status() {
         let (second, _) = status(&first, Some(2), &observed);
         assert_eq!(first, second, "{observed:?}");
     }
+}
+
+/// (name, status before, observation, phase, Ready, Reconciling, Stalled, requeue).
+type KstatusCase = (
+    &'static str,
+    HarnessSessionStatus,
+    Observed,
+    Phase,
+    Option<(String, String)>,
+    Option<(String, String)>,
+    Option<(String, String)>,
+    Option<Duration>,
+);
+
+/// The kstatus pair for every state a session can be in: Reconciling True while the operator
+/// works toward the spec (a worker starting, waking or being replaced; pods being released to
+/// hibernate, suspend or expire), Stalled True when only a change can help (a missing or unusable
+/// tier, a quota or admission refusal, a worker that cannot start), both False when the session
+/// is what its spec asks for (Ready, hibernated, suspended, expired).
+#[test]
+fn reconciling_and_stalled_follow_kstatus() {
+    let none = HarnessSessionStatus::default;
+    let hibernating = |suspended, pod_left| {
+        seen(
+            Escalation::NoTier,
+            Worker::Hibernating {
+                suspended,
+                pod_left,
+            },
+        )
+    };
+    let failing = |reason: &str| {
+        seen(
+            Escalation::NoTier,
+            running(
+                WorkerState::Failing {
+                    reason: reason.into(),
+                    message: "m".into(),
+                },
+                None,
+            ),
+        )
+    };
+    let idle = with(&[(types::HIBERNATED, true, reasons::IDLE_TIMEOUT, "idle")]);
+    let cases: Vec<KstatusCase> = vec![
+        (
+            "ready: Current",
+            none(),
+            seen(Escalation::NoTier, running(ready(), None)),
+            Phase::Ready,
+            t(reasons::WORKER_READY),
+            f(reasons::RECONCILED),
+            f(reasons::AS_EXPECTED),
+            Some(READY_REQUEUE),
+        ),
+        (
+            "provisioning",
+            none(),
+            seen(
+                Escalation::NoTier,
+                running(
+                    WorkerState::Starting {
+                        reason: "PodPending".into(),
+                    },
+                    None,
+                ),
+            ),
+            Phase::Provisioning,
+            f(reasons::WORKER_STARTING),
+            t(reasons::WORKER_STARTING),
+            f(reasons::AS_EXPECTED),
+            Some(STARTING_REQUEUE),
+        ),
+        (
+            "waking from hibernation",
+            idle.clone(),
+            seen(
+                Escalation::NoTier,
+                running(
+                    WorkerState::Starting {
+                        reason: "WorkerStarting".into(),
+                    },
+                    None,
+                ),
+            ),
+            Phase::Provisioning,
+            f(reasons::WORKER_STARTING),
+            t(reasons::WORKER_STARTING),
+            f(reasons::AS_EXPECTED),
+            Some(STARTING_REQUEUE),
+        ),
+        (
+            "worker replaced",
+            none(),
+            seen(Escalation::NoTier, running(WorkerState::Gone, None)),
+            Phase::Provisioning,
+            f(reasons::WORKER_STARTING),
+            t(reasons::WORKER_STARTING),
+            f(reasons::AS_EXPECTED),
+            Some(REPLACE_REQUEUE),
+        ),
+        (
+            "missing tier: Stalled",
+            none(),
+            Observed::NoWorkerTier(WorkerTierProblem::NotFound { tier: "w".into() }),
+            Phase::Pending,
+            f(reasons::WORKER_TIER_NOT_FOUND),
+            f(reasons::RECONCILED),
+            t(reasons::WORKER_TIER_NOT_FOUND),
+            Some(WAIT_REQUEUE),
+        ),
+        (
+            "tier of level 1: Stalled",
+            none(),
+            Observed::NoWorkerTier(WorkerTierProblem::NotLevelZero {
+                tier: "w".into(),
+                level: 1,
+            }),
+            Phase::Pending,
+            f(reasons::WORKER_TIER_NOT_LEVEL_ZERO),
+            f(reasons::RECONCILED),
+            t(reasons::WORKER_TIER_NOT_LEVEL_ZERO),
+            Some(WAIT_REQUEUE),
+        ),
+        (
+            "quota: Stalled",
+            none(),
+            failing(reasons::QUOTA_EXCEEDED),
+            Phase::Pending,
+            f(reasons::QUOTA_EXCEEDED),
+            f(reasons::RECONCILED),
+            t(reasons::QUOTA_EXCEEDED),
+            Some(WAIT_REQUEUE),
+        ),
+        (
+            "admission: Stalled",
+            none(),
+            failing(reasons::ADMISSION_REFUSED),
+            Phase::Pending,
+            f(reasons::ADMISSION_REFUSED),
+            f(reasons::RECONCILED),
+            t(reasons::ADMISSION_REFUSED),
+            Some(WAIT_REQUEUE),
+        ),
+        (
+            "bad image: Stalled",
+            none(),
+            failing("ErrImagePull"),
+            Phase::Failed,
+            f(reasons::WORKER_FAILING),
+            f(reasons::RECONCILED),
+            t(reasons::WORKER_FAILING),
+            Some(WAIT_REQUEUE),
+        ),
+        (
+            "idled out: the pod is being deleted",
+            none(),
+            seen(
+                Escalation::NoTier,
+                Worker::IdledOut {
+                    report: report(0, false),
+                },
+            ),
+            Phase::Hibernated,
+            f(reasons::HIBERNATED),
+            t(reasons::HIBERNATING),
+            f(reasons::AS_EXPECTED),
+            None,
+        ),
+        (
+            "hibernating, pod terminating",
+            idle.clone(),
+            hibernating(false, true),
+            Phase::Hibernated,
+            f(reasons::HIBERNATED),
+            t(reasons::HIBERNATING),
+            f(reasons::AS_EXPECTED),
+            Some(WAIT_REQUEUE),
+        ),
+        (
+            "hibernated: Current",
+            idle.clone(),
+            hibernating(false, false),
+            Phase::Hibernated,
+            f(reasons::HIBERNATED),
+            f(reasons::RECONCILED),
+            f(reasons::AS_EXPECTED),
+            None,
+        ),
+        (
+            "suspending",
+            none(),
+            hibernating(true, true),
+            Phase::Hibernated,
+            f(reasons::SUSPENDED),
+            t(reasons::HIBERNATING),
+            f(reasons::AS_EXPECTED),
+            Some(WAIT_REQUEUE),
+        ),
+        (
+            "suspended: Current",
+            none(),
+            hibernating(true, false),
+            Phase::Hibernated,
+            f(reasons::SUSPENDED),
+            f(reasons::RECONCILED),
+            f(reasons::AS_EXPECTED),
+            None,
+        ),
+        (
+            "suspended after failing: Degraded and Stalled cleared",
+            with(&[
+                (types::DEGRADED, true, reasons::WORKER_FAILING, "x"),
+                (types::STALLED, true, reasons::WORKER_FAILING, "x"),
+            ]),
+            hibernating(true, false),
+            Phase::Hibernated,
+            f(reasons::SUSPENDED),
+            f(reasons::RECONCILED),
+            f(reasons::AS_EXPECTED),
+            None,
+        ),
+        (
+            "expiring",
+            none(),
+            Observed::Expired { releasing: true },
+            Phase::Expired,
+            f(reasons::EXPIRED),
+            t(reasons::EXPIRING),
+            f(reasons::AS_EXPECTED),
+            Some(WAIT_REQUEUE),
+        ),
+        (
+            "expired: Current",
+            none(),
+            Observed::Expired { releasing: false },
+            Phase::Expired,
+            f(reasons::EXPIRED),
+            f(reasons::RECONCILED),
+            f(reasons::AS_EXPECTED),
+            None,
+        ),
+    ];
+    for (name, old, observed, phase, ready, reconciling, stalled, requeue) in cases {
+        let (got, again) = status(&old, Some(4), &observed);
+        assert_eq!(got.phase, Some(phase), "{name}: phase");
+        assert_eq!(cond(&got, types::READY), ready, "{name}: Ready");
+        assert_eq!(
+            cond(&got, types::RECONCILING),
+            reconciling,
+            "{name}: Reconciling"
+        );
+        assert_eq!(cond(&got, types::STALLED), stalled, "{name}: Stalled");
+        assert_eq!(again, requeue, "{name}: requeue");
+        assert_eq!(
+            got.observed_generation,
+            Some(4),
+            "{name}: observedGeneration"
+        );
+        for type_ in [types::READY, types::RECONCILING, types::STALLED] {
+            assert_eq!(
+                get(&got, type_).unwrap().observed_generation,
+                Some(4),
+                "{name}: {type_} generation"
+            );
+        }
+        // Stalled True exactly when Degraded is True: one cause, two readers.
+        assert_eq!(
+            cond(&got, types::STALLED).map(|c| c.0 == "True"),
+            Some(condition::is_true(&got.conditions, types::DEGRADED)),
+            "{name}: Stalled and Degraded"
+        );
+    }
+}
+
+#[test]
+fn an_expired_session_forgets_its_claim_once_it_is_gone() {
+    let (awake, _) = status(
+        &HarnessSessionStatus::default(),
+        Some(1),
+        &seen(Escalation::NoTier, running(ready(), None)),
+    );
+    let (releasing, _) = status(&awake, Some(1), &Observed::Expired { releasing: true });
+    // Still named while it is being deleted, so the next pass checks that it went.
+    assert_eq!(releasing.workspace_claim.as_deref(), Some("s-workspace"));
+    let (released, _) = status(&releasing, Some(1), &Observed::Expired { releasing: false });
+    assert_eq!(released.workspace_claim, None);
+    assert_eq!(released.worker_pod, None);
+}
+
+#[test]
+fn a_suspended_session_says_so_in_hibernated_and_shows_no_worker() {
+    let before = seen(Escalation::NoTier, running(ready(), Some(report(0, false))));
+    let (awake, _) = status(&HarnessSessionStatus::default(), Some(1), &before);
+    let (got, _) = status(
+        &awake,
+        Some(2),
+        &seen(
+            Escalation::NoTier,
+            Worker::Hibernating {
+                suspended: true,
+                pod_left: false,
+            },
+        ),
+    );
+    assert_eq!(cond(&got, types::HIBERNATED), t(reasons::SUSPENDED));
+    assert_eq!(got.worker_pod, None);
+    assert_eq!(got.address, None);
+    assert_eq!(got.worker_endpoint, None);
+    // The usage counted so far stays.
+    assert_eq!(got.usage, awake.usage);
 }

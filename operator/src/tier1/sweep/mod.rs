@@ -87,12 +87,19 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
             (Vec::new(), false)
         }
     };
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    // Tier-1 pods live in their sessions' namespaces (pool pods in the pools'): all of them.
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
     let selector = format!("{}={}", labels::ROLE, labels::ROLE_TIER1);
-    let all = pods
+    // A pod whose session label names another namespace than its own was not made by the
+    // operator (it makes a session's pods in that session's namespace): a tenant's pod, planted
+    // to act on another namespace's session. Not judged, not counted, never a reason to write.
+    let all: Vec<Pod> = pods
         .list(&ListParams::default().labels(&selector))
         .await?
-        .items;
+        .items
+        .into_iter()
+        .filter(rules::in_its_sessions_namespace)
+        .collect();
     let now = k8s_openapi::jiff::Timestamp::now();
     let key = |l: &std::collections::BTreeMap<String, String>| {
         (
@@ -307,7 +314,9 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
         if names.contains(ordinary) {
             continue;
         }
-        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+        // The ordinary pod's Secret is in the turn's session namespace, as the pod would be.
+        let secret_ns = key(r.labels()).0;
+        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &secret_ns);
         let gone = match deleted(secrets.delete(ordinary, &DeleteParams::default()).await) {
             Ok(gone) => gone,
             Err(e) => {
@@ -319,7 +328,7 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
             let gone = Secret {
                 metadata: ObjectMeta {
                     name: Some(ordinary.clone()),
-                    namespace: Some(ctx.config.namespace.clone()),
+                    namespace: Some(secret_ns.clone()),
                     ..ObjectMeta::default()
                 },
                 ..Secret::default()
@@ -418,7 +427,7 @@ pub async fn run(ctx: std::sync::Arc<Context>, stop: impl std::future::Future<Ou
 
 /// Deletes every Tier-1 pod of a session, serving or kept (its finalizer runs this).
 pub async fn delete_for_session(ctx: &Context, ns: &str, session: &str) -> crate::Result<usize> {
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let selector = super::pod::session_selector(ns, session);
     let found = pods
         .list(&ListParams::default().labels(&selector))

@@ -254,3 +254,13 @@ pub fn worker_identity(worker: &Pod) -> Option<String> {
         .sum();
     Some(format!("{uid}/{restarts}"))
 }
+
+/// Whether `pod` is where the operator would have made it: a pod serving (or kept for) a session
+/// is in that session's namespace; a pool pod names no session. Labels are anyone's to set in
+/// their own namespace, so a pod labelled for another namespace's session is a tenant's.
+pub fn in_its_sessions_namespace(pod: &Pod) -> bool {
+    match pod.labels().get(labels::SESSION_NAMESPACE) {
+        Some(ns) => pod.metadata.namespace.as_deref() == Some(ns.as_str()),
+        None => true,
+    }
+}

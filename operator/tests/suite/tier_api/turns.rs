@@ -37,7 +37,7 @@ async fn pod_deleted(server: &mut Handle, name: &str) {
     let seen = expect(
         server,
         "DELETE",
-        &format!("/api/v1/namespaces/{OP}/pods/{name}"),
+        &format!("/api/v1/namespaces/{NS}/pods/{name}"),
         200,
         t1_pod(name, json!({}), json!({}), json!({}), "9"),
     )
@@ -50,7 +50,7 @@ async fn pod_deleted(server: &mut Handle, name: &str) {
     expect(
         server,
         "DELETE",
-        &format!("/api/v1/namespaces/{OP}/secrets/{name}"),
+        &format!("/api/v1/namespaces/{NS}/secrets/{name}"),
         200,
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
     )
@@ -123,13 +123,14 @@ async fn an_open_that_completes_after_its_turn_ended_deletes_what_it_made() {
     super::new_turn(&mut server, tier(0, false)).await;
     let name = pod::ordinary_name(NS, "demo", "turn-1");
     create_record(&mut server, &name).await;
-    let pods = format!("/api/v1/namespaces/{OP}");
+    super::tier_policy(&mut server).await;
+    let pods = format!("/api/v1/namespaces/{NS}");
     expect(
         &mut server,
         "POST",
         &format!("{pods}/secrets"),
         201,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": OP}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS}}),
     )
     .await;
     expect(
@@ -145,7 +146,7 @@ async fn an_open_that_completes_after_its_turn_ended_deletes_what_it_made() {
         "PATCH",
         &format!("{pods}/secrets/{name}"),
         200,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": OP}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS}}),
     )
     .await;
     expect(

@@ -22,7 +22,9 @@ use kube::Client;
 use kube_harness_client::SessionHandle;
 use kube_harness_e2e::namespace::with_namespace;
 use kube_harness_e2e::stats::{env_usize, summary};
-use kube_harness_e2e::tiers::{pool_settles, session, toolchain_tier, with_tier, TOOLCHAIN};
+use kube_harness_e2e::tiers::{
+    pool_in, pool_settles, session, toolchain_tier, with_tier, TOOLCHAIN,
+};
 use kube_harness_protocol::worker_api::ExecRequest;
 use kube_harness_protocol::WorkerClient;
 use serde_json::Value;
@@ -78,7 +80,7 @@ async fn main() {
     let runs = env_usize("KH_BENCH_RUNS", 20);
     let warm_only = std::env::var("KH_BENCH_ONLY").as_deref() == Ok("warm");
     let client = Client::try_default().await.unwrap();
-    let mut warm = toolchain_tier("bench-warm", 2);
+    let mut warm = toolchain_tier("bench-warm");
     // The bench's workspace is 1 MiB: let prepared pods take it.
     warm.spec = serde_json::from_value({
         let mut v = serde_json::to_value(&warm.spec).unwrap();
@@ -91,9 +93,10 @@ async fn main() {
     })
     .unwrap();
     let c2 = client.clone();
-    with_tier(&client, toolchain_tier("bench-cold", 0), || async move {
+    with_tier(&client, toolchain_tier("bench-cold"), || async move {
         with_tier(&c2, warm, || async {
             with_namespace("t1bench", |client, ns| async move {
+                pool_in(&client, "bench-warm", 2, &ns).await;
                 let mut workers = Vec::new();
                 for (name, tier) in [("cold", "bench-cold"), ("warm", "bench-warm")] {
                     session(&client, &ns, name, tier).await;
