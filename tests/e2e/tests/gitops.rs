@@ -407,61 +407,32 @@ async fn spec_owned_by_flux_alone(client: &Client, ns: &str, name: &str) {
 
 /// Everything in the fleet namespace owned by the session `uid`: "Kind/name".
 async fn children(client: &Client, ns: &str, uid: &str) -> Vec<String> {
-    fn owned<K: ResourceExt>(items: Vec<K>, kind: &str, uid: &str) -> Vec<String> {
-        items
-            .into_iter()
-            .filter(|o| o.owner_references().iter().any(|r| r.uid == uid))
-            .map(|o| format!("{kind}/{}", o.name_any()))
-            .collect()
-    }
-    let lp = ListParams::default();
-    let mut out = owned(
-        Api::<Pod>::namespaced(client.clone(), ns)
-            .list(&lp)
-            .await
-            .unwrap()
-            .items,
-        "Pod",
-        uid,
-    );
-    out.extend(owned(
-        Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
-            .list(&lp)
-            .await
-            .unwrap()
-            .items,
-        "PersistentVolumeClaim",
-        uid,
-    ));
-    out.extend(owned(
-        Api::<Secret>::namespaced(client.clone(), ns)
-            .list(&lp)
-            .await
-            .unwrap()
-            .items,
-        "Secret",
-        uid,
-    ));
-    out.extend(owned(
-        Api::<Service>::namespaced(client.clone(), ns)
-            .list(&lp)
-            .await
-            .unwrap()
-            .items,
-        "Service",
-        uid,
-    ));
-    out.extend(owned(
-        Api::<NetworkPolicy>::namespaced(client.clone(), ns)
-            .list(&lp)
-            .await
-            .unwrap()
-            .items,
-        "NetworkPolicy",
-        uid,
-    ));
+    let mut out = owned::<Pod>(client, ns, uid).await;
+    out.extend(owned::<PersistentVolumeClaim>(client, ns, uid).await);
+    out.extend(owned::<Secret>(client, ns, uid).await);
+    out.extend(owned::<Service>(client, ns, uid).await);
+    out.extend(owned::<NetworkPolicy>(client, ns, uid).await);
     out.sort();
     out
+}
+
+/// The objects of kind `K` in `ns` with an owner reference to `uid`: "Kind/name".
+async fn owned<K>(client: &Client, ns: &str, uid: &str) -> Vec<String>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + k8s_openapi::serde::de::DeserializeOwned,
+{
+    Api::<K>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|o| o.owner_references().iter().any(|r| r.uid == uid))
+        .map(|o| format!("{}/{}", K::kind(&()), o.name_any()))
+        .collect()
 }
 
 async fn sessions_ready(client: &Client, names: &Names, sessions: &[&str]) {
