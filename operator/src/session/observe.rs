@@ -3,6 +3,8 @@
 
 use crate::kube_util::{is_failing_wait, pod_condition, ready_ip};
 use k8s_openapi::api::core::v1::Pod;
+use kube_harness_crds::condition::{self, types};
+use kube_harness_crds::{HarnessSessionStatus, Phase};
 
 /// The starting reason of an adopted warm pod that is Ready but whose worker has not (yet)
 /// answered with this session's adoption.
@@ -71,4 +73,61 @@ pub fn started_ip(pod: &Pod) -> Option<String> {
             .iter()
             .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
     all_running.then(|| status.pod_ip.clone()).flatten()
+}
+
+/// Whether the session's status already records `pod` at `ip:port` as Ready: the worker answered
+/// once, so a later slow answer while the kubelet's probe has not passed yet does not demote it.
+/// A replaced pod has another IP or no IP yet, so it earns Ready again.
+pub fn confirmed_ready(
+    status: Option<&HarnessSessionStatus>,
+    pod: &str,
+    ip: &str,
+    port: u16,
+) -> bool {
+    let Some(status) = status else {
+        return false;
+    };
+    status.worker_pod.as_deref() == Some(pod)
+        && status.worker_endpoint.as_deref() == Some(format!("{ip}:{port}").as_str())
+        && status.phase == Some(Phase::Ready)
+        && condition::is_true(&status.conditions, types::READY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(pod: &str, endpoint: &str, ready: bool) -> Option<HarnessSessionStatus> {
+        let mut status = HarnessSessionStatus {
+            worker_pod: Some(pod.into()),
+            worker_endpoint: Some(endpoint.into()),
+            phase: Some(if ready {
+                Phase::Ready
+            } else {
+                Phase::Provisioning
+            }),
+            ..Default::default()
+        };
+        condition::set(&mut status.conditions, types::READY, ready, "R", "m", None);
+        Some(status)
+    }
+
+    #[test]
+    fn only_the_same_pod_at_the_same_address_keeps_its_ready() {
+        let s = session("s-worker", "10.0.0.5:8080", true);
+        assert!(confirmed_ready(s.as_ref(), "s-worker", "10.0.0.5", 8080));
+        assert!(
+            !confirmed_ready(s.as_ref(), "s-worker", "10.0.0.6", 8080),
+            "a replaced pod"
+        );
+        assert!(!confirmed_ready(s.as_ref(), "other", "10.0.0.5", 8080));
+        let starting = session("s-worker", "10.0.0.5:8080", false);
+        assert!(!confirmed_ready(
+            starting.as_ref(),
+            "s-worker",
+            "10.0.0.5",
+            8080
+        ));
+        assert!(!confirmed_ready(None, "s-worker", "10.0.0.5", 8080));
+    }
 }

@@ -1,7 +1,9 @@
 //! Reconciling one HarnessSession: its token Secret, workspace PVC, NetworkPolicy and worker pod;
 //! idle hibernation and waking; TTL; status by server-side apply with an Event per change.
 
-use super::observe::{started_ip, worker_state, WorkerState, ADOPTION_UNCONFIRMED};
+use super::observe::{
+    confirmed_ready, started_ip, worker_state, WorkerState, ADOPTION_UNCONFIRMED,
+};
 use super::owned::worker_pod_name;
 use super::status::{self, Escalation, Observed, Seen, Worker, WorkerTierProblem};
 use super::{access, resources, usage};
@@ -714,6 +716,11 @@ async fn ensure(
                     .filter(|r| r.ready && bound(r))
                 {
                     Some(report) => (WorkerState::Ready { ip }, Some(report)),
+                    // One slow answer (300 ms on a busy node) does not take back a Ready this
+                    // pod already earned: Ready would flap until the kubelet's probe passes.
+                    None if confirmed_ready(session.status.as_ref(), &pod_name, &ip, port) => {
+                        (WorkerState::Ready { ip }, None)
+                    }
                     None => (state, None),
                 }
             }
