@@ -8,7 +8,7 @@
 # other suites do not pay for it. On loopback, kustomize-controller fetches the artifacts
 # source-controller serves at http://127.0.0.1:$KH_FLUX_STORAGE_PORT (its --storage-adv-addr). Being on
 # the host, source-controller reaches in-cluster git servers by Service ClusterIP or pod IP (the
-# host does not resolve cluster DNS names); see docs/gitops-flux.md.
+# host does not resolve cluster DNS names); see docs/gitops.md.
 . "$(dirname "$0")/lib.sh"
 
 KH_FLUX_DIR="$KH_CACHE/flux-$KH_FLUX_VERSION"
