@@ -14,7 +14,8 @@ pub enum ClientError {
         reason: String,
     },
     /// The namespace does not admit the session's worker (a ResourceQuota, a LimitRange, Pod
-    /// Security admission): waiting would not help until someone changes the namespace.
+    /// Security admission) or lacks a Persistent Dir's claim or ConfigMap: waiting would not help
+    /// until someone changes the namespace.
     #[error("HarnessSession {name} cannot start its worker ({reason}): {message}")]
     Refused {
         name: String,

@@ -148,7 +148,8 @@ impl SessionHandle {
                 c.type_ == types::READY
                     && c.status == "False"
                     && (c.reason == reasons::QUOTA_EXCEEDED
-                        || c.reason == reasons::ADMISSION_REFUSED)
+                        || c.reason == reasons::ADMISSION_REFUSED
+                        || c.reason == reasons::PERSISTENT_DIR_SOURCE_MISSING)
             }) {
                 return Err(ClientError::Refused {
                     name: self.name.clone(),

@@ -122,6 +122,10 @@ pub mod reasons {
     pub const NAME_TOO_LONG: &str = "NameTooLong";
     /// Degraded True and Stalled True: a warm-pool pod is failing (the message has its reason).
     pub const POOL_PODS_FAILING: &str = "PoolPodsFailing";
+    /// Ready False, Degraded True and Stalled True: a Persistent Dir's claim or ConfigMap does
+    /// not exist in the session's namespace (the message names it); the session starts once it
+    /// is created.
+    pub const PERSISTENT_DIR_SOURCE_MISSING: &str = "PersistentDirSourceMissing";
 }
 
 /// Sets `type_` in `conditions` (adding it if absent). `lastTransitionTime` moves only when the

@@ -448,8 +448,11 @@ impl Metrics {
     }
 
     /// Every Tier-1 pod alive, counted by (tier, state): the whole picture, so a (tier, state)
-    /// counted before and missing now is set to 0.
+    /// counted before and missing now is set to 0 while its tier has pods, and removed once the
+    /// tier has none. The tier label comes from pods a tenant can create too, so a series lives
+    /// only as long as such pods do (bounded by the namespaces' pod quotas).
     pub fn tier1_pods(&self, alive: &HashMap<(String, &'static str), u32>) {
+        let tiers: HashSet<&str> = alive.keys().map(|(tier, _)| tier.as_str()).collect();
         let known: Vec<PodsLabels> = self
             .tier1_known
             .lock()
@@ -458,8 +461,17 @@ impl Metrics {
             .cloned()
             .collect();
         for labels in known {
-            if !alive.contains_key(&(labels.tier.clone(), labels.state)) {
+            if alive.contains_key(&(labels.tier.clone(), labels.state)) {
+                continue;
+            }
+            if tiers.contains(labels.tier.as_str()) {
                 self.set_tier1(labels, 0);
+            } else {
+                self.tier1_pods.remove(&labels);
+                self.tier1_known
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&labels);
             }
         }
         for ((tier, state), n) in alive {
@@ -772,7 +784,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tier1_snapshot_zeroes_what_it_no_longer_sees() {
+    fn a_tier1_snapshot_zeroes_what_it_no_longer_sees_and_drops_tiers_with_no_pods() {
         let m = Metrics::default();
         m.tier1_pods(&HashMap::from([
             (("rust".to_string(), "serving"), 3),
@@ -783,11 +795,26 @@ mod tests {
         let text = m.encode();
         for want in [
             "kube_harness_tier1_pods{tier=\"rust\",state=\"serving\"} 0",
-            "kube_harness_tier1_pods{tier=\"go\",state=\"idle\"} 0",
             "kube_harness_tier1_pods{tier=\"rust\",state=\"idle\"} 1",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
+        assert!(
+            !text.contains("tier=\"go\""),
+            "a tier with no pods left:\n{text}"
+        );
+    }
+
+    #[test]
+    fn planted_tier_labels_do_not_grow_the_series_forever() {
+        let m = Metrics::default();
+        for i in 0..1000 {
+            m.tier1_pods(&HashMap::from([((format!("planted-{i}"), "kept"), 1)]));
+        }
+        m.tier1_pods(&HashMap::new());
+        let text = m.encode();
+        assert!(!text.contains("planted-"), "{text}");
+        assert!(m.tier1_known.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! worker's `--persistent-dir` / `--read-only-prefix` arguments.
 
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, PersistentVolumeClaimVolumeSource, Volume, VolumeMount,
+    ConfigMap, ConfigMapVolumeSource, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource,
+    Volume, VolumeMount,
 };
+use kube::{Api, Client, ResourceExt};
 use kube_harness_crds::session::{CommitPolicy, PersistentDir};
 use kube_harness_crds::HarnessSession;
 use kube_harness_protocol::worker_args::{
@@ -117,4 +119,37 @@ pub fn volumes(session: &HarnessSession) -> (Vec<Volume>, Vec<VolumeMount>) {
         });
     }
     (volumes, mounts)
+}
+
+/// The first Persistent Dir whose source (claim or ConfigMap) does not exist in the session's
+/// namespace, as a message for the user. Without this check the worker pod would wait in Pending
+/// (an unschedulable pod, or a mount the kubelet retries) and the session would say only that it
+/// is starting.
+pub async fn missing_source(
+    session: &HarnessSession,
+    client: &Client,
+) -> Result<Option<String>, kube::Error> {
+    let ns = session.namespace().unwrap_or_default();
+    for dir in &session.spec.workspace.persistent_dirs {
+        let missing = match (&dir.source.claim, &dir.source.config_map) {
+            (Some(claim), _) => Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
+                .get_opt(&claim.claim_name)
+                .await?
+                .is_none()
+                .then(|| format!("PersistentVolumeClaim {ns}/{}", claim.claim_name)),
+            (None, Some(cm)) => Api::<ConfigMap>::namespaced(client.clone(), &ns)
+                .get_opt(&cm.name)
+                .await?
+                .is_none()
+                .then(|| format!("ConfigMap {ns}/{}", cm.name)),
+            (None, None) => None,
+        };
+        if let Some(what) = missing {
+            return Ok(Some(format!(
+                "the source of Persistent Dir {:?} does not exist: {what}; the worker pod starts once it is created",
+                dir.name
+            )));
+        }
+    }
+    Ok(None)
 }

@@ -699,6 +699,18 @@ async fn ensure(
                 reason: "WorkerStarting".into(),
             },
         };
+        let state = match state {
+            WorkerState::Starting { .. } if !session.spec.workspace.persistent_dirs.is_empty() => {
+                match super::persistent::missing_source(session, &ctx.client).await? {
+                    Some(message) => WorkerState::Failing {
+                        reason: reasons::PERSISTENT_DIR_SOURCE_MISSING.into(),
+                        message,
+                    },
+                    None => state,
+                }
+            }
+            state => state,
+        };
         let port = ctx.config.worker_port;
         // The kubelet's readiness probe runs once a period and sometimes misses the start (a
         // whole second lost, docs/performance.md): once the container runs, the worker's own

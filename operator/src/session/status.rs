@@ -320,6 +320,22 @@ pub fn status(
             }
         }
         WorkerState::Failing { reason, message }
+            if reason == reasons::PERSISTENT_DIR_SOURCE_MISSING =>
+        {
+            // Waiting for the user, not failing: the pod starts once the source exists (checked
+            // again, since a ConfigMap or claim created in the namespace sends no event here).
+            unreachable(&mut status);
+            status.phase = Some(Phase::Pending);
+            set(&mut status, types::READY, false, reason, message.clone());
+            set(&mut status, types::DEGRADED, true, reason, message.clone());
+            kstatus(
+                &mut status,
+                generation,
+                Progress::Stalled(reason, message.clone()),
+            );
+            WAIT_REQUEUE
+        }
+        WorkerState::Failing { reason, message }
             if reason == reasons::QUOTA_EXCEEDED || reason == reasons::ADMISSION_REFUSED =>
         {
             // Not the pod failing: the namespace does not admit it (yet). Tried again, since

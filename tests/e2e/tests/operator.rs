@@ -517,6 +517,25 @@ async fn a_namespace_at_its_quota_gets_the_quotas_message_and_exec_exits_126() {
         );
         let phase = api.get("q").await.unwrap().status.and_then(|s| s.phase);
         assert_eq!(phase, Some(kube_harness_crds::Phase::Pending));
+        // kstatus: a refusal nothing will lift by itself is Stalled, not Reconciling forever.
+        let stalled = harness::condition(&client, &ns, "q", types::STALLED)
+            .await
+            .unwrap();
+        assert_eq!(
+            (stalled.status.as_str(), stalled.reason.as_str()),
+            ("True", reasons::QUOTA_EXCEEDED),
+            "{}",
+            stalled.message
+        );
+        assert!(
+            stalled.message.contains("team-quota"),
+            "{}",
+            stalled.message
+        );
+        let reconciling = harness::condition(&client, &ns, "q", types::RECONCILING)
+            .await
+            .unwrap();
+        assert_eq!(reconciling.status, "False", "{}", reconciling.message);
 
         // exec does not wait out its timeout: 126 with the quota's message, at once.
         let started = std::time::Instant::now();

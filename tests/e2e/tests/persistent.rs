@@ -5,9 +5,11 @@
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim};
 use kube::api::PostParams;
 use kube::{Api, Client};
+use kube_harness_crds::condition::{reasons, types};
 use kube_harness_crds::HarnessSession;
 use kube_harness_e2e::harness::{self, cli_exec, kube_harness, stderr, stdout};
 use kube_harness_e2e::namespace::with_namespace;
+use kube_harness_e2e::wait::Check;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -184,6 +186,94 @@ async fn a_manual_commit_happens_only_when_asked() {
         assert!(stderr(&bad).contains("no kept version"), "{}", stderr(&bad));
         let (_, out, _) = turn(&ns, "reader", "cat /persistent/drafts/d.md");
         assert_eq!(out, "one\n");
+    })
+    .await;
+}
+
+/// Waits until the session's Ready condition has `reason`, and returns its message.
+async fn ready_reason(client: &Client, ns: &str, name: &str, reason: &str) -> String {
+    kube_harness_e2e::wait::until(
+        &format!("{ns}/{name} Ready=False {reason}"),
+        Duration::from_secs(60),
+        || async {
+            let c = harness::condition(client, ns, name, types::READY).await;
+            Ok(match c {
+                Ok(c) if c.reason == reason && c.status == "False" => Check::Done(c.message),
+                other => Check::Pending(format!("{other:?}")),
+            })
+        },
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn a_missing_persistent_dir_source_is_named_in_a_stalled_condition_until_it_exists() {
+    with_namespace("pdir-missing", |client, ns| async move {
+        harness::restrict(&client, &ns).await.unwrap();
+        let s: HarnessSession = serde_json::from_value(json!({
+            "apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessSession",
+            "metadata": {"name": "early"},
+            "spec": {"workerTier": "tier0", "workspace": {"persistentDirs": [
+                {"name": "kb", "source": {"claim": {"claimName": "later"}}, "commit": "after-turn"},
+                {"name": "notes", "source": {"configMap": {"name": "notes"}}, "commit": "read-only"}
+            ]}}
+        }))
+        .unwrap();
+        Api::<HarnessSession>::namespaced(client.clone(), &ns)
+            .create(&PostParams::default(), &s)
+            .await
+            .unwrap();
+        let missing = reasons::PERSISTENT_DIR_SOURCE_MISSING;
+        let message = ready_reason(&client, &ns, "early", missing).await;
+        assert!(
+            message.contains("PersistentVolumeClaim") && message.contains("later"),
+            "{message}"
+        );
+        let stalled = harness::condition(&client, &ns, "early", types::STALLED)
+            .await
+            .unwrap();
+        assert_eq!(
+            (stalled.status.as_str(), stalled.reason.as_str()),
+            ("True", missing)
+        );
+        // exec does not wait out its timeout on a session that cannot start.
+        let (code, _, err) = cli_exec(&ns, "early", "true", &[]);
+        assert_eq!(code, 126, "{err}");
+
+        // The claim arrives: now the ConfigMap is what is missing.
+        claim(&client, &ns, "later").await;
+        let message = kube_harness_e2e::wait::until(
+            "the message to name the ConfigMap",
+            Duration::from_secs(60),
+            || async {
+                let c = harness::condition(&client, &ns, "early", types::READY).await?;
+                Ok(if c.message.contains("ConfigMap") {
+                    Check::Done(c.message)
+                } else {
+                    Check::Pending(c.message)
+                })
+            },
+        )
+        .await
+        .unwrap();
+        assert!(message.contains("notes"), "{message}");
+
+        // Both exist: the session starts with nobody touching it, and reads the ConfigMap.
+        let notes: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "notes"}, "data": {"a.md": "alpha"}
+        }))
+        .unwrap();
+        Api::<ConfigMap>::namespaced(client.clone(), &ns)
+            .create(&PostParams::default(), &notes)
+            .await
+            .unwrap();
+        harness::wait_ready(&client, &ns, "early", READY)
+            .await
+            .unwrap();
+        let (code, out, _) = cli_exec(&ns, "early", "cat /persistent/notes/a.md", &[]);
+        assert_eq!((code, out.as_str()), (0, "alpha"));
     })
     .await;
 }

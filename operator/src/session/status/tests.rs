@@ -800,6 +800,16 @@ fn reconciling_and_stalled_follow_kstatus() {
             Some(WAIT_REQUEUE),
         ),
         (
+            "a Persistent Dir's source missing: Pending and Stalled, asked again",
+            none(),
+            failing(reasons::PERSISTENT_DIR_SOURCE_MISSING),
+            Phase::Pending,
+            f(reasons::PERSISTENT_DIR_SOURCE_MISSING),
+            f(reasons::RECONCILED),
+            t(reasons::PERSISTENT_DIR_SOURCE_MISSING),
+            Some(WAIT_REQUEUE),
+        ),
+        (
             "bad image: Stalled",
             none(),
             failing("ErrImagePull"),
