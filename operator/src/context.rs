@@ -6,6 +6,7 @@ use crate::cache::Caches;
 use crate::config::OperatorConfig;
 use crate::metrics::Metrics;
 use crate::session::usage::Polls;
+use crate::tier1::limit::OpenLimiter;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::Client;
@@ -26,6 +27,8 @@ pub struct Context {
     failures: Mutex<HashMap<String, u32>>,
     pub caches: Caches,
     pub polls: Polls,
+    /// How fast each session may open Tier-1 sandboxes through the tier API.
+    pub opens: OpenLimiter,
     /// How long a reconcile waits for a background poll of its worker that it starts (one that
     /// answers does so in milliseconds; one that does not is left to the background).
     pub report_wait: Duration,
@@ -48,6 +51,7 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             caches: Caches::default(),
             polls: Polls::new(trigger),
+            opens: OpenLimiter::default(),
             report_wait: REPORT_WAIT,
             poll_triggers: Mutex::new(Some(triggers)),
         }

@@ -106,6 +106,7 @@ pub struct Metrics {
     tier1_pods: Family<PodsLabels, Gauge>,
     tier1_swept: Family<SweptLabels, Counter>,
     tier1_sweep_errors: Counter,
+    tier1_opens_limited: Counter,
     /// Every (tier, state) of `tier1_pods` set so far: a snapshot sets those it lacks to 0.
     tier1_known: Mutex<HashSet<PodsLabels>>,
     escalations: Mutex<EscalationClock>,
@@ -231,10 +232,17 @@ impl Default for Metrics {
             "Kubernetes API requests of the leader's Tier-1 sweep that failed (the sweep goes on with the rest, and tries again at the next)",
             tier1_sweep_errors.clone(),
         );
+        let tier1_opens_limited = Counter::default();
+        registry.register(
+            "tier1_opens_limited",
+            "Tier API opens answered 429 because their session opened too many sandboxes too fast (per replica)",
+            tier1_opens_limited.clone(),
+        );
         Metrics {
             tier1_pods,
             tier1_swept,
             tier1_sweep_errors,
+            tier1_opens_limited,
             tier1_known: Mutex::new(HashSet::new()),
             escalations: Mutex::new(EscalationClock::default()),
             escalation_seconds,
@@ -401,6 +409,11 @@ impl Metrics {
         self.tier1_swept
             .get_or_create(&SweptLabels { kind, reason })
             .inc();
+    }
+
+    /// An open refused by [`crate::tier1::limit::OpenLimiter`].
+    pub fn tier1_open_limited(&self) {
+        self.tier1_opens_limited.inc();
     }
 
     /// A request of the sweep failed.

@@ -238,6 +238,19 @@ async fn open(
     step("authorized");
     let Json(req) = body.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
     check_turn(&req.turn)?;
+    // Only a well-formed request from the session's own token spends its allowance.
+    if let Err(wait) = ctx.opens.check(&ns, &session) {
+        ctx.metrics.tier1_open_limited();
+        return Err(ApiError(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "session {ns}/{session} opened more than {} Tier-1 sandboxes at once or {} a minute; try again in {} ms",
+                super::limit::OPENS_BURST,
+                super::limit::OPENS_PER_MINUTE,
+                wait.as_millis()
+            ),
+        ));
+    }
     let (session_read, session_pods, records) = tokio::join!(
         read_session(&ctx, &ns, &session),
         open::session_pods(&ctx, &ns, &session),

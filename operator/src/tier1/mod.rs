@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod end;
+pub mod limit;
 pub mod open;
 pub mod pod;
 pub mod pool;

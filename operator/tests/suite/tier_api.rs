@@ -1196,6 +1196,36 @@ async fn a_bad_or_missing_token_is_401_and_no_escalation_tier_is_409() {
     assert_eq!(reply.await.unwrap().0, 400);
 }
 
+/// A session's token past its allowance of opens (docs/tier1.md "Limits"): 429 with the wait,
+/// after the bearer is checked and before anything is read or written; other sessions and the
+/// metric are told apart.
+#[tokio::test]
+async fn a_session_opening_too_fast_is_429_before_anything_is_written() {
+    let (base, mut server, ctx) = start_with_context().await;
+    for _ in 0..kube_harness_operator::tier1::limit::OPENS_BURST {
+        assert!(ctx.opens.check(NS, "demo").is_ok());
+    }
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    session_token(&mut server).await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(code, 429, "{body}");
+    let message = body["error"].as_str().unwrap();
+    assert!(message.contains("try again in"), "{message}");
+    // Nothing after the token check: no session read, no record, no pod.
+    let more = tokio::time::timeout(std::time::Duration::from_millis(300), server.next_request());
+    assert!(more.await.is_err(), "a request after the 429");
+    assert!(ctx
+        .metrics
+        .encode()
+        .contains("kube_harness_tier1_opens_limited_total 1"));
+    // A bad token spends nothing and is still 401, not 429.
+    let reply = post(&base, "not-the-token", json!({"turn": "turn-2"})).await;
+    session_token(&mut server).await;
+    assert_eq!(reply.await.unwrap().0, 401);
+    // Another session of the namespace has its own allowance.
+    assert!(ctx.opens.check(NS, "other").is_ok());
+}
+
 /// Takes the next `want.len()` requests before answering any: they were sent together (a handler
 /// that waited for one answer before the next request fails here). Checks each method and path,
 /// in order, and answers each with its status and reply.
