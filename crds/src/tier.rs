@@ -49,6 +49,9 @@ use std::collections::BTreeMap;
     "self.level > 0 || !has(self.template.env) || size(self.template.env) == 0"
 ).message("env is for escalation tiers (level 1 and up); the Tier-0 worker gives commands an empty environment").field_path(".template.env"))]
 #[x_kube(validation = kube::core::Rule::new(
+    "self.level > 0 || !has(self.egress) || self.egress.mode == 'Deny'"
+).message("egress is for escalation tiers (level 1 and up); a level-0 tier's worker pods get their egress from their session's runtime.network").field_path(".egress"))]
+#[x_kube(validation = kube::core::Rule::new(
     "!has(self.warmPool) || self.warmPool.size == 0 || (has(self.warmPool.namespaces) && size(self.warmPool.namespaces) > 0)"
 ).message("a warm pool keeps its pods in the namespaces of the sessions it serves (they count against those namespaces' quotas): list them in warmPool.namespaces").field_path(".warmPool.namespaces"))]
 #[serde(rename_all = "camelCase")]
@@ -65,7 +68,8 @@ pub struct SandboxTierSpec {
     #[x_kube(validation = kube::core::Rule::new("self.all(c, self.exists_one(d, d == c))").message("capabilities must not repeat"))]
     #[schemars(length(max = 8))]
     pub capabilities: Vec<Capability>,
-    /// Outbound traffic the tier's pods may open.
+    /// Outbound traffic the tier's Tier-1 pods may open (escalation tiers only). A level-0
+    /// tier must leave it Deny: a worker pod's egress follows its session's runtime.network.
     #[serde(default)]
     pub egress: EgressPolicy,
     /// Escalation tiers: seconds a Tier-1 pod is kept after its turn ended, idle, for the same

@@ -609,6 +609,7 @@ async fn invalid_objects_are_rejected_with_the_field_named() {
             ("kh-e2e-bad-env-name", json!({"level": 1, "template": {"image": "x", "env": [{"name": "KH_TOKEN", "value": "x"}]}}), "spec.template.env[0].name"),
             ("kh-e2e-bad-env-home", json!({"level": 1, "template": {"image": "x", "env": [{"name": "HOME", "value": "/"}]}}), "spec.template.env[0].name"),
             ("kh-e2e-bad-env-level0", json!({"level": 0, "template": {"image": "x", "env": [{"name": "A", "value": "b"}]}}), "spec.template.env"),
+            ("kh-e2e-bad-egress-level0", json!({"level": 0, "template": {"image": "x"}, "egress": {"mode": "AllowAll"}}), "spec.egress"),
         ] {
             let message = rejected::<SandboxTier>(&client, None, tier(name, spec)).await;
             assert!(message.contains(field), "{name}: {message}");
