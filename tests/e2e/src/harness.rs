@@ -220,6 +220,29 @@ pub async fn condition(
         .ok_or_else(|| E2eError::Failed(format!("no {type_} condition in {conditions:?}")))
 }
 
+/// Waits up to a minute until the session's `type_` condition satisfies `holds` (`what` names it
+/// for the timeout's message), and returns it.
+pub async fn wait_condition(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    type_: &str,
+    what: &str,
+    holds: impl Fn(&kube_harness_crds::condition::Condition) -> bool,
+) -> Result<kube_harness_crds::condition::Condition> {
+    wait::until(
+        &format!("{ns}/{name}: {type_} {what}"),
+        Duration::from_secs(60),
+        || async {
+            Ok(match condition(client, ns, name, type_).await {
+                Ok(c) if holds(&c) => Check::Done(c),
+                other => Check::Pending(format!("{other:?}")),
+            })
+        },
+    )
+    .await
+}
+
 /// Deletes a pod with no grace period: its containers get SIGKILL.
 pub async fn kill_pod(pods: &Api<k8s_openapi::api::core::v1::Pod>, name: &str) -> Result<()> {
     let now = kube::api::DeleteParams {

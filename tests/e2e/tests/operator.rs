@@ -489,19 +489,12 @@ async fn a_namespace_at_its_quota_gets_the_quotas_message_and_exec_exits_126() {
 
         // The pod quota refuses the worker pod: a condition with the quota's message.
         let api: Api<HarnessSession> = Api::namespaced(client.clone(), &ns);
-        let ready = wait::until(
-            "Ready=False QuotaExceeded",
-            Duration::from_secs(60),
-            || async {
-                let c = harness::condition(&client, &ns, "q", types::READY).await;
-                Ok(match c {
-                    Ok(c) if c.reason == reasons::QUOTA_EXCEEDED => Check::Done(c),
-                    other => Check::Pending(format!("{other:?}")),
-                })
-            },
-        )
-        .await
-        .unwrap();
+        let ready =
+            harness::wait_condition(&client, &ns, "q", types::READY, "QuotaExceeded", |c| {
+                c.reason == reasons::QUOTA_EXCEEDED
+            })
+            .await
+            .unwrap();
         assert_eq!(ready.status, "False");
         assert!(
             ready.message.contains("exceeded quota") && ready.message.contains("team-quota"),

@@ -9,7 +9,6 @@ use kube_harness_crds::condition::{reasons, types};
 use kube_harness_crds::HarnessSession;
 use kube_harness_e2e::harness::{self, cli_exec, kube_harness, stderr, stdout};
 use kube_harness_e2e::namespace::with_namespace;
-use kube_harness_e2e::wait::Check;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -190,23 +189,6 @@ async fn a_manual_commit_happens_only_when_asked() {
     .await;
 }
 
-/// Waits until the session's Ready condition has `reason`, and returns its message.
-async fn ready_reason(client: &Client, ns: &str, name: &str, reason: &str) -> String {
-    kube_harness_e2e::wait::until(
-        &format!("{ns}/{name} Ready=False {reason}"),
-        Duration::from_secs(60),
-        || async {
-            let c = harness::condition(client, ns, name, types::READY).await;
-            Ok(match c {
-                Ok(c) if c.reason == reason && c.status == "False" => Check::Done(c.message),
-                other => Check::Pending(format!("{other:?}")),
-            })
-        },
-    )
-    .await
-    .unwrap()
-}
-
 #[tokio::test]
 #[ignore = "needs a cluster with the chart installed"]
 async fn a_missing_persistent_dir_source_is_named_in_a_stalled_condition_until_it_exists() {
@@ -226,7 +208,12 @@ async fn a_missing_persistent_dir_source_is_named_in_a_stalled_condition_until_i
             .await
             .unwrap();
         let missing = reasons::PERSISTENT_DIR_SOURCE_MISSING;
-        let message = ready_reason(&client, &ns, "early", missing).await;
+        let message = harness::wait_condition(&client, &ns, "early", types::READY, missing, |c| {
+            c.status == "False" && c.reason == missing
+        })
+        .await
+        .unwrap()
+        .message;
         assert!(
             message.contains("PersistentVolumeClaim") && message.contains("later"),
             "{message}"
@@ -244,20 +231,17 @@ async fn a_missing_persistent_dir_source_is_named_in_a_stalled_condition_until_i
 
         // The claim arrives: now the ConfigMap is what is missing.
         claim(&client, &ns, "later").await;
-        let message = kube_harness_e2e::wait::until(
-            "the message to name the ConfigMap",
-            Duration::from_secs(60),
-            || async {
-                let c = harness::condition(&client, &ns, "early", types::READY).await?;
-                Ok(if c.message.contains("ConfigMap") {
-                    Check::Done(c.message)
-                } else {
-                    Check::Pending(c.message)
-                })
-            },
+        let message = harness::wait_condition(
+            &client,
+            &ns,
+            "early",
+            types::READY,
+            "naming the ConfigMap",
+            |c| c.message.contains("ConfigMap"),
         )
         .await
-        .unwrap();
+        .unwrap()
+        .message;
         assert!(message.contains("notes"), "{message}");
 
         // Both exist: the session starts with nobody touching it, and reads the ConfigMap.
