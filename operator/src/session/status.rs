@@ -179,6 +179,11 @@ pub fn status(
             status.phase = Some(Phase::Hibernated);
             unreachable(&mut status);
             status.worker_pod = None;
+            if old.worker_pod.is_none() && old.workspace_claim.is_none() {
+                // Suspended before its first worker: nothing of the session is in a claim yet,
+                // so waking it is still its first start (a warm pod may be adopted then).
+                status.workspace_claim = None;
+            }
             let (reason, hibernated, ready) = if *suspended {
                 (
                     reasons::SUSPENDED,

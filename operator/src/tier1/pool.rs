@@ -132,7 +132,7 @@ async fn namespace(tier: &SandboxTier, ctx: &Context, ns: &str, want: u32) -> Re
             out.failing.get_or_insert_with(|| {
                 (
                     reason.clone(),
-                    format!("pool pod {}: {message}", p.name_any()),
+                    format!("pool pod {ns}/{}: {message}", p.name_any()),
                 )
             });
         }

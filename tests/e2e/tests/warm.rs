@@ -274,3 +274,78 @@ async fn a_miss_starts_cold_with_its_reason_and_a_template_change_rolls_the_pool
     })
     .await;
 }
+
+/// A session created with `spec.suspend: true` has had no worker yet: waking it is its first start,
+/// so it adopts a warm pod like any new session.
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn a_session_created_suspended_adopts_a_warm_pod_when_it_wakes() {
+    with_namespace("warm-susp", |client, ns| async move {
+        harness::restrict(&client, &ns).await.unwrap();
+        skills(&client, &ns).await;
+        let tier = warm_tier(&client, "warm-e2e-susp", &ns, 1).await;
+        with_tier(&client, tier, || async {
+            let before = pool_ready(&client, &ns, 1).await;
+            let mut s = harness::example_session("demo.yaml", "later").unwrap();
+            s.spec.worker_tier = "warm-e2e-susp".into();
+            s.spec.workspace.skills =
+                vec![
+                    serde_json::from_value(json!({"configMap": "skills", "path": "review"}))
+                        .unwrap(),
+                ];
+            s.spec.suspend = true;
+            let api: Api<HarnessSession> = Api::namespaced(client.clone(), &ns);
+            api.create(&PostParams::default(), &s).await.unwrap();
+            let a = api.clone();
+            let asleep = wait::until("Hibernated", READY, || async {
+                let s = a.get("later").await?;
+                let status = s.status.clone().unwrap_or_default();
+                Ok(
+                    if status.phase == Some(kube_harness_crds::Phase::Hibernated)
+                        && status.observed_generation == s.metadata.generation
+                    {
+                        Check::Done(status)
+                    } else {
+                        Check::Pending(format!("{:?}", status.phase))
+                    },
+                )
+            })
+            .await
+            .unwrap();
+            assert_eq!(
+                asleep.workspace_claim, None,
+                "no claim before a first worker"
+            );
+            assert!(
+                Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
+                    .get_opt("later-workspace")
+                    .await
+                    .unwrap()
+                    .is_none(),
+                "a claim made for a session that has not started"
+            );
+
+            api.patch(
+                "later",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"suspend": false}})),
+            )
+            .await
+            .unwrap();
+            let status = harness::wait_ready(&client, &ns, "later", READY)
+                .await
+                .unwrap()
+                .status
+                .unwrap();
+            let pod = status.worker_pod.unwrap();
+            assert!(
+                before.contains(&pod),
+                "{pod} was not the warm pod {before:?}"
+            );
+            let (code, out, err) = cli_exec(&ns, "later", "echo awake", &[]);
+            assert_eq!((code, out.as_str()), (0, "awake\n"), "{err}");
+        })
+        .await;
+    })
+    .await;
+}

@@ -977,3 +977,30 @@ fn a_suspended_session_says_so_in_hibernated_and_shows_no_worker() {
     // The usage counted so far stays.
     assert_eq!(got.usage, awake.usage);
 }
+
+#[test]
+fn a_session_suspended_before_its_first_worker_keeps_no_claim_so_waking_it_is_a_first_start() {
+    let suspended = seen(
+        Escalation::NoTier,
+        Worker::Hibernating {
+            suspended: true,
+            pod_left: false,
+        },
+    );
+    let (at_creation, _) = status(&HarnessSessionStatus::default(), Some(1), &suspended);
+    assert_eq!(at_creation.phase, Some(Phase::Hibernated));
+    assert_eq!(
+        at_creation.workspace_claim, None,
+        "nothing is in a claim yet"
+    );
+    let (again, _) = status(&at_creation, Some(1), &suspended);
+    assert_eq!(again.workspace_claim, None);
+    // One that ran keeps its claim through the suspension: its files are there.
+    let (awake, _) = status(
+        &HarnessSessionStatus::default(),
+        Some(1),
+        &seen(Escalation::NoTier, running(ready(), None)),
+    );
+    let (asleep, _) = status(&awake, Some(2), &suspended);
+    assert_eq!(asleep.workspace_claim.as_deref(), Some("s-workspace"));
+}
