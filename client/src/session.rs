@@ -13,6 +13,11 @@ use kube_harness_protocol::WorkerClient;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
+/// How long a missing Persistent Dir source must stay reported before [`SessionHandle::ready`]
+/// gives up: longer than the operator's 10 s recheck, so a source created just before the call
+/// is seen.
+pub const SOURCE_RECHECK: Duration = Duration::from_secs(12);
+
 /// Port of the worker API in the worker pod.
 pub const WORKER_PORT: u16 = 8080;
 
@@ -125,6 +130,9 @@ impl SessionHandle {
     pub async fn ready(&self, timeout: Duration) -> Result<HarnessSession, ClientError> {
         let deadline = Instant::now() + timeout;
         let mut woke = false;
+        // When this call first saw a missing Persistent Dir source: the operator checks again
+        // every 10 s, so a source created a moment ago may still be reported missing.
+        let mut missing_since: Option<Instant> = None;
         loop {
             let session = self.get().await?;
             let status = session.status.clone().unwrap_or_default();
@@ -144,12 +152,21 @@ impl SessionHandle {
             if is_true(&status.conditions, types::READY) && status.worker_pod.is_some() {
                 return Ok(session);
             }
-            if let Some(refused) = status.conditions.iter().find(|c| {
-                c.type_ == types::READY
-                    && c.status == "False"
-                    && (c.reason == reasons::QUOTA_EXCEEDED
-                        || c.reason == reasons::ADMISSION_REFUSED
-                        || c.reason == reasons::PERSISTENT_DIR_SOURCE_MISSING)
+            let not_ready = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == types::READY && c.status == "False");
+            let missing =
+                not_ready.is_some_and(|c| c.reason == reasons::PERSISTENT_DIR_SOURCE_MISSING);
+            missing_since = if missing {
+                missing_since.or(Some(Instant::now()))
+            } else {
+                None
+            };
+            if let Some(refused) = not_ready.filter(|c| {
+                c.reason == reasons::QUOTA_EXCEEDED
+                    || c.reason == reasons::ADMISSION_REFUSED
+                    || missing_since.is_some_and(|t| t.elapsed() >= SOURCE_RECHECK)
             }) {
                 return Err(ClientError::Refused {
                     name: self.name.clone(),

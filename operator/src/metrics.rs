@@ -235,7 +235,7 @@ impl Default for Metrics {
         let tier1_opens_limited = Counter::default();
         registry.register(
             "tier1_opens_limited",
-            "Tier API opens answered 429 because their session opened too many sandboxes too fast (per replica)",
+            "Tier API opens of new turns answered 429 because their session opened too many too fast (per replica)",
             tier1_opens_limited.clone(),
         );
         Metrics {
@@ -466,33 +466,28 @@ impl Metrics {
     /// only as long as such pods do (bounded by the namespaces' pod quotas).
     pub fn tier1_pods(&self, alive: &HashMap<(String, &'static str), u32>) {
         let tiers: HashSet<&str> = alive.keys().map(|(tier, _)| tier.as_str()).collect();
-        let known: Vec<PodsLabels> = self
-            .tier1_known
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .cloned()
-            .collect();
-        for labels in known {
+        // One lock for the whole snapshot: a pool's `tier1_idle` in between waits, and is not
+        // lost between reading what is known and removing it.
+        let mut known = self.tier1_known.lock().unwrap_or_else(|e| e.into_inner());
+        known.retain(|labels| {
             if alive.contains_key(&(labels.tier.clone(), labels.state)) {
-                continue;
+                return true;
             }
             if tiers.contains(labels.tier.as_str()) {
-                self.set_tier1(labels, 0);
+                self.tier1_pods.get_or_create(labels).set(0);
+                true
             } else {
-                self.tier1_pods.remove(&labels);
-                self.tier1_known
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&labels);
+                self.tier1_pods.remove(labels);
+                false
             }
-        }
+        });
         for ((tier, state), n) in alive {
             let labels = PodsLabels {
                 tier: tier.clone(),
                 state,
             };
-            self.set_tier1(labels, i64::from(*n));
+            self.tier1_pods.get_or_create(&labels).set(i64::from(*n));
+            known.insert(labels);
         }
     }
 

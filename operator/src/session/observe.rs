@@ -3,6 +3,7 @@
 
 use crate::kube_util::{is_failing_wait, pod_condition, ready_ip};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use kube_harness_crds::condition::{self, types};
 use kube_harness_crds::{HarnessSessionStatus, Phase};
 
@@ -75,6 +76,36 @@ pub fn started_ip(pod: &Pod) -> Option<String> {
     all_running.then(|| status.pod_ip.clone()).flatten()
 }
 
+/// How long after its containers start a worker may wait for the kubelet's first passing
+/// readiness probe (the worker pod's probe runs every second).
+pub const FIRST_PROBE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Whether every container of `pod` runs and the latest of them started less than `within`
+/// before `now` (a restart in place starts the window again).
+pub fn just_started(pod: &Pod, within: std::time::Duration, now: Timestamp) -> bool {
+    let Some(statuses) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+    else {
+        return false;
+    };
+    let started: Option<Vec<Timestamp>> = statuses
+        .iter()
+        .map(|c| {
+            c.state
+                .as_ref()
+                .and_then(|s| s.running.as_ref())
+                .and_then(|r| r.started_at.as_ref())
+                .map(|t| t.0)
+        })
+        .collect();
+    match started.and_then(|s| s.into_iter().max()) {
+        Some(latest) => now.duration_since(latest).as_secs_f64() < within.as_secs_f64(),
+        None => false,
+    }
+}
+
 /// Whether the session's status already records `pod` at `ip:port` as Ready: the worker answered
 /// once, so a later slow answer while the kubelet's probe has not passed yet does not demote it.
 /// A replaced pod has another IP or no IP yet, so it earns Ready again.
@@ -110,6 +141,52 @@ mod tests {
         };
         condition::set(&mut status.conditions, types::READY, ready, "R", "m", None);
         Some(status)
+    }
+
+    fn running_since(started: &[Option<&str>]) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "status": {"containerStatuses": started.iter().enumerate().map(|(i, s)| {
+                let state = match s {
+                    Some(t) => serde_json::json!({"running": {"startedAt": t}}),
+                    None => serde_json::json!({"waiting": {"reason": "CrashLoopBackOff"}}),
+                };
+                serde_json::json!({"name": format!("c{i}"), "image": "x", "imageID": "", "ready": false, "restartCount": 0, "state": state})
+            }).collect::<Vec<_>>()}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn just_started_is_the_window_after_the_latest_container_start() {
+        let now: Timestamp = "2026-12-03T10:00:30Z".parse().unwrap();
+        let window = std::time::Duration::from_secs(20);
+        assert!(just_started(
+            &running_since(&[Some("2026-12-03T10:00:20Z")]),
+            window,
+            now
+        ));
+        assert!(
+            !just_started(&running_since(&[Some("2026-12-03T10:00:00Z")]), window, now),
+            "hung for 30 s"
+        );
+        // A restart in place starts the window again; one container not running: no.
+        assert!(just_started(
+            &running_since(&[Some("2026-12-03T09:00:00Z"), Some("2026-12-03T10:00:25Z")]),
+            window,
+            now
+        ));
+        assert!(!just_started(
+            &running_since(&[Some("2026-12-03T10:00:25Z"), None]),
+            window,
+            now
+        ));
+        assert!(!just_started(&Pod::default(), window, now));
+        // A clock behind the kubelet's: started "in the future" counts as just started.
+        assert!(just_started(
+            &running_since(&[Some("2026-12-03T10:00:40Z")]),
+            window,
+            now
+        ));
     }
 
     #[test]

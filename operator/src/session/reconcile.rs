@@ -2,7 +2,8 @@
 //! idle hibernation and waking; TTL; status by server-side apply with an Event per change.
 
 use super::observe::{
-    confirmed_ready, started_ip, worker_state, WorkerState, ADOPTION_UNCONFIRMED,
+    confirmed_ready, just_started, started_ip, worker_state, WorkerState, ADOPTION_UNCONFIRMED,
+    FIRST_PROBE,
 };
 use super::owned::worker_pod_name;
 use super::status::{self, Escalation, Observed, Seen, Worker, WorkerTierProblem};
@@ -562,7 +563,9 @@ async fn ensure(
             .map(Some)
     };
     let pvc = async {
-        if claim == own_claim && !may_adopt {
+        // Not for a session suspended before its first worker: its first start decides the
+        // claim (a warm pod's, when its tier keeps a pool by then).
+        if claim == own_claim && !may_adopt && !(first && hibernate) {
             apply_child::<PersistentVolumeClaim>(ctx, &ns, &resources::workspace_pvc(session))
                 .await?;
         }
@@ -699,8 +702,13 @@ async fn ensure(
                 reason: "WorkerStarting".into(),
             },
         };
+        // Only while no container runs: a running pod mounted its sources already (a source
+        // deleted afterwards does not stop it).
         let state = match state {
-            WorkerState::Starting { .. } if !session.spec.workspace.persistent_dirs.is_empty() => {
+            WorkerState::Starting { .. }
+                if !session.spec.workspace.persistent_dirs.is_empty()
+                    && pod.as_ref().and_then(started_ip).is_none() =>
+            {
                 match super::persistent::missing_source(session, &ctx.client).await? {
                     Some(message) => WorkerState::Failing {
                         reason: reasons::PERSISTENT_DIR_SOURCE_MISSING.into(),
@@ -729,8 +737,14 @@ async fn ensure(
                 {
                     Some(report) => (WorkerState::Ready { ip }, Some(report)),
                     // One slow answer (300 ms on a busy node) does not take back a Ready this
-                    // pod already earned: Ready would flap until the kubelet's probe passes.
-                    None if confirmed_ready(session.status.as_ref(), &pod_name, &ip, port) => {
+                    // pod earned since its container started: Ready would flap until the
+                    // kubelet's probe passes. Past the probe's first period a worker the
+                    // kubelet does not call ready is not (hung, restarted, crash-looping).
+                    None if confirmed_ready(Some(old), &pod_name, &ip, port)
+                        && pod.as_ref().is_some_and(|p| {
+                            just_started(p, FIRST_PROBE, k8s_openapi::jiff::Timestamp::now())
+                        }) =>
+                    {
                         (WorkerState::Ready { ip }, None)
                     }
                     None => (state, None),

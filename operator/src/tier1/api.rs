@@ -28,19 +28,33 @@ use serde_json::json;
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
-/// An error answer: status and `{"error": message}`.
+/// An error answer: status and `{"error": message}`, with `Retry-After` (whole seconds, rounded
+/// up) when the caller may try again later.
 #[derive(Debug)]
-pub struct ApiError(StatusCode, String);
+pub struct ApiError(StatusCode, String, Option<std::time::Duration>);
+
+impl ApiError {
+    fn new(status: StatusCode, message: String) -> Self {
+        ApiError(status, message, None)
+    }
+}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.0, Json(json!({"error": self.1}))).into_response()
+        let mut response = (self.0, Json(json!({"error": self.1}))).into_response();
+        if let Some(wait) = self.2 {
+            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.max(1).into());
+        }
+        response
     }
 }
 
 impl From<kube::Error> for ApiError {
     fn from(e: kube::Error) -> Self {
-        ApiError(
+        ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("Kubernetes API: {e}"),
         )
@@ -49,7 +63,7 @@ impl From<kube::Error> for ApiError {
 
 impl From<OpenError> for ApiError {
     fn from(e: OpenError) -> Self {
-        ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
     }
 }
 
@@ -101,7 +115,7 @@ fn check_name(what: &str, v: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(ApiError(
+        Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             format!("{what} {v:?} is not a valid name"),
         ))
@@ -110,7 +124,7 @@ fn check_name(what: &str, v: &str) -> Result<()> {
 
 fn check_turn(turn: &str) -> Result<()> {
     if turn.is_empty() || turn.len() > 512 || turn.chars().any(char::is_control) {
-        return Err(ApiError(
+        return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "turn must be 1 to 512 characters without control characters".into(),
         ));
@@ -124,7 +138,7 @@ async fn authorize(ctx: &Context, ns: &str, session: &str, headers: &HeaderMap) 
     check_name("namespace", ns)?;
     check_name("session", session)?;
     let unauthorized = || {
-        ApiError(
+        ApiError::new(
             StatusCode::UNAUTHORIZED,
             "bad or missing bearer token".into(),
         )
@@ -165,7 +179,7 @@ async fn read_session(
 fn live_session(read: Option<HarnessSession>, ns: &str, session: &str) -> Result<HarnessSession> {
     match read {
         Some(s) if s.metadata.deletion_timestamp.is_none() => Ok(s),
-        _ => Err(ApiError(
+        _ => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no HarnessSession {ns}/{session}"),
         )),
@@ -179,7 +193,7 @@ fn escalation_tier(s: &HarnessSession, ns: &str, session: &str) -> Result<String
         .as_ref()
         .and_then(|e| e.tier.clone())
         .ok_or_else(|| {
-            ApiError(
+            ApiError::new(
                 StatusCode::CONFLICT,
                 format!("HarnessSession {ns}/{session} has no escalation tier"),
             )
@@ -188,7 +202,7 @@ fn escalation_tier(s: &HarnessSession, ns: &str, session: &str) -> Result<String
 
 /// The escalation tier as read: 409 when it is missing or not level 1 or more.
 fn escalation_level(read: Option<SandboxTier>, name: &str) -> Result<SandboxTier> {
-    let conflict = |m: String| ApiError(StatusCode::CONFLICT, m);
+    let conflict = |m: String| ApiError::new(StatusCode::CONFLICT, m);
     match read {
         Some(t) if t.spec.level >= 1 => Ok(t),
         Some(t) => Err(conflict(format!(
@@ -210,7 +224,7 @@ struct Known {
 
 /// 409: the turn ended (its record is a tombstone, or an earlier same-named session's).
 fn ended_turn(ns: &str, session: &str, turn: &str) -> ApiError {
-    ApiError(
+    ApiError::new(
         StatusCode::CONFLICT,
         format!(
             "turn {turn:?} of {ns}/{session} has ended (or is an earlier session's of that name); a new turn needs a new turn id"
@@ -236,21 +250,8 @@ async fn open(
     let step = |what: &str| tracing::debug!(%ns, %session, ms = started.elapsed().as_secs_f64() * 1e3, "tier-1 open: {what}");
     authorize(&ctx, &ns, &session, &headers).await?;
     step("authorized");
-    let Json(req) = body.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let Json(req) = body.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
     check_turn(&req.turn)?;
-    // Only a well-formed request from the session's own token spends its allowance.
-    if let Err(wait) = ctx.opens.check(&ns, &session) {
-        ctx.metrics.tier1_open_limited();
-        return Err(ApiError(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "session {ns}/{session} opened more than {} Tier-1 sandboxes at once or {} a minute; try again in {} ms",
-                super::limit::OPENS_BURST,
-                super::limit::OPENS_PER_MINUTE,
-                wait.as_millis()
-            ),
-        ));
-    }
     let (session_read, session_pods, records) = tokio::join!(
         read_session(&ctx, &ns, &session),
         open::session_pods(&ctx, &ns, &session),
@@ -277,6 +278,23 @@ async fn open(
     // pool, with the cached tier's template hash: a hint only. The tier as read decides, and the
     // pods are asked for again when the hint was missing or its template differs.
     let new_turn = turn_pods.is_empty() && recorded.is_none();
+    // Only a new turn spends the session's allowance: it is what writes (a record, a pod, a
+    // Secret); repeats of a turn and refusals do not.
+    if new_turn {
+        if let Err(wait) = ctx.opens.check(&ns, &session) {
+            ctx.metrics.tier1_open_limited();
+            return Err(ApiError(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "session {ns}/{session} opened more than {} new Tier-1 turns in a burst or {} a minute; try again in {} ms",
+                    super::limit::OPENS_BURST,
+                    super::limit::OPENS_PER_MINUTE,
+                    wait.as_millis()
+                ),
+                Some(wait),
+            ));
+        }
+    }
     let hint = ctx
         .caches
         .tier(&tier_name)
@@ -572,7 +590,7 @@ async fn show(
         record::get(&ctx, &ns, &session, &turn)
     );
     let Some(session_obj) = session_read? else {
-        return Err(ApiError(
+        return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no HarnessSession {ns}/{session}"),
         ));
@@ -588,7 +606,7 @@ async fn show(
         Some(pod) => answer(&ctx, &ns, &session, pod, &turn, Known::default()).await,
         // 404 also while the recorded pod is not there yet: the worker opens again, which creates
         // a recorded ordinary pod whose open stopped half-way.
-        None => Err(ApiError(
+        None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no sandbox for turn {turn:?} of {ns}/{session}"),
         )),

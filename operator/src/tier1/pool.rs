@@ -67,7 +67,8 @@ pub async fn reconcile(tier: &SandboxTier, ctx: &Context, valid: bool) -> Result
         }
     }
     if want == 0 {
-        ctx.metrics.tier1_idle(&name, 0);
+        // No idle series for a tier without a pool: the sweep's snapshot drops a tier's series
+        // once it has no pods, and setting it here would bring it back every pass.
         ctx.metrics.warm_pool(&name, 0);
         return Ok(out);
     }

@@ -1196,22 +1196,41 @@ async fn a_bad_or_missing_token_is_401_and_no_escalation_tier_is_409() {
     assert_eq!(reply.await.unwrap().0, 400);
 }
 
-/// A session's token past its allowance of opens (docs/tier1.md "Limits"): 429 with the wait,
-/// after the bearer is checked and before anything is read or written; other sessions and the
-/// metric are told apart.
+/// A session's token past its allowance of new turns (docs/tier1.md "Limits"): 429 with the
+/// wait and `Retry-After`, once the turn is known to be new and before anything is written;
+/// other sessions and the metric are told apart.
 #[tokio::test]
 async fn a_session_opening_too_fast_is_429_before_anything_is_written() {
     let (base, mut server, ctx) = start_with_context().await;
     for _ in 0..kube_harness_operator::tier1::limit::OPENS_BURST {
         assert!(ctx.opens.check(NS, "demo").is_ok());
     }
-    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    let url = format!("{base}/v1/namespaces/{NS}/sessions/demo/sandboxes");
+    let reply = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(url)
+            .bearer_auth(TOKEN)
+            .json(&json!({"turn": "turn-1"}))
+            .send()
+            .await
+            .unwrap()
+    });
     session_token(&mut server).await;
-    let (code, body) = reply.await.unwrap();
-    assert_eq!(code, 429, "{body}");
+    read_session(&mut server, session(None)).await;
+    find_turn(&mut server, vec![]).await;
+    list_records(&mut server, vec![]).await;
+    let answer = reply.await.unwrap();
+    assert_eq!(answer.status().as_u16(), 429);
+    let retry: u64 = answer.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=5).contains(&retry), "Retry-After {retry}");
+    let body: Value = answer.json().await.unwrap();
     let message = body["error"].as_str().unwrap();
     assert!(message.contains("try again in"), "{message}");
-    // Nothing after the token check: no session read, no record, no pod.
+    // Nothing after the reads: no tier read, no record, no pod.
     let more = tokio::time::timeout(std::time::Duration::from_millis(300), server.next_request());
     assert!(more.await.is_err(), "a request after the 429");
     assert!(ctx
