@@ -63,16 +63,21 @@ async fn pool_ready(client: &Client, ns: &str, n: usize) -> Vec<String> {
     .unwrap()
 }
 
-/// The demo session on `tier`, with a skill and a denied command; created, not waited for.
-async fn create_session(client: &Client, ns: &str, name: &str, tier: &str, size: &str) {
+/// The demo session on `tier`, with a skill and a denied command.
+fn demo_on(name: &str, tier: &str, size: &str) -> HarnessSession {
     let mut s = harness::example_session("demo.yaml", name).unwrap();
     s.spec.worker_tier = tier.into();
     s.spec.workspace.size = size.into();
     s.spec.workspace.skills =
         vec![serde_json::from_value(json!({"configMap": "skills", "path": "review"})).unwrap()];
     s.spec.policy.deny_commands = vec!["wget".into()];
+    s
+}
+
+/// [`demo_on`], created, not waited for.
+async fn create_session(client: &Client, ns: &str, name: &str, tier: &str, size: &str) {
     Api::<HarnessSession>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &s)
+        .create(&PostParams::default(), &demo_on(name, tier, size))
         .await
         .unwrap();
 }
@@ -286,13 +291,7 @@ async fn a_session_created_suspended_adopts_a_warm_pod_when_it_wakes() {
         let tier = warm_tier(&client, "warm-e2e-susp", &ns, 1).await;
         with_tier(&client, tier, || async {
             let before = pool_ready(&client, &ns, 1).await;
-            let mut s = harness::example_session("demo.yaml", "later").unwrap();
-            s.spec.worker_tier = "warm-e2e-susp".into();
-            s.spec.workspace.skills =
-                vec![
-                    serde_json::from_value(json!({"configMap": "skills", "path": "review"}))
-                        .unwrap(),
-                ];
+            let mut s = demo_on("later", "warm-e2e-susp", "1Gi");
             s.spec.suspend = true;
             let api: Api<HarnessSession> = Api::namespaced(client.clone(), &ns);
             api.create(&PostParams::default(), &s).await.unwrap();
