@@ -535,7 +535,9 @@ module.exports = grammar({
       field('descriptor', optional($.file_descriptor)),
       choice(
         seq(
-          choice('<', '>', '>>', '&>', '&>>', '<&', '>&', '>|'),
+          // kube-harness: upstream lacks `<>` (open for reading and writing), so `exec 3<> f`
+          // failed to parse and escalated.
+          choice('<', '>', '>>', '&>', '&>>', '<&', '>&', '>|', '<>'),
           field('destination', repeat1($._literal)),
         ),
         seq(

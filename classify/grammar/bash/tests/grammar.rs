@@ -73,6 +73,31 @@ fn redirects_and_heredocs_keep_their_upstream_places() {
 }
 
 #[test]
+fn read_write_redirects_parse() {
+    // Upstream had no `<>` token: these failed to parse.
+    for (script, descriptor) in [
+        ("exec 3<> /tmp/f", true),
+        ("cat <> f", false),
+        ("echo a 1<>f", true),
+    ] {
+        let s = sexp(script);
+        assert!(
+            !s.contains("ERROR") && !s.contains("MISSING"),
+            "{script}: {s}"
+        );
+        assert!(s.contains("(file_redirect"), "{script}: {s}");
+        assert_eq!(
+            s.contains("descriptor: (file_descriptor)"),
+            descriptor,
+            "{script}: {s}"
+        );
+    }
+    // `<` and `>` on their own are what they were.
+    let s = sexp("a < in > out");
+    assert_eq!(s.matches("(file_redirect").count(), 2, "{s}");
+}
+
+#[test]
 fn scanner_survives_high_code_points_after_a_brace() {
     // Upstream's scanner called isdigit() on the lookahead here, which reads outside glibc's ctype
     // table for code points past one byte and crashed the process.
