@@ -220,6 +220,42 @@ pub async fn condition(
         .ok_or_else(|| E2eError::Failed(format!("no {type_} condition in {conditions:?}")))
 }
 
+/// "type=status reason" of every condition, for a wait's timeout message.
+pub fn conditions_of(s: &HarnessSession) -> String {
+    let status = s.status.clone().unwrap_or_default();
+    format!(
+        "phase {:?}, observedGeneration {:?} (generation {:?}): {}",
+        status.phase,
+        status.observed_generation,
+        s.metadata.generation,
+        status
+            .conditions
+            .iter()
+            .map(|c| format!("{}={} {}", c.type_, c.status, c.reason))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// Waits until `check` holds for session `name` (`what` names it for the timeout's message).
+pub async fn wait_session(
+    api: &Api<HarnessSession>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&HarnessSession) -> bool,
+) -> Result<HarnessSession> {
+    wait::until(what, timeout, || async {
+        let s = api.get(name).await?;
+        Ok(if check(&s) {
+            Check::Done(s)
+        } else {
+            Check::Pending(conditions_of(&s))
+        })
+    })
+    .await
+}
+
 /// Waits up to a minute until the session's `type_` condition satisfies `holds` (`what` names it
 /// for the timeout's message), and returns it.
 pub async fn wait_condition(
@@ -234,6 +270,7 @@ pub async fn wait_condition(
         &format!("{ns}/{name}: {type_} {what}"),
         Duration::from_secs(60),
         || async {
+            // An error reading it (absent, or the API server busy) is waited out too.
             Ok(match condition(client, ns, name, type_).await {
                 Ok(c) if holds(&c) => Check::Done(c),
                 other => Check::Pending(format!("{other:?}")),

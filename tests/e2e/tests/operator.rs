@@ -724,23 +724,6 @@ async fn two_operator_replicas_elect_one_leader_and_serve_metrics() {
     }
 }
 
-/// "type=status reason" of every condition, for a wait's timeout message.
-fn conditions_of(s: &HarnessSession) -> String {
-    let status = s.status.clone().unwrap_or_default();
-    format!(
-        "phase {:?}, observedGeneration {:?} (generation {:?}): {}",
-        status.phase,
-        status.observed_generation,
-        s.metadata.generation,
-        status
-            .conditions
-            .iter()
-            .map(|c| format!("{}={} {}", c.type_, c.status, c.reason))
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
-}
-
 /// (status, reason) of condition `type_`, if present.
 fn cond_of(s: &HarnessSession, type_: &str) -> Option<(String, String)> {
     s.status
@@ -777,7 +760,7 @@ fn kstatus_is(
             .all(|c| c.observed_generation == s.metadata.generation)
 }
 
-/// Waits until `check` holds for session `name`.
+/// [`harness::wait_session`], panicking with what it saw last.
 async fn wait_session(
     api: &Api<HarnessSession>,
     name: &str,
@@ -785,16 +768,9 @@ async fn wait_session(
     timeout: Duration,
     check: impl Fn(&HarnessSession) -> bool,
 ) -> HarnessSession {
-    wait::until(what, timeout, || async {
-        let s = api.get(name).await?;
-        Ok(if check(&s) {
-            Check::Done(s)
-        } else {
-            Check::Pending(conditions_of(&s))
-        })
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}"))
+    harness::wait_session(api, name, what, timeout, check)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Waits until pod `name` is gone.

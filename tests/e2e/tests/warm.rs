@@ -295,21 +295,15 @@ async fn a_session_created_suspended_adopts_a_warm_pod_when_it_wakes() {
             s.spec.suspend = true;
             let api: Api<HarnessSession> = Api::namespaced(client.clone(), &ns);
             api.create(&PostParams::default(), &s).await.unwrap();
-            let a = api.clone();
-            let asleep = wait::until("Hibernated", READY, || async {
-                let s = a.get("later").await?;
-                let status = s.status.clone().unwrap_or_default();
-                Ok(
-                    if status.phase == Some(kube_harness_crds::Phase::Hibernated)
-                        && status.observed_generation == s.metadata.generation
-                    {
-                        Check::Done(status)
-                    } else {
-                        Check::Pending(format!("{:?}", status.phase))
-                    },
-                )
+            let asleep = harness::wait_session(&api, "later", "Hibernated", READY, |s| {
+                s.status.as_ref().is_some_and(|st| {
+                    st.phase == Some(kube_harness_crds::Phase::Hibernated)
+                        && st.observed_generation == s.metadata.generation
+                })
             })
             .await
+            .unwrap()
+            .status
             .unwrap();
             assert_eq!(
                 asleep.workspace_claim, None,
