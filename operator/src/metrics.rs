@@ -107,7 +107,8 @@ pub struct Metrics {
     tier1_swept: Family<SweptLabels, Counter>,
     tier1_sweep_errors: Counter,
     tier1_opens_limited: Counter,
-    /// Every (tier, state) of `tier1_pods` set so far: a snapshot sets those it lacks to 0.
+    /// Every (tier, state) of `tier1_pods` with a series now: a snapshot sets those it lacks to 0,
+    /// or removes them when their tier has no pods left.
     tier1_known: Mutex<HashSet<PodsLabels>>,
     escalations: Mutex<EscalationClock>,
     figures: Mutex<HashMap<String, SessionFigures>>,

@@ -109,15 +109,7 @@ pub fn just_started(pod: &Pod, within: std::time::Duration, now: Timestamp) -> b
 /// Whether the session's status already records `pod` at `ip:port` as Ready: the worker answered
 /// once, so a later slow answer while the kubelet's probe has not passed yet does not demote it.
 /// A replaced pod has another IP or no IP yet, so it earns Ready again.
-pub fn confirmed_ready(
-    status: Option<&HarnessSessionStatus>,
-    pod: &str,
-    ip: &str,
-    port: u16,
-) -> bool {
-    let Some(status) = status else {
-        return false;
-    };
+pub fn confirmed_ready(status: &HarnessSessionStatus, pod: &str, ip: &str, port: u16) -> bool {
     status.worker_pod.as_deref() == Some(pod)
         && status.worker_endpoint.as_deref() == Some(format!("{ip}:{port}").as_str())
         && status.phase == Some(Phase::Ready)
@@ -128,7 +120,7 @@ pub fn confirmed_ready(
 mod tests {
     use super::*;
 
-    fn session(pod: &str, endpoint: &str, ready: bool) -> Option<HarnessSessionStatus> {
+    fn session(pod: &str, endpoint: &str, ready: bool) -> HarnessSessionStatus {
         let mut status = HarnessSessionStatus {
             worker_pod: Some(pod.into()),
             worker_endpoint: Some(endpoint.into()),
@@ -140,7 +132,7 @@ mod tests {
             ..Default::default()
         };
         condition::set(&mut status.conditions, types::READY, ready, "R", "m", None);
-        Some(status)
+        status
     }
 
     fn running_since(started: &[Option<&str>]) -> Pod {
@@ -192,19 +184,19 @@ mod tests {
     #[test]
     fn only_the_same_pod_at_the_same_address_keeps_its_ready() {
         let s = session("s-worker", "10.0.0.5:8080", true);
-        assert!(confirmed_ready(s.as_ref(), "s-worker", "10.0.0.5", 8080));
+        assert!(confirmed_ready(&s, "s-worker", "10.0.0.5", 8080));
         assert!(
-            !confirmed_ready(s.as_ref(), "s-worker", "10.0.0.6", 8080),
+            !confirmed_ready(&s, "s-worker", "10.0.0.6", 8080),
             "a replaced pod"
         );
-        assert!(!confirmed_ready(s.as_ref(), "other", "10.0.0.5", 8080));
+        assert!(!confirmed_ready(&s, "other", "10.0.0.5", 8080));
         let starting = session("s-worker", "10.0.0.5:8080", false);
+        assert!(!confirmed_ready(&starting, "s-worker", "10.0.0.5", 8080));
         assert!(!confirmed_ready(
-            starting.as_ref(),
+            &HarnessSessionStatus::default(),
             "s-worker",
             "10.0.0.5",
             8080
         ));
-        assert!(!confirmed_ready(None, "s-worker", "10.0.0.5", 8080));
     }
 }

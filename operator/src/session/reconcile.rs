@@ -740,10 +740,10 @@ async fn ensure(
                     // pod earned since its container started: Ready would flap until the
                     // kubelet's probe passes. Past the probe's first period a worker the
                     // kubelet does not call ready is not (hung, restarted, crash-looping).
-                    None if confirmed_ready(Some(old), &pod_name, &ip, port)
-                        && pod.as_ref().is_some_and(|p| {
-                            just_started(p, FIRST_PROBE, k8s_openapi::jiff::Timestamp::now())
-                        }) =>
+                    None if confirmed_ready(old, &pod_name, &ip, port)
+                        && pod
+                            .as_ref()
+                            .is_some_and(|p| just_started(p, FIRST_PROBE, Timestamp::now())) =>
                     {
                         (WorkerState::Ready { ip }, None)
                     }

@@ -325,29 +325,19 @@ pub fn status(
             }
         }
         WorkerState::Failing { reason, message }
-            if reason == reasons::PERSISTENT_DIR_SOURCE_MISSING =>
+            if reason == reasons::QUOTA_EXCEEDED
+                || reason == reasons::ADMISSION_REFUSED
+                || reason == reasons::PERSISTENT_DIR_SOURCE_MISSING =>
         {
-            // Waiting for the user, not failing: the pod starts once the source exists (checked
-            // again, since a ConfigMap or claim created in the namespace sends no event here).
+            // Not the pod failing: the namespace does not admit it, or lacks a Persistent Dir's
+            // source (yet). Tried again, since freed quota or a created source sends no event.
             unreachable(&mut status);
             status.phase = Some(Phase::Pending);
-            set(&mut status, types::READY, false, reason, message.clone());
-            set(&mut status, types::DEGRADED, true, reason, message.clone());
-            kstatus(
-                &mut status,
-                generation,
-                Progress::Stalled(reason, message.clone()),
-            );
-            WAIT_REQUEUE
-        }
-        WorkerState::Failing { reason, message }
-            if reason == reasons::QUOTA_EXCEEDED || reason == reasons::ADMISSION_REFUSED =>
-        {
-            // Not the pod failing: the namespace does not admit it (yet). Tried again, since
-            // freed quota sends no event.
-            unreachable(&mut status);
-            status.phase = Some(Phase::Pending);
-            let what = format!("the worker pod or its workspace claim was refused: {message}");
+            let what = if reason == reasons::PERSISTENT_DIR_SOURCE_MISSING {
+                message.clone()
+            } else {
+                format!("the worker pod or its workspace claim was refused: {message}")
+            };
             set(&mut status, types::READY, false, reason, what.clone());
             set(&mut status, types::DEGRADED, true, reason, what.clone());
             kstatus(&mut status, generation, Progress::Stalled(reason, what));

@@ -8,7 +8,7 @@
 //! of one token, not an exact global count. Checked after the bearer is verified, so nobody can
 //! spend another session's allowance.
 
-use governor::clock::{Clock, DefaultClock};
+use governor::clock::Clock;
 use governor::{DefaultKeyedRateLimiter, Quota};
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -22,7 +22,6 @@ const KEYS_KEPT: usize = 4096;
 
 pub struct OpenLimiter {
     limiter: DefaultKeyedRateLimiter<(String, String)>,
-    clock: DefaultClock,
 }
 
 impl Default for OpenLimiter {
@@ -33,12 +32,10 @@ impl Default for OpenLimiter {
 
 impl OpenLimiter {
     pub fn new(per_minute: u32, burst: u32) -> Self {
-        let quota =
-            Quota::per_minute(NonZeroU32::new(per_minute.max(1)).unwrap_or(NonZeroU32::MIN))
-                .allow_burst(NonZeroU32::new(burst.max(1)).unwrap_or(NonZeroU32::MIN));
+        let at_least_one = |n: u32| NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN);
+        let quota = Quota::per_minute(at_least_one(per_minute)).allow_burst(at_least_one(burst));
         OpenLimiter {
             limiter: DefaultKeyedRateLimiter::keyed(quota),
-            clock: DefaultClock::default(),
         }
     }
 
@@ -49,7 +46,7 @@ impl OpenLimiter {
         }
         self.limiter
             .check_key(&(namespace.to_string(), session.to_string()))
-            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+            .map_err(|not_until| not_until.wait_time_from(self.limiter.clock().now()))
     }
 
     /// Sessions the limiter currently remembers.
