@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 
 echo "== building kube-harness"
 cargo build -q -p kube-harness
-kh="$PWD/${CARGO_TARGET_DIR:-target}/debug/kube-harness"
+# As cargo reads it: an absolute CARGO_TARGET_DIR, or one relative to the repository root (here).
+kh="${CARGO_TARGET_DIR:-target}/debug/kube-harness"
 data="${1:-$(mktemp -d)/.little-harness}"
 run() {
   printf "\n\$ kube-harness local exec --session demo %s-- '%s'\n" "${2:-}" "$1"
