@@ -48,6 +48,11 @@ pub const START_UP_CODE: &[&str] = &[
     "PYTHONINSPECT",
     "PYTHONPATH",
     "PYTHONHOME",
+    // Python's user site (`$HOME/.local/lib/python3.X/site-packages`: usercustomize.py and .pth
+    // files run in every python, yq's too): Tier-0 turns it off (PYTHONNOUSERSITE=1, its own
+    // setting); neither that switch nor where the user site is may be carried
+    "PYTHONNOUSERSITE",
+    "PYTHONUSERBASE",
     "PERL5OPT",
     "PERL5LIB",
     "PERLLIB",

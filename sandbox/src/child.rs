@@ -4,12 +4,15 @@
 //!   program): [`confine`]d once — the sandbox's mount namespace (joined, not built: see
 //!   [`namespace_helper`]) with IPC/UTS namespaces of the sandbox's own, `no_new_privs`,
 //!   landlock, capability drop, seccomp — then it forks one supervisor per command.
-//! * the **supervisor** ([`supervisor`], the forker's child): a new session, a child subreaper;
-//!   it starts the command, enforces the timeout, and afterwards kills and reaps every process
-//!   left in the tree (orphans are re-parented to it, so nothing escapes by changing its process
-//!   group or session). It reports the command's status on a pipe and exits.
-//! * the **command** (its child): new process group, its pids cgroup, working directory,
-//!   rlimits, a landlock domain of its own nested in the forker's; then it execs bash.
+//! * the **supervisor** ([`supervisor`], the forker's child): a landlock domain of its own (made
+//!   while it is still a spare), a new session, a child subreaper; it starts the command,
+//!   enforces the timeout, and afterwards kills and reaps every process left in the tree. The
+//!   tree is found by what no process can shed: its landlock domain, which every descendant
+//!   inherits and none can leave, and which the signal scope makes the exact reach of
+//!   `kill(-1, SIGKILL)` ([`kill_tree`]). It reports the command's status on a pipe and exits.
+//! * the **command** (its child): new process group, its pids and cpu cgroups, working
+//!   directory, rlimits, a lower CPU priority, a landlock domain of its own nested in the
+//!   supervisor's, a seccomp filter of its own (no new sessions); then it execs bash.
 //!
 //! The supervisor and the command only make raw syscalls over data prepared in advance
 //! ([`ForkerPlan`], [`RunFds`]) and never allocate. The command is started like `posix_spawn`
@@ -50,27 +53,46 @@ pub type Resource = libc::c_int;
 /// exports for glibc.
 const ST_RELATIME: libc::c_ulong = 4096;
 
-/// The rlimits every command gets, in the order [`super::Limits`] values are sent in.
-pub const RLIMITS: [Resource; 5] = [
+/// The rlimits every command gets, in the order the forker's setup sends their values
+/// (`forker::Setup::new`).
+pub const RLIMITS: [Resource; 9] = [
     libc::RLIMIT_NPROC,
     libc::RLIMIT_FSIZE,
     libc::RLIMIT_AS,
     libc::RLIMIT_NOFILE,
     libc::RLIMIT_CORE,
+    libc::RLIMIT_SIGPENDING,
+    libc::RLIMIT_MSGQUEUE,
+    libc::RLIMIT_NICE,
+    libc::RLIMIT_CPU,
 ];
 
 /// What the supervisor and the command need, set up once in the forker.
 pub struct ForkerPlan {
     pub bash: CString,
     pub page_size: usize,
-    pub rlimits: [(Resource, u64); 5],
+    pub rlimits: [(Resource, u64); 9],
     /// A landlock ruleset that adds nothing but a domain boundary (and the signal and abstract
-    /// socket scopes): each command restricts itself with it, so that no command can reach the
-    /// forker, its supervisor or another command through ptrace-style access or signals.
+    /// socket scopes): each supervisor and each command restricts itself with it, so that no
+    /// command can reach the forker, its supervisor or another command through ptrace-style
+    /// access or signals, and a supervisor's `kill(-1)` reaches its own tree and nothing else.
     pub nested: RawFd,
+    /// `nested` has the signal scope (landlock ABI >= 6): supervisors make their own domain with
+    /// it and kill their tree with `kill(-1)`. Without it they fall back to lists of pids.
+    pub scoped: bool,
+    /// The nice value every command starts at (the forker's own plus [`COMMAND_NICE`], at most
+    /// 19); with `RLIMIT_NICE` at 0 no process of the command can take it back.
+    pub nice: libc::c_int,
+    /// A seccomp program each command adds to the forker's: no new sessions
+    /// (`seccomp::command_filter`).
+    pub command_filter: Vec<libc::sock_filter>,
     pub timeout: Duration,
     pub forker_pid: libc::pid_t,
 }
+
+/// How much lower a command's CPU priority is than the forker's (and so the worker's): the
+/// worker, the supervisors and the host stay responsive while a command burns every CPU.
+pub const COMMAND_NICE: libc::c_int = 10;
 
 /// Per-command inputs, pointing into the forker's copy of the request.
 pub struct RunFds<'a> {
@@ -88,6 +110,9 @@ pub struct RunFds<'a> {
     pub cgroup_w: RawFd,
     pub cgroup_r: RawFd,
     pub cgroup_kill: RawFd,
+    /// The command's cpu cgroup's `cgroup.procs` (cgroup v1, where cpu is a hierarchy of its
+    /// own; -1 without one, or on v2, where the pids cgroup has the cpu controller too).
+    pub cpu_w: RawFd,
     /// `bash -c SCRIPT` and the environment, NULL-terminated.
     pub argv: &'a [*const libc::c_char],
     pub envp: &'a [*const libc::c_char],
@@ -187,19 +212,23 @@ pub unsafe fn confine(c: &Confinement) -> Result<(), Failure> {
 
 /// A spare supervisor, made by the forker before the request it will serve comes: a child
 /// subreaper, SIGCHLD back to the default (the forker ignores it so that the kernel reaps its
-/// children). Until it takes a request the forker's end ends it at once (the death signal's
-/// default action is to terminate, and it is not blocked yet), and it stays in the forker's
-/// process group, so that the worker can kill both with one signal even when they are stopped.
+/// children), and (landlock ABI >= 6) a landlock domain of its own, which everything the command
+/// starts inherits and cannot leave. Until it takes a request the forker's end ends it at once
+/// (the death signal's default action is to terminate, and it is not blocked yet), and it stays
+/// in the forker's process group, so that the worker can kill both with one signal even when
+/// they are stopped. Returns whether it has its own scoped domain (see [`kill_tree`]).
 ///
 /// # Safety
 /// Must only be called in a freshly forked child of the (single-threaded) forker.
-pub unsafe fn become_spare(plan: &ForkerPlan) {
+pub unsafe fn become_spare(plan: &ForkerPlan) -> bool {
     libc::signal(libc::SIGCHLD, libc::SIG_DFL);
     libc::prctl(libc::PR_SET_PDEATHSIG, ORPHAN_SIGNAL, 0, 0, 0);
     if libc::getppid() != plan.forker_pid {
         libc::_exit(0);
     }
     libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    // Off the command's path: the spare waits for its request anyway.
+    plan.scoped && libc::syscall(libc::SYS_landlock_restrict_self, plan.nested, 0u32) == 0
 }
 
 /// From now on the forker's end is reported, not fatal: every signal is blocked (while the
@@ -214,11 +243,12 @@ pub unsafe fn block_signals() {
     libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
 }
 
-/// The supervisor of one command (a spare that took a request, signals blocked). Never returns.
+/// The supervisor of one command (a spare that took a request, signals blocked). `own_domain`:
+/// what [`become_spare`] returned. Never returns.
 ///
 /// # Safety
 /// Must only be called in a spare ([`become_spare`], then [`block_signals`]).
-pub unsafe fn supervisor(plan: &ForkerPlan, run: &RunFds) -> ! {
+pub unsafe fn supervisor(plan: &ForkerPlan, run: &RunFds, own_domain: bool) -> ! {
     // The command's stdout and stderr (also where a failed setup step writes its line).
     if libc::dup2(run.stdout_w, 1) != 1 || libc::dup2(run.stderr_w, 2) != 2 {
         libc::_exit(126);
@@ -254,7 +284,7 @@ pub unsafe fn supervisor(plan: &ForkerPlan, run: &RunFds) -> ! {
         fail("clone", errno());
     }
     libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-    supervise(plan, run, pid, &set, start)
+    supervise(plan, run, pid, &set, start, own_domain)
 }
 
 /// Starts the command as `posix_spawn` does: `clone(CLONE_VM | CLONE_VFORK)` on a stack of its
@@ -345,6 +375,7 @@ unsafe fn supervise(
     cmd: libc::pid_t,
     set: &libc::sigset_t,
     start: libc::timespec,
+    own_domain: bool,
 ) -> ! {
     libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     // Keep only the status pipe and the cgroup's lists: stdout/stderr/state must reach EOF when
@@ -382,7 +413,7 @@ unsafe fn supervise(
             break;
         }
     }
-    kill_tree(run, cmd, &mut cmd_status);
+    kill_tree(run, cmd, &mut cmd_status, own_domain);
     let code = match (kind, cmd_status) {
         (KIND_TIMED_OUT, _) => TIMEOUT_EXIT,
         (_, Some(st)) if libc::WIFEXITED(st) => libc::WEXITSTATUS(st),
@@ -411,11 +442,27 @@ unsafe fn reap(cmd: libc::pid_t, cmd_status: &mut Option<libc::c_int>) -> bool {
     any
 }
 
-/// Kills the command's process group, then every remaining process of the tree until none is
-/// left: every member of the command's pids cgroup (when it has one), and every child of this
-/// subreaper (orphans re-parent to it, so its children list finds them whatever process group or
-/// session they moved to). Only then does the supervisor report.
-unsafe fn kill_tree(run: &RunFds, cmd: libc::pid_t, cmd_status: &mut Option<libc::c_int>) {
+/// Kills every process of the command's tree until none is left; only then does the supervisor
+/// report.
+///
+/// With `own_domain` (landlock ABI >= 6), each round starts with `kill(-1, SIGKILL)`: the signal
+/// scope of this supervisor's landlock domain limits it to the processes of that domain and the
+/// ones below it, which are exactly the command's tree: each of them inherited the domain from
+/// the command, and no process can leave its domain, whatever process group, session or parent
+/// it moved to (a process's uid, group or session can all be shed; its domain cannot). One call
+/// reaches every such process at once, and a fork cannot outrun it: the kernel walks the task
+/// list under a lock that fork needs, and a process with SIGKILL pending cannot complete a fork.
+///
+/// Without it (older kernels), it kills the command's process group, then every member of the
+/// command's pids cgroup (when it has one), and every child of this subreaper (orphans re-parent
+/// to it, so its children list finds them whatever process group or session they moved to),
+/// round after round: a tree that keeps forking can outrun that (docs/security-model.md).
+unsafe fn kill_tree(
+    run: &RunFds,
+    cmd: libc::pid_t,
+    cmd_status: &mut Option<libc::c_int>,
+    own_domain: bool,
+) {
     libc::kill(-cmd, libc::SIGKILL);
     if cmd_status.is_none() {
         libc::kill(cmd, libc::SIGKILL);
@@ -424,6 +471,9 @@ unsafe fn kill_tree(run: &RunFds, cmd: libc::pid_t, cmd_status: &mut Option<libc
         write_all(run.cgroup_kill, b"1");
     }
     for _ in 0..100_000 {
+        if own_domain {
+            libc::kill(-1, libc::SIGKILL);
+        }
         let mut found = false;
         let mut readable = true;
         if run.cgroup_r >= 0 {
@@ -507,6 +557,14 @@ unsafe fn command_setup(plan: &ForkerPlan, run: &RunFds) {
     if run.cgroup_w >= 0 && libc::write(run.cgroup_w, b"0".as_ptr().cast(), 1) != 1 {
         fail("joining the command's pids cgroup", errno());
     }
+    if run.cpu_w >= 0 && libc::write(run.cpu_w, b"0".as_ptr().cast(), 1) != 1 {
+        fail("joining the command's cpu cgroup", errno());
+    }
+    // A lower CPU priority for the whole tree (RLIMIT_NICE, set below, keeps it from being
+    // raised again), so the worker and its supervisors outrank a command that burns every CPU.
+    if libc::setpriority(libc::PRIO_PROCESS, 0, plan.nice) != 0 {
+        fail("setpriority", errno());
+    }
     if libc::chdir(run.cwd.as_ptr()) != 0 {
         // The directory an earlier command left the shell in may be gone (removed, or a path
         // too long to enter): start in HOME and say so, rather than fail every later command.
@@ -547,11 +605,26 @@ unsafe fn command_setup(plan: &ForkerPlan, run: &RunFds) {
             fail("setrlimit", errno());
         }
     }
-    // A landlock domain of the command's own, below the forker's: ptrace-style access (/proc of
-    // the forker and the supervisor, their memory and descriptors) and signals reach only this
+    // A landlock domain of the command's own, below the supervisor's: ptrace-style access (/proc
+    // of the forker and the supervisor, their memory and descriptors) and signals reach only this
     // domain and the ones below it.
     if libc::syscall(libc::SYS_landlock_restrict_self, plan.nested, 0u32) != 0 {
         fail("landlock_restrict_self (the command's own domain)", errno());
+    }
+    // No new sessions: a session is an autogroup, which the scheduler weighs like a whole
+    // session of the host, so a tree that made one per process would take the CPU from everyone
+    // else (see `seccomp::command_filter`).
+    let prog = libc::sock_fprog {
+        len: plan.command_filter.len() as u16,
+        filter: plan.command_filter.as_ptr() as *mut libc::sock_filter,
+    };
+    if libc::prctl(
+        libc::PR_SET_SECCOMP,
+        libc::SECCOMP_MODE_FILTER,
+        &prog as *const libc::sock_fprog,
+    ) != 0
+    {
+        fail("the command's seccomp filter", errno());
     }
 }
 
@@ -671,6 +744,18 @@ unsafe fn enter_namespace(ns: &NamespacePlan) {
             if libc::mount(null, b.dst.as_ptr(), null, flags, std::ptr::null()) != 0 {
                 fail_path("remount", &b.dst, errno());
             }
+        }
+    }
+    if let Some(proc_dir) = &ns.fresh_proc {
+        if libc::mount(
+            c"proc".as_ptr(),
+            proc_dir.as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            c"hidepid=ptraceable".as_ptr().cast(),
+        ) != 0
+        {
+            fail_path("mounting a procfs", proc_dir, errno());
         }
     }
     let flags = libc::MS_BIND

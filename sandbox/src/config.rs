@@ -23,6 +23,10 @@ pub struct Limits {
     pub max_open_files: u64,
     /// Cap on what the script writes to file descriptor 3 ([`Outcome::state`]). Added field.
     pub max_state_bytes: usize,
+    /// CPU of the whole process tree, in thousandths of a core (cgroup quota; 0: no quota). Only
+    /// where the worker is root and the host has a cpu cgroup controller; every command also
+    /// runs 10 nice levels below the worker, whatever the host.
+    pub max_cpu_millicores: u64,
 }
 
 impl Default for Limits {
@@ -35,6 +39,7 @@ impl Default for Limits {
             max_memory: 4 << 30,
             max_open_files: 1024,
             max_state_bytes: 256 << 10,
+            max_cpu_millicores: 1000,
         }
     }
 }

@@ -50,6 +50,8 @@ pub struct Request<'a> {
     pub pipes: [RawFd; 4],
     /// The command's pids cgroup: `cgroup.procs` for writing and reading, `cgroup.kill`.
     pub cgroup: Option<(RawFd, RawFd, Option<RawFd>)>,
+    /// The command's cpu cgroup's `cgroup.procs` for writing (cgroup v1).
+    pub cpu: Option<RawFd>,
 }
 
 /// A started command: its supervisor, as a pidfd (signals reach it or nothing, never a
@@ -265,6 +267,10 @@ impl Conn {
                 flags |= wire::REQ_CGROUP_KILL;
                 fds.push(k);
             }
+        }
+        if let Some(cpu) = req.cpu {
+            flags |= wire::REQ_CPU;
+            fds.push(cpu);
         }
         if req.payload.len() > wire::MAX_PAYLOAD {
             return Err(std::io::Error::other(format!(
@@ -515,27 +521,41 @@ pub fn signal(pidfd: &OwnedFd, sig: libc::c_int) {
     }
 }
 
+/// `RLIMIT_SIGPENDING` of every command. The kernel counts queued signals per user, host-wide,
+/// and checks the count against the *receiver's* limit: with every process of the sandbox at
+/// this bound, a command can hold at most this many of its uid's pending signals (an outside
+/// attack queued 96,367 for uid 0, and the host's own `sigqueue` calls then failed).
+pub const MAX_PENDING_SIGNALS: u64 = 1024;
+
 impl Setup {
     /// The setup for a sandbox: bash, the limits, the seccomp program, the landlock rulesets and
-    /// (namespace mode) the namespace to join.
+    /// (namespace mode) the namespace to join. `scoped`: `nested` has landlock's signal scope.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         bash: &std::path::Path,
         limits: &super::Limits,
         filter: &[libc::sock_filter],
         ruleset: OwnedFd,
         nested: OwnedFd,
+        scoped: bool,
         ns: Option<super::ns_plan::Namespace>,
         drop_caps: bool,
     ) -> Setup {
         use std::os::unix::ffi::OsStrExt;
         let mut w = wire::Writer::default();
         w.u64(u64::try_from(limits.timeout.as_nanos()).unwrap_or(u64::MAX));
+        // In the order of `child::RLIMITS`.
         for v in [
             limits.max_processes,
             limits.max_file_size,
             limits.max_memory,
             limits.max_open_files,
             0, // RLIMIT_CORE: no core dumps into the workspace
+            MAX_PENDING_SIGNALS,
+            0, // RLIMIT_MSGQUEUE: no POSIX message queues, whose bytes count per user host-wide
+            0, // RLIMIT_NICE: the lower priority a command starts with cannot be raised again
+            // RLIMIT_CPU: no process uses more CPU time than the command's whole time limit.
+            limits.timeout.as_secs().saturating_add(1),
         ] {
             w.u64(v);
         }
@@ -551,6 +571,9 @@ impl Setup {
         let mut flags = 0;
         if drop_caps {
             flags |= wire::SETUP_DROP_CAPS;
+        }
+        if scoped {
+            flags |= wire::SETUP_SCOPED;
         }
         let mut fds = vec![ruleset, nested];
         if let Some(ns) = ns {

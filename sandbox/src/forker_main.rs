@@ -129,7 +129,7 @@ unsafe fn setup(sock: RawFd) -> Result<ForkerPlan, String> {
     let bad = || "the forker's setup frame is malformed".to_string();
     let mut r = Reader(&payload);
     let timeout = std::time::Duration::from_nanos(r.u64().ok_or_else(bad)?);
-    let mut rlimits = [(RLIMITS[0], 0u64); 5];
+    let mut rlimits = [(RLIMITS[0], 0u64); RLIMITS.len()];
     for (slot, resource) in rlimits.iter_mut().zip(RLIMITS) {
         *slot = (resource, r.u64().ok_or_else(bad)?);
     }
@@ -178,11 +178,18 @@ unsafe fn setup(sock: RawFd) -> Result<ForkerPlan, String> {
     drop(fds.next()); // the ruleset: applied
     let nested = fds.next().map_or(-1, IntoRawFd::into_raw_fd); // kept for every command
     drop(fds); // the namespace's descriptors: joined
+    let command_filter = super::seccomp::command_filter().map_err(|e| e.to_string())?;
+    // glibc and musl return the nice value itself (-1 is a value too; errno is not needed: any
+    // failure leaves the commands at least COMMAND_NICE below 0).
+    let own_nice = libc::getpriority(libc::PRIO_PROCESS, 0).clamp(-20, 19);
     Ok(ForkerPlan {
         bash,
         page_size: libc::sysconf(libc::_SC_PAGESIZE).max(4096) as usize,
         rlimits,
         nested,
+        scoped: h.flags & wire::SETUP_SCOPED != 0,
+        nice: own_nice.saturating_add(child::COMMAND_NICE).min(19),
+        command_filter,
         timeout,
         forker_pid: libc::getpid(),
     })
@@ -312,7 +319,7 @@ impl<'a> Taken<'a> {
 
 /// A spare: waits for the next request, tells the forker it took it, and supervises it.
 unsafe fn spare(sock: RawFd, notify_w: RawFd, plan: &ForkerPlan) -> ! {
-    child::become_spare(plan);
+    let own_domain = child::become_spare(plan);
     let mut fds = Vec::new();
     let (h, payload) = match read_frame(sock, &mut fds) {
         Ok(Some(frame)) => frame,
@@ -330,7 +337,7 @@ unsafe fn spare(sock: RawFd, notify_w: RawFd, plan: &ForkerPlan) -> ! {
             let n = Taken::encode(h.seq, None, &mut note);
             child::write_all(notify_w, note.get(..n).unwrap_or_default());
             libc::close(notify_w);
-            child::supervisor(plan, &run)
+            child::supervisor(plan, &run, own_domain)
         }
         Err(why) => {
             let n = Taken::encode(h.seq, Some(&why), &mut note);
@@ -364,7 +371,8 @@ unsafe fn prepare<'a>(
 ) -> Result<RunFds<'a>, String> {
     let cgroup = h.flags & wire::REQ_CGROUP != 0;
     let kill = h.flags & wire::REQ_CGROUP_KILL != 0;
-    let want = [true, true, true, true, cgroup, cgroup, kill]
+    let cpu = h.flags & wire::REQ_CPU != 0;
+    let want = [true, true, true, true, cgroup, cgroup, kill, cpu]
         .iter()
         .filter(|b| **b)
         .count();
@@ -411,6 +419,8 @@ unsafe fn prepare<'a>(
         cgroup_w: if cgroup { raw(4) } else { -1 },
         cgroup_r: if cgroup { raw(5) } else { -1 },
         cgroup_kill: if kill { raw(6) } else { -1 },
+        // The cpu cgroup's descriptor comes last, after whichever of the others came.
+        cpu_w: if cpu { raw(want.saturating_sub(1)) } else { -1 },
         argv: &argv[..],
         envp: &envp[..],
     })

@@ -71,6 +71,9 @@ pub struct Inputs<'a> {
     pub tmp_dir: &'a Path,
     /// Namespace mode: the prepared root directory (readable as a directory listing only).
     pub namespace_root: Option<&'a Path>,
+    /// Namespace mode as root: the sandbox's own procfs (opened inside the built namespace),
+    /// readable like the host's /proc.
+    pub own_proc: Option<&'a OwnedFd>,
     pub network: bool,
 }
 
@@ -127,6 +130,11 @@ pub fn build(i: &Inputs) -> Result<OwnedFd, SandboxError> {
         created = created
             .add_rule(PathBeneath::new(fd, access))
             .map_err(|e| SandboxError::Landlock(format!("{}: {e}", rule.path.display())))?;
+    }
+    if let Some(proc_root) = i.own_proc {
+        created = created
+            .add_rule(PathBeneath::new(proc_root, read()))
+            .map_err(|e| SandboxError::Landlock(format!("the sandbox's /proc: {e}")))?;
     }
     let fd: Option<OwnedFd> = created.into();
     let fd = fd.ok_or(SandboxError::LandlockUnavailable)?;

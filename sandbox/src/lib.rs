@@ -121,23 +121,32 @@ impl Tier0Sandbox {
             None
         };
 
+        let ns = ns_plan.as_ref().map(namespace::build).transpose()?;
+        let own_proc = match (&ns, ns_plan.as_ref().and_then(|p| p.fresh_proc.as_ref())) {
+            (Some(ns), Some(_)) => Some(namespace::open_proc(ns)?),
+            _ => None,
+        };
         let inputs = landlock_rules::Inputs {
             workspace: &config.workspace,
             tool_dir: &tool_dir,
             executables: &toolset.executables,
             tmp_dir: &tmp_dir,
             namespace_root: ns_plan.as_ref().map(|p| p.root_host.as_path()),
+            own_proc: own_proc.as_ref(),
             network: toggles.network,
         };
         let ruleset = landlock_rules::build(&inputs)?;
         let nested = landlock_rules::nested(&inputs)?;
         let filter = seccomp::build(toggles.network)?;
 
-        let ns = ns_plan.as_ref().map(namespace::build).transpose()?;
         // uid 0 is exempt from RLIMIT_NPROC: its commands get a pids cgroup each, or none run.
         let pids = if caps.is_root {
             let hierarchy = cgroup::locate().map_err(SandboxError::PidsCgroup)?;
-            Some(cgroup::Pids::new(&hierarchy, config.limits.max_processes)?)
+            Some(cgroup::Pids::new(
+                &hierarchy,
+                config.limits.max_processes,
+                config.limits.max_cpu_millicores,
+            )?)
         } else {
             None
         };
@@ -149,6 +158,8 @@ impl Tier0Sandbox {
             &filter,
             ruleset,
             nested,
+            // Landlock's signal scope (ABI 6): each supervisor's own domain bounds its kill(-1).
+            caps.landlock_abi.unwrap_or(0) >= 6,
             ns,
             drop_caps,
         );
@@ -175,6 +186,10 @@ impl Tier0Sandbox {
         base_env.insert("PATH".into(), tool_path_visible.display().to_string());
         base_env.insert("HOME".into(), home);
         base_env.insert("TMPDIR".into(), tmp_visible.display().to_string());
+        // Python's user site is under HOME, which commands write: a usercustomize.py or a .pth
+        // file there would run in every later python (yq's too, a python script), unseen by
+        // classification and past a deny policy naming python3.
+        base_env.insert("PYTHONNOUSERSITE".into(), "1".into());
 
         Ok(Tier0Sandbox {
             plan: Arc::new(plan),
@@ -211,6 +226,15 @@ impl Tier0Sandbox {
 
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// Whether each command gets a cpu cgroup (root, with the host's cpu controller): its tree
+    /// weighs as one task, at most `Limits::max_cpu_millicores`.
+    pub fn cpu_bounded(&self) -> bool {
+        self.plan
+            .pids
+            .as_ref()
+            .is_some_and(cgroup::Pids::cpu_bounded)
     }
 }
 

@@ -112,7 +112,15 @@ pub fn prepare(
     }
 
     mkdir_p(&root.join("proc"))?;
-    bind(Path::new("/proc"), Path::new("proc"), DATA, true);
+    // As root, a procfs of the sandbox's own with `hidepid=ptraceable`: a process is listed only
+    // where the command could ptrace it (landlock's domain rule: its own tree), so the host's
+    // processes, their `fd/` and `mountinfo` are not even there. (`invisible` would not do: its
+    // `gid=` exemption defaults to group 0, which a root command is in.) Without root a new procfs
+    // needs a PID namespace of its own, so the host's is bound (docs/security-model.md).
+    let fresh_proc = is_root.then(|| cstr(&root.join("proc")));
+    if fresh_proc.is_none() {
+        bind(Path::new("/proc"), Path::new("proc"), DATA, true);
+    }
 
     mkdir_p(&root.join("dev"))?;
     for d in DEVICES {
@@ -184,6 +192,7 @@ pub fn prepare(
         command_flags,
         id_maps,
         binds,
+        fresh_proc,
     })
 }
 
@@ -275,4 +284,27 @@ fn touch(p: &Path) -> Result<(), SandboxError> {
 fn symlink(target: &Path, link: &Path) -> Result<(), SandboxError> {
     std::os::unix::fs::symlink(target, link)
         .map_err(|e| SandboxError::io(format!("creating symlink {}", link.display()), e))
+}
+
+/// The sandbox's own procfs (as root: [`prepare`]'s `fresh_proc`), opened from inside the built
+/// namespace through its root, for the landlock rule that makes it readable: the rule on the
+/// host's /proc does not cover another procfs instance.
+pub fn open_proc(ns: &Namespace) -> Result<OwnedFd, SandboxError> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: openat on a descriptor we own, with a constant relative path.
+    let fd = unsafe {
+        libc::openat(
+            ns.root.as_raw_fd(),
+            c"proc".as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(SandboxError::io(
+            "opening the sandbox's /proc",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

@@ -28,6 +28,9 @@ pub struct NamespacePlan {
     /// For a non-root caller: (uid_map, gid_map) contents mapping the caller onto itself.
     pub id_maps: Option<(CString, CString)>,
     pub binds: Vec<Bind>,
+    /// Where a procfs of the sandbox's own is mounted (`hidepid=ptraceable`), as root; `None`:
+    /// the host's /proc is among the binds.
+    pub fresh_proc: Option<CString>,
 }
 
 /// A built mount namespace, held open by file descriptors (no process keeps it alive).

@@ -126,6 +126,7 @@ async fn run_inner(
                 let kill = s.kill_fd();
                 (s.procs_w(), s.procs_r(), (kill >= 0).then_some(kill))
             }),
+            cpu: slot.slot.as_ref().and_then(|s| s.cpu_w()),
         };
         let started = plan.forker.start(&request).await;
         // The supervisor has its copies (or none was made): ours go, so the pipes end with it.

@@ -16,7 +16,14 @@ use super::SandboxError;
 pub type BpfProgram = Vec<libc::sock_filter>;
 
 /// Denied with ENOSYS rather than EPERM, so that callers take their fallback path.
-pub const ENOSYS_DENIED: &[&str] = &["clone3", "pidfd_open", "openat2"];
+pub const ENOSYS_DENIED: &[&str] = &[
+    "clone3",
+    "pidfd_open",
+    "openat2",
+    "io_setup",
+    "inotify_init",
+    "inotify_init1",
+];
 
 /// Syscalls refused (EPERM, or ENOSYS for [`ENOSYS_DENIED`]), with the reason.
 pub const DENIED: &[(&str, &str)] = &[
@@ -104,6 +111,19 @@ pub const DENIED: &[(&str, &str)] = &[
     ("iopl", "raw hardware access"),
     ("ioperm", "raw hardware access"),
     ("fanotify_init", "watch the whole filesystem"),
+    (
+        "io_setup",
+        "AIO contexts come from fs.aio-max-nr, one budget for the whole host: one command took all 65,536 and every process on the machine got EAGAIN (ENOSYS: callers fall back to plain I/O)",
+    ),
+    (
+        "inotify_init",
+        "inotify instances count per uid across the host (fs.inotify.max_user_instances): a command of uid 0 took every one of root's (ENOSYS: tail -f falls back to polling)",
+    ),
+    ("inotify_init1", "as inotify_init"),
+    (
+        "flock",
+        "a lock taken on a file the host shares (any readable system file) blocks the host's processes that lock it; Tier-0 tools lock with fcntl (sqlite3), which stays",
+    ),
     ("lookup_dcookie", "kernel internals"),
     ("personality", "disables ASLR and other hardening"),
     ("vhangup", "terminal control"),
@@ -144,6 +164,10 @@ pub const NO_SETID_MODE: &[(&str, u32)] = &[
 
 /// The setuid and setgid bits of a mode.
 const SETID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
+
+/// `fcntl(fd, F_SETLEASE, …)`: a lease on a file the caller owns (uid 0 owns the host's system
+/// files) makes the host's processes that open it for writing wait for the lease's break.
+const F_SETLEASE: u32 = 1024;
 
 /// `setpriority(which, who, …)` and `ioprio_set(which, who, …)`: allowed only for the caller
 /// itself (`which` = the per-process value, `who` = 0). Per-group and per-user forms would
@@ -233,7 +257,13 @@ pub fn build(network: bool) -> Result<BpfProgram, SandboxError> {
     a.jeq(libc::SYS_ioprio_set as u32, IoPriority, Next);
     a.jeq(libc::SYS_socket as u32, Socket, Next);
     a.jeq(libc::SYS_clone as u32, Clone, Next);
+    a.jeq(libc::SYS_fcntl as u32, Fcntl, Next);
     a.ret(libc::SECCOMP_RET_ALLOW);
+
+    // fcntl: no leases (every other command, file locks included, stays).
+    a.label(Fcntl);
+    a.load(ARG1_LOW);
+    a.jeq(F_SETLEASE, Eperm, Allow);
 
     // A mode without the setuid and setgid bits.
     a.label(ModeArg1);
@@ -288,6 +318,23 @@ pub fn build(network: bool) -> Result<BpfProgram, SandboxError> {
     a.finish()
 }
 
+/// The filter each command adds to the forker's (the kernel runs both; the stricter verdict
+/// wins): `setsid` refused. A session is an autogroup, and where autogroups are on (the default
+/// on most distributions, for processes in the root cpu cgroup) the scheduler weighs each one like
+/// a whole session of the host: a tree that made one session per process took two thirds of the
+/// machine's CPU at any nice value. Kept in one session, the whole tree weighs as one. The
+/// supervisor needs its own `setsid`, so this cannot be part of the forker's filter.
+pub fn command_filter() -> Result<BpfProgram, SandboxError> {
+    let mut a = Asm::default();
+    a.load(NR);
+    a.jeq(libc::SYS_setsid as u32, Eperm, Allow);
+    a.label(Allow);
+    a.ret(libc::SECCOMP_RET_ALLOW);
+    a.label(Eperm);
+    a.ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+    a.finish()
+}
+
 /// Jump targets: the next instruction or a labelled block.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Target {
@@ -301,6 +348,7 @@ enum Target {
     WhoSelf,
     Socket,
     Clone,
+    Fcntl,
     Allow,
     Eperm,
     Enosys,
@@ -457,6 +505,11 @@ pub fn syscall_number(name: &str) -> Option<i64> {
         #[cfg(target_arch = "x86_64")]
         "ioperm" => SYS_ioperm,
         "fanotify_init" => SYS_fanotify_init,
+        "io_setup" => SYS_io_setup,
+        #[cfg(target_arch = "x86_64")]
+        "inotify_init" => SYS_inotify_init,
+        "inotify_init1" => SYS_inotify_init1,
+        "flock" => SYS_flock,
         "lookup_dcookie" => SYS_lookup_dcookie,
         "personality" => SYS_personality,
         "vhangup" => SYS_vhangup,
@@ -476,6 +529,23 @@ mod tests {
                 assert!(syscall_number(name).is_some(), "{name}");
             }
         }
+    }
+
+    #[test]
+    fn the_command_filter_refuses_setsid_only() {
+        let p = command_filter().unwrap();
+        let arch = audit_arch(std::env::consts::ARCH).unwrap();
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        assert_eq!(eval(&p, arch, libc::SYS_setsid as u32, 0), eperm);
+        for nr in [
+            libc::SYS_setpgid,
+            libc::SYS_getsid,
+            libc::SYS_read,
+            libc::SYS_clone,
+        ] {
+            assert_eq!(eval(&p, arch, nr as u32, 0), libc::SECCOMP_RET_ALLOW);
+        }
+        assert!(p.len() <= 5, "{} instructions", p.len());
     }
 
     #[test]
@@ -633,6 +703,18 @@ mod tests {
                     eperm,
                     "clone flag {ns:#x}"
                 );
+            }
+            let fcntl = |fd: u64, cmd: u64| eval2(&p, arch, libc::SYS_fcntl as u32, fd, cmd);
+            assert_eq!(fcntl(3, F_SETLEASE as u64), eperm);
+            for cmd in [
+                libc::F_GETFL,
+                libc::F_SETFL,
+                libc::F_SETLK,
+                libc::F_SETLKW,
+                libc::F_OFD_SETLK,
+                libc::F_GETLEASE,
+            ] {
+                assert_eq!(fcntl(3, cmd as u64), allow, "fcntl cmd {cmd}");
             }
             if cfg!(target_arch = "x86_64") {
                 assert_eq!(run(libc::SYS_getpid | 0x4000_0000, 0), enosys, "x32");

@@ -84,6 +84,19 @@ pub fn build(
         .iter()
         .find_map(|p| std::fs::canonicalize(p).ok().filter(|c| is_executable(c)))
         .ok_or(SandboxError::NoBash)?;
+    // A denied program that other tools run as their `#!` interpreter (`sh` or `dash`: which,
+    // egrep, zcat; `python3`: yq) takes those tools out too, and is not executable itself: else
+    // the deny would hold for its name only, and awk `system()`, sqlite3 `.shell` or a python
+    // script would run it all the same. Bash itself stays (it runs every command).
+    for d in denied {
+        let name = Path::new(d)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("");
+        if let Some(target) = locate(name).filter(|t| *t != bash) {
+            forbidden.insert(target);
+        }
+    }
 
     let mut names = Vec::new();
     let mut executables = BTreeSet::new();

@@ -27,10 +27,14 @@ pub const MAX_FDS: usize = 8;
 pub const SETUP_NAMESPACE: u32 = 1;
 pub const SETUP_USER_NS: u32 = 2;
 pub const SETUP_DROP_CAPS: u32 = 4;
+/// The nested ruleset has landlock's signal scope: supervisors make their own domain with it.
+pub const SETUP_SCOPED: u32 = 8;
 
 /// Request flags: which optional descriptors follow the four pipes.
 pub const REQ_CGROUP: u32 = 1;
 pub const REQ_CGROUP_KILL: u32 = 2;
+/// The command's cpu cgroup (`cgroup.procs` for writing), after the others.
+pub const REQ_CPU: u32 = 4;
 
 /// Reply flags.
 pub const REPLY_OK: u32 = 0;

@@ -667,7 +667,10 @@ impl<'o> Walker<'o> {
                 };
                 self.words("env", args, node, src, depth + 1, functions)
             }
-            Inner::Shell(text) => self.script(&text, depth + 1, &[]),
+            Inner::Shell(text) => {
+                self.via_sh();
+                self.script(&text, depth + 1, &[])
+            }
             Inner::Joined(start, end) => {
                 let words: Option<Vec<&str>> = all.lit[start..end.min(all.lit.len())]
                     .iter()
@@ -681,7 +684,10 @@ impl<'o> Walker<'o> {
                     }
                 }
             }
-            Inner::StdinShell => self.shell("sh", &[], node, src, depth),
+            Inner::StdinShell => {
+                self.via_sh();
+                self.shell("sh", &[], node, src, depth)
+            }
             Inner::Program(program) => {
                 let none = Args {
                     lit: &[],
@@ -920,7 +926,10 @@ impl<'o> Walker<'o> {
     /// A command `tool` runs from its arguments (`awk 'BEGIN{system("git")}'`, `sed '1e git'`, …).
     fn hidden(&mut self, tool: &str, found: Hidden, depth: usize, functions: &[String]) {
         match found {
-            Hidden::Shell(script) => self.script(&script, depth + 1, &[]),
+            Hidden::Shell(script) => {
+                self.via_sh();
+                self.script(&script, depth + 1, &[])
+            }
             Hidden::SameShell(script) => self.script(&script, depth + 1, functions),
             Hidden::Program(name) => {
                 let none = Args {
@@ -1031,6 +1040,13 @@ impl<'o> Walker<'o> {
                 rule: format!("denyCommands (named in {in_what})"),
             });
         }
+    }
+
+    /// A tool or wrapper that runs text with `/bin/sh -c` (awk `system()`, sqlite3 `.shell`,
+    /// `find -exec sh -c` …) runs `sh`: a deny policy naming `sh` refuses it like any other use
+    /// (on Tier-0 the sandbox cannot execute a denied shell anyway: issue 29).
+    fn via_sh(&mut self) {
+        self.policy("sh", &[]);
     }
 
     /// Deny entries match by basename, so `/usr/bin/docker` in the list denies `docker` too.

@@ -1077,3 +1077,28 @@ fn expansions_in_a_command_name_are_dynamic() {
         assert_tier0(script);
     }
 }
+
+/// Issue 29, item 2: a tool that runs its argument with `/bin/sh -c` runs `sh`. Under a deny
+/// policy naming `sh`, awk `system()`, sqlite3 `.shell`, sed's `e` and a wrapper's shell text are
+/// refused before anything runs (they were `tier0` before); without the policy they stay Tier-0.
+#[test]
+fn a_hidden_shell_names_sh_for_the_deny_policy() {
+    let blocked = Reason::PolicyBlocked {
+        command: "sh".into(),
+        rule: "denyCommands".into(),
+    };
+    for script in [
+        r#"awk 'BEGIN{system("ls")}'"#,
+        "sqlite3 db '.shell ls'",
+        "sed '1e ls' f",
+        "echo a | awk '{print | \"cat\"}'",
+    ] {
+        let got = classify_with(script, &["sh"]);
+        assert_eq!(got.decision, Decision::Refuse, "{script}: {got:?}");
+        assert!(got.reasons.contains(&blocked), "{script}: {got:?}");
+        assert_tier0(script);
+        // A deny policy naming something else leaves it alone.
+        let other = classify_with(script, &["git"]);
+        assert_eq!(other.decision, Decision::Tier0, "{script}: {other:?}");
+    }
+}

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use super::support::bound::Bound;
 use super::support::{kh, show, text};
 
 fn root() -> bool {
@@ -26,82 +27,6 @@ fn root() -> bool {
 
 /// The unprivileged uid of the docs' second mode (the one `attack_local` uses too).
 const NOBODY: u32 = 65533;
-
-/// A pids cgroup (v1) of this test, with a low limit: whatever the sandbox lets through stays
-/// inside it. Removed on drop (after its processes are gone).
-struct Bound(PathBuf);
-
-impl Bound {
-    fn new(name: &str, max: u32) -> Bound {
-        let dir = Path::new("/sys/fs/cgroup/pids")
-            .join(format!("kh-attack-forker-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("as root this test needs a cgroup v1 pids hierarchy");
-        std::fs::write(dir.join("pids.max"), max.to_string()).unwrap();
-        Bound(dir)
-    }
-
-    /// Makes `cmd` join the bound, in a process group of its own, and drop to `uid`.
-    fn hold(&self, cmd: &mut Command, uid: Option<u32>) {
-        let procs =
-            std::ffi::CString::new(self.0.join("cgroup.procs").to_string_lossy().as_bytes())
-                .unwrap();
-        cmd.process_group(0);
-        unsafe {
-            cmd.pre_exec(move || {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                libc::close(fd);
-                if let Some(uid) = uid {
-                    if libc::setgroups(0, std::ptr::null()) != 0
-                        || libc::setgid(uid) != 0
-                        || libc::setuid(uid) != 0
-                    {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
-    }
-
-    fn procs(&self) -> Vec<i32> {
-        std::fs::read_to_string(self.0.join("cgroup.procs"))
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter_map(|p| p.parse().ok())
-            .collect()
-    }
-}
-
-impl Drop for Bound {
-    /// Removes the bound and the command cgroups a sandbox made inside it (they nest under the
-    /// worker's own cgroup; a worker killed here does not remove its own), deepest first, once
-    /// their processes are gone.
-    fn drop(&mut self) {
-        fn dirs(d: &Path, out: &mut Vec<PathBuf>) {
-            for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    dirs(&e.path(), out);
-                }
-            }
-            out.push(d.to_path_buf());
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let mut all = Vec::new();
-            dirs(&self.0, &mut all);
-            for d in &all {
-                let _ = std::fs::remove_dir(d);
-            }
-            if !self.0.exists() || Instant::now() > deadline {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
 
 /// A data directory for `uid` (owned by it).
 fn home(uid: Option<u32>) -> tempfile::TempDir {
@@ -570,11 +495,12 @@ fn abstract_sockets_reach_neither_the_host_nor_another_session() {
 // ---------------------------------------------------------------------------------------------
 
 /// Daemons of every shape a script can make without `setsid`/`nohup` (which the classifier
-/// escalates): a python double fork with setsid, a subshell's orphan, a background job. Each
-/// carries MARK in its command line and lives 60 s unless killed.
+/// escalates): a python double fork leaving its process group (`setsid()` is refused to commands
+/// since issue 29, so `setpgid`), a subshell's orphan, a background job. Each carries MARK in its
+/// command line and lives 60 s unless killed.
 fn daemons(mark: &str) -> String {
     format!(
-        "python3 -c 'import os,time\nif os.fork()==0:\n    os.setsid()\n    if os.fork()==0:\n        time.sleep(60)\n    os._exit(0)' {mark}-double\n\
+        "python3 -c 'import os,time\nif os.fork()==0:\n    os.setpgid(0, 0)\n    if os.fork()==0:\n        time.sleep(60)\n    os._exit(0)' {mark}-double\n\
          (python3 -c 'import time; time.sleep(60)' {mark}-orphan &)\n\
          python3 -c 'import time; time.sleep(60)' {mark}-job &\n"
     )
@@ -652,8 +578,9 @@ fn a_forker_killed_mid_command_costs_only_that_command_and_leaves_nothing() {
     }
 }
 
-/// A process that is never one pid for long: it forks, the child calls setsid() (a new session
-/// and process group every time), the parent exits. Each link stamps a heartbeat file every 100
+/// A process that is never one pid for long: it forks, the child leaves its process group (a
+/// new one every time; `setsid()`, which it tried before issue 29, is refused to commands), the
+/// parent exits. Each link stamps a heartbeat file every 100
 /// links. It ends by itself after SECONDS (the bound if it escapes) and carries its marker.
 const HOP: &str = r#"
 import os, sys, time
@@ -672,7 +599,7 @@ while time.time() < end:
         continue
     if pid > 0:
         os._exit(0)
-    os.setsid()
+    os.setpgid(0, 0)
 os._exit(0)
 "#;
 
@@ -694,7 +621,7 @@ fn beats(dir: &Path) -> Vec<(String, String)> {
     v
 }
 
-/// Six hopping chains (a new pid, session and process group every few hundred microseconds)
+/// Six hopping chains (a new pid and process group every few hundred microseconds)
 /// do not outlive their command: when `local exec` returns, no heartbeat moves any more and no
 /// process of them is left. As root and as uid 65533. Control: one chain started outside the
 /// sandbox and hit with a group SIGKILL (what a plain `kill -9 -PGID` does) keeps beating, so
@@ -1062,11 +989,11 @@ fn a_long_lived_forker_carries_nothing_from_one_command_to_the_next() {
     assert!(before.stdout.contains("fd7-closed"), "{}", before.stdout);
     assert_eq!(forker_of(w.child.id()), forker, "the forker was replaced");
 
-    // A time-out kills a hopping chain and a stopped, setsid'd daemon.
+    // A time-out kills a hopping chain and a stopped daemon in a process group of its own.
     let chains = format!(
         "cat > /tmp/hop.py <<'KH_PY'\n{HOP}\nKH_PY\n\
          for i in 1 2 3; do python3 /tmp/hop.py /session/beat$i 8 & done\n\
-         python3 -c 'import os, signal\nif os.fork() == 0:\n    os.setsid(); os.kill(os.getpid(), signal.SIGSTOP)' khmark-worker-{}\n\
+         python3 -c 'import os, signal\nif os.fork() == 0:\n    os.setpgid(0, 0); os.kill(os.getpid(), signal.SIGSTOP)' khmark-worker-{}\n\
          sleep 30",
         std::process::id()
     );

@@ -4,10 +4,10 @@
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::procs::sleeping;
+use super::support::bound::Bound;
 use super::support::{exec, kh, show, text};
 
 #[test]
@@ -145,75 +145,6 @@ fn a_forged_gap_does_not_smuggle_a_denied_command_to_tier1() {
     assert!(!text(&o.stdout).contains("git version"), "{}", show(&o));
 }
 
-/// A pids cgroup (v1) holding the commands this test starts, with a low limit, so that a broken
-/// sandbox cannot take the machine down with the bomb. Removed on drop.
-struct Bound(std::path::PathBuf);
-
-impl Bound {
-    fn new(max: u32) -> Bound {
-        Bound::named("bomb", max)
-    }
-    /// A bound of its own for each test that needs one (tests of one binary run at once).
-    fn named(name: &str, max: u32) -> Bound {
-        let dir = Path::new("/sys/fs/cgroup/pids")
-            .join(format!("kh-attack-cli-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("as root this test needs a cgroup v1 pids hierarchy");
-        std::fs::write(dir.join("pids.max"), max.to_string()).unwrap();
-        Bound(dir)
-    }
-    /// Makes `cmd` join the bound (before it drops root, when it does).
-    fn hold(&self, cmd: &mut Command, uid: Option<u32>) {
-        let procs =
-            std::ffi::CString::new(self.0.join("cgroup.procs").to_string_lossy().as_bytes())
-                .unwrap();
-        unsafe {
-            cmd.pre_exec(move || {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                libc::close(fd);
-                if let Some(uid) = uid {
-                    if libc::setgroups(0, std::ptr::null()) != 0
-                        || libc::setgid(uid) != 0
-                        || libc::setuid(uid) != 0
-                    {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
-    }
-    /// Processes in the bound or any cgroup nested in it, and how often it refused a fork.
-    fn census(&self) -> (Vec<String>, u64) {
-        let mut left = Vec::new();
-        let mut stack = vec![self.0.clone()];
-        while let Some(d) = stack.pop() {
-            let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
-            left.extend(
-                procs
-                    .split_whitespace()
-                    .map(|p| format!("{p} in {}", d.display())),
-            );
-            for e in std::fs::read_dir(&d).unwrap().flatten() {
-                if e.file_type().unwrap().is_dir() {
-                    stack.push(e.path());
-                }
-            }
-        }
-        let events = std::fs::read_to_string(self.0.join("pids.events")).unwrap();
-        let refused = events.split_whitespace().nth(1).unwrap().parse().unwrap();
-        (left, refused)
-    }
-}
-
-impl Drop for Bound {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
 /// A fork bomb through the real binary, as root (a pids cgroup per command bounds it) and as an
 /// unprivileged uid (RLIMIT_NPROC does): the command returns, nothing of the bomb is left, and
 /// the outer bound this test puts around it never had to refuse a fork. Root only: the bound needs
@@ -223,7 +154,7 @@ fn a_fork_bomb_through_the_cli_dies_whole() {
     if unsafe { libc::geteuid() } != 0 {
         return;
     }
-    let bound = Bound::new(1500);
+    let bound = Bound::new("bomb", 1500);
     for uid in [None, Some(65533)] {
         let dir = tempfile::tempdir().unwrap();
         if let Some(uid) = uid {
@@ -467,7 +398,7 @@ fn what_a_killed_worker_leaves_is_swept_by_the_next_sandbox() {
     // Its own pids cgroup and TMPDIR: a sandbox started by another test of this binary sweeps
     // dead workers' command cgroups and runtime directories next to its own, and would sweep
     // this one's before the test looks.
-    let bound = Bound::named("sweep", 200);
+    let bound = Bound::new("sweep", 200);
     let scratch = tmp.path().join("tmp");
     std::fs::create_dir(&scratch).unwrap();
     let mut cmd = kh(tmp.path());

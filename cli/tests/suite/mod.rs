@@ -4,6 +4,8 @@ mod adopt_pooled;
 mod attack_carried;
 mod attack_file_event_bytes;
 mod attack_forker_outside;
+mod attack_hydra;
+mod attack_interpreters;
 mod attack_local;
 mod attack_local_inspection;
 mod attack_persistent;

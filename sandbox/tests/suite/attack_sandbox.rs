@@ -4,28 +4,7 @@
 //! keeps its uid and must still be confined.
 
 use super::util::*;
-use kube_harness_sandbox::{Outcome, Tier0Sandbox};
 use std::path::{Path, PathBuf};
-
-/// (sandbox, the cwd the script starts in) for both presentations.
-fn both(data: &Data) -> Vec<(&'static str, Tier0Sandbox, PathBuf)> {
-    vec![
-        (
-            "namespace",
-            ns_sandbox(data, false, vec![]),
-            "/session".into(),
-        ),
-        (
-            "direct",
-            direct_sandbox(data, false, vec![]),
-            data.path("session"),
-        ),
-    ]
-}
-
-fn run(sb: &Tier0Sandbox, cwd: &Path, script: &str) -> Outcome {
-    rt().block_on(sb.run(&inv(script, cwd)))
-}
 
 /// A process of the same uid outside the sandbox (the worker, another session's command, PID 1
 /// are all like it), killed when dropped.
@@ -99,7 +78,7 @@ attempt("pidfd_send_signal", sc(424, 3, 9, 0, 0))
 attempt("kill", lambda: os.kill(pid, 9))
 # The same calls on itself still work.
 attempt("self-prlimit", lambda: resource.prlimit(0, resource.RLIMIT_NOFILE, (64, 64)))
-attempt("self-setpriority", lambda: os.setpriority(os.PRIO_PROCESS, 0, 5))
+attempt("self-setpriority", lambda: os.setpriority(os.PRIO_PROCESS, 0, 15))
 attempt("self-sched_setaffinity", lambda: os.sched_setaffinity(0, {0}))
 attempt("self-ioprio_set", sc(251, 1, 0, (2 << 13) | 7))
 "#;
@@ -176,14 +155,28 @@ fn the_worker_itself_cannot_be_reached_either() {
     }
 }
 
+/// A command starts 10 nice levels below the worker (this test, at 0) and may go lower still,
+/// never higher (`RLIMIT_NICE` is 0): the worker and its supervisors outrank a busy command.
 #[test]
 fn ulimit_and_nice_still_work_on_the_command_itself() {
     let data = Data::new();
+    // SAFETY: plain getter (this test's own nice value, 0 unless run under `nice`).
+    let base = (unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) } + 10).min(19);
+    let lower = (base + 7).min(19);
     for (mode, sb, cwd) in both(&data) {
-        let o = run(&sb, &cwd, "ulimit -n 100; ulimit -n; nice -n 7 nice");
+        let o = run(
+            &sb,
+            &cwd,
+            "ulimit -n 100; ulimit -n; nice; nice -n 7 nice; nice -n -5 nice; ulimit -e",
+        );
         assert_eq!(
             (o.exit_code, text(&o.stdout)),
-            (0, "100\n7\n".into()),
+            (0, format!("100\n{base}\n{lower}\n{base}\n0\n")),
+            "{mode}: {}",
+            show(&o)
+        );
+        assert!(
+            text(&o.stderr).contains("nice: cannot set niceness: Permission denied"),
             "{mode}: {}",
             show(&o)
         );
@@ -427,5 +420,55 @@ chmod 1777 f; echo "sticky:$?"
         for entry in std::fs::read_dir(data.path("session")).unwrap() {
             std::fs::remove_file(entry.unwrap().path()).unwrap();
         }
+    }
+}
+
+/// Issue 29, item 6: from a command on the local host as root, `/proc/<host pid>/fd` was
+/// listable (root owns those directories; only their links are ptrace-checked) and every host
+/// process's `mountinfo` readable. The sandbox now has a procfs of its own with
+/// `hidepid=ptraceable`: a process is there only if the command could ptrace it, which landlock
+/// limits to the command's own tree. Its own processes, `/proc/self` and `/dev/fd` still work.
+#[test]
+fn as_root_the_namespace_proc_shows_the_commands_own_processes_only() {
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let data = Data::new();
+    let sb = ns_sandbox(&data, false, vec![]);
+    let me = std::process::id();
+    let o = run(
+        &sb,
+        Path::new("/session"),
+        &format!(
+            "echo pids=$(ls /proc | grep -c '^[0-9]'); ls /proc/1/fd; ls /proc/{me}/fd; \
+             cat /proc/{me}/mountinfo; sleep 1 & test -r /proc/$!/status && echo child-visible; \
+             kill $!; grep -c ^Pid /proc/self/status; cat <(echo via-dev-fd)"
+        ),
+    );
+    let out = text(&o.stdout);
+    let pids: u32 = out
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("pids="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u32::MAX);
+    assert!(pids <= 6, "{pids} processes listed: {}", show(&o));
+    assert!(
+        out.ends_with("child-visible\n1\nvia-dev-fd\n"),
+        "{}",
+        show(&o)
+    );
+    let err = text(&o.stderr);
+    for hidden in [
+        "/proc/1/fd".to_string(),
+        format!("/proc/{me}/fd"),
+        format!("/proc/{me}/mountinfo"),
+    ] {
+        assert!(
+            err.contains(&format!("{hidden}': No such file or directory"))
+                || err.contains(&format!("{hidden}: No such file or directory")),
+            "{hidden} is visible: {}",
+            show(&o)
+        );
     }
 }

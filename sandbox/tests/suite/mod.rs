@@ -1,5 +1,6 @@
 //! The integration tests of this crate as modules of one test binary (one link on two cores).
 
+mod attack_budgets;
 mod attack_forker;
 mod attack_sandbox;
 mod sandbox_env;

@@ -28,7 +28,17 @@ fn parent_secrets_are_invisible_and_only_the_given_env_is_passed() {
             .collect();
         for n in &names {
             assert!(
-                ["PATH", "HOME", "TMPDIR", "GIVEN", "PWD", "SHLVL", "_"].contains(n),
+                [
+                    "PATH",
+                    "HOME",
+                    "TMPDIR",
+                    "PYTHONNOUSERSITE",
+                    "GIVEN",
+                    "PWD",
+                    "SHLVL",
+                    "_"
+                ]
+                .contains(n),
                 "unexpected variable {n} in {out}"
             );
         }

@@ -51,10 +51,6 @@ impl Fixture {
     }
 }
 
-fn run(sb: &Tier0Sandbox, cwd: &Path, script: &str) -> kube_harness_sandbox::Outcome {
-    rt().block_on(sb.run(&inv(script, cwd)))
-}
-
 #[test]
 fn writes_are_confined_to_writable_mounts() {
     let fx = Fixture::new();

@@ -73,6 +73,28 @@ pub fn direct_sandbox(data: &Data, network: bool, ro_prefixes: Vec<PathBuf>) -> 
     Tier0Sandbox::new(SandboxConfig::new(spec, Presentation::Direct)).expect("sandbox")
 }
 
+/// (sandbox, the cwd the script starts in) for both presentations: the local host's namespace
+/// and the worker pod's direct mode.
+pub fn both(data: &Data) -> Vec<(&'static str, Tier0Sandbox, PathBuf)> {
+    vec![
+        (
+            "namespace",
+            ns_sandbox(data, false, vec![]),
+            "/session".into(),
+        ),
+        (
+            "direct",
+            direct_sandbox(data, false, vec![]),
+            data.path("session"),
+        ),
+    ]
+}
+
+/// Runs one script to its outcome.
+pub fn run(sb: &Tier0Sandbox, cwd: &Path, script: &str) -> Outcome {
+    rt().block_on(sb.run(&inv(script, cwd)))
+}
+
 pub fn inv(script: &str, cwd: impl Into<PathBuf>) -> Invocation {
     Invocation {
         script: script.to_string(),

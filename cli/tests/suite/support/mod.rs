@@ -1,12 +1,23 @@
 //! Helpers for the tests that drive the real `kube-harness local …` binary in a temp directory.
 #![allow(dead_code)]
 
+pub mod bound;
+pub mod pod_like;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// The binary under test: this build's, or the one `KH_ATTACK_BIN` names (to show an attack
+/// succeeding against an older build, as the attack files' headers say was done).
+pub fn bin() -> std::path::PathBuf {
+    std::env::var_os("KH_ATTACK_BIN")
+        .map(Into::into)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_kube-harness").into())
+}
+
 /// The binary, run in `dir` (its data dir is `dir/.little-harness`), with quiet logs.
 pub fn kh(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kube-harness"));
+    let mut c = Command::new(bin());
     c.current_dir(dir).env("KUBE_HARNESS_LOG", "error");
     c
 }
