@@ -27,41 +27,10 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 /// `python3 - SECONDS`: starts the hydra, and returns after SECONDS (0: never).
-const HYDRA: &str = r#"
-import os, sys, time
-hb = "/session/heartbeat"
-def node():
-    while True:
-        try:
-            pid = os.fork()
-        except OSError:
-            time.sleep(0.0005)
-            continue
-        if pid == 0:
-            try:
-                os.setsid()
-            except OSError:
-                try:
-                    os.setpgid(0, 0)
-                except OSError:
-                    pass
-            continue
-        while True:
-            time.sleep(0.05)
-            try:
-                with open(hb, "w") as f:
-                    f.write(repr(time.time()))
-            except OSError:
-                pass
-if os.fork() == 0:
-    node()
-seconds = float(sys.argv[1])
-time.sleep(seconds if seconds > 0 else 1e9)
-print("started", flush=True)
-"#;
+const HYDRA: &str = include_str!("../../../tests/attacks/hydra.py");
 
 /// The next command of the same session sees no heartbeat: the file is no longer written.
-const STILL: &str = "a=$(stat -c %y /session/heartbeat); sleep 1.5; b=$(stat -c %y /session/heartbeat); [ -n \"$a\" ] && [ \"$a\" = \"$b\" ] && echo still || echo \"written $a $b\"";
+const STILL: &str = include_str!("../../../tests/attacks/still.sh");
 
 fn root() -> bool {
     unsafe { libc::geteuid() == 0 }

@@ -142,3 +142,66 @@ async fn the_worker_pod_runs_no_program_but_the_tools_and_its_commands_cannot_to
     })
     .await;
 }
+
+/// Issue 29, item 1, in a real worker pod (unprivileged, no namespaces): the hydra
+/// (`tests/attacks/hydra.py`), a chain of processes each in a process group of its own whose tail
+/// refills every slot the killer frees, outlived its command in this mode before (about 250
+/// processes kept writing `/session/heartbeat`). Now its command ends at its time limit with the
+/// whole tree gone before the session's next command, and another session on the node runs its
+/// commands meanwhile.
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn a_hydra_dies_whole_before_its_sessions_next_command() {
+    with_namespace("hydra", |client, ns| async move {
+        harness::restrict(&client, &ns).await.unwrap();
+        for name in ["hydra-a", "hydra-b"] {
+            harness::apply_example(&client, &ns, "demo.yaml", name)
+                .await
+                .unwrap();
+        }
+        for name in ["hydra-a", "hydra-b"] {
+            harness::wait_ready(&client, &ns, name, READY)
+                .await
+                .unwrap();
+        }
+        let hydra_ns = ns.clone();
+        let hydra = std::thread::spawn(move || {
+            let script = format!(
+                "python3 - 0 <<'KH_PY'\n{}\nKH_PY\n",
+                include_str!("../../attacks/hydra.py")
+            );
+            let started = Instant::now();
+            let r = cli_exec(&hydra_ns, "hydra-a", &script, &["--timeout", "8"]);
+            (r, started.elapsed())
+        });
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        for i in 0..3 {
+            let started = Instant::now();
+            let (code, out, err) = cli_exec(&ns, "hydra-b", &format!("echo ok{i}"), &[]);
+            assert_eq!(
+                (code, out.as_str()),
+                (0, format!("ok{i}\n").as_str()),
+                "{err}"
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "session b's command {i} took {:?}",
+                started.elapsed()
+            );
+        }
+        let ((code, _, err), took) = hydra.join().unwrap();
+        assert_eq!(code, 124, "the hydra: {err}");
+        assert!(
+            !err.contains("did not finish in time"),
+            "the supervisor lost the race: {err}"
+        );
+        assert!(took < Duration::from_secs(40), "returned after {took:?}");
+        let (code, out, err) =
+            cli_exec(&ns, "hydra-a", "ps -e -o comm= | grep -c '^python3$'", &[]);
+        assert_eq!((code, out.as_str()), (1, "0\n"), "{err}");
+        let (code, out, err) =
+            cli_exec(&ns, "hydra-a", include_str!("../../attacks/still.sh"), &[]);
+        assert_eq!((code, out.as_str()), (0, "still\n"), "{err}");
+    })
+    .await;
+}
