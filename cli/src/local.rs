@@ -74,7 +74,8 @@ struct ExecArgs {
     #[command(flatten)]
     toggles: ToggleArgs,
     /// The higher tier to escalate to: `host` (this machine's toolchain, in a private mount
-    /// namespace, with the workspace handed over and merged back) or `none` (refuse with 126).
+    /// namespace, with the workspace handed over and merged back; not a sandbox: it runs with
+    /// this user's rights, as root with every capability) or `none` (refuse with 126).
     #[arg(long, default_value = "host", value_parser = ["host", "none"])]
     tier1: String,
     /// A second turn for a busy session waits (`queue`) or fails (`reject`).
