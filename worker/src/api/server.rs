@@ -111,9 +111,10 @@ async fn readyz(State(worker): State<Arc<Worker>>) -> Response {
     }
 }
 
-/// `?path=` of the file routes, decoded strictly: its percent-escapes (and `+` for a space, as
-/// form encoding writes it) must make UTF-8, and `path` must be given once. A lossy decoding
-/// would let two different requests name one file (issue 14's outside attack).
+/// `?path=` of the file routes, decoded strictly: its percent-escapes must make UTF-8, and
+/// `path` must be given once. A lossy decoding would let two different requests name one file
+/// (issue 14's outside attack). Plain percent-encoding, not a form: `+` is a plus (`%20` is a
+/// space), so `a+b.txt` names `a+b.txt` (issue 29: it was decoded as `a b.txt`).
 fn file_query(raw: Option<String>) -> Result<String, Refusal> {
     let bad = |why: &str| {
         Refusal::new(
@@ -131,11 +132,7 @@ fn file_query(raw: Option<String>) -> Result<String, Refusal> {
         if found.is_some() {
             return Err(bad("`path` is given twice"));
         }
-        let plus_as_space: Vec<u8> = value
-            .bytes()
-            .map(|b| if b == b'+' { b' ' } else { b })
-            .collect();
-        let decoded = percent_encoding::percent_decode(&plus_as_space)
+        let decoded = percent_encoding::percent_decode_str(value)
             .decode_utf8()
             .map_err(|_| bad("the path is not UTF-8 once decoded"))?;
         found = Some(decoded.into_owned());
