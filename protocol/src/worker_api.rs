@@ -317,6 +317,11 @@ pub struct ArchiveWritten {
     pub events: Vec<TraceEvent>,
     #[serde(default)]
     pub log_pending: usize,
+    /// Entries whose mode was not set as the archive has it, one line each (the setuid, setgid
+    /// and sticky bits are never set; a directory stays open to its owner; a directory that was
+    /// there keeps its mode): at most 100, then a line counting the rest. Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// The answer to `PUT /v1/files?path=…`: what was written and the file event it made.

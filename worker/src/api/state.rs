@@ -534,7 +534,7 @@ impl Worker {
         let limit = (self.config.max_file_bytes, "--max-file-bytes");
         let up = self
             .upload(target, headers, body, limit, |target, spooled| {
-                Ok(vec![files::place(&target, spooled)?.change])
+                Ok((vec![files::place(&target, spooled)?.change], Vec::new()))
             })
             .await?;
         let change = up.changes.first().map(|c| c.change);
@@ -566,7 +566,8 @@ impl Worker {
         let limit = (self.config.max_archive_bytes, "--max-archive-bytes");
         let up = self
             .upload(target, headers, body, limit, |target, spooled| {
-                archive::extract(&target, spooled.file)
+                let extracted = archive::extract(&target, spooled.file)?;
+                Ok((extracted.changes, extracted.warnings))
             })
             .await?;
         Ok(ArchiveWritten {
@@ -575,6 +576,7 @@ impl Worker {
             bytes: up.bytes,
             events: up.events,
             log_pending: up.log_pending,
+            warnings: up.warnings,
         })
     }
 
@@ -589,9 +591,7 @@ impl Worker {
         headers: &axum::http::HeaderMap,
         body: axum::body::Body,
         (limit, flag): (u64, &str),
-        place: impl FnOnce(files::Target, files::Spooled) -> Result<Vec<FileChange>, Refusal>
-            + Send
-            + 'static,
+        place: impl FnOnce(files::Target, files::Spooled) -> Result<Placed, Refusal> + Send + 'static,
     ) -> Result<Uploaded, Refusal> {
         let checked = self.usable_tier0().and_then(|tier0| {
             let target = target?;
@@ -641,7 +641,7 @@ impl Worker {
         if open.turn.tier().await != 0 {
             return Err(escalated());
         }
-        let changes = tokio::task::spawn_blocking(move || place(target, spooled))
+        let (changes, warnings) = tokio::task::spawn_blocking(move || place(target, spooled))
             .await
             .map_err(|e| {
                 Refusal::new(
@@ -668,6 +668,7 @@ impl Worker {
             bytes,
             events,
             log_pending,
+            warnings,
         })
     }
 
@@ -1107,7 +1108,12 @@ struct Uploaded {
     bytes: u64,
     events: Vec<TraceEvent>,
     log_pending: usize,
+    /// What the upload did not place as asked (an archive's modes it could not keep).
+    warnings: Vec<String>,
 }
+
+/// What an upload's placing made: its changes, and what it did not place as asked.
+type Placed = (Vec<FileChange>, Vec<String>);
 
 /// Marks the worker busy while held.
 struct BusyFlag<'a>(&'a AtomicBool);

@@ -190,7 +190,8 @@ class Session:
     def upload_dir(self, local_dir: Union[str, "os.PathLike[str]"], path: str) -> Dict[str, Any]:
         """Uploads a local directory into the session's directory `path` (created if missing) as
         one tar (PUT /v1/archive): symlinks go as symlinks. Returns the worker's answer
-        (entries, bytes, events)."""
+        (entries, bytes, events, and "warnings" naming entries whose modes it did not keep,
+        such as setuid bits)."""
         with tempfile.TemporaryFile() as spool:
             _pack(local_dir, spool)
             spool.seek(0)
