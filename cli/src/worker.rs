@@ -24,6 +24,7 @@ fn connections(args: &WorkerArgs) -> anyhow::Result<ConnectionLimits> {
         header_read_timeout: Duration::from_secs(args.header_read_timeout),
         idle_timeout: Duration::from_secs(args.idle_timeout),
         max_connections: args.max_connections,
+        ..ConnectionLimits::default()
     };
     limits.validate().map_err(|e| {
         anyhow::anyhow!("--header-read-timeout, --idle-timeout, --max-connections: {e}")

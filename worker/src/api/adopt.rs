@@ -16,7 +16,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use kube_harness_service_kit::body::{read_request, BodyError};
+use kube_harness_service_kit::body::{read_request, BodyError, BodyHead};
 use kube_harness_service_kit::{AuthConfig, ConnectionLimits};
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -90,12 +90,14 @@ async fn adopt(State(pool): State<Arc<Pool>>, request: Request) -> Response {
         *taken = Some("an adoption in progress".into());
     }
     let (parts, body) = request.into_parts();
-    let result = match read_request(&parts.headers, body, MAX_ADOPT_BYTES).await {
+    let head = BodyHead::of(&parts.headers, &parts.extensions);
+    let result = match read_request(&head, body, MAX_ADOPT_BYTES).await {
         Err(BodyError::TooLarge { .. }) => Err(Refusal::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             code::PAYLOAD_TOO_LARGE,
             format!("adoption request over {MAX_ADOPT_BYTES} bytes"),
         )),
+        Err(e @ BodyError::TooSlow { .. }) => Err(super::server::body_timeout(&e)),
         Err(e) => Err(bad(format!("cannot read the adoption request: {e}"))),
         Ok(raw) => match serde_json::from_slice::<AdoptRequest>(&raw) {
             Err(e) => Err(bad(format!("invalid adoption request: {e}"))),

@@ -405,9 +405,9 @@ mod round2 {
     #[tokio::test]
     async fn a_dripping_upload_is_refused_for_its_pace() {
         let (tmp, mut cfg) = config();
-        cfg.body_pace.idle = Duration::from_secs(5);
-        cfg.body_pace.grace = Duration::from_secs(1);
-        cfg.body_pace.min_rate = 1000;
+        cfg.connections.body.idle = Duration::from_secs(5);
+        cfg.connections.body.grace = Duration::from_secs(1);
+        cfg.connections.body.min_rate = 1000;
         let w = start_with(tmp, cfg).await;
         let base = w.base_url.clone();
         let (status, took) = tokio::task::spawn_blocking(move || {
@@ -464,7 +464,7 @@ mod round2 {
     #[tokio::test]
     async fn stalled_or_piled_up_uploads_are_refused_in_bounded_time() {
         let (tmp, mut cfg) = config();
-        cfg.body_pace.idle = Duration::from_secs(1);
+        cfg.connections.body.idle = Duration::from_secs(1);
         let w = start_with(tmp, cfg).await;
         let base = w.base_url.clone();
         let (statuses, third, took) = tokio::task::spawn_blocking(move || {
