@@ -123,10 +123,14 @@ async fn put_dir(worker: &WorkerClient, local: &Path, remote: &str) -> anyhow::R
         Ok(spool)
     })
     .await??;
-    worker
+    let written = worker
         .write_archive(remote, tokio::fs::File::from_std(spool))
         .await
         .with_context(|| format!("writing {remote}"))?;
+    // Modes the worker did not keep (setuid bits, an existing directory's): said, not an error.
+    for warning in &written.warnings {
+        eprintln!("kube-harness cp: {warning}");
+    }
     Ok(())
 }
 

@@ -265,8 +265,9 @@ fn run_exec(data: &DataDir, project_root: PathBuf, args: ExecArgs) -> anyhow::Re
 /// Commands write these trees: below each subfolder (a mount root, made by the host) every
 /// directory is opened relative to its parent without following symlinks
 /// (`workspace::safe_fs`), so a symlink is listed, never entered, and paths longer than PATH_MAX
-/// still list. Names are printed with control characters, backslashes and bytes that are not
-/// UTF-8 escaped, so a file name cannot drive the terminal.
+/// still list. Names are printed with control, format and invisible characters, backslashes and
+/// bytes that are not UTF-8 escaped ([`escaped`]), so a file name can neither drive the terminal
+/// nor pass for another.
 fn list_tree(root: &std::path::Path, subdirs: &[&str]) -> anyhow::Result<ExitCode> {
     use kube_harness_worker::workspace::safe_fs::{self, WalkError};
     use kube_harness_worker::workspace::EntryKind;
@@ -314,15 +315,13 @@ fn list_tree(root: &std::path::Path, subdirs: &[&str]) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-/// A file name for a terminal: printable UTF-8 as it is; control characters, bidirectional
-/// overrides and backslashes as Rust escapes (`\u{1b}`, `\\`), bytes that are not UTF-8 as
-/// `\xNN`.
+/// A file name for a terminal: visible UTF-8 as it is; what does not show as itself as a Rust
+/// escape (`\u{1b}`, `\u{200b}`, `\\`), bytes that are not UTF-8 as `\xNN`.
 fn shown_name(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len());
     for chunk in bytes.utf8_chunks() {
         for c in chunk.valid().chars() {
-            let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-            if c.is_control() || bidi || c == '\\' {
+            if escaped(c) {
                 out.extend(c.escape_default());
             } else {
                 out.push(c);
@@ -333,6 +332,27 @@ fn shown_name(bytes: &[u8]) -> String {
         }
     }
     out
+}
+
+/// Whether a name's character is printed escaped: controls (Cc); format characters (Cf: the
+/// zero-width space and joiners, the bidirectional controls such as U+202E, the byte order
+/// mark); line and paragraph separators (Zl, Zp); every space but the plain one (Zs: U+00A0,
+/// U+3000, ...); the Hangul fillers, letters that show as nothing; and the backslash that begins
+/// an escape. Any of them would let two different names print alike, or a name move the text
+/// around it.
+fn escaped(c: char) -> bool {
+    use unicode_general_category::{get_general_category, GeneralCategory};
+    if c == '\\' || matches!(c, '\u{115f}' | '\u{1160}' | '\u{3164}' | '\u{ffa0}') {
+        return true;
+    }
+    match get_general_category(c) {
+        GeneralCategory::Control
+        | GeneralCategory::Format
+        | GeneralCategory::LineSeparator
+        | GeneralCategory::ParagraphSeparator => true,
+        GeneralCategory::SpaceSeparator => c != ' ',
+        _ => false,
+    }
 }
 
 /// One line per event for people; long runs of file events (a merged repository) are summarised.

@@ -14,6 +14,7 @@ pub use kube_harness_worker::protocol::worker_args::WorkerArgs;
 use kube_harness_worker::protocol::worker_args::{Escalation, SOURCES_GID};
 use kube_harness_worker::runtime::NextTier;
 use kube_harness_worker::tier1::{self, Agent, AgentConfig, PodTier1, PodTier1Config};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +24,7 @@ fn connections(args: &WorkerArgs) -> anyhow::Result<ConnectionLimits> {
         header_read_timeout: Duration::from_secs(args.header_read_timeout),
         idle_timeout: Duration::from_secs(args.idle_timeout),
         max_connections: args.max_connections,
+        ..ConnectionLimits::default()
     };
     limits.validate().map_err(|e| {
         anyhow::anyhow!("--header-read-timeout, --idle-timeout, --max-connections: {e}")
@@ -49,12 +51,12 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("binding {}", args.listen))?;
         if let Some(pool_token) = &args.adopt_token_file {
             let pool_auth = AuthConfig::from_token_file(pool_token)?;
-            let root = args.workspace_root.clone();
+            let pool = PoolPaths::of(&args);
             // Built before serving: a probe that comes meanwhile waits in the backlog.
             let prepared = std::sync::Mutex::new(prepare(&args).await);
             let bind: api::adopt::Bind = Box::new(move |req| {
                 let prepared = prepared.lock().unwrap_or_else(|e| e.into_inner()).take();
-                adopt(&root, req, prepared)
+                adopt(&pool, req, prepared)
             });
             return api::adopt::serve_pooled(
                 listener,
@@ -66,7 +68,8 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
             .await
             .context("serving");
         }
-        let (worker, auth) = session_worker(&args, None, None)?;
+        let secrets = Secrets::read(&args)?;
+        let (worker, auth) = session_worker(&args, &secrets, None, None)?;
         api::serve(listener, worker, auth, api::shutdown_signal())
             .await
             .context("serving")
@@ -86,11 +89,36 @@ fn check_limits(args: &WorkerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A warm worker's adoption: the session's arguments as if they had been the command line,
-/// its tokens written where those arguments say, its skills under `.agents`; then the same
-/// worker a cold start builds. The pooled worker's own root is kept (it is the pod's layout).
+/// Where a pooled worker keeps what an adoption brings, from its own arguments (the pod's
+/// layout), never from the adoption's: its workspace root (skills under `.agents`), its
+/// `--token-file`, and its `--session-log-token-file` or else `session-log-token` beside the
+/// token file.
+struct PoolPaths {
+    root: PathBuf,
+    token_file: PathBuf,
+    session_log_token_file: PathBuf,
+}
+
+impl PoolPaths {
+    fn of(args: &WorkerArgs) -> Self {
+        PoolPaths {
+            root: args.workspace_root.clone(),
+            token_file: args.token_file.clone(),
+            session_log_token_file: args
+                .session_log_token_file
+                .clone()
+                .unwrap_or_else(|| args.token_file.with_file_name("session-log-token")),
+        }
+    }
+}
+
+/// A warm worker's adoption: the session's arguments as if they had been the command line, but
+/// with the pooled worker's own root and token files; then the same worker a cold start builds,
+/// from the tokens in the request. Everything is checked, and the worker built, before anything
+/// is written; then the tokens and skills are written all or nothing (issue 29: a refused
+/// adoption had written its token file, and written it where the request said).
 fn adopt(
-    root: &std::path::Path,
+    pool: &PoolPaths,
     req: &api::model::AdoptRequest,
     prepared: Option<Prepared>,
 ) -> Result<(Arc<Worker>, AuthConfig), String> {
@@ -98,18 +126,64 @@ fn adopt(
     if args.tier != 0 {
         return Err("only a Tier-0 worker can be adopted".into());
     }
-    args.workspace_root = root.to_path_buf();
+    args.workspace_root = pool.root.clone();
     args.adopt_token_file = None;
-    check_limits(&args).map_err(|e| e.to_string())?;
-    api::adopt::write_secret(&args.token_file, &req.token)?;
-    match (&args.session_log_token_file, &req.session_log_token) {
-        (Some(path), Some(token)) => api::adopt::write_secret(path, token)?,
-        (None, None) => {}
+    args.token_file = pool.token_file.clone();
+    args.session_log_token_file = match (&args.session_log_token_file, &req.session_log_token) {
+        (Some(_), Some(_)) => Some(pool.session_log_token_file.clone()),
+        (None, None) => None,
         _ => return Err("--session-log-token-file and the session-log token come together".into()),
-    }
-    api::adopt::write_skills(&root.join(".agents"), &req.skills)?;
+    };
+    check_limits(&args).map_err(|e| e.to_string())?;
+    let secrets = Secrets::given(&req.token, req.session_log_token.as_deref())?;
+    let skills = api::adopt_files::check_skills(&req.skills)?;
     let settings = api::model::adoption_settings(req);
-    session_worker(&args, Some(settings), prepared).map_err(|e| format!("{e:#}"))
+    let bound =
+        session_worker(&args, &secrets, Some(settings), prepared).map_err(|e| format!("{e:#}"))?;
+    let mut tokens = vec![(args.token_file.as_path(), secrets.token.as_str())];
+    if let (Some(path), Some(token)) = (&args.session_log_token_file, &secrets.session_log) {
+        tokens.push((path.as_path(), token.as_str()));
+    }
+    api::adopt_files::write_all(&tokens, &pool.root.join(".agents"), &skills)?;
+    Ok(bound)
+}
+
+/// The session's tokens: its own (the bearer of its API, and of the operator's tier API for
+/// escalation) and the session log's.
+struct Secrets {
+    token: String,
+    session_log: Option<String>,
+}
+
+impl Secrets {
+    /// A cold start's, from the files its arguments name (whitespace around each ignored; the
+    /// session log's only when there is a session log, else the arguments are refused later).
+    fn read(args: &WorkerArgs) -> anyhow::Result<Self> {
+        let read = |what: &str, path: &std::path::Path| {
+            std::fs::read_to_string(path)
+                .map(|text| text.trim().to_string())
+                .with_context(|| format!("cannot read {what} {}", path.display()))
+        };
+        Ok(Secrets {
+            token: read("token file", &args.token_file)?,
+            session_log: match (&args.session_log_url, &args.session_log_token_file) {
+                (Some(_), Some(path)) => Some(read("session-log token file", path)?),
+                _ => None,
+            },
+        })
+    }
+
+    /// An adoption's, as given: each must be a token as it travels, visible ASCII in one piece.
+    fn given(token: &str, session_log: Option<&str>) -> Result<Self, String> {
+        AuthConfig::with_token(token).map_err(|e| format!("the session's token: {e}"))?;
+        if let Some(t) = session_log {
+            AuthConfig::with_token(t).map_err(|e| format!("the session-log token: {e}"))?;
+        }
+        Ok(Secrets {
+            token: token.to_string(),
+            session_log: session_log.map(str::to_string),
+        })
+    }
 }
 
 /// A pooled worker's sandbox, built while it waits: the one a session that keeps the worker's
@@ -128,31 +202,26 @@ async fn prepare(args: &WorkerArgs) -> Option<Prepared> {
         .ok()
 }
 
-/// The session's worker and its bearer auth, from settings whose files exist. `adoption`: the
-/// digest of the adoption that bound them, if any (reported by /v1/status).
+/// The session's worker and its bearer auth, from its settings and tokens (no file is read
+/// here). `adoption`: the digest of the adoption that bound them, if any (reported by
+/// /v1/status).
 fn session_worker(
     args: &WorkerArgs,
+    secrets: &Secrets,
     adoption: Option<String>,
     prepared: Option<Prepared>,
 ) -> anyhow::Result<(Arc<Worker>, AuthConfig)> {
     let connections = connections(args)?;
-    let auth = AuthConfig::from_token_file(&args.token_file)?;
+    let auth = AuthConfig::with_token(&secrets.token)
+        .with_context(|| format!("token file {}", args.token_file.display()))?;
     let next_tier = match args.escalation {
-        Escalation::Pod => Some(pod_tier(args)?),
+        Escalation::Pod => Some(pod_tier(args, &secrets.token)?),
         Escalation::None => None,
     };
     let session_log = match (&args.session_log_url, &args.session_log_token_file) {
-        (Some(url), token_file) => Some(SessionLogConfig {
+        (Some(url), _) => Some(SessionLogConfig {
             url: url.clone(),
-            token: match token_file {
-                Some(path) => Some(
-                    std::fs::read_to_string(path)
-                        .with_context(|| format!("reading {}", path.display()))?
-                        .trim()
-                        .to_string(),
-                ),
-                None => None,
-            },
+            token: secrets.session_log.clone(),
             run_scope: args.session_log_run_scope.clone(),
         }),
         (None, Some(_)) => anyhow::bail!("--session-log-token-file needs --session-log-url"),
@@ -209,16 +278,14 @@ fn in_group(gid: u32) -> bool {
 }
 
 /// `--escalation pod`: Tier-1 pods from the operator, the worker's token as the bearer.
-fn pod_tier(args: &WorkerArgs) -> anyhow::Result<Arc<dyn NextTier>> {
+fn pod_tier(args: &WorkerArgs, token: &str) -> anyhow::Result<Arc<dyn NextTier>> {
     let (Some(url), Some(namespace)) = (&args.tier_api_url, &args.session_namespace) else {
         anyhow::bail!("--escalation pod needs --tier-api-url and --session-namespace");
     };
     if args.provision_timeout == 0 {
         anyhow::bail!("--provision-timeout must be at least 1 second");
     }
-    let token = std::fs::read_to_string(&args.token_file)
-        .with_context(|| format!("reading {}", args.token_file.display()))?;
-    let mut config = PodTier1Config::new(url, namespace, &args.session, token.trim());
+    let mut config = PodTier1Config::new(url, namespace, &args.session, token);
     config.provision_timeout = Duration::from_secs(args.provision_timeout);
     config.command_timeout = Duration::from_secs(args.command_timeout);
     config.max_archive_bytes = args.max_archive_bytes;

@@ -59,6 +59,15 @@ pub struct WorkerClient {
     max_answer_bytes: usize,
 }
 
+/// What a `?path=` value leaves as it is: letters, digits, `-._~` and the slashes between names;
+/// everything else (`+`, spaces, `%`, `&`, `#`, non-ASCII) is percent-encoded.
+const PATH_VALUE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
+
 /// Default of [`WorkerClient::with_max_answer_bytes`]: 64 MiB (an end-turn answer lists every
 /// file the turn changed).
 pub const DEFAULT_MAX_ANSWER_BYTES: usize = 64 << 20;
@@ -185,8 +194,7 @@ impl WorkerClient {
     ) -> Result<FileWritten, WorkerClientError> {
         let request = self
             .http
-            .put(self.url("/v1/files"))
-            .query(&[("path", path)])
+            .put(self.path_url("/v1/files", path))
             .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
             .body(data);
         self.send(request).await
@@ -210,8 +218,7 @@ impl WorkerClient {
     ) -> Result<ArchiveWritten, WorkerClientError> {
         let request = self
             .http
-            .put(self.url("/v1/archive"))
-            .query(&[("path", path)])
+            .put(self.path_url("/v1/archive", path))
             .header(reqwest::header::CONTENT_TYPE, "application/x-tar")
             .body(tar);
         self.send(request).await
@@ -235,8 +242,7 @@ impl WorkerClient {
         use tokio::io::AsyncWriteExt;
         let sent = self
             .http
-            .get(self.url(route))
-            .query(&[("path", path)])
+            .get(self.path_url(route, path))
             .bearer_auth(&self.token)
             .send()
             .await;
@@ -286,6 +292,14 @@ impl WorkerClient {
 
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)
+    }
+
+    /// `route?path=<path>`, the path percent-encoded by hand: the worker decodes `?path=` as
+    /// plain percent-encoding (a `+` is a plus), while reqwest's `query` writes a form (a space
+    /// as `+`), so a name with a space would come back with a plus.
+    fn path_url(&self, route: &str, path: &str) -> String {
+        let encoded = percent_encoding::utf8_percent_encode(path, PATH_VALUE);
+        format!("{}{route}?path={encoded}", self.base_url)
     }
 
     async fn send<T: DeserializeOwned>(

@@ -317,6 +317,11 @@ pub struct ArchiveWritten {
     pub events: Vec<TraceEvent>,
     #[serde(default)]
     pub log_pending: usize,
+    /// Entries whose mode was not set as the archive has it, one line each (the setuid, setgid
+    /// and sticky bits are never set; a directory stays open to its owner; a directory that was
+    /// there keeps its mode): at most 100, then a line counting the rest. Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// The answer to `PUT /v1/files?path=…`: what was written and the file event it made.
@@ -345,13 +350,17 @@ fn is_zero(n: &u64) -> bool {
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AdoptRequest {
-    /// `kube-harness worker` arguments for the session (`WorkerArgs::to_args`); `--listen` and
-    /// `--adopt-token-file` are ignored (the pooled worker keeps its socket and cannot be adopted
-    /// twice), `--token-file` and `--session-log-token-file` name where the tokens below go.
+    /// `kube-harness worker` arguments for the session (`WorkerArgs::to_args`); `--listen`,
+    /// `--workspace-root` and `--adopt-token-file` are ignored (the pooled worker keeps its
+    /// socket and layout, and cannot be adopted twice), and so are the paths of `--token-file`
+    /// and `--session-log-token-file`: the tokens below go where the pooled worker's own
+    /// arguments say (`--session-log-token-file` only says whether a session-log token comes).
     pub args: Vec<String>,
-    /// The session's bearer token (written to `--token-file`).
+    /// The session's bearer token (written to the pooled worker's `--token-file`): visible
+    /// ASCII, one piece.
     pub token: String,
-    /// The session's session-log token (written to `--session-log-token-file`).
+    /// The session's session-log token (written beside it as `session-log-token`, or to the
+    /// pooled worker's own `--session-log-token-file`): visible ASCII, one piece.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_log_token: Option<String>,
     /// The session's skills, written under `/.agents` before the first command.

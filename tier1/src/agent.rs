@@ -15,13 +15,11 @@ use super::reap;
 use super::shell::{self, ShellCommand, ShellLimits, View};
 use super::skills::MAX_SKILLS_ARCHIVE_BYTES;
 use axum::body::Body;
-use axum::http::HeaderMap;
 use base64::Engine;
-use futures::StreamExt;
 use kube_harness_classify::RuntimeToggles;
 use kube_harness_protocol::tier1::{AgentExec, AgentExecResult, BindReport};
 use kube_harness_runtime::state;
-use kube_harness_service_kit::body::{self, Capped};
+use kube_harness_service_kit::body::{self, BodyError, BodyHead, Capped, Receiving};
 use kube_harness_service_kit::ApiError;
 use kube_harness_workspace::{self as workspace, PackOptions, Snapshot, WorkspaceSpec};
 use std::io::{Seek, SeekFrom, Write};
@@ -178,7 +176,7 @@ impl Agent {
     /// agent unbound. Refused (409 `broken`) for good once the agent gave the pod up.
     pub async fn bind(
         &self,
-        headers: &HeaderMap,
+        head: &BodyHead,
         body: Body,
         replace: bool,
     ) -> Result<BindReport, ApiError> {
@@ -218,7 +216,7 @@ impl Agent {
         };
         let started = std::time::Instant::now();
         let limit = self.config.max_archive_bytes;
-        let spool = self.spool(headers, body, limit, "workspace").await?;
+        let spool = self.spool(head, body, limit, "workspace").await?;
         if replace {
             let spec = self.spec.clone();
             let cleared = tokio::task::spawn_blocking(move || bind::clear(&spec)).await;
@@ -283,11 +281,7 @@ impl Agent {
     /// replacing what `/.agents` showed. Only while no command runs and none has run since the
     /// last bind (409 `busy`, `commands_ran`): the worker sends them after the bind, before the
     /// turn's first command.
-    pub async fn put_skills(
-        &self,
-        headers: &HeaderMap,
-        body: Body,
-    ) -> Result<BindReport, ApiError> {
+    pub async fn put_skills(&self, head: &BodyHead, body: Body) -> Result<BindReport, ApiError> {
         let state = self
             .bind
             .try_lock()
@@ -312,7 +306,7 @@ impl Agent {
             ));
         }
         let spool = self
-            .spool(headers, body, MAX_SKILLS_ARCHIVE_BYTES, "skills")
+            .spool(head, body, MAX_SKILLS_ARCHIVE_BYTES, "skills")
             .await?;
         let installed = self.skills.install(spool.reopen().map_err(|e| {
             ApiError::internal("skills_failed", format!("reading the spooled skills: {e}"))
@@ -326,41 +320,32 @@ impl Agent {
         Ok(report)
     }
 
-    /// Streams a request body into a spool file, refusing it past `limit`: at once when its
-    /// Content-Length says so, else the moment the count passes the limit (the partial spool is
-    /// removed with the error).
+    /// Streams a request body into a spool file, refusing it past `limit` (413: at once when its
+    /// Content-Length says so, else the moment the count passes the limit) or when it does not
+    /// keep its pace (408 `body_timeout`, `ConnectionLimits::body`); the partial spool is removed
+    /// with the error.
     async fn spool(
         &self,
-        headers: &HeaderMap,
+        head: &BodyHead,
         body: Body,
         limit: u64,
         what: &str,
     ) -> Result<tempfile::NamedTempFile, ApiError> {
-        let too_large = || {
-            ApiError::too_large(format!(
+        let refused = |e: BodyError| match e {
+            BodyError::TooLarge { .. } => ApiError::too_large(format!(
                 "the {what} archive is over the limit of {limit} bytes"
-            ))
+            )),
+            BodyError::TooSlow { .. } => body_timeout(&e),
+            other => {
+                ApiError::bad_request("bad_body", format!("reading the request body: {other}"))
+            }
         };
-        let mut stream = body.into_data_stream();
-        if body::declared_length(headers).is_some_and(|len| len > limit) {
-            body::refuse(headers, &mut stream).await;
-            return Err(too_large());
-        }
+        let mut receiving = Receiving::start(head, body, limit).await.map_err(refused)?;
         let io = |e: std::io::Error| {
             ApiError::internal("spool_failed", format!("spooling the archive: {e}"))
         };
         let mut file = tempfile::NamedTempFile::new_in(self.scratch.path()).map_err(io)?;
-        let mut total: u64 = 0;
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| {
-                ApiError::bad_request("bad_body", format!("reading the request body: {e}"))
-            })?;
-            total = total.saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
-            if total > limit {
-                drop(file);
-                body::refuse(headers, &mut stream).await;
-                return Err(too_large());
-            }
+        while let Some(chunk) = receiving.next().await.map_err(refused)? {
             file.write_all(&chunk).map_err(io)?;
         }
         file.flush().map_err(io)?;
@@ -549,6 +534,16 @@ impl Agent {
             .map(|s| matches!(&*s, BindState::Bound(_)))
             .unwrap_or(false)
     }
+}
+
+/// 408 `body_timeout`: a request body that did not keep its pace (or deadline); nothing was done
+/// with the request.
+pub(crate) fn body_timeout(e: &BodyError) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::REQUEST_TIMEOUT,
+        "body_timeout",
+        format!("{e}; nothing was done"),
+    )
 }
 
 /// A private directory for spools and scripts: under the temp dir, else under `HOME` (a pod

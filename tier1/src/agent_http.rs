@@ -9,7 +9,7 @@
 use super::agent::Agent;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
@@ -22,8 +22,9 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 pub fn router(agent: Arc<Agent>, auth: AuthConfig) -> Router {
-    // Both bodies are read as they arrive with the agent's own limits (413 past them): the
-    // archive into a spool, the exec request into memory.
+    // Every body is read as it arrives with the agent's own limits (413 past them) and held to
+    // the server's pace (408 `body_timeout`): the archives into a spool, the exec request into
+    // memory (within the JSON deadline too).
     let api = Router::new()
         .route("/v1/workspace", put(bind))
         .route("/v1/skills", put(skills))
@@ -65,7 +66,7 @@ async fn readyz(State(agent): State<Arc<Agent>>) -> Response {
 async fn bind(
     State(agent): State<Arc<Agent>>,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
-    headers: HeaderMap,
+    head: body::BodyHead,
     archive: Body,
 ) -> Result<Response, ApiError> {
     let mut replace = false;
@@ -85,7 +86,7 @@ async fn bind(
         }
     }
     agent
-        .bind(&headers, archive, replace)
+        .bind(&head, archive, replace)
         .await
         .map(|r| Json(r).into_response())
 }
@@ -93,27 +94,28 @@ async fn bind(
 /// `PUT /v1/skills`: the session's skills, shown read-only at `/.agents`.
 async fn skills(
     State(agent): State<Arc<Agent>>,
-    headers: HeaderMap,
+    head: body::BodyHead,
     archive: Body,
 ) -> Result<Response, ApiError> {
     agent
-        .put_skills(&headers, archive)
+        .put_skills(&head, archive)
         .await
         .map(|r| Json(r).into_response())
 }
 
 async fn exec(
     State(agent): State<Arc<Agent>>,
-    headers: HeaderMap,
+    head: body::BodyHead,
     raw: Body,
 ) -> Result<Response, ApiError> {
     let limit = agent.config().max_exec_body_bytes;
-    let raw = body::read_request(&headers, raw, limit)
+    let raw = body::read_request(&head, raw, limit)
         .await
         .map_err(|e| match e {
             body::BodyError::TooLarge { .. } => {
                 ApiError::too_large(format!("request body over the limit of {limit} bytes"))
             }
+            body::BodyError::TooSlow { .. } => super::agent::body_timeout(&e),
             other => {
                 ApiError::bad_request("bad_body", format!("cannot read the request body: {other}"))
             }

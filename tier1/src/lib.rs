@@ -7,7 +7,8 @@
 //! - `skills`, `keeper`, `agent_skills`: the session's skills, read-only at `/.agents` on every
 //!   Tier-1: their archive and install, the pod's skills keeper, where the agent installs them.
 //! - `pod`, `pod_shell`, `tier_api` (settings in `pod_config`): the worker's side: a sandbox from
-//!   the operator, the handoff, the commands and the merge.
+//!   the operator, the handoff, the commands and the merge (`merge_report`: what a merge tells the
+//!   turn, for both Tier-1s).
 //! - The JSON both sides speak is `kube_harness_protocol::tier1`.
 
 pub mod agent;
@@ -17,6 +18,7 @@ pub mod bind;
 mod error;
 pub mod keeper;
 pub mod local_tier1;
+mod merge_report;
 pub mod pod;
 mod pod_config;
 pub mod pod_shell;

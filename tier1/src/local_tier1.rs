@@ -238,17 +238,7 @@ impl HostShell {
         })
         .await
         .map_err(Tier1Error::task("merge task"))??;
-        let problems = report
-            .rejected
-            .iter()
-            .map(|r| {
-                format!(
-                    "merge rejected {}: {}",
-                    r.harness_path.display(),
-                    serde_json::to_string(&r.reason).unwrap_or_default()
-                )
-            })
-            .collect();
+        let problems = crate::merge_report::problems(&report);
         Ok(DisposeReport {
             problems,
             file_changes: report.applied,

@@ -246,13 +246,9 @@ impl CommandExecutor for PodShell {
         match merged {
             Ok((applied, bytes)) => {
                 returned = bytes;
-                report.problems.extend(applied.rejected.iter().map(|r| {
-                    format!(
-                        "merge rejected {}: {}",
-                        r.harness_path.display(),
-                        serde_json::to_string(&r.reason).unwrap_or_default()
-                    )
-                }));
+                report
+                    .problems
+                    .extend(crate::merge_report::problems(&applied));
                 report.file_changes = applied.applied;
             }
             Err(e) => report.problems.push(e.to_string()),

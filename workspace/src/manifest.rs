@@ -40,6 +40,45 @@ pub struct Manifest {
     pub digest: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deleted: Vec<Deleted>,
+    /// What the sender found and did not put in the archive, one line each with the harness
+    /// path and why (a symlink pointing out of the workspace, a special file, a name that is not
+    /// UTF-8), bounded by [`bounded_left_out`]. Not covered by the digest: it is a report, and a
+    /// receiver only passes it on (the merge-back makes each line a problem of the turn).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<String>,
+}
+
+/// At most this many lines of [`Manifest::left_out`] are kept, and one more counts the rest: a
+/// workspace of 100,000 fifos makes neither a large manifest nor 100,000 events.
+pub const MAX_LEFT_OUT: usize = 100;
+/// Longest line of [`Manifest::left_out`] kept whole (a path may be 64 KB); a longer one is cut
+/// and ends in `…`.
+pub const MAX_LEFT_OUT_LINE: usize = 4096;
+
+/// `lines` within [`MAX_LEFT_OUT`] and [`MAX_LEFT_OUT_LINE`]; used by the sender, and again by
+/// the receiver, which does not trust the sender to have done it.
+pub fn bounded_left_out(lines: &[String]) -> Vec<String> {
+    let mut kept: Vec<String> = lines
+        .iter()
+        .take(MAX_LEFT_OUT)
+        .map(|line| {
+            if line.len() <= MAX_LEFT_OUT_LINE {
+                return line.clone();
+            }
+            let end = (0..=MAX_LEFT_OUT_LINE)
+                .rev()
+                .find(|i| line.is_char_boundary(*i))
+                .unwrap_or(0);
+            format!("{}…", line.get(..end).unwrap_or_default())
+        })
+        .collect();
+    if lines.len() > MAX_LEFT_OUT {
+        kept.push(format!(
+            "… and {} more left out",
+            lines.len().saturating_sub(MAX_LEFT_OUT)
+        ));
+    }
+    kept
 }
 
 /// Size limits a receiver (and a sender) enforces.

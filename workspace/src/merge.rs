@@ -18,7 +18,7 @@
 
 use super::entry::{Entry, EntryKind};
 use super::error::WorkspaceError;
-use super::manifest::{ArchiveKind, Limits};
+use super::manifest::{bounded_left_out, ArchiveKind, Limits};
 use super::paths::Exclude;
 use super::reader::{read_archive, Sink};
 use super::safe_fs::{self, WalkError};
@@ -98,6 +98,10 @@ pub struct ApplyReport {
     pub rejected: Vec<Rejected>,
     /// Paths whose current state already matched the incoming change.
     pub already_applied: Vec<PathBuf>,
+    /// What the sender left out of the archive, one line each with the harness path and why
+    /// (a symlink pointing out of the workspace, a special file, a name that is not UTF-8): not
+    /// merged, and to be reported (the manifest's `leftOut`, bounded again here).
+    pub left_out: Vec<String>,
 }
 
 /// One incoming object (content staged as a blob for files).
@@ -291,6 +295,7 @@ pub fn apply<R: Read>(
     report
         .applied
         .sort_by(|a, b| a.harness_path.cmp(&b.harness_path));
+    report.left_out = bounded_left_out(&verified.manifest.left_out);
     Ok(report)
 }
 

@@ -9,7 +9,7 @@
 use super::entry::{Entry, EntryKind};
 use super::error::WorkspaceError;
 use super::manifest::{
-    ArchiveKind, Deleted, DigestBuilder, Limits, Manifest, FORMAT, MANIFEST_NAME,
+    bounded_left_out, ArchiveKind, Deleted, DigestBuilder, Limits, Manifest, FORMAT, MANIFEST_NAME,
 };
 use super::paths::{archive_name, check_symlink_target, Exclude};
 use super::safe_fs;
@@ -142,7 +142,7 @@ pub fn pack_with_cache<W: Write>(
         ArchiveKind::Full,
         &mounts,
         &planned,
-        Vec::new(),
+        (Vec::new(), &warnings),
         &opts.limits,
     )?;
     Ok(PackReport {
@@ -206,7 +206,7 @@ pub fn changes_since<W: Write>(
         ArchiveKind::Changes,
         &mounts,
         &planned,
-        deleted,
+        (deleted, &warnings),
         &opts.limits,
     )?;
     Ok(ChangesReport {
@@ -262,7 +262,7 @@ fn write_archive<W: Write>(
     kind: ArchiveKind,
     mounts: &[PathBuf],
     planned: &[Planned],
-    deleted: Vec<Deleted>,
+    (deleted, left_out): (Vec<Deleted>, &[String]),
     limits: &Limits,
 ) -> Result<(u64, u64, String), WorkspaceError> {
     let count = (planned.len() as u64).saturating_add(deleted.len() as u64);
@@ -313,6 +313,7 @@ fn write_archive<W: Write>(
         total_bytes: total,
         digest: digest.clone(),
         deleted,
+        left_out: bounded_left_out(left_out),
     };
     let json = serde_json::to_vec(&manifest)
         .map_err(|e| WorkspaceError::Manifest(format!("serializing the manifest: {e}")))?;

@@ -11,14 +11,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const POOL_TOKEN: &str = "pool-token-1";
+pub(super) const POOL_TOKEN: &str = "pool-token-1";
 
-struct Pooled {
+pub(super) struct Pooled {
     child: Child,
-    url: String,
+    pub(super) url: String,
     _tmp: tempfile::TempDir,
-    tokens: PathBuf,
-    root: PathBuf,
+    /// The pool pod's token directory: the pooled worker's own `--token-file` is `token` in it.
+    pub(super) tokens: PathBuf,
+    pub(super) root: PathBuf,
     runtime: PathBuf,
 }
 
@@ -30,7 +31,7 @@ impl Drop for Pooled {
 }
 
 /// A pooled worker on loopback, with a pool pod's layout: an empty token dir and `.agents`.
-fn pooled() -> Pooled {
+pub(super) fn pooled() -> Pooled {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("ws");
     for dir in ["session", "artifacts", "persistent", ".agents"] {
@@ -51,7 +52,7 @@ fn pooled() -> Pooled {
     let child = Command::new(env!("CARGO_BIN_EXE_kube-harness"))
         .args(["worker", "--listen", &format!("127.0.0.1:{port}")])
         .arg("--token-file")
-        .arg(tokens.join("unused"))
+        .arg(tokens.join("token"))
         .arg("--adopt-token-file")
         .arg(&pool_token)
         .arg("--workspace-root")
@@ -94,7 +95,7 @@ fn send(req: reqwest::RequestBuilder) -> (u16, Value) {
     })
 }
 
-fn get(p: &Pooled, path: &str, token: Option<&str>) -> (u16, Value) {
+pub(super) fn get(p: &Pooled, path: &str, token: Option<&str>) -> (u16, Value) {
     let mut req = reqwest::Client::new().get(format!("{}{path}", p.url));
     if let Some(t) = token {
         req = req.bearer_auth(t);
@@ -102,7 +103,7 @@ fn get(p: &Pooled, path: &str, token: Option<&str>) -> (u16, Value) {
     send(req)
 }
 
-fn adopt(p: &Pooled, token: &str, body: &str) -> (u16, Value) {
+pub(super) fn adopt(p: &Pooled, token: &str, body: &str) -> (u16, Value) {
     send(
         reqwest::Client::new()
             .post(format!("{}/v1/adopt", p.url))
@@ -112,7 +113,7 @@ fn adopt(p: &Pooled, token: &str, body: &str) -> (u16, Value) {
     )
 }
 
-fn request(tokens: &Path, session: &str, token: &str) -> AdoptRequest {
+pub(super) fn request(tokens: &Path, session: &str, token: &str) -> AdoptRequest {
     let mut args =
         kube_harness_worker::protocol::worker_args::WorkerArgs::new(tokens.join("token"));
     args.session = session.into();
@@ -128,7 +129,7 @@ fn request(tokens: &Path, session: &str, token: &str) -> AdoptRequest {
     }
 }
 
-fn code(v: &Value) -> &str {
+pub(super) fn code(v: &Value) -> &str {
     v["error"]["code"].as_str().unwrap_or("")
 }
 

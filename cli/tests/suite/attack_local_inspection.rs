@@ -67,6 +67,41 @@ fn escape_sequences_in_file_names_do_not_reach_the_terminal() {
     );
 }
 
+/// Issue 29, 6b: invisible and format characters in a name (a zero-width space, a line and a
+/// paragraph separator, a no-break and an ideographic space, a byte order mark, the Arabic letter
+/// mark, a word joiner, a Hangul filler) are escaped like the bidi overrides, so two listed names
+/// never look alike; a plain space and visible non-ASCII stay as they are. Failed before the fix:
+/// U+200B and the rest printed raw.
+#[test]
+fn invisible_characters_in_file_names_are_escaped() {
+    let tmp = tempfile::tempdir().unwrap();
+    // UTF-8 by octal bytes: the sandbox's locale need not be UTF-8.
+    exec(
+        tmp.path(),
+        r#"cd /session && for c in '\342\200\213' '\342\200\250' '\342\200\251' '\302\240' '\343\200\200' '\357\273\277' '\330\234' '\342\201\240' '\341\205\237'; do touch "a$(printf "$c")b"; done; touch 'plain space' "$(printf 'caf\303\251')""#,
+    );
+    let (code, stdout, stderr) = inspect(tmp.path(), "files");
+    assert_eq!(code, Some(0), "{stderr}");
+    let text = String::from_utf8(stdout).unwrap();
+    let mut lines: Vec<&str> = text.lines().map(str::trim_start).collect();
+    lines.sort();
+    let mut want = vec![
+        r"0 /session/a\u{200b}b",
+        r"0 /session/a\u{2028}b",
+        r"0 /session/a\u{2029}b",
+        r"0 /session/a\u{a0}b",
+        r"0 /session/a\u{3000}b",
+        r"0 /session/a\u{feff}b",
+        r"0 /session/a\u{61c}b",
+        r"0 /session/a\u{2060}b",
+        r"0 /session/a\u{115f}b",
+        "0 /session/café",
+        "0 /session/plain space",
+    ];
+    want.sort();
+    assert_eq!(lines, want);
+}
+
 /// `/artifacts/etc` a symlink to the host's /etc: listed as the symlink (its size is the
 /// target's length), nothing below /etc listed.
 #[test]

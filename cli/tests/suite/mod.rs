@@ -1,6 +1,7 @@
 //! The integration tests of this crate as modules of one test binary (one link on two cores).
 
 mod adopt_pooled;
+mod attack_adopt;
 mod attack_carried;
 mod attack_file_event_bytes;
 mod attack_forker_outside;

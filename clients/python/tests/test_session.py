@@ -76,6 +76,33 @@ def test_files_round_trip_and_refusals_are_typed(worker, tmp_path):
     assert not worker.host("/session/big").exists()
 
 
+def test_names_with_a_plus_or_a_space_round_trip(worker, tmp_path):
+    """Issue 29, 6c: the worker reads ?path= as plain percent-encoding (a `+` is a plus), so the
+    SDK must send a space as %20 and a plus as %2B. Fails with a form-encoding SDK (httpx's
+    params write a space as `+`): the file lands as `a+b+c.txt`."""
+    odd = "/session/a+b c%41.txt"
+    with kh.Session(worker.url, TOKEN) as s:
+        assert s.write_file(odd, b"odd").path == odd
+        assert worker.host(odd).read_bytes() == b"odd"
+        assert s.read_file(odd) == b"odd"
+        src = tmp_path / "src"
+        src.mkdir()
+        (src / "in+side x.txt").write_text("in")
+        s.upload_dir(src, "/session/d+ir one")
+        assert worker.host("/session/d+ir one/in+side x.txt").read_text() == "in"
+        out = tmp_path / "out"
+        s.download_dir("/session/d+ir one", out)
+        assert (out / "in+side x.txt").read_text() == "in"
+
+    async def run():
+        async with kh.AsyncSession(worker.url, TOKEN) as s:
+            assert (await s.write_file("/session/async +.txt", b"a")).path == "/session/async +.txt"
+            assert await s.read_file("/session/async +.txt") == b"a"
+
+    asyncio.run(run())
+    assert worker.host("/session/async +.txt").read_bytes() == b"a"
+
+
 def test_end_turn_and_status(worker):
     with kh.Session(worker.url, TOKEN) as s:
         assert s.end_turn() is None

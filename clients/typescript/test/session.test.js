@@ -86,6 +86,17 @@ test("files round-trip and refusals are typed", async () => {
   assert.equal(existsSync(join(root, "session/big")), false);
 });
 
+// Issue 29, 6c: the worker reads ?path= as plain percent-encoding (a `+` is a plus, `%20` a
+// space); encodeURIComponent writes both that way, so a name with either round-trips.
+test("names with a plus or a space round-trip", async () => {
+  const s = new Session({ url, token: TOKEN });
+  const odd = "/session/a+b c%41.txt";
+  const w = await s.writeFile(odd, "odd");
+  assert.equal(w.path, odd);
+  assert.ok(existsSync(join(root, "session", "a+b c%41.txt")));
+  assert.deepEqual(await s.readFile(odd), new TextEncoder().encode("odd"));
+});
+
 test("endTurn and status", async () => {
   const s = new Session({ url, token: TOKEN });
   await s.endTurn();

@@ -6,7 +6,9 @@
 //! [`serve`](serve::serve) that bounds what connections may hold (header read and idle timeouts, a
 //! connection limit: [`ConnectionLimits`]). Keeping these in one place means the services fail the same way on the
 //! same mistakes (no token configured, a wrong token, a bad store spec). [`body`] bounds the bodies
-//! of requests and answers for the worker API, its client and the Tier-1 agent the same way.
+//! of requests and answers for the worker API, its client and the Tier-1 agent the same way: in
+//! size, and for a request, in pace ([`body::BodyPace`], which [`serve_with`] stamps on every
+//! request).
 
 pub mod auth;
 pub mod body;

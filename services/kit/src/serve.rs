@@ -15,13 +15,19 @@
 //!   without a byte from the client;
 //! - **max connections**: at most this many connections are open. Accepting one more closes the
 //!   longest-waiting connection that is not answering a request (one still reading a head, or
-//!   idle); when every open connection is answering a request, new ones wait in the accept
-//!   backlog until one finishes. So a client holding the maximum number of idle or half-sent
-//!   connections delays nobody: each real request takes the slot of the oldest of them.
+//!   idle); if there is none, the one still sending a request body whose handler has not acted
+//!   (its body not read to the end) that has been silent longest; when every open connection is
+//!   answering a request whose body is in, new ones wait in the accept backlog until one
+//!   finishes. So a client holding the maximum number of idle, half-sent or dripping connections
+//!   delays nobody (issue 29: slow `/v1/exec` bodies held every slot, and `/readyz` went
+//!   unanswered): each real request takes the slot of one of them.
 //!
 //! A request whose head has arrived is answered, however long its handler takes: handlers bound
-//! their own work (body sizes, command timeouts).
+//! their own work (body sizes, command timeouts), and every body keeps the pace of
+//! [`ConnectionLimits::body`], which the server stamps on each request ([`RequestTiming`],
+//! enforced by the readers of [`crate::body`]).
 
+use crate::body::{BodyPace, RequestTiming};
 use axum::Router;
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -58,6 +64,8 @@ pub struct ConnectionLimits {
     /// The most connections open at once; [`ConnectionLimits::effective_max_connections`] lowers
     /// it to half the open-file limit.
     pub max_connections: usize,
+    /// How every request body must keep coming once its head has arrived (408 otherwise).
+    pub body: BodyPace,
 }
 
 impl Default for ConnectionLimits {
@@ -66,6 +74,7 @@ impl Default for ConnectionLimits {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            body: BodyPace::default(),
         }
     }
 }
@@ -79,7 +88,7 @@ impl ConnectionLimits {
         if self.max_connections == 0 {
             return Err("the connection limit must be at least 1".into());
         }
-        Ok(())
+        self.body.validate()
     }
 
     /// `max_connections`, but at most half of the process's open-file limit (`RLIMIT_NOFILE`), so
@@ -141,6 +150,7 @@ impl ConnectionArgs {
             header_read_timeout: Duration::from_secs(self.header_read_timeout),
             idle_timeout: Duration::from_secs(self.idle_timeout),
             max_connections: self.max_connections,
+            ..ConnectionLimits::default()
         };
         limits.validate().map_err(|e| {
             anyhow::anyhow!("--header-read-timeout, --idle-timeout, --max-connections: {e}")
@@ -279,8 +289,8 @@ fn is_connection_error(e: &std::io::Error) -> bool {
 }
 
 /// Before a new connection is served: below the limit, nothing to do; at it, close the
-/// longest-waiting connection that is not answering a request, or wait for one to close.
-/// `false` when shutdown came first.
+/// connection that loses least ([`Track::eviction_rank`]), or wait for one to close. `false`
+/// when shutdown came first.
 async fn make_room(shared: &Shared, stop: &mut watch::Receiver<bool>) -> bool {
     loop {
         let changed = shared.changed.notified();
@@ -293,11 +303,8 @@ async fn make_room(shared: &Shared, stop: &mut watch::Receiver<bool>) -> bool {
             }
             conns
                 .values()
-                .filter_map(|c| {
-                    let track = c.track();
-                    track.evictable().then_some((track.since, c.clone()))
-                })
-                .min_by_key(|(since, _)| *since)
+                .filter_map(|c| Some((c.track().eviction_rank()?, c.clone())))
+                .min_by_key(|(rank, _)| *rank)
                 .map(|(_, c)| c)
         };
         if let Some(victim) = victim {
@@ -358,6 +365,11 @@ struct Track {
     phase: Phase,
     since: Instant,
     in_flight: usize,
+    /// Requests in flight whose body has not been read to its end (or dropped): their handlers
+    /// have not acted on them yet.
+    receiving: usize,
+    /// When the client last sent a byte.
+    last_read: Instant,
     /// The last write to the socket did not go through (the client is not reading): bytes of a
     /// response may still be waiting in the connection's buffer.
     write_blocked: bool,
@@ -365,9 +377,22 @@ struct Track {
 
 impl Track {
     /// Closing now loses nothing that was answered: no request in flight, no response bytes
-    /// left to write.
+    /// left to write (what shutdown closes at once).
     fn evictable(&self) -> bool {
         self.phase != Phase::Busy && !self.write_blocked
+    }
+
+    /// Which connection makes room for a new one, lowest first; `None` for one that must not
+    /// be closed. First a connection with no request in flight (reading a head, or idle), the
+    /// longest-waiting; then one whose every request is still sending its body (no handler has
+    /// acted: a body is read whole before anything is done with it), the one silent longest
+    /// (a dripping client before a fast upload).
+    fn eviction_rank(&self) -> Option<(u8, Instant)> {
+        if self.evictable() {
+            return Some((0, self.since));
+        }
+        let all_receiving = self.in_flight > 0 && self.receiving >= self.in_flight;
+        (all_receiving && !self.write_blocked).then_some((1, self.last_read))
     }
 
     fn deadline(&self, limits: &ConnectionLimits) -> Option<Instant> {
@@ -394,6 +419,8 @@ impl Conn {
                 phase: Phase::Head,
                 since: Instant::now(),
                 in_flight: 0,
+                receiving: 0,
+                last_read: Instant::now(),
                 write_blocked: false,
             }),
             evict: Notify::new(),
@@ -407,6 +434,7 @@ impl Conn {
 
     fn on_bytes_read(&self) {
         let mut track = lock(&self.track);
+        track.last_read = Instant::now();
         if track.phase == Phase::Idle {
             track.phase = Phase::Head;
             track.since = Instant::now();
@@ -418,10 +446,26 @@ impl Conn {
         lock(&self.track).write_blocked = blocked;
     }
 
-    fn begin_request(&self) {
+    /// Marks a request in flight; returns when it began: the first byte of its head (the
+    /// connection's opening, or the first byte after it was idle).
+    fn begin_request(&self) -> Instant {
         let mut track = lock(&self.track);
+        let started = match track.phase {
+            Phase::Head => track.since,
+            Phase::Busy | Phase::Idle => Instant::now(),
+        };
         track.in_flight += 1;
         track.phase = Phase::Busy;
+        started
+    }
+
+    fn begin_receiving(&self) {
+        lock(&self.track).receiving += 1;
+    }
+
+    fn end_receiving(&self) {
+        let mut track = lock(&self.track);
+        track.receiving = track.receiving.saturating_sub(1);
     }
 
     fn end_request(&self) {
@@ -462,6 +506,7 @@ async fn run_connection(
     let service = ConnService {
         router,
         conn: conn.clone(),
+        pace: limits.body,
     };
     let http = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
@@ -492,7 +537,7 @@ async fn run_connection(
             }
             _ = conn.retimed.notified() => {}
             _ = conn.evict.notified() => {
-                if conn.track().evictable() {
+                if conn.track().eviction_rank().is_some() {
                     tracing::debug!("closing a connection to make room");
                     return;
                 }
@@ -566,11 +611,13 @@ impl AsyncWrite for Tracked {
 }
 
 /// The router, marking its connection busy from a request's head until its response body is
-/// handed over (or dropped).
+/// handed over (or dropped), and receiving until the request's body is read to its end; every
+/// request carries its [`RequestTiming`].
 #[derive(Clone)]
 struct ConnService {
     router: Router,
     conn: Arc<Conn>,
+    pace: BodyPace,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -581,19 +628,84 @@ impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for Con
     type Future = BoxFuture<Result<Self::Response, Infallible>>;
 
     fn call(&self, request: axum::http::Request<hyper::body::Incoming>) -> Self::Future {
-        self.conn.begin_request();
+        let started = self.conn.begin_request();
         let guard = InFlight(self.conn.clone());
         let mut router = self.router.clone();
+        let conn = self.conn.clone();
+        let mut request = request.map(|body| axum::body::Body::new(ReceivingBody::new(body, conn)));
+        request.extensions_mut().insert(RequestTiming {
+            started,
+            head_done: Instant::now(),
+            pace: self.pace,
+        });
         Box::pin(async move {
             // A Router is always ready (axum documents it), so `call` needs no `poll_ready`.
-            let response =
-                tower_service::Service::call(&mut router, request.map(axum::body::Body::new))
-                    .await?;
+            let response = tower_service::Service::call(&mut router, request).await?;
             Ok(response.map(|body| TrackedBody {
                 body,
                 _in_flight: guard,
             }))
         })
+    }
+}
+
+/// A request's body, telling its connection when it has been read to its end (or failed, or
+/// was dropped unread): until then the request's handler has not acted on it, and the
+/// connection may be closed to make room ([`Track::eviction_rank`]).
+struct ReceivingBody {
+    inner: hyper::body::Incoming,
+    conn: Option<Arc<Conn>>,
+}
+
+impl ReceivingBody {
+    fn new(inner: hyper::body::Incoming, conn: Arc<Conn>) -> Self {
+        use http_body::Body as _;
+        let conn = (!inner.is_end_stream()).then(|| {
+            conn.begin_receiving();
+            conn
+        });
+        ReceivingBody { inner, conn }
+    }
+
+    fn done(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            conn.end_receiving();
+        }
+    }
+}
+
+impl Drop for ReceivingBody {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
+impl http_body::Body for ReceivingBody {
+    type Data = axum::body::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        let ended = match &polled {
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => true,
+            Poll::Ready(Some(Ok(_))) => self.inner.is_end_stream(),
+            Poll::Pending => false,
+        };
+        if ended {
+            self.done();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

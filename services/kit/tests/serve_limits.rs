@@ -3,8 +3,9 @@
 //! between requests, neither to a request being answered), that a connection answering a
 //! request is never closed to make room, and what shutdown does to each kind of connection.
 
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
+use kube_harness_service_kit::body::{read_request, BodyHead};
 use kube_harness_service_kit::{serve_with, ConnectionLimits};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -22,13 +23,16 @@ struct Server {
 }
 
 async fn start(header: Duration, idle: Duration, max: usize) -> Server {
-    let router = Router::new().route("/ok", get(|| async { "ok" })).route(
-        "/slow",
-        get(|| async {
-            tokio::time::sleep(Duration::from_millis(2500)).await;
-            "slow"
-        }),
-    );
+    let router = Router::new()
+        .route("/ok", get(|| async { "ok" }))
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(2500)).await;
+                "slow"
+            }),
+        )
+        .route("/echo", post(echo));
     let listener = kube_harness_service_kit::bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
@@ -38,6 +42,7 @@ async fn start(header: Duration, idle: Duration, max: usize) -> Server {
         header_read_timeout: header,
         idle_timeout: idle,
         max_connections: max,
+        ..ConnectionLimits::default()
     };
     let served = tokio::spawn(serve_with(listener, router, limits, async {
         let _ = stopped.await;
@@ -47,6 +52,26 @@ async fn start(header: Duration, idle: Duration, max: usize) -> Server {
         stop: Some(stop),
         served,
     }
+}
+
+/// `POST /echo`: reads the body whole through the kit, then takes 2.5 s to answer its length.
+async fn echo(head: BodyHead, body: axum::body::Body) -> String {
+    match read_request(&head, body, 1 << 20).await {
+        Ok(bytes) => {
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            format!("got {}", bytes.len())
+        }
+        Err(e) => e.to_string(),
+    }
+}
+
+/// A connection that has sent `POST /echo` declaring `declared` bytes, and `sent` of them.
+async fn posting(addr: SocketAddr, declared: usize, sent: usize) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let head = format!("POST /echo HTTP/1.1\r\nHost: x\r\ncontent-length: {declared}\r\n\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&vec![b'x'; sent]).await.unwrap();
+    s
 }
 
 /// Reads one response (whole, these are small) and returns it.
@@ -210,4 +235,58 @@ fn zero_limits_are_refused() {
         ..ConnectionLimits::default()
     };
     assert!(limits.validate().is_err());
+}
+
+/// Issue 29: at the limit, a connection still sending its request body (no handler has acted on
+/// it) makes room for a new one when no connection is idle or half-sent; connections whose
+/// bodies are in, their handlers working, are never closed. Before, a connection was never
+/// closed once its head had arrived, so dripped bodies held every slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_limit_a_connection_still_sending_its_body_makes_room() {
+    let server = start(Duration::from_secs(30), Duration::from_secs(30), 3).await;
+    let mut working = [
+        posting(server.addr, 10, 10).await,
+        posting(server.addr, 10, 10).await,
+    ];
+    let mut sending = posting(server.addr, 1000, 5).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let mut new = TcpStream::connect(server.addr).await.unwrap();
+    new.write_all(REQUEST).await.unwrap();
+    assert!(response(&mut new).await.ends_with("ok"));
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        closed_after(&mut sending, Duration::from_secs(1))
+            .await
+            .is_some(),
+        "the connection still sending its body made room"
+    );
+    for s in &mut working {
+        assert!(response(s).await.ends_with("got 10"));
+    }
+}
+
+/// A connection with no request in flight (a half-sent head) makes room before one still sending
+/// a body, which then completes and is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_half_sent_connections_make_room_before_a_body_in_progress() {
+    let server = start(Duration::from_secs(30), Duration::from_secs(30), 3).await;
+    let mut working = posting(server.addr, 10, 10).await;
+    let mut sending = posting(server.addr, 20, 5).await;
+    let mut half = TcpStream::connect(server.addr).await.unwrap();
+    half.write_all(b"GET /ok HTTP/1.1\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut new = TcpStream::connect(server.addr).await.unwrap();
+    new.write_all(REQUEST).await.unwrap();
+    assert!(response(&mut new).await.ends_with("ok"));
+    assert!(closed_after(&mut half, Duration::from_secs(1))
+        .await
+        .is_some());
+    sending.write_all(&[b'x'; 15]).await.unwrap();
+    assert!(response(&mut sending).await.ends_with("got 20"));
+    assert!(response(&mut working).await.ends_with("got 10"));
 }

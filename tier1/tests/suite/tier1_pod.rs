@@ -138,6 +138,38 @@ async fn git_escalates_to_a_pod_and_the_repository_is_merged_back() {
     }
 }
 
+/// Issue 29, 6d, through a pod: the agent leaves a symlink that points out of the workspace out
+/// of its change archive, and the worker's merge reports it (`harness.runtime.dispose.failed`,
+/// naming the link and its target) instead of dropping it silently. Failed before the fix: no
+/// event, and nothing anywhere said the link was gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symlink_out_of_the_workspace_is_left_out_of_the_merge_and_reported() {
+    let (_op, url) = operator(Mode::Ready, true).await;
+    let f = turn_with(pod_tier(&url, Duration::from_secs(30)));
+    let out = f
+        .turn
+        .exec("git --version > /dev/null; ln -s /etc/shadow /session/sh; echo in > /session/in.txt")
+        .await;
+    assert_eq!((out.tier, out.exit_code), (1, 0), "{}", out.stderr);
+    f.turn.end().await;
+    let events = f.events.events();
+    let failed: Vec<String> = of(&events, kind::DISPOSE_FAILED)
+        .iter()
+        .map(|e| e.data["error"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(
+        failed[0].contains("/session/sh") && failed[0].contains("/etc/shadow"),
+        "{failed:?}"
+    );
+    assert!(std::fs::symlink_metadata(f.root.join("session/sh")).is_err());
+    assert_eq!(
+        std::fs::read_to_string(f.root.join("session/in.txt")).unwrap(),
+        "in\n",
+        "the rest is merged"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_killed_mid_command_is_126_and_the_turn_still_ends_cleanly() {
     let (op, url) = operator(Mode::Ready, false).await;

@@ -6,7 +6,7 @@
 //! it. One use: a second adoption, or any after a failed one, is refused, and a failed one
 //! leaves the worker unready so that its pod is replaced.
 
-use super::model::{adoption_settings, code, AdoptRequest, AdoptResponse, Health, SkillFile};
+use super::model::{adoption_settings, code, AdoptRequest, AdoptResponse, Health};
 use super::refusal::Refusal;
 use super::state::Worker;
 use axum::body::Body;
@@ -16,14 +16,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use base64::Engine as _;
-use kube_harness_service_kit::body::{read_request, BodyError};
+use kube_harness_service_kit::body::{read_request, BodyError, BodyHead};
 use kube_harness_service_kit::{AuthConfig, ConnectionLimits};
-use std::fs::{DirBuilder, OpenOptions};
 use std::future::Future;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::{Component, Path};
 use std::sync::{Arc, Mutex, OnceLock};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
@@ -31,8 +26,10 @@ use tower::ServiceExt;
 /// Largest adoption request: the arguments plus the skills (ConfigMaps hold at most 1 MiB each).
 pub const MAX_ADOPT_BYTES: usize = 8 << 20;
 
-/// Builds the session's worker from an adoption (writes its token files and skills first).
-/// Returns the worker and the session's bearer auth, or why it cannot be bound.
+/// Builds the session's worker from an adoption and writes its token files and skills (checking
+/// everything in the request before writing anything, and writing only where the pooled worker
+/// keeps them: `super::adopt_files`). Returns the worker and the session's bearer auth, or why it
+/// cannot be bound, having written nothing.
 pub type Bind =
     Box<dyn Fn(&AdoptRequest) -> Result<(Arc<Worker>, AuthConfig), String> + Send + Sync>;
 
@@ -93,12 +90,14 @@ async fn adopt(State(pool): State<Arc<Pool>>, request: Request) -> Response {
         *taken = Some("an adoption in progress".into());
     }
     let (parts, body) = request.into_parts();
-    let result = match read_request(&parts.headers, body, MAX_ADOPT_BYTES).await {
+    let head = BodyHead::of(&parts.headers, &parts.extensions);
+    let result = match read_request(&head, body, MAX_ADOPT_BYTES).await {
         Err(BodyError::TooLarge { .. }) => Err(Refusal::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             code::PAYLOAD_TOO_LARGE,
             format!("adoption request over {MAX_ADOPT_BYTES} bytes"),
         )),
+        Err(e @ BodyError::TooSlow { .. }) => Err(super::server::body_timeout(&e)),
         Err(e) => Err(bad(format!("cannot read the adoption request: {e}"))),
         Ok(raw) => match serde_json::from_slice::<AdoptRequest>(&raw) {
             Err(e) => Err(bad(format!("invalid adoption request: {e}"))),
@@ -178,66 +177,4 @@ async fn forward(State(pool): State<Arc<Pool>>, request: Request<Body>) -> Respo
         )
         .into_response(),
     }
-}
-
-/// Writes a token file for the adopted worker: a new file (never through a symlink, never over
-/// an existing one), readable by the worker's user only.
-pub fn write_secret(path: &Path, content: &str) -> Result<(), String> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o400)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| format!("creating {}: {e}", path.display()))?;
-    file.write_all(content.as_bytes())
-        .map_err(|e| format!("writing {}: {e}", path.display()))
-}
-
-/// Writes the session's skills under `agents` (the pod's `/.agents`, empty in a pool pod):
-/// relative plain paths only, new files only, nothing followed, read-only modes. Runs before
-/// the worker exists, so no command has had a chance to plant anything there.
-pub fn write_skills(agents: &Path, skills: &[SkillFile]) -> Result<(), String> {
-    for skill in skills {
-        let rel = Path::new(&skill.path);
-        let plain = !skill.path.is_empty()
-            && !skill.path.contains('\0')
-            && rel.components().all(|c| matches!(c, Component::Normal(_)));
-        if !plain {
-            return Err(format!(
-                "skill path {:?} is not a plain relative path",
-                skill.path
-            ));
-        }
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(&skill.content_base64)
-            .map_err(|e| format!("skill {:?}: content is not base64: {e}", skill.path))?;
-        let mut dir = agents.to_path_buf();
-        let parents: Vec<_> = rel.components().collect();
-        for part in &parents[..parents.len().saturating_sub(1)] {
-            dir.push(part);
-            match DirBuilder::new().mode(0o755).create(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let meta = std::fs::symlink_metadata(&dir)
-                        .map_err(|e| format!("{}: {e}", dir.display()))?;
-                    if !meta.is_dir() {
-                        return Err(format!("{} exists and is not a directory", dir.display()));
-                    }
-                }
-                Err(e) => return Err(format!("creating {}: {e}", dir.display())),
-            }
-        }
-        let path = agents.join(rel);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o444)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| format!("creating {}: {e}", path.display()))?;
-        file.write_all(&bytes)
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    }
-    Ok(())
 }

@@ -153,14 +153,17 @@ impl Write for ChannelWriter {
     }
 }
 
-/// One checked entry of an uploaded archive.
+/// One checked entry of an uploaded archive. `asked` is the archive's mode (with the setuid,
+/// setgid and sticky bits), `mode` what is set.
 #[derive(Debug)]
 enum Planned {
     Dir {
         mode: u32,
+        asked: u32,
     },
     File {
         mode: u32,
+        asked: u32,
         mtime: u64,
         offset: u64,
         size: u64,
@@ -170,9 +173,23 @@ enum Planned {
     },
 }
 
+/// At most this many entries whose mode was not set as asked are named in the answer; the rest
+/// are counted in one more line (an archive may hold 200,000 setuid files).
+const MAX_WARNINGS: usize = 100;
+
+/// What an archive upload placed, and what it did not place as the archive asked.
+pub struct Extracted {
+    pub changes: Vec<FileChange>,
+    /// One line per entry whose mode was not set as the archive has it (setuid, setgid and
+    /// sticky bits are never set, a directory stays open to its owner, an existing directory
+    /// keeps its mode), at most [`MAX_WARNINGS`] and then a count.
+    pub warnings: Vec<String>,
+}
+
 /// Checks a spooled archive against itself and the session's tree below `target`, then places
-/// it (blocking: run off the async threads; the caller holds the session). Returns the changes.
-pub fn extract(target: &Target, mut spool: std::fs::File) -> Result<Vec<FileChange>, Refusal> {
+/// it (blocking: run it off the async threads; the caller holds the session). Returns the changes
+/// and the modes it could not keep.
+pub fn extract(target: &Target, mut spool: std::fs::File) -> Result<Extracted, Refusal> {
     let plan = plan(target, &mut spool)?;
     let created = files::missing_dirs(target, &target.rel)?;
     let root = safe_fs::open_root(&target.mount.backing_path)
@@ -187,11 +204,63 @@ pub fn extract(target: &Target, mut spool: std::fs::File) -> Result<Vec<FileChan
         }
     }
     let mut changes = Vec::with_capacity(plan.len());
+    let mut adjusted = Vec::new();
+    let mut more = 0usize;
     for (rel, entry) in &plan {
-        let change = place(target, &base, rel, entry, &mut spool)?;
+        let (change, kept) = place(target, &base, rel, entry, &mut spool)?;
+        if let Some(warning) = mode_warning(&shown(target, rel), entry, change.as_ref(), kept) {
+            if adjusted.len() < MAX_WARNINGS {
+                adjusted.push(warning);
+            } else {
+                more = more.saturating_add(1);
+            }
+        }
         changes.extend(change);
     }
-    Ok(changes)
+    if more > 0 {
+        adjusted.push(format!(
+            "… and {more} more entries whose modes were not set as the archive has them"
+        ));
+    }
+    Ok(Extracted {
+        changes,
+        warnings: adjusted,
+    })
+}
+
+/// Why an entry's mode is not the archive's, if it is not: the mode set on a placed entry
+/// (`change`), or `kept`, that of a directory that was there already.
+fn mode_warning(
+    path: &str,
+    entry: &Planned,
+    change: Option<&FileChange>,
+    kept: Option<u32>,
+) -> Option<String> {
+    let (asked, is_dir) = match entry {
+        Planned::Dir { asked, .. } => (*asked, true),
+        Planned::File { asked, .. } => (*asked, false),
+        Planned::Symlink { .. } => return None,
+    };
+    if let Some(kept) = kept {
+        return (kept != asked).then(|| {
+            format!("{path}: mode {asked:04o} asked, {kept:04o} kept: the directory was there already, and its mode is not changed")
+        });
+    }
+    let set = change?.mode;
+    if set == asked {
+        return None;
+    }
+    let mut why = Vec::new();
+    if asked & 0o7000 != 0 {
+        why.push("setuid, setgid and sticky bits are never set");
+    }
+    if is_dir && asked & 0o700 != 0o700 {
+        why.push("a directory stays readable, writable and searchable by its owner, so that its entries can be placed");
+    }
+    Some(format!(
+        "{path}: mode {asked:04o} asked, {set:04o} set: {}",
+        why.join("; ")
+    ))
 }
 
 fn plan(target: &Target, spool: &mut std::fs::File) -> Result<BTreeMap<PathBuf, Planned>, Refusal> {
@@ -235,9 +304,13 @@ fn plan(target: &Target, spool: &mut std::fs::File) -> Result<BTreeMap<PathBuf, 
             )));
         }
         let header = entry.header();
-        let mode = header.mode().unwrap_or(0o644) & 0o777;
+        let asked = header.mode().unwrap_or(0o644) & 0o7777;
+        let mode = asked & 0o777;
         let planned = match header.entry_type() {
-            tar::EntryType::Directory => Planned::Dir { mode: mode | 0o700 },
+            tar::EntryType::Directory => Planned::Dir {
+                mode: mode | 0o700,
+                asked,
+            },
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 let (offset, size) = (entry.raw_file_position(), entry.size());
                 // The whole file must be in the archive before anything is written.
@@ -249,6 +322,7 @@ fn plan(target: &Target, spool: &mut std::fs::File) -> Result<BTreeMap<PathBuf, 
                 }
                 Planned::File {
                     mode,
+                    asked,
                     mtime: header.mtime().unwrap_or(0),
                     offset,
                     size,
@@ -382,17 +456,18 @@ fn check_existing(
     }
 }
 
-/// Places one checked entry; the change it made, if any.
+/// Places one checked entry; the change it made, if any, and for a directory that was there
+/// already, the mode it keeps.
 fn place(
     target: &Target,
     base: &OwnedFd,
     rel: &Path,
     entry: &Planned,
     spool: &mut std::fs::File,
-) -> Result<Option<FileChange>, Refusal> {
+) -> Result<(Option<FileChange>, Option<u32>), Refusal> {
     let harness = target.harness.join(rel);
     let Some((parent_rel, name)) = safe_fs::split_last(rel) else {
-        return Ok(None);
+        return Ok((None, None));
     };
     let parent = safe_fs::ensure_dir_beneath(base, parent_rel, 0o755, false)
         .map_err(|e| walk_refusal(target, parent_rel, e))?;
@@ -404,25 +479,31 @@ fn place(
         ChangeKind::Created
     };
     match entry {
-        Planned::Dir { mode } => {
-            if existing.is_some() {
-                return Ok(None);
+        Planned::Dir { mode, .. } => {
+            if let Some(st) = existing {
+                return Ok((None, Some(st.st_mode & 0o7777)));
             }
+            // The archive's permission bits exactly: mkdir alone would take the umask off.
             safe_fs::mkdir_at(&parent, name, *mode)
+                .and_then(|()| safe_fs::chmod_dir_at(&parent, name, *mode))
                 .map_err(|e| io_failed(target, "making a directory", &e))?;
-            Ok(Some(FileChange {
-                harness_path: harness,
-                change,
-                kind: EntryKind::Dir,
-                size: 0,
-                mode: *mode,
-            }))
+            Ok((
+                Some(FileChange {
+                    harness_path: harness,
+                    change,
+                    kind: EntryKind::Dir,
+                    size: 0,
+                    mode: *mode,
+                }),
+                None,
+            ))
         }
         Planned::File {
             mode,
             mtime,
             offset,
             size,
+            ..
         } => {
             let temp = files::temp_name(name);
             let mut out = safe_fs::create_file_mode_at(&parent, &temp, *mode)
@@ -444,13 +525,16 @@ fn place(
                 let _ = safe_fs::unlink_at(&parent, &temp, false);
                 return Err(io_failed(target, "writing a file", &e));
             }
-            Ok(Some(FileChange {
-                harness_path: harness,
-                change,
-                kind: EntryKind::File,
-                size: *size,
-                mode: *mode,
-            }))
+            Ok((
+                Some(FileChange {
+                    harness_path: harness,
+                    change,
+                    kind: EntryKind::File,
+                    size: *size,
+                    mode: *mode,
+                }),
+                None,
+            ))
         }
         Planned::Symlink { target: link } => {
             // Replaced, never followed: a new link beside it, renamed over the name.
@@ -461,13 +545,16 @@ fn place(
                 let _ = safe_fs::unlink_at(&parent, &temp, false);
                 return Err(io_failed(target, "making a symlink", &e));
             }
-            Ok(Some(FileChange {
-                harness_path: harness,
-                change,
-                kind: EntryKind::Symlink,
-                size: link.len() as u64,
-                mode: 0o777,
-            }))
+            Ok((
+                Some(FileChange {
+                    harness_path: harness,
+                    change,
+                    kind: EntryKind::Symlink,
+                    size: link.len() as u64,
+                    mode: 0o777,
+                }),
+                None,
+            ))
         }
     }
 }

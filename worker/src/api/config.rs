@@ -46,8 +46,6 @@ pub struct WorkerConfig {
     pub max_file_bytes: u64,
     /// Largest tar `PUT /v1/archive` accepts (413 beyond, nothing written).
     pub max_archive_bytes: u64,
-    /// How an upload's body must keep coming (408 otherwise).
-    pub body_pace: super::files::BodyPace,
     /// stdout/stderr beyond this go to `/artifacts/trace/…` (see `TurnConfig`).
     pub inline_output_limit: usize,
     /// At most this many `harness.file.*` events per command and per merge-back (then one
@@ -60,7 +58,8 @@ pub struct WorkerConfig {
     /// How long a SIGTERM waits for a running command before ending the turn anyway.
     pub shutdown_grace: Duration,
     /// How long a client may take to send a request head, how long an idle connection stays
-    /// open, and how many connections may be open at once (docs/worker-api.md "Connections").
+    /// open, how many connections may be open at once, and the pace every request body must keep
+    /// (docs/worker-api.md "Connections", "Bodies").
     pub connections: ConnectionLimits,
     /// Persistent Dirs (`--persistent-dir`): loaded at each turn's start, committed by policy.
     pub persistent_dirs: Vec<PersistentDirArg>,
@@ -94,7 +93,6 @@ impl WorkerConfig {
             max_body_bytes: 256 * 1024,
             max_file_bytes: worker_args::DEFAULT_MAX_FILE_BYTES,
             max_archive_bytes: worker_args::DEFAULT_MAX_ARCHIVE_BYTES,
-            body_pace: super::files::BodyPace::default(),
             inline_output_limit: 16 * 1024,
             max_file_events: worker_args::DEFAULT_MAX_FILE_EVENTS,
             max_file_event_bytes: worker_args::DEFAULT_MAX_FILE_EVENT_BYTES,

@@ -13,9 +13,8 @@
 use super::model::code;
 use super::refusal::Refusal;
 use axum::body::Body;
-use axum::http::{HeaderMap, StatusCode};
-use futures::StreamExt;
-use kube_harness_service_kit::body;
+use axum::http::StatusCode;
+use kube_harness_service_kit::body::{self, BodyError, BodyHead, Receiving};
 use kube_harness_workspace::safe_fs::{self, WalkError};
 use kube_harness_workspace::{ChangeKind, EntryKind, FileChange, Mount, WorkspaceSpec};
 use std::ffi::OsString;
@@ -32,38 +31,6 @@ const NEW_FILE_MODE: u32 = 0o644;
 const PERMISSION_BITS: u32 = 0o777;
 /// The kernel's limit on one name (NAME_MAX).
 const NAME_MAX: usize = 255;
-/// How an upload's body must keep coming, or be refused with 408 and nothing written: never
-/// silent for `idle`, and after `grace`, on average at least `min_rate` bytes a second (a client
-/// that drips a byte now and then would otherwise hold one of the upload slots for as long as it
-/// likes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BodyPace {
-    pub idle: std::time::Duration,
-    pub grace: std::time::Duration,
-    pub min_rate: u64,
-}
-
-impl Default for BodyPace {
-    fn default() -> Self {
-        BodyPace {
-            idle: std::time::Duration::from_secs(30),
-            grace: std::time::Duration::from_secs(30),
-            min_rate: 16 * 1024,
-        }
-    }
-}
-
-impl BodyPace {
-    /// How long to wait for the next chunk, `bytes` having come in `elapsed`.
-    fn wait(&self, bytes: u64, elapsed: std::time::Duration) -> std::time::Duration {
-        // The next byte is due when the average would otherwise fall below the minimum.
-        let due_secs = (bytes.saturating_add(1) as f64) / (self.min_rate.max(1) as f64);
-        let due = self
-            .grace
-            .saturating_add(std::time::Duration::from_secs_f64(due_secs.min(1e9)));
-        self.idle.min(due.saturating_sub(elapsed))
-    }
-}
 /// Mode of a parent directory the API creates.
 const NEW_DIR_MODE: u32 = 0o755;
 
@@ -161,28 +128,33 @@ pub struct Spooled {
     pub bytes: u64,
 }
 
-/// Streams `body` into a spool file, refusing it past `limit` bytes: at once when its
-/// Content-Length says so, else the moment the count passes the limit (the spool goes with the
-/// error).
+/// Streams `body` into a spool file, refusing it past `limit` bytes (413: at once when its
+/// Content-Length says so, else the moment the count passes the limit) or when it does not keep
+/// its pace (408 `body-timeout`, `ConnectionLimits::body`); the spool goes with the error.
 pub async fn spool(
-    headers: &HeaderMap,
+    head: &BodyHead,
     body: Body,
     limit: u64,
     flag: &str,
-    pace: BodyPace,
 ) -> Result<Spooled, Refusal> {
-    let mut stream = body.into_data_stream();
-    let too_large = || {
-        Refusal::new(
+    let refused = |e: BodyError| match e {
+        BodyError::TooLarge { .. } => Refusal::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             code::PAYLOAD_TOO_LARGE,
             format!("the body is over the limit of {limit} bytes ({flag})"),
-        )
+        ),
+        BodyError::TooSlow { .. } => Refusal::new(
+            StatusCode::REQUEST_TIMEOUT,
+            code::BODY_TIMEOUT,
+            format!("{e}; nothing was written"),
+        ),
+        other => Refusal::new(
+            StatusCode::BAD_REQUEST,
+            code::BAD_REQUEST,
+            format!("reading the request body: {other}"),
+        ),
     };
-    if body::declared_length(headers).is_some_and(|len| len > limit) {
-        body::refuse(headers, &mut stream).await;
-        return Err(too_large());
-    }
+    let mut receiving = Receiving::start(head, body, limit).await.map_err(refused)?;
     let io = |e: std::io::Error| {
         Refusal::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -192,44 +164,14 @@ pub async fn spool(
     };
     let file = tempfile::tempfile().map_err(io)?;
     let mut out = tokio::fs::File::from_std(file.try_clone().map_err(io)?);
-    let mut bytes: u64 = 0;
-    let started = std::time::Instant::now();
-    loop {
-        let wait = pace.wait(bytes, started.elapsed());
-        let next = tokio::time::timeout(wait, stream.next())
-            .await
-            .map_err(|_| {
-                Refusal::new(
-                    StatusCode::REQUEST_TIMEOUT,
-                    code::BODY_TIMEOUT,
-                    format!(
-                        "the body stalled ({bytes} bytes in {:?}: silent for {:?}, or under {} bytes/s after {:?}); nothing was written",
-                        started.elapsed(),
-                        pace.idle,
-                        pace.min_rate,
-                        pace.grace
-                    ),
-                )
-            })?;
-        let Some(chunk) = next else {
-            break;
-        };
-        let chunk = chunk.map_err(|e| {
-            Refusal::new(
-                StatusCode::BAD_REQUEST,
-                code::BAD_REQUEST,
-                format!("reading the request body: {}", body::chain(&e)),
-            )
-        })?;
-        bytes = bytes.saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
-        if bytes > limit {
-            body::refuse(headers, &mut stream).await;
-            return Err(too_large());
-        }
+    while let Some(chunk) = receiving.next().await.map_err(refused)? {
         out.write_all(&chunk).await.map_err(io)?;
     }
     out.flush().await.map_err(io)?;
-    Ok(Spooled { file, bytes })
+    Ok(Spooled {
+        file,
+        bytes: receiving.bytes(),
+    })
 }
 
 /// Checks the directories on the way to `target` that exist (none may be a symlink or a file)
@@ -279,8 +221,8 @@ pub(crate) fn remove_created(target: &Target, created: &[PathBuf]) {
 }
 
 /// A refused upload's body: lingered over (bounded), so that the client reads the refusal.
-pub async fn discard(headers: &HeaderMap, body: Body) {
-    body::refuse(headers, &mut body.into_data_stream()).await;
+pub async fn discard(head: &BodyHead, body: Body) {
+    body::refuse(head, &mut body.into_data_stream()).await;
 }
 
 /// Puts a spooled body at `target` (blocking: run it off the async threads). The caller holds

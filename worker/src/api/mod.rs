@@ -8,6 +8,7 @@
 )]
 
 pub mod adopt;
+pub mod adopt_files;
 pub mod archive;
 pub mod config;
 pub mod escalation;

@@ -19,7 +19,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use kube_harness_service_kit::body::{file_chunks, read_request, BodyError};
+use kube_harness_service_kit::body::{file_chunks, read_request, BodyError, BodyHead};
 use kube_harness_service_kit::AuthConfig;
 use kube_harness_session_log::RunId;
 use std::future::Future;
@@ -111,9 +111,10 @@ async fn readyz(State(worker): State<Arc<Worker>>) -> Response {
     }
 }
 
-/// `?path=` of the file routes, decoded strictly: its percent-escapes (and `+` for a space, as
-/// form encoding writes it) must make UTF-8, and `path` must be given once. A lossy decoding
-/// would let two different requests name one file (issue 14's outside attack).
+/// `?path=` of the file routes, decoded strictly: its percent-escapes must make UTF-8, and
+/// `path` must be given once. A lossy decoding would let two different requests name one file
+/// (issue 14's outside attack). Plain percent-encoding, not a form: `+` is a plus (`%20` is a
+/// space), so `a+b.txt` names `a+b.txt` (issue 29: it was decoded as `a b.txt`).
 fn file_query(raw: Option<String>) -> Result<String, Refusal> {
     let bad = |why: &str| {
         Refusal::new(
@@ -131,11 +132,7 @@ fn file_query(raw: Option<String>) -> Result<String, Refusal> {
         if found.is_some() {
             return Err(bad("`path` is given twice"));
         }
-        let plus_as_space: Vec<u8> = value
-            .bytes()
-            .map(|b| if b == b'+' { b' ' } else { b })
-            .collect();
-        let decoded = percent_encoding::percent_decode(&plus_as_space)
+        let decoded = percent_encoding::percent_decode_str(value)
             .decode_utf8()
             .map_err(|_| bad("the path is not UTF-8 once decoded"))?;
         found = Some(decoded.into_owned());
@@ -161,13 +158,13 @@ async fn in_own_task<T: serde::Serialize + Send + 'static>(
 async fn put_file(
     State(worker): State<Arc<Worker>>,
     RawQuery(query): RawQuery,
-    headers: HeaderMap,
+    head: BodyHead,
     raw: Body,
 ) -> Result<Response, Refusal> {
     let path = file_query(query)?;
     let running = worker.clone();
     in_own_task(&worker, "upload", async move {
-        running.put_file(&path, &headers, raw).await
+        running.put_file(&path, &head, raw).await
     })
     .await
 }
@@ -193,13 +190,13 @@ async fn get_file(
 async fn put_archive(
     State(worker): State<Arc<Worker>>,
     RawQuery(query): RawQuery,
-    headers: HeaderMap,
+    head: BodyHead,
     raw: Body,
 ) -> Result<Response, Refusal> {
     let path = file_query(query)?;
     let running = worker.clone();
     in_own_task(&worker, "upload", async move {
-        running.put_archive(&path, &headers, raw).await
+        running.put_archive(&path, &head, raw).await
     })
     .await
 }
@@ -237,27 +234,38 @@ async fn metrics(State(worker): State<Arc<Worker>>) -> Response {
 }
 
 /// The body, read as it arrives and bounded by `--max-body-bytes`: 413 beyond (after lingering
-/// over the rest, so that the client reads the answer), 400 for any other read failure.
-async fn body(worker: &Worker, headers: &HeaderMap, raw: Body) -> Result<Bytes, Refusal> {
+/// over the rest, so that the client reads the answer), 408 `body-timeout` when it does not keep
+/// its pace or its deadline (`ConnectionLimits::body`), 400 for any other read failure. Nothing
+/// has been done with the request when it is refused.
+async fn body(worker: &Worker, head: &BodyHead, raw: Body) -> Result<Bytes, Refusal> {
     let limit = worker.config().max_body_bytes;
-    read_request(headers, raw, limit)
-        .await
-        .map_err(|e| match e {
-            BodyError::TooLarge { .. } => Refusal::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                code::PAYLOAD_TOO_LARGE,
-                format!("request body over the limit of {limit} bytes (--max-body-bytes)"),
-            ),
-            other => bad_request(format!("cannot read the request body: {other}")),
-        })
+    read_request(head, raw, limit).await.map_err(|e| match e {
+        BodyError::TooLarge { .. } => Refusal::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            code::PAYLOAD_TOO_LARGE,
+            format!("request body over the limit of {limit} bytes (--max-body-bytes)"),
+        ),
+        BodyError::TooSlow { .. } => body_timeout(&e),
+        other => bad_request(format!("cannot read the request body: {other}")),
+    })
+}
+
+/// 408 `body-timeout` for a body that did not keep its pace; nothing was done with the request.
+pub(crate) fn body_timeout(e: &BodyError) -> Refusal {
+    Refusal::new(
+        StatusCode::REQUEST_TIMEOUT,
+        code::BODY_TIMEOUT,
+        format!("{e}; nothing was done"),
+    )
 }
 
 async fn exec(
     State(worker): State<Arc<Worker>>,
+    head: BodyHead,
     headers: HeaderMap,
     raw: Body,
 ) -> Result<Response, Refusal> {
-    let raw = body(&worker, &headers, raw).await?;
+    let raw = body(&worker, &head, raw).await?;
     let req: ExecRequest = serde_json::from_slice(&raw)
         .map_err(|e| bad_request(format!("invalid exec request: {e}")))?;
     validate(&req, &worker)?;
@@ -320,10 +328,10 @@ fn validate(req: &ExecRequest, worker: &Worker) -> Result<(), Refusal> {
 
 async fn end_turn(
     State(worker): State<Arc<Worker>>,
-    headers: HeaderMap,
+    head: BodyHead,
     raw: Body,
 ) -> Result<Response, Refusal> {
-    let raw = body(&worker, &headers, raw).await?;
+    let raw = body(&worker, &head, raw).await?;
     let req: EndTurnRequest = if raw.iter().all(u8::is_ascii_whitespace) {
         EndTurnRequest::default()
     } else {
@@ -342,10 +350,10 @@ async fn end_turn(
 
 async fn commit_persistent(
     State(worker): State<Arc<Worker>>,
-    headers: HeaderMap,
+    head: BodyHead,
     raw: Body,
 ) -> Result<Response, Refusal> {
-    let raw = body(&worker, &headers, raw).await?;
+    let raw = body(&worker, &head, raw).await?;
     let req: CommitRequest = serde_json::from_slice(&raw)
         .map_err(|e| bad_request(format!("invalid commit request: {e}")))?;
     let running = worker.clone();

@@ -23,6 +23,7 @@ use kube_harness_runtime::{
     event::Payload, Emitter, NextTier, StartGate, Step, TraceEvent, Turn, TurnConfig,
     WorkspaceTracker,
 };
+use kube_harness_service_kit::body::BodyHead;
 use kube_harness_session_log::RunId;
 use kube_harness_workspace::FileChange;
 use kube_harness_workspace::WorkspaceSpec;
@@ -524,7 +525,7 @@ impl Worker {
     pub async fn put_file(
         &self,
         path: &str,
-        headers: &axum::http::HeaderMap,
+        head: &BodyHead,
         body: axum::body::Body,
     ) -> Result<FileWritten, Refusal> {
         let target = files::resolve(&self.spec, path).and_then(|t| {
@@ -533,8 +534,8 @@ impl Worker {
         });
         let limit = (self.config.max_file_bytes, "--max-file-bytes");
         let up = self
-            .upload(target, headers, body, limit, |target, spooled| {
-                Ok(vec![files::place(&target, spooled)?.change])
+            .upload(target, head, body, limit, |target, spooled| {
+                Ok((vec![files::place(&target, spooled)?.change], Vec::new()))
             })
             .await?;
         let change = up.changes.first().map(|c| c.change);
@@ -556,7 +557,7 @@ impl Worker {
     pub async fn put_archive(
         &self,
         path: &str,
-        headers: &axum::http::HeaderMap,
+        head: &BodyHead,
         body: axum::body::Body,
     ) -> Result<ArchiveWritten, Refusal> {
         let target = files::resolve_dir(&self.spec, path).and_then(|t| {
@@ -565,8 +566,9 @@ impl Worker {
         });
         let limit = (self.config.max_archive_bytes, "--max-archive-bytes");
         let up = self
-            .upload(target, headers, body, limit, |target, spooled| {
-                archive::extract(&target, spooled.file)
+            .upload(target, head, body, limit, |target, spooled| {
+                let extracted = archive::extract(&target, spooled.file)?;
+                Ok((extracted.changes, extracted.warnings))
             })
             .await?;
         Ok(ArchiveWritten {
@@ -575,6 +577,7 @@ impl Worker {
             bytes: up.bytes,
             events: up.events,
             log_pending: up.log_pending,
+            warnings: up.warnings,
         })
     }
 
@@ -586,12 +589,10 @@ impl Worker {
     async fn upload(
         &self,
         target: Result<files::Target, Refusal>,
-        headers: &axum::http::HeaderMap,
+        head: &BodyHead,
         body: axum::body::Body,
         (limit, flag): (u64, &str),
-        place: impl FnOnce(files::Target, files::Spooled) -> Result<Vec<FileChange>, Refusal>
-            + Send
-            + 'static,
+        place: impl FnOnce(files::Target, files::Spooled) -> Result<Placed, Refusal> + Send + 'static,
     ) -> Result<Uploaded, Refusal> {
         let checked = self.usable_tier0().and_then(|tier0| {
             let target = target?;
@@ -609,21 +610,21 @@ impl Worker {
             Err(refusal) => {
                 // Read (and drop) what the client is still sending, so that it reads the answer
                 // rather than a reset connection.
-                files::discard(headers, body).await;
+                files::discard(head, body).await;
                 return Err(refusal);
             }
         };
         // Spools are bounded in number as well as size (each may be `limit` bytes of the
         // worker's temp directory): a third concurrent upload is told to try again.
         let Ok(_spooling) = self.uploads.try_acquire() else {
-            files::discard(headers, body).await;
+            files::discard(head, body).await;
             return Err(Refusal::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 code::UPLOADS_BUSY,
                 format!("{UPLOADS_AT_ONCE} uploads are being received; try again"),
             ));
         };
-        let spooled = files::spool(headers, body, limit, flag, self.config.body_pace).await?;
+        let spooled = files::spool(head, body, limit, flag).await?;
         let bytes = spooled.bytes;
         let mut slot = self.lock().await?;
         let _busy = BusyFlag::set(&self.busy);
@@ -641,7 +642,7 @@ impl Worker {
         if open.turn.tier().await != 0 {
             return Err(escalated());
         }
-        let changes = tokio::task::spawn_blocking(move || place(target, spooled))
+        let (changes, warnings) = tokio::task::spawn_blocking(move || place(target, spooled))
             .await
             .map_err(|e| {
                 Refusal::new(
@@ -668,6 +669,7 @@ impl Worker {
             bytes,
             events,
             log_pending,
+            warnings,
         })
     }
 
@@ -1107,7 +1109,12 @@ struct Uploaded {
     bytes: u64,
     events: Vec<TraceEvent>,
     log_pending: usize,
+    /// What the upload did not place as asked (an archive's modes it could not keep).
+    warnings: Vec<String>,
 }
+
+/// What an upload's placing made: its changes, and what it did not place as asked.
+type Placed = (Vec<FileChange>, Vec<String>);
 
 /// Marks the worker busy while held.
 struct BusyFlag<'a>(&'a AtomicBool);

@@ -286,3 +286,67 @@ async fn archives_refused_half_way_before_are_refused_whole() {
         "old"
     );
 }
+
+/// Issue 29, 6e: an archive whose modes cannot be kept as they are says so. Setuid, setgid and
+/// sticky bits are never set (as for a file upload), and a directory stays open to its owner (so
+/// that its entries can be placed); each such entry is listed in the answer's `warnings`, and
+/// every other mode is kept exactly, whatever the worker's umask. Failed before the fix: a 7777
+/// directory became 0755 (the bits dropped and the umask applied) and the answer said nothing.
+#[tokio::test]
+async fn modes_that_are_not_kept_are_said_in_the_answer() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = start().await;
+    let mut b = tar::Builder::new(Vec::new());
+    for (name, kind, mode, data) in [
+        ("d", tar::EntryType::Directory, 0o7777, &b""[..]),
+        ("d/suid", tar::EntryType::Regular, 0o4755, &b"x"[..]),
+        ("ro", tar::EntryType::Directory, 0o555, &b""[..]),
+        ("open", tar::EntryType::Directory, 0o777, &b""[..]),
+        ("plain", tar::EntryType::Directory, 0o750, &b""[..]),
+        ("f", tar::EntryType::Regular, 0o640, &b"y"[..]),
+    ] {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_size(data.len() as u64);
+        b.append_data(&mut h, name, data).unwrap();
+    }
+    let r = reqwest::Client::new()
+        .put(format!("{}/v1/archive?path=/session/up", w.base_url))
+        .bearer_auth(super::api_support::TOKEN)
+        .body(b.into_inner().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let answer: serde_json::Value = r.json().await.unwrap();
+    let mode = |p: &str| std::fs::metadata(w.host(p)).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(
+        [
+            mode("/session/up/d"),
+            mode("/session/up/d/suid"),
+            mode("/session/up/ro"),
+            mode("/session/up/open"),
+            mode("/session/up/plain"),
+            mode("/session/up/f"),
+        ],
+        [0o777, 0o755, 0o755, 0o777, 0o750, 0o640],
+        "{answer}"
+    );
+    let warnings: Vec<&str> = answer["warnings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no warnings in {answer}"))
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect();
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    let of = |path: &str| {
+        warnings
+            .iter()
+            .find(|w| w.starts_with(&format!("{path}: ")))
+            .unwrap_or_else(|| panic!("no warning for {path}: {warnings:?}"))
+    };
+    assert!(of("/session/up/d").contains("7777") && of("/session/up/d").contains("setuid"));
+    assert!(of("/session/up/d/suid").contains("4755"));
+    assert!(of("/session/up/ro").contains("0555") && of("/session/up/ro").contains("owner"));
+}

@@ -336,12 +336,68 @@ mod round2 {
             assert_eq!(body["error"]["code"], code::BAD_PATH, "{query}");
         }
         assert_eq!(std::fs::read_dir(w.host("/session")).unwrap().count(), 0);
-        // A `+` is a space, as form encoding writes it; `%2B` is a plus.
+    }
+
+    /// Issue 29, 6c: `?path=` is plain percent-encoding, not a form: a raw `+` is a plus (it was
+    /// decoded as a space, so `a+b.txt` was written as `a b.txt`), `%20` is a space and `%2B` a
+    /// plus; and the Rust client encodes both so that a name with either round-trips, on every
+    /// route that takes a path. Failed before the fix: `a b.txt` was made.
+    #[tokio::test]
+    async fn a_plus_in_the_path_is_a_plus_and_names_round_trip() {
+        let w = start().await;
+        for (query, name) in [
+            ("path=/session/a+b.txt", "a+b.txt"),
+            ("path=/session/c%20d.txt", "c d.txt"),
+            ("path=/session/e%2Bf.txt", "e+f.txt"),
+        ] {
+            let r = reqwest::Client::new()
+                .put(format!("{}/v1/files?{query}", w.base_url))
+                .bearer_auth(TOKEN)
+                .body("x")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 200, "{query}");
+            let body: serde_json::Value = r.json().await.unwrap();
+            assert_eq!(body["path"], format!("/session/{name}"), "{query}");
+            assert!(w.host(&format!("/session/{name}")).is_file(), "{query}");
+        }
+        let mut names: Vec<String> = std::fs::read_dir(w.host("/session"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a+b.txt", "c d.txt", "e+f.txt"]);
+
+        // Through the client: a file, and a directory as tar, each named with `+`, a space and
+        // `%`, written and read back under exactly that name.
+        let odd = "/session/x+y z%41.txt";
+        let put = w.client.write_file(odd, b"plus".to_vec()).await.unwrap();
+        assert_eq!(put.path, odd);
+        assert!(w.host(odd).is_file());
+        let mut back = Vec::new();
+        w.client.read_file_into(odd, &mut back).await.unwrap();
+        assert_eq!(back, b"plus");
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_mode(0o644);
+        header.set_size(2);
+        tar.append_data(&mut header, "in+side.txt", &b"in"[..])
+            .unwrap();
+        let dir = "/session/d+ir one";
         w.client
-            .write_file("/session/a b+c", b"x".to_vec())
+            .write_archive(dir, tar.into_inner().unwrap())
             .await
             .unwrap();
-        assert!(w.host("/session/a b+c").exists());
+        assert!(w.host("/session/d+ir one/in+side.txt").is_file());
+        let mut back = Vec::new();
+        w.client.read_archive_into(dir, &mut back).await.unwrap();
+        let names: Vec<String> = tar::Archive::new(&back[..])
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
+        assert_eq!(names, ["in+side.txt"]);
     }
 
     /// Round 3, F3: a client that drips a byte now and then, never silent for the idle time,
@@ -349,9 +405,9 @@ mod round2 {
     #[tokio::test]
     async fn a_dripping_upload_is_refused_for_its_pace() {
         let (tmp, mut cfg) = config();
-        cfg.body_pace.idle = Duration::from_secs(5);
-        cfg.body_pace.grace = Duration::from_secs(1);
-        cfg.body_pace.min_rate = 1000;
+        cfg.connections.body.idle = Duration::from_secs(5);
+        cfg.connections.body.grace = Duration::from_secs(1);
+        cfg.connections.body.min_rate = 1000;
         let w = start_with(tmp, cfg).await;
         let base = w.base_url.clone();
         let (status, took) = tokio::task::spawn_blocking(move || {
@@ -408,7 +464,7 @@ mod round2 {
     #[tokio::test]
     async fn stalled_or_piled_up_uploads_are_refused_in_bounded_time() {
         let (tmp, mut cfg) = config();
-        cfg.body_pace.idle = Duration::from_secs(1);
+        cfg.connections.body.idle = Duration::from_secs(1);
         let w = start_with(tmp, cfg).await;
         let base = w.base_url.clone();
         let (statuses, third, took) = tokio::task::spawn_blocking(move || {

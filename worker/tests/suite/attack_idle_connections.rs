@@ -97,6 +97,7 @@ fn limits(header_read_timeout: Duration) -> ConnectionLimits {
         header_read_timeout,
         idle_timeout: Duration::from_secs(30),
         max_connections: LIMIT,
+        ..ConnectionLimits::default()
     }
 }
 

@@ -17,6 +17,7 @@ mod attack_files;
 mod attack_host_paths;
 mod attack_idle_connections;
 mod attack_replay;
+mod attack_slow_bodies;
 mod attack_timestamps;
 mod runtime_support;
 mod runtime_tier0;

@@ -183,6 +183,43 @@ async fn a_merge_that_must_reject_changes_is_a_dispose_failure_and_the_turn_stil
     );
 }
 
+/// Issue 29, 6d: symlinks a Tier-1 command made that point out of the workspace are not merged
+/// back, and the turn says so: one `harness.runtime.dispose.failed` each, naming the link and its
+/// target, beside the merged file events. Failed before the fix: they vanished without an event.
+#[tokio::test]
+async fn symlinks_out_of_the_workspace_are_left_out_of_the_merge_and_reported() {
+    let f = fixture(tiered());
+    let out = f
+        .turn
+        .exec("make --version > /dev/null; ln -s /etc/passwd /session/pw; ln -s ../../../.. /session/up; echo ok > /session/ok.txt; ln -s ok.txt /session/in")
+        .await;
+    assert_eq!((out.tier, out.exit_code), (1, 0), "{}", out.stderr);
+    f.turn.end().await;
+    let failed: Vec<String> = of(&f.events.events(), kind::DISPOSE_FAILED)
+        .iter()
+        .map(|e| e.data["error"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    for (link, target) in [
+        ("/session/pw", "/etc/passwd"),
+        ("/session/up", "../../../.."),
+    ] {
+        assert!(
+            failed
+                .iter()
+                .any(|e| e.contains(link) && e.contains(target)),
+            "{link} not reported: {failed:?}"
+        );
+    }
+    assert!(std::fs::symlink_metadata(f.session_root.join("session/pw")).is_err());
+    assert!(std::fs::symlink_metadata(f.session_root.join("session/up")).is_err());
+    assert_eq!(
+        std::fs::read_link(f.session_root.join("session/in")).unwrap(),
+        std::path::Path::new("ok.txt"),
+        "a link inside is merged"
+    );
+}
+
 #[tokio::test]
 async fn denied_commands_are_refused_on_the_higher_tier_too() {
     let f = fixture(Setup {

@@ -323,6 +323,46 @@ fn a_symlink_planted_on_the_worker_cannot_redirect_the_merge() {
     );
 }
 
+/// Issue 29, 6d: symlinks the higher tier made that point out of the workspace (an absolute
+/// target, one that climbs out, an existing link turned outward) are not merged back, and the
+/// merge says so: each is named in `left_out` with why, so the turn reports it instead of
+/// dropping it silently. A link that stays inside is merged as before.
+#[test]
+fn symlinks_pointing_out_of_the_workspace_are_left_out_and_reported() {
+    let h = Handoff::new(&[], base_tree);
+    symlink("/etc", &h.tier1.join("session/etc"));
+    symlink("../../../..", &h.tier1.join("session/up"));
+    std::fs::remove_file(h.tier1.join("session/link")).unwrap();
+    symlink("/etc/passwd", &h.tier1.join("session/link"));
+    symlink("a.txt", &h.tier1.join("session/inside"));
+
+    let (_, report) = h.merge_back(&ApplyOptions::default());
+    let applied: Vec<_> = report.applied.iter().map(|c| &c.harness_path).collect();
+    assert_eq!(applied, [Path::new("/session/inside")], "{report:?}");
+    assert_eq!(report.left_out.len(), 3, "{:?}", report.left_out);
+    for (path, target) in [
+        ("/session/etc", "/etc"),
+        ("/session/up", "../../../.."),
+        ("/session/link", "/etc/passwd"),
+    ] {
+        assert!(
+            report
+                .left_out
+                .iter()
+                .any(|l| l.starts_with(&format!("{path}: ")) && l.contains(target)),
+            "{path} not reported: {:?}",
+            report.left_out
+        );
+    }
+    assert!(!h.worker.join("session/etc").exists());
+    assert!(std::fs::symlink_metadata(h.worker.join("session/up")).is_err());
+    assert_eq!(
+        std::fs::read_link(h.worker.join("session/link")).unwrap(),
+        Path::new("a.txt"),
+        "the worker's link is kept"
+    );
+}
+
 #[test]
 fn runtime_owned_names_and_mount_roots_are_not_merged() {
     let h = Handoff::new(&[], base_tree);

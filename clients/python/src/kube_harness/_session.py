@@ -24,6 +24,7 @@ from typing import (
     TypeVar,
     Union,
 )
+from urllib.parse import quote
 
 import httpx
 
@@ -75,8 +76,11 @@ def _line(raw: bytes) -> Union[Chunk, ExecResult, None]:
     return None
 
 
-def _files_params(path: str) -> Dict[str, str]:
-    return {"path": path}
+def _path_url(route: str, path: str) -> str:
+    """`route?path=<path>`: the worker reads ?path= as plain percent-encoding (a `+` is a plus),
+    so the path is quoted here (a space as %20, a plus as %2B) rather than given to httpx as a
+    form parameter, which would write a space as `+`."""
+    return f"{route}?path={quote(path, safe='/')}"
 
 
 class Session:
@@ -167,8 +171,7 @@ class Session:
         content = data if isinstance(data, (bytes, bytearray)) else _chunks(data)
         body = self._json(
             "PUT",
-            "/v1/files",
-            params=_files_params(path),
+            _path_url("/v1/files", path),
             content=content,
             headers={"Content-Type": "application/octet-stream"},
         )
@@ -177,7 +180,7 @@ class Session:
     def read_file(self, path: str) -> bytes:
         """Reads one file of the session."""
         try:
-            response = self._client.get("/v1/files", params=_files_params(path))
+            response = self._client.get(_path_url("/v1/files", path))
         except httpx.HTTPError as e:
             raise TransportError(str(e)) from e
         if response.status_code != 200:
@@ -187,14 +190,14 @@ class Session:
     def upload_dir(self, local_dir: Union[str, "os.PathLike[str]"], path: str) -> Dict[str, Any]:
         """Uploads a local directory into the session's directory `path` (created if missing) as
         one tar (PUT /v1/archive): symlinks go as symlinks. Returns the worker's answer
-        (entries, bytes, events)."""
+        (entries, bytes, events, and "warnings" naming entries whose modes it did not keep,
+        such as setuid bits)."""
         with tempfile.TemporaryFile() as spool:
             _pack(local_dir, spool)
             spool.seek(0)
             return self._json(
                 "PUT",
-                "/v1/archive",
-                params=_files_params(path),
+                _path_url("/v1/archive", path),
                 content=_chunks(spool),
                 headers={"Content-Type": "application/x-tar"},
             )
@@ -204,7 +207,7 @@ class Session:
         is unpacked with the "data" filter: no absolute paths, no `..`, no links out of it."""
         with tempfile.TemporaryFile() as spool:
             try:
-                with self._client.stream("GET", "/v1/archive", params=_files_params(path)) as r:
+                with self._client.stream("GET", _path_url("/v1/archive", path)) as r:
                     if r.status_code != 200:
                         _raise_for(r.status_code, r.read())
                     for block in r.iter_bytes():
@@ -319,8 +322,7 @@ class AsyncSession:
     async def write_file(self, path: str, data: bytes) -> FileWritten:
         body = await self._json(
             "PUT",
-            "/v1/files",
-            params=_files_params(path),
+            _path_url("/v1/files", path),
             content=data,
             headers={"Content-Type": "application/octet-stream"},
         )
@@ -328,7 +330,7 @@ class AsyncSession:
 
     async def read_file(self, path: str) -> bytes:
         try:
-            response = await self._client.get("/v1/files", params=_files_params(path))
+            response = await self._client.get(_path_url("/v1/files", path))
         except httpx.HTTPError as e:
             raise TransportError(str(e)) from e
         if response.status_code != 200:
