@@ -55,7 +55,7 @@ const ST_RELATIME: libc::c_ulong = 4096;
 
 /// The rlimits every command gets, in the order the forker's setup sends their values
 /// (`forker::Setup::new`).
-pub const RLIMITS: [Resource; 9] = [
+pub const RLIMITS: [Resource; 10] = [
     libc::RLIMIT_NPROC,
     libc::RLIMIT_FSIZE,
     libc::RLIMIT_AS,
@@ -64,6 +64,7 @@ pub const RLIMITS: [Resource; 9] = [
     libc::RLIMIT_SIGPENDING,
     libc::RLIMIT_MSGQUEUE,
     libc::RLIMIT_NICE,
+    libc::RLIMIT_RTPRIO,
     libc::RLIMIT_CPU,
 ];
 
@@ -71,7 +72,7 @@ pub const RLIMITS: [Resource; 9] = [
 pub struct ForkerPlan {
     pub bash: CString,
     pub page_size: usize,
-    pub rlimits: [(Resource, u64); 9],
+    pub rlimits: [(Resource, u64); 10],
     /// A landlock ruleset that adds nothing but a domain boundary (and the signal and abstract
     /// socket scopes): each supervisor and each command restricts itself with it, so that no
     /// command can reach the forker, its supervisor or another command through ptrace-style
@@ -556,6 +557,20 @@ unsafe fn command_setup(plan: &ForkerPlan, run: &RunFds) {
     // Into the command's pids cgroup first: everything it starts is counted from here on.
     if run.cgroup_w >= 0 && libc::write(run.cgroup_w, b"0".as_ptr().cast(), 1) != 1 {
         fail("joining the command's pids cgroup", errno());
+    }
+    // Never a real-time policy (a worker started under `chrt` passes its own on): a busy
+    // real-time tree would take whole CPUs from the host, and cgroup v1 refuses a real-time
+    // task in a cpu cgroup without real-time bandwidth. RLIMIT_RTPRIO 0 (below) keeps it so.
+    // (The raw call: musl's wrapper is a stub that fails with ENOSYS.)
+    let normal: libc::sched_param = std::mem::zeroed();
+    if libc::syscall(
+        libc::SYS_sched_setscheduler,
+        0,
+        libc::SCHED_OTHER,
+        &normal as *const libc::sched_param,
+    ) != 0
+    {
+        fail("sched_setscheduler", errno());
     }
     if run.cpu_w >= 0 && libc::write(run.cpu_w, b"0".as_ptr().cast(), 1) != 1 {
         fail("joining the command's cpu cgroup", errno());

@@ -554,6 +554,7 @@ impl Setup {
             MAX_PENDING_SIGNALS,
             0, // RLIMIT_MSGQUEUE: no POSIX message queues, whose bytes count per user host-wide
             0, // RLIMIT_NICE: the lower priority a command starts with cannot be raised again
+            0, // RLIMIT_RTPRIO: no real-time scheduling
             // RLIMIT_CPU: no process uses more CPU time than the command's whole time limit.
             limits.timeout.as_secs().saturating_add(1),
         ] {

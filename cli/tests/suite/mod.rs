@@ -3,6 +3,7 @@
 mod adopt_pooled;
 mod attack_adopt;
 mod attack_carried;
+mod attack_cpu;
 mod attack_file_event_bytes;
 mod attack_forker_outside;
 mod attack_hydra;
