@@ -70,6 +70,7 @@ impl Tier0Sandbox {
         // Named after this process, so that the next sandbox can remove what a killed one left
         // (its private /tmp holds the commands' files); readable by this user only.
         sweep_runtime_dirs();
+        raise_open_files();
         // SAFETY: plain getter.
         let pid = unsafe { libc::getpid() };
         let runtime = tempfile::Builder::new()
@@ -235,6 +236,26 @@ impl Tier0Sandbox {
             .pids
             .as_ref()
             .is_some_and(cgroup::Pids::cpu_bounded)
+    }
+}
+
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (the forker inherits it).
+/// Descriptors in flight over unix sockets count per uid across the host, and every sender is
+/// checked against its own soft limit: a command of the same uid may hold up to its own limit
+/// (`Limits::max_open_files`) in flight, and a worker at the usual login default (1024) could
+/// then no longer pass a command's pipes to the forker, nor the forker its pidfd back: every
+/// other command failed (issue 29's second outside attack).
+fn raise_open_files() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on this process with a valid struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
     }
 }
 

@@ -11,6 +11,7 @@ mod attack_interpreters;
 mod attack_local;
 mod attack_local_inspection;
 mod attack_persistent;
+mod attack_shared_budgets;
 mod classify_cli;
 mod kubectl_plugin;
 mod local_cli;

@@ -102,10 +102,11 @@ impl Bound {
 }
 
 impl Drop for Bound {
-    /// Removes the bound and the command cgroups a sandbox made inside it (they nest under the
-    /// worker's own cgroup; a worker killed here does not remove its own), deepest first, once
-    /// their processes are gone.
+    /// Kills what a failed test left in the bound, then removes it and the command cgroups a
+    /// sandbox made inside it (they nest under the worker's own cgroup; a worker killed here does
+    /// not remove its own), deepest first, once their processes are gone.
     fn drop(&mut self) {
+        self.kill_all();
         fn dirs(d: &Path, out: &mut Vec<PathBuf>) {
             for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
                 if e.file_type().is_ok_and(|t| t.is_dir()) {
