@@ -5,14 +5,14 @@
 //!   [`namespace_helper`]) with IPC/UTS namespaces of the sandbox's own, `no_new_privs`,
 //!   landlock, capability drop, seccomp — then it forks one supervisor per command.
 //! * the **supervisor** ([`supervisor`], the forker's child): a landlock domain of its own (made
-//!   while it is still a spare), a new session, a child subreaper; it starts the command,
+//!   while it is still a spare), a process group of its own, a child subreaper; it starts the command,
 //!   enforces the timeout, and afterwards kills and reaps every process left in the tree. The
 //!   tree is found by what no process can shed: its landlock domain, which every descendant
 //!   inherits and none can leave, and which the signal scope makes the exact reach of
 //!   `kill(-1, SIGKILL)` ([`kill_tree`]). It reports the command's status on a pipe and exits.
 //! * the **command** (its child): new process group, its pids and cpu cgroups, working
-//!   directory, rlimits, a lower CPU priority, a landlock domain of its own nested in the
-//!   supervisor's, a seccomp filter of its own (no new sessions); then it execs bash.
+//!   directory, rlimits, the normal scheduling policy at a lower priority, a landlock domain of
+//!   its own nested in the supervisor's; then it execs bash.
 //!
 //! The supervisor and the command only make raw syscalls over data prepared in advance
 //! ([`ForkerPlan`], [`RunFds`]) and never allocate. The command is started like `posix_spawn`
@@ -84,9 +84,6 @@ pub struct ForkerPlan {
     /// The nice value every command starts at (the forker's own plus [`COMMAND_NICE`], at most
     /// 19); with `RLIMIT_NICE` at 0 no process of the command can take it back.
     pub nice: libc::c_int,
-    /// A seccomp program each command adds to the forker's: no new sessions
-    /// (`seccomp::command_filter`).
-    pub command_filter: Vec<libc::sock_filter>,
     pub timeout: Duration,
     pub forker_pid: libc::pid_t,
 }
@@ -271,7 +268,9 @@ pub unsafe fn supervisor(plan: &ForkerPlan, run: &RunFds, own_domain: bool) -> !
         // where a worker that adopts orphans reaps it.
         libc::_exit(0);
     }
-    libc::setsid();
+    // Out of the forker's process group (a wedged forker and its idle spare are killed by
+    // group; a supervisor must live on to kill its tree), in the forker's session.
+    libc::setpgid(0, 0);
     // "Starting" and this supervisor's pid: from here the command may run, and the worker must
     // not send it again (and, should the forker die before it answers, can still reap this
     // process where it adopts orphans).
@@ -464,6 +463,12 @@ unsafe fn kill_tree(
     cmd_status: &mut Option<libc::c_int>,
     own_domain: bool,
 ) {
+    // The common end: bash exited and left nothing running. Every process of the tree is a
+    // descendant of this subreaper (orphans come back to it), so with no child left, living or
+    // dead, there is nothing to kill (and no task list to walk).
+    if cmd_status.is_some() && no_child_left(cmd, cmd_status) {
+        return;
+    }
     libc::kill(-cmd, libc::SIGKILL);
     if cmd_status.is_none() {
         libc::kill(cmd, libc::SIGKILL);
@@ -507,6 +512,21 @@ unsafe fn kill_tree(
             return; // ECHILD: no descendant is left (cgroup members are all descendants)
         }
         reap(cmd, cmd_status);
+    }
+}
+
+/// Reaps whatever has exited; true when this process has no child at all any more.
+unsafe fn no_child_left(cmd: libc::pid_t, cmd_status: &mut Option<libc::c_int>) -> bool {
+    loop {
+        let mut st = 0;
+        let r = libc::waitpid(-1, &mut st, libc::WNOHANG);
+        if r > 0 {
+            if r == cmd {
+                *cmd_status = Some(st);
+            }
+            continue;
+        }
+        return r < 0 && errno() == libc::ECHILD;
     }
 }
 
@@ -625,21 +645,6 @@ unsafe fn command_setup(plan: &ForkerPlan, run: &RunFds) {
     // domain and the ones below it.
     if libc::syscall(libc::SYS_landlock_restrict_self, plan.nested, 0u32) != 0 {
         fail("landlock_restrict_self (the command's own domain)", errno());
-    }
-    // No new sessions: a session is an autogroup, which the scheduler weighs like a whole
-    // session of the host, so a tree that made one per process would take the CPU from everyone
-    // else (see `seccomp::command_filter`).
-    let prog = libc::sock_fprog {
-        len: plan.command_filter.len() as u16,
-        filter: plan.command_filter.as_ptr() as *mut libc::sock_filter,
-    };
-    if libc::prctl(
-        libc::PR_SET_SECCOMP,
-        libc::SECCOMP_MODE_FILTER,
-        &prog as *const libc::sock_fprog,
-    ) != 0
-    {
-        fail("the command's seccomp filter", errno());
     }
 }
 

@@ -177,15 +177,27 @@ impl Forker {
         }
         let (ours, theirs) = socketpair().map_err(|e| format!("socketpair: {e}"))?;
         let env = ENV.to_str().unwrap_or_default();
-        let child = Command::new("/proc/self/exe")
-            .arg0(ARGV0)
+        let mut cmd = Command::new("/proc/self/exe");
+        cmd.arg0(ARGV0)
             .env_clear()
             .env(env, "1")
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            // Its own process group, which its idle spare shares: one signal ends both.
-            .process_group(0)
+            .stderr(Stdio::null());
+        // A session of its own, and so a process group, which its idle spare shares (one signal
+        // ends both): no controlling terminal reaches a command, and every command of the
+        // sandbox stays in this one session (seccomp refuses `setsid`), one autogroup for the
+        // scheduler however many processes it starts.
+        // SAFETY: setsid is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
             .spawn()
             .map_err(|e| format!("starting the sandbox's forker: {e}"))?;
         self.pid.store(child.id(), Ordering::Relaxed);

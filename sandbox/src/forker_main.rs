@@ -178,9 +178,8 @@ unsafe fn setup(sock: RawFd) -> Result<ForkerPlan, String> {
     drop(fds.next()); // the ruleset: applied
     let nested = fds.next().map_or(-1, IntoRawFd::into_raw_fd); // kept for every command
     drop(fds); // the namespace's descriptors: joined
-    let command_filter = super::seccomp::command_filter().map_err(|e| e.to_string())?;
-    // glibc and musl return the nice value itself (-1 is a value too; errno is not needed: any
-    // failure leaves the commands at least COMMAND_NICE below 0).
+               // glibc and musl return the nice value itself (-1 is a value too; errno is not needed: any
+               // failure leaves the commands at least COMMAND_NICE below 0).
     let own_nice = libc::getpriority(libc::PRIO_PROCESS, 0).clamp(-20, 19);
     Ok(ForkerPlan {
         bash,
@@ -189,7 +188,6 @@ unsafe fn setup(sock: RawFd) -> Result<ForkerPlan, String> {
         nested,
         scoped: h.flags & wire::SETUP_SCOPED != 0,
         nice: own_nice.saturating_add(child::COMMAND_NICE).min(19),
-        command_filter,
         timeout,
         forker_pid: libc::getpid(),
     })

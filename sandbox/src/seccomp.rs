@@ -112,6 +112,10 @@ pub const DENIED: &[(&str, &str)] = &[
     ("ioperm", "raw hardware access"),
     ("fanotify_init", "watch the whole filesystem"),
     (
+        "setsid",
+        "a session is an autogroup, which the scheduler weighs like a whole session of the host: a tree that made one session per process took two thirds of the machine's CPU at any nice value. The forker is a session of its own (made before this filter), and every command stays in it",
+    ),
+    (
         "io_setup",
         "AIO contexts come from fs.aio-max-nr, one budget for the whole host: one command took all 65,536 and every process on the machine got EAGAIN (ENOSYS: callers fall back to plain I/O)",
     ),
@@ -318,23 +322,6 @@ pub fn build(network: bool) -> Result<BpfProgram, SandboxError> {
     a.finish()
 }
 
-/// The filter each command adds to the forker's (the kernel runs both; the stricter verdict
-/// wins): `setsid` refused. A session is an autogroup, and where autogroups are on (the default
-/// on most distributions, for processes in the root cpu cgroup) the scheduler weighs each one like
-/// a whole session of the host: a tree that made one session per process took two thirds of the
-/// machine's CPU at any nice value. Kept in one session, the whole tree weighs as one. The
-/// supervisor needs its own `setsid`, so this cannot be part of the forker's filter.
-pub fn command_filter() -> Result<BpfProgram, SandboxError> {
-    let mut a = Asm::default();
-    a.load(NR);
-    a.jeq(libc::SYS_setsid as u32, Eperm, Allow);
-    a.label(Allow);
-    a.ret(libc::SECCOMP_RET_ALLOW);
-    a.label(Eperm);
-    a.ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
-    a.finish()
-}
-
 /// Jump targets: the next instruction or a labelled block.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Target {
@@ -510,6 +497,7 @@ pub fn syscall_number(name: &str) -> Option<i64> {
         "inotify_init" => SYS_inotify_init,
         "inotify_init1" => SYS_inotify_init1,
         "flock" => SYS_flock,
+        "setsid" => SYS_setsid,
         "lookup_dcookie" => SYS_lookup_dcookie,
         "personality" => SYS_personality,
         "vhangup" => SYS_vhangup,
@@ -529,23 +517,6 @@ mod tests {
                 assert!(syscall_number(name).is_some(), "{name}");
             }
         }
-    }
-
-    #[test]
-    fn the_command_filter_refuses_setsid_only() {
-        let p = command_filter().unwrap();
-        let arch = audit_arch(std::env::consts::ARCH).unwrap();
-        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
-        assert_eq!(eval(&p, arch, libc::SYS_setsid as u32, 0), eperm);
-        for nr in [
-            libc::SYS_setpgid,
-            libc::SYS_getsid,
-            libc::SYS_read,
-            libc::SYS_clone,
-        ] {
-            assert_eq!(eval(&p, arch, nr as u32, 0), libc::SECCOMP_RET_ALLOW);
-        }
-        assert!(p.len() <= 5, "{} instructions", p.len());
     }
 
     #[test]
