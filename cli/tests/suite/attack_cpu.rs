@@ -5,7 +5,8 @@
 //! normal policy, 10 nice levels below its worker, and cannot go back.
 
 use super::support::bound::Bound;
-use super::support::{kh, show, text};
+use super::support::{home, local_exec, show, text};
+use std::os::unix::process::CommandExt;
 
 #[test]
 fn a_command_never_inherits_a_real_time_policy_or_its_workers_priority() {
@@ -14,26 +15,26 @@ fn a_command_never_inherits_a_real_time_policy_or_its_workers_priority() {
     }
     let bound = Bound::new("cpu", 200);
     for uid in [None, Some(65533)] {
-        let dir = tempfile::tempdir().unwrap();
-        if let Some(uid) = uid {
-            std::os::unix::fs::chown(dir.path(), Some(uid), Some(uid)).unwrap();
-        }
-        // Real-time first, as root; then, for the unprivileged run, the uid (a plain uid could
-        // not take a real-time policy itself).
-        let mut cmd = std::process::Command::new("chrt");
-        cmd.args(["-f", "10"]);
-        if let Some(uid) = uid {
-            let id = uid.to_string();
-            cmd.args(["setpriv", "--reuid", &id, "--regid", &id, "--clear-groups"]);
-        }
-        cmd.arg(kh(dir.path()).get_program())
-            .args(["local", "exec", "--session", "c", "--tier1", "none", "--"])
+        let dir = home(uid);
+        let mut cmd = local_exec(
+            dir.path(),
+            "c",
             // Fields 19 and 41 of /proc/PID/stat: the nice value and the scheduling policy.
-            .arg("awk '{print $19, $41}' /proc/self/stat; ulimit -r; ulimit -e")
-            .current_dir(dir.path())
-            .env("HOME", dir.path())
-            .env("KUBE_HARNESS_LOG", "error");
-        bound.hold(&mut cmd, None);
+            "awk '{print $19, $41}' /proc/self/stat; ulimit -r; ulimit -e",
+        );
+        // Real-time first, as root (`chrt -f 10`); the bound then drops to the uid (a plain uid
+        // could not take a real-time policy itself).
+        // SAFETY: sched_setscheduler is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                let param = libc::sched_param { sched_priority: 10 };
+                if libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        bound.hold(&mut cmd, uid);
         let o = cmd.output().unwrap();
         assert_eq!(
             (o.status.code(), text(&o.stdout)),

@@ -19,7 +19,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::support::bound::Bound;
-use super::support::{kh, show, text};
+use super::support::{home, local_exec, show, text};
 
 fn root() -> bool {
     unsafe { libc::geteuid() == 0 }
@@ -28,31 +28,9 @@ fn root() -> bool {
 /// The unprivileged uid of the docs' second mode (the one `attack_local` uses too).
 const NOBODY: u32 = 65533;
 
-/// A data directory for `uid` (owned by it).
-fn home(uid: Option<u32>) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    if let Some(uid) = uid {
-        std::os::unix::fs::chown(dir.path(), Some(uid), Some(uid)).unwrap();
-    }
-    dir
-}
-
-/// `kube-harness local exec --session SESSION --tier1 none -- SCRIPT` as `uid`, in `bound`.
-/// `--tier1 none`: a script the classifier escalates must not run on the host's Tier-1 (which
-/// is no boundary); it is refused instead, so everything here ran on Tier-0 or not at all.
+/// `local exec` of SCRIPT in SESSION as `uid`, in `bound` (support::local_exec).
 fn local(bound: &Bound, dir: &Path, uid: Option<u32>, session: &str, script: &str) -> Command {
-    let mut cmd = kh(dir);
-    cmd.args([
-        "local",
-        "exec",
-        "--session",
-        session,
-        "--tier1",
-        "none",
-        "--",
-    ])
-    .arg(script)
-    .env("HOME", dir);
+    let mut cmd = local_exec(dir, session, script);
     bound.hold(&mut cmd, uid);
     cmd
 }

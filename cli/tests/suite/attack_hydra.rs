@@ -20,7 +20,7 @@
 
 use super::support::bound::Bound;
 use super::support::pod_like::PodLike;
-use super::support::{kh, show, text};
+use super::support::{home, local_exec, show, text};
 use kube_harness_worker::api::model::ExecRequest;
 use std::path::Path;
 use std::process::Output;
@@ -41,10 +41,7 @@ fn hydra(seconds: &str) -> String {
 }
 
 fn local(bound: &Bound, dir: &Path, uid: Option<u32>, script: &str) -> Output {
-    let mut cmd = kh(dir);
-    cmd.args(["local", "exec", "--session", "h", "--tier1", "none", "--"])
-        .arg(script)
-        .env("HOME", dir);
+    let mut cmd = local_exec(dir, "h", script);
     bound.hold(&mut cmd, uid);
     cmd.output().unwrap()
 }
@@ -56,10 +53,7 @@ fn a_hydra_dies_whole_with_its_command_on_the_local_host_as_root_and_unprivilege
     }
     for uid in [None, Some(65533)] {
         let bound = Bound::new(&format!("hydra-{}", uid.unwrap_or(0)), 700);
-        let dir = tempfile::tempdir().unwrap();
-        if let Some(uid) = uid {
-            std::os::unix::fs::chown(dir.path(), Some(uid), Some(uid)).unwrap();
-        }
+        let dir = home(uid);
         let started = Instant::now();
         let o = local(&bound, dir.path(), uid, &hydra("2"));
         let took = started.elapsed();
@@ -110,9 +104,7 @@ fn a_hydra_dies_whole_at_its_time_limit_in_the_worker_pods_mode() {
             // Another session on the host keeps working while the hydra fills its own limit.
             tokio::time::sleep(Duration::from_millis(1500)).await;
             let started = Instant::now();
-            let o = kh(other.path())
-                .args(["local", "exec", "--session", "o", "--tier1", "none", "--"])
-                .arg("echo alive")
+            let o = local_exec(other.path(), "o", "echo alive")
                 .output()
                 .unwrap();
             assert_eq!(text(&o.stdout), "alive\n", "{}", show(&o));

@@ -9,7 +9,8 @@
 //! budgets".
 
 use super::support::bound::Bound;
-use super::support::{kh, show, text};
+use super::support::{home, local_exec, show, text};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -29,26 +30,25 @@ open("/session/holding", "w").write(str(n))
 time.sleep(8)
 "#;
 
-/// `kube-harness local exec` in `dir` as `uid`, started with a soft `RLIMIT_NOFILE` of 1024.
+/// `kube-harness local exec` in `dir` as `uid`, started with a soft `RLIMIT_NOFILE` of 1024 (the
+/// usual login default).
 fn at_1024(bound: &Bound, dir: &Path, uid: Option<u32>, session: &str, script: &str) -> Command {
-    let mut cmd = Command::new("bash");
-    cmd.arg("-c")
-        .arg("ulimit -Sn 1024 && exec \"$@\"")
-        .arg("bash")
-        .arg(kh(dir).get_program())
-        .args([
-            "local",
-            "exec",
-            "--session",
-            session,
-            "--tier1",
-            "none",
-            "--",
-        ])
-        .arg(script)
-        .current_dir(dir)
-        .env("HOME", dir)
-        .env("KUBE_HARNESS_LOG", "error");
+    let mut cmd = local_exec(dir, session, script);
+    // SAFETY: getrlimit/setrlimit are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+            lim.rlim_cur = 1024;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     bound.hold(&mut cmd, uid);
     cmd
 }
@@ -60,10 +60,7 @@ fn descriptors_held_in_flight_by_one_command_stop_no_other_command() {
     }
     let bound = Bound::new("inflight", 300);
     for uid in [None, Some(65533)] {
-        let dir = tempfile::tempdir().unwrap();
-        if let Some(uid) = uid {
-            std::os::unix::fs::chown(dir.path(), Some(uid), Some(uid)).unwrap();
-        }
+        let dir = home(uid);
         let script = format!("python3 - <<'KH_PY'\n{HOLD}\nKH_PY\n");
         let mut attacker = at_1024(&bound, dir.path(), uid, "attacker", &script)
             .spawn()

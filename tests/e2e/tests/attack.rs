@@ -9,21 +9,58 @@ use std::time::{Duration, Instant};
 
 const READY: Duration = Duration::from_secs(180);
 
+/// Two sessions made from `examples/demo.yaml` in a restricted namespace, once both are Ready.
+async fn two_sessions(client: &kube::Client, ns: &str, names: [&str; 2]) {
+    harness::restrict(client, ns).await.unwrap();
+    for name in names {
+        harness::apply_example(client, ns, "demo.yaml", name)
+            .await
+            .unwrap();
+    }
+    for name in names {
+        harness::wait_ready(client, ns, name, READY).await.unwrap();
+    }
+}
+
+/// Runs `script` in session `attacker` with a time limit of `timeout` seconds and, 3 s into it,
+/// three commands in session `other`, each of which must answer within 15 s. The attack's exit
+/// code, stderr and how long it took.
+async fn attack_beside(
+    ns: &str,
+    attacker: &str,
+    other: &str,
+    script: String,
+    timeout: &str,
+) -> (i32, String, Duration) {
+    let (ns_a, name, limit) = (ns.to_string(), attacker.to_string(), timeout.to_string());
+    let attack = std::thread::spawn(move || {
+        let started = Instant::now();
+        let (code, _, err) = cli_exec(&ns_a, &name, &script, &["--timeout", &limit]);
+        (code, err, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for i in 0..3 {
+        let started = Instant::now();
+        let (code, out, err) = cli_exec(ns, other, &format!("echo ok{i}"), &[]);
+        assert_eq!(
+            (code, out.as_str()),
+            (0, format!("ok{i}\n").as_str()),
+            "{err}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "session {other}'s command {i} took {:?}",
+            started.elapsed()
+        );
+    }
+    attack.join().unwrap()
+}
+
 #[tokio::test]
 #[ignore = "needs a cluster with the chart installed"]
 async fn one_sessions_fork_bomb_stops_no_other_session_and_dies_whole() {
     with_namespace("bomb", |client, ns| async move {
-        harness::restrict(&client, &ns).await.unwrap();
-        for name in ["bomb-a", "bomb-b"] {
-            harness::apply_example(&client, &ns, "demo.yaml", name)
-                .await
-                .unwrap();
-        }
-        for name in ["bomb-a", "bomb-b"] {
-            harness::wait_ready(&client, &ns, name, READY)
-                .await
-                .unwrap();
-        }
+        two_sessions(&client, &ns, ["bomb-a", "bomb-b"]).await;
         // RLIMIT_NPROC counts per uid across the node: each session has its own.
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let mut uids = Vec::new();
@@ -42,34 +79,15 @@ async fn one_sessions_fork_bomb_stops_no_other_session_and_dies_whole() {
         }
         assert_ne!(uids[0], uids[1], "two sessions share a uid");
 
-        let bomb_ns = ns.clone();
-        let bomb = std::thread::spawn(move || {
-            let started = Instant::now();
-            let r = cli_exec(
-                &bomb_ns,
-                "bomb-a",
-                "b(){ b|b& }; b; sleep 100",
-                &["--timeout", "10"],
-            );
-            (r, started.elapsed())
-        });
-        tokio::time::sleep(Duration::from_secs(3)).await;
         // Session B's commands run while A's bomb is at its limit.
-        for i in 0..3 {
-            let started = Instant::now();
-            let (code, out, err) = cli_exec(&ns, "bomb-b", &format!("echo ok{i}"), &[]);
-            assert_eq!(
-                (code, out.as_str()),
-                (0, format!("ok{i}\n").as_str()),
-                "{err}"
-            );
-            assert!(
-                started.elapsed() < Duration::from_secs(15),
-                "session b's command {i} took {:?}",
-                started.elapsed()
-            );
-        }
-        let ((code, _, err), took) = bomb.join().unwrap();
+        let (code, err, took) = attack_beside(
+            &ns,
+            "bomb-a",
+            "bomb-b",
+            "b(){ b|b& }; b; sleep 100".into(),
+            "10",
+        )
+        .await;
         assert_eq!(
             code,
             124,
@@ -153,43 +171,12 @@ async fn the_worker_pod_runs_no_program_but_the_tools_and_its_commands_cannot_to
 #[ignore = "needs a cluster with the chart installed"]
 async fn a_hydra_dies_whole_before_its_sessions_next_command() {
     with_namespace("hydra", |client, ns| async move {
-        harness::restrict(&client, &ns).await.unwrap();
-        for name in ["hydra-a", "hydra-b"] {
-            harness::apply_example(&client, &ns, "demo.yaml", name)
-                .await
-                .unwrap();
-        }
-        for name in ["hydra-a", "hydra-b"] {
-            harness::wait_ready(&client, &ns, name, READY)
-                .await
-                .unwrap();
-        }
-        let hydra_ns = ns.clone();
-        let hydra = std::thread::spawn(move || {
-            let script = format!(
-                "python3 - 0 <<'KH_PY'\n{}\nKH_PY\n",
-                include_str!("../../attacks/hydra.py")
-            );
-            let started = Instant::now();
-            let r = cli_exec(&hydra_ns, "hydra-a", &script, &["--timeout", "8"]);
-            (r, started.elapsed())
-        });
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        for i in 0..3 {
-            let started = Instant::now();
-            let (code, out, err) = cli_exec(&ns, "hydra-b", &format!("echo ok{i}"), &[]);
-            assert_eq!(
-                (code, out.as_str()),
-                (0, format!("ok{i}\n").as_str()),
-                "{err}"
-            );
-            assert!(
-                started.elapsed() < Duration::from_secs(15),
-                "session b's command {i} took {:?}",
-                started.elapsed()
-            );
-        }
-        let ((code, _, err), took) = hydra.join().unwrap();
+        two_sessions(&client, &ns, ["hydra-a", "hydra-b"]).await;
+        let script = format!(
+            "python3 - 0 <<'KH_PY'\n{}\nKH_PY\n",
+            include_str!("../../attacks/hydra.py")
+        );
+        let (code, err, took) = attack_beside(&ns, "hydra-a", "hydra-b", script, "8").await;
         assert_eq!(code, 124, "the hydra: {err}");
         assert!(
             !err.contains("did not finish in time"),

@@ -22,6 +22,35 @@ pub fn kh(dir: &Path) -> Command {
     c
 }
 
+/// `kube-harness local exec --session SESSION --tier1 none -- SCRIPT` in `dir`, with `HOME` there.
+/// `--tier1 none`: a script the classifier escalates must not run on the host's Tier-1 (which is
+/// no boundary); it is refused instead, so an attack ran on Tier-0 or not at all. The attack
+/// files add their bound (`bound::Bound::hold`) and uid.
+pub fn local_exec(dir: &Path, session: &str, script: &str) -> Command {
+    let mut cmd = kh(dir);
+    cmd.args([
+        "local",
+        "exec",
+        "--session",
+        session,
+        "--tier1",
+        "none",
+        "--",
+    ])
+    .arg(script)
+    .env("HOME", dir);
+    cmd
+}
+
+/// A data directory for `uid` (owned by it; root's when `None`).
+pub fn home(uid: Option<u32>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    if let Some(uid) = uid {
+        std::os::unix::fs::chown(dir.path(), Some(uid), Some(uid)).unwrap();
+    }
+    dir
+}
+
 /// `kube-harness local exec --session s1 EXTRA -- SCRIPT`.
 pub fn exec(dir: &Path, extra: &[&str], script: &str) -> Output {
     kh(dir)
