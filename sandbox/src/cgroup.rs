@@ -243,7 +243,7 @@ impl Pids {
             enable(&h.parent, "pids")
                 .map_err(|e| err(format!("enabling pids in {}", h.parent.display()), e))?;
         }
-        sweep(&h.parent);
+        sweep(&h.parent, true);
         let n = SANDBOXES.fetch_add(1, Ordering::Relaxed);
         // SAFETY: plain getter.
         let pid = unsafe { libc::getpid() };
@@ -400,7 +400,7 @@ fn cpu_plan(pids: &Hierarchy, base: &Path, n: u64, millicores: u64) -> CpuPlan {
     if h.v2 {
         return CpuPlan::None;
     }
-    sweep(&h.parent);
+    sweep(&h.parent, false);
     // SAFETY: plain getter.
     let pid = unsafe { libc::getpid() };
     let base = h.parent.join(format!("kube-harness-{pid}-{n}"));
@@ -428,10 +428,13 @@ impl Drop for Pids {
     }
 }
 
-/// Removes the cgroups of sandboxes whose process is gone, killing what is left in them: a
-/// worker killed with SIGKILL, together with a command's supervisor, leaves the command's tree
-/// running in its cgroup. Best effort, bounded.
-fn sweep(parent: &Path) {
+/// Removes the cgroups of sandboxes whose process is gone, killing what is left in them (`kill`):
+/// a worker killed with SIGKILL, together with a command's supervisor, leaves the command's tree
+/// running in its cgroup. Only the pids hierarchy kills: a worker's cpu cgroup is usually the
+/// root one, shared with workers under other pids cgroups whose leftovers are not its own to end
+/// (their own next sandbox sweeps them); the cpu sweep removes what is empty. Best effort,
+/// bounded.
+fn sweep(parent: &Path, kill: bool) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
@@ -449,7 +452,9 @@ fn sweep(parent: &Path) {
         let base = entry.path();
         for cmd in std::fs::read_dir(&base).into_iter().flatten().flatten() {
             if cmd.file_type().is_ok_and(|t| t.is_dir()) {
-                empty(&cmd.path());
+                if kill {
+                    empty(&cmd.path());
+                }
                 let _ = std::fs::remove_dir(cmd.path());
             }
         }

@@ -32,6 +32,10 @@ const HYDRA: &str = include_str!("../../../tests/attacks/hydra.py");
 /// The next command of the same session sees no heartbeat: the file is no longer written.
 const STILL: &str = include_str!("../../../tests/attacks/still.sh");
 
+/// Uids of this file's own (unprivileged local host, pod-like worker): see the loop below.
+const HYDRA_UID: u32 = 65531;
+const HYDRA_POD_UID: u32 = 65530;
+
 fn root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
@@ -51,7 +55,9 @@ fn a_hydra_dies_whole_with_its_command_on_the_local_host_as_root_and_unprivilege
     if !root() {
         return;
     }
-    for uid in [None, Some(65533)] {
+    // Its own uid: the hydra holds every process RLIMIT_NPROC gives a uid (counted host-wide), so
+    // other tests' commands of 65533 would fail while it runs.
+    for uid in [None, Some(HYDRA_UID)] {
         let bound = Bound::new(&format!("hydra-{}", uid.unwrap_or(0)), 700);
         let dir = home(uid);
         let started = Instant::now();
@@ -88,7 +94,7 @@ fn a_hydra_dies_whole_at_its_time_limit_in_the_worker_pods_mode() {
         return;
     }
     let bound = Bound::new("hydra-pod", 700);
-    let mut pod = PodLike::start(65532, "", Some(&bound), &[]);
+    let mut pod = PodLike::start(HYDRA_POD_UID, "", Some(&bound), &[]);
     let client = pod.client();
     let other = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -120,7 +126,7 @@ fn a_hydra_dies_whole_at_its_time_limit_in_the_worker_pods_mode() {
             );
             // Nothing of the hydra is left: only the worker, its forker and its spare run as
             // the session's uid (python3 processes are the hydra's).
-            let pythons = pythons_of(65532);
+            let pythons = pythons_of(HYDRA_POD_UID);
             assert!(pythons.is_empty(), "{} hydra processes left", pythons.len());
             let r = client.exec(&ExecRequest::new(STILL)).await.unwrap();
             assert_eq!(r.outcome.stdout, "still\n", "{}", r.outcome.stderr);
