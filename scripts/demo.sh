@@ -21,9 +21,10 @@ run() {
 }
 
 echo "== the local host, data in $data"
+caps=""; [ "$(id -u)" = 0 ] && caps=", with every capability"
 echo "   Tier-0 commands run in the sandbox. The escalated one (git) runs on the local Tier-1,"
-echo "   which is this machine's own toolchain as $(id -un) (as root: every capability), on a"
-echo "   copy of the workspace: not a sandbox (--tier1 none refuses escalation instead)."
+echo "   which is this machine's own toolchain as $(id -un)$caps, on a copy of the"
+echo "   workspace: not a sandbox (--tier1 none refuses escalation instead)."
 run 'mkdir -p /session/notes && printf "%s\n" alpha beta gamma > /session/notes/list.txt && wc -l /session/notes/list.txt'
 run 'cd /session/notes && sort -r list.txt | head -2 && export NOTE=kept'
 run 'pwd && echo "NOTE=$NOTE" && env | wc -l && cat /etc/shadow 2>&1 | head -1 && echo x > /usr/x 2>&1 | head -1'
