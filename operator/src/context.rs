@@ -6,6 +6,7 @@ use crate::cache::Caches;
 use crate::config::OperatorConfig;
 use crate::metrics::Metrics;
 use crate::session::usage::Polls;
+use crate::tier1::auth::TierAuth;
 use crate::tier1::limit::OpenLimiter;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
@@ -29,6 +30,8 @@ pub struct Context {
     pub polls: Polls,
     /// How fast each session may open Tier-1 sandboxes through the tier API.
     pub opens: OpenLimiter,
+    /// The tier API's token checks: cached, and bounded per client.
+    pub tier_auth: TierAuth,
     /// How long a reconcile waits for a background poll of its worker that it starts (one that
     /// answers does so in milliseconds; one that does not is left to the background).
     pub report_wait: Duration,
@@ -52,6 +55,7 @@ impl Context {
             caches: Caches::default(),
             polls: Polls::new(trigger),
             opens: OpenLimiter::default(),
+            tier_auth: TierAuth::default(),
             report_wait: REPORT_WAIT,
             poll_triggers: Mutex::new(Some(triggers)),
         }

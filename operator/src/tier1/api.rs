@@ -12,21 +12,23 @@ use super::state;
 use crate::context::Context;
 use crate::kube_util::admission_refusal;
 use crate::labels;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt};
 use kube_harness_crds::condition::reasons;
 use kube_harness_crds::{HarnessSession, SandboxTier};
 use kube_harness_protocol::tier1::{Phase, Sandbox};
+use kube_harness_service_kit::body::{read_request, BodyError, BodyHead};
 use serde::Deserialize;
 use serde_json::json;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use subtle::ConstantTimeEq;
 
 /// An error answer: status and `{"error": message}`, with `Retry-After` (whole seconds, rounded
 /// up) when the caller may try again later.
@@ -34,8 +36,34 @@ use subtle::ConstantTimeEq;
 pub struct ApiError(StatusCode, String, Option<std::time::Duration>);
 
 impl ApiError {
-    fn new(status: StatusCode, message: String) -> Self {
+    pub(super) fn new(status: StatusCode, message: String) -> Self {
         ApiError(status, message, None)
+    }
+
+    /// An answer the caller may try again after `wait` (`Retry-After`).
+    pub(super) fn retry_after(
+        status: StatusCode,
+        message: String,
+        wait: std::time::Duration,
+    ) -> Self {
+        ApiError(status, message, Some(wait))
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.0
+    }
+
+    /// How long the caller is told to wait, when it is.
+    pub fn retry(&self) -> Option<std::time::Duration> {
+        self.2
+    }
+
+    /// 401: a missing Secret or session answers the same, so a name reveals nothing.
+    pub(super) fn unauthorized() -> Self {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "bad or missing bearer token".into(),
+        )
     }
 }
 
@@ -132,38 +160,28 @@ fn check_turn(turn: &str) -> Result<()> {
     Ok(())
 }
 
-/// The bearer must equal the session's worker token (Secret `<session>-token`, key `token`),
-/// compared in constant time. A missing Secret is 401 too: an unknown session reveals nothing.
-async fn authorize(ctx: &Context, ns: &str, session: &str, headers: &HeaderMap) -> Result<()> {
+/// The bearer must equal the session's worker token, checked on the request's head before any
+/// body is read ([`super::auth`]). A missing Secret is 401 too: an unknown session reveals
+/// nothing.
+async fn authorize(ctx: &Context, ns: &str, session: &str, parts: &Parts) -> Result<()> {
     check_name("namespace", ns)?;
     check_name("session", session)?;
-    let unauthorized = || {
-        ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "bad or missing bearer token".into(),
-        )
-    };
-    let bearer = headers
+    let bearer = parts
+        .headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or_else(unauthorized)?;
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let secret = secrets
-        .get_opt(&labels::token_secret(session))
-        .await?
-        .ok_or_else(unauthorized)?;
-    let token = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get("token"))
-        .ok_or_else(unauthorized)?;
-    if bool::from(token.0.as_slice().ct_eq(bearer.as_bytes())) {
-        Ok(())
-    } else {
-        Err(unauthorized())
-    }
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    ctx.tier_auth
+        .check(&ctx.client, peer, ns, session, bearer)
+        .await
 }
+
+/// The largest open request: a turn id (at most 512 characters) and a size, as JSON.
+const MAX_OPEN_BODY: usize = 4096;
 
 async fn read_session(
     ctx: &Context,
@@ -243,14 +261,14 @@ fn ended_turn(ns: &str, session: &str, turn: &str) -> ApiError {
 async fn open(
     State(ctx): State<Arc<Context>>,
     Path((ns, session)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: std::result::Result<Json<OpenRequest>, JsonRejection>,
+    request: Request,
 ) -> Result<Json<Sandbox>> {
     let started = std::time::Instant::now();
     let step = |what: &str| tracing::debug!(%ns, %session, ms = started.elapsed().as_secs_f64() * 1e3, "tier-1 open: {what}");
-    authorize(&ctx, &ns, &session, &headers).await?;
+    let (parts, body) = request.into_parts();
+    authorize(&ctx, &ns, &session, &parts).await?;
     step("authorized");
-    let Json(req) = body.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let req = open_request(&parts, body).await?;
     check_turn(&req.turn)?;
     let (session_read, session_pods, records) = tokio::join!(
         read_session(&ctx, &ns, &session),
@@ -540,6 +558,25 @@ async fn open(
 /// The Sandbox of a turn whose record names `holder`, a pod this request has not read: read now.
 /// Not there yet (the turn's ordinary pod, recorded by an open still creating it) is Pending; any
 /// other pod that is gone, or no longer serves the turn, is Failed.
+/// The open request's body, read only after the token was checked, at the pace every body of
+/// the service keeps (service-kit's `BodyPace`): 408 when it comes too slowly, 413 over
+/// [`MAX_OPEN_BODY`], 400 when it is not the request.
+async fn open_request(parts: &Parts, body: Body) -> Result<OpenRequest> {
+    let head = BodyHead::of(&parts.headers, &parts.extensions);
+    let bytes = read_request(&head, body, MAX_OPEN_BODY)
+        .await
+        .map_err(|e| {
+            let status = match e {
+                BodyError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                BodyError::TooSlow { .. } => StatusCode::REQUEST_TIMEOUT,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            ApiError::new(status, e.to_string())
+        })?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("the open request: {e}")))
+}
+
 async fn recorded_pod(
     ctx: &Arc<Context>,
     ns: &str,
@@ -580,9 +617,9 @@ fn gone(turn: &str, holder: &str) -> Sandbox {
 async fn show(
     State(ctx): State<Arc<Context>>,
     Path((ns, session, turn)): Path<(String, String, String)>,
-    headers: HeaderMap,
+    request: Request,
 ) -> Result<Json<Sandbox>> {
-    authorize(&ctx, &ns, &session, &headers).await?;
+    authorize(&ctx, &ns, &session, &request.into_parts().0).await?;
     check_turn(&turn)?;
     let (session_read, pods, recorded) = tokio::join!(
         read_session(&ctx, &ns, &session),
@@ -620,9 +657,9 @@ async fn show(
 async fn end(
     State(ctx): State<Arc<Context>>,
     Path((ns, session, turn)): Path<(String, String, String)>,
-    headers: HeaderMap,
+    request: Request,
 ) -> Result<StatusCode> {
-    authorize(&ctx, &ns, &session, &headers).await?;
+    authorize(&ctx, &ns, &session, &request.into_parts().0).await?;
     check_turn(&turn)?;
     let (session_read, recorded) = tokio::join!(
         read_session(&ctx, &ns, &session),

@@ -2,6 +2,7 @@
 //! with, warm pools of prepared pods, and the sweep that cleans up after turns that ended badly.
 
 pub mod api;
+pub mod auth;
 pub mod end;
 pub mod limit;
 pub mod open;

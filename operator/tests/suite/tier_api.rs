@@ -1839,3 +1839,63 @@ async fn an_ended_turn_keeps_its_ready_pod_idle_for_the_sessions_next_turn() {
     drain_events(&mut server, NS, 1).await;
     assert_eq!(reply.await.unwrap().0, 204);
 }
+
+/// Issue 30, item 2: the token is checked on the request's head, before any body byte is read.
+/// A POST that sends its headers with a bad token and never its body got no answer for as long
+/// as its client liked (the JSON extractor waited for the body first); now the token Secret is
+/// read at once and the answer is 401. A good token's body that never comes is 408 at the pace
+/// every body keeps, not held (checked in service-kit's pace tests).
+#[tokio::test]
+async fn the_token_is_checked_before_the_body_is_read() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (base, mut server) = start().await;
+    let mut stream = tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /v1/namespaces/{NS}/sessions/demo/sandboxes HTTP/1.1\r\nHost: x\r\n\
+         Authorization: Bearer not-the-token\r\nContent-Type: application/json\r\n\
+         Content-Length: 100\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        session_token(&mut server),
+    )
+    .await
+    .expect("the token is read before the body comes");
+    let mut answer = [0u8; 64];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(3), stream.read(&mut answer))
+        .await
+        .expect("answered without the body")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]).to_string();
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+}
+
+/// Issue 30, item 2: a client that keeps failing token checks is refused with 429 and a wait
+/// before its token is looked at, so a flood of bad tokens costs the API server a bounded number
+/// of Secret reads; another client is checked as usual.
+#[tokio::test]
+async fn a_client_failing_token_checks_is_429_without_a_secret_read() {
+    let (client, mut server) = super::support::client();
+    let mut ctx = Context::new(client, config());
+    ctx.tier_auth = kube_harness_operator::tier1::auth::TierAuth::new(60, 2);
+    let ctx = Arc::new(ctx);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app =
+        api::router(ctx.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let base = format!("http://{addr}");
+    // Three failures spend the burst of two and one more: three Secret reads.
+    for _ in 0..3 {
+        let reply = post(&base, "not-the-token", json!({"turn": "turn-1"})).await;
+        session_token(&mut server).await;
+        assert_eq!(reply.await.unwrap().0, 401);
+    }
+    let reply = post(&base, "not-the-token", json!({"turn": "turn-1"})).await;
+    assert_eq!(reply.await.unwrap().0, 429);
+    let more = tokio::time::timeout(std::time::Duration::from_millis(300), server.next_request());
+    assert!(more.await.is_err(), "a Secret read for a refused client");
+}
