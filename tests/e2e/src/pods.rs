@@ -41,6 +41,55 @@ pub fn command_pod(name: &str, image: &str, command: &[&str], labels: &[(&str, &
     }
 }
 
+/// The worker image: bash, curl and python3 besides the Tier-0 tools.
+pub const WORKER_IMAGE: &str = "localhost/kube-harness/worker:dev";
+
+/// The security context of the restricted Pod Security Standard, which the session namespaces
+/// enforce: a pod of a test that runs in one (a client, a server, a flood) carries it.
+pub fn restricted() -> serde_json::Value {
+    serde_json::json!({
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": true,
+        "runAsUser": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    })
+}
+
+/// A restricted pod of the worker image running `command`, labelled `labels`, with `readiness`
+/// (a probe as JSON) when given: created, not waited for.
+pub async fn create_restricted(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    labels: serde_json::Value,
+    command: &[&str],
+    readiness: Option<serde_json::Value>,
+) {
+    let mut container = serde_json::json!({
+        "name": "main", "image": WORKER_IMAGE, "imagePullPolicy": "IfNotPresent",
+        "command": command, "securityContext": restricted(),
+    });
+    if let Some(probe) = readiness {
+        container["readinessProbe"] = probe;
+    }
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 1,
+            "restartPolicy": "Never",
+            "containers": [container],
+        }
+    }))
+    .unwrap_or_else(|e| panic!("pod {name}: {e}"));
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&kube::api::PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("creating pod {name} in {ns}: {e}"));
+}
+
 /// Adds a readiness probe to the pod's first container.
 pub fn with_readiness(mut pod: Pod, probe: Probe) -> Pod {
     if let Some(c) = pod.spec.as_mut().and_then(|s| s.containers.first_mut()) {

@@ -13,13 +13,12 @@ use kube_harness_crds::tier::SandboxTierSpec;
 use kube_harness_crds::{HarnessSession, SandboxTier};
 use kube_harness_e2e::harness::{self, cli_exec, kubectl, release_namespace, stderr, stdout};
 use kube_harness_e2e::namespace::with_namespace;
-use kube_harness_e2e::pods::wait_ready;
+use kube_harness_e2e::pods::{create_restricted, wait_ready};
 use kube_harness_e2e::tiers::{with_tier, TOOLCHAIN};
 use serde_json::json;
 use std::time::Duration;
 
 const READY: Duration = Duration::from_secs(180);
-const IMAGE: &str = "localhost/kube-harness/worker:dev";
 const WEB_PORT: u16 = 8000;
 
 /// What one connection attempt saw.
@@ -33,40 +32,14 @@ enum Reach {
     Other(String),
 }
 
-/// The restricted security context every pod of these tests runs with (the session namespaces
-/// enforce the restricted Pod Security Standard).
-fn restricted() -> serde_json::Value {
-    json!({
-        "allowPrivilegeEscalation": false,
-        "capabilities": {"drop": ["ALL"]},
-        "runAsNonRoot": true,
-        "runAsUser": 65532,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    })
-}
-
 /// A pod of the worker image running `command` (it has bash, curl and python3), labelled `labels`.
 async fn pod(client: &Client, ns: &str, name: &str, labels: serde_json::Value, command: &[&str]) {
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "automountServiceAccountToken": false,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "main", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
-                "command": command, "securityContext": restricted(),
-                "readinessProbe": if command[0] == "python3" {
-                    json!({"tcpSocket": {"port": WEB_PORT}, "periodSeconds": 1})
-                } else {
-                    json!({"exec": {"command": ["true"]}, "periodSeconds": 1})
-                },
-            }],
-        }
-    }))
-    .unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let readiness = if command[0] == "python3" {
+        json!({"tcpSocket": {"port": WEB_PORT}, "periodSeconds": 1})
+    } else {
+        json!({"exec": {"command": ["true"]}, "periodSeconds": 1})
+    };
+    create_restricted(client, ns, name, labels, command, Some(readiness)).await;
 }
 
 /// A client pod that only waits (commands run in it with `kubectl exec`).
