@@ -3,6 +3,7 @@
 //! ServiceAccount token to create API objects with. Served by every replica: all state is in the
 //! API server, so any replica answers any request.
 
+use super::auth::Refused;
 use super::end;
 use super::open::{self, Claim, Exactly, OpenError, Take};
 use super::pod::{self, Serving};
@@ -86,6 +87,26 @@ impl From<kube::Error> for ApiError {
             StatusCode::SERVICE_UNAVAILABLE,
             format!("Kubernetes API: {e}"),
         )
+    }
+}
+
+impl From<Refused> for ApiError {
+    fn from(r: Refused) -> Self {
+        match r {
+            Refused::Limited(wait) => ApiError::retry_after(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "too many failed token checks from this client; try again in {} ms",
+                    wait.as_millis()
+                ),
+                wait,
+            ),
+            Refused::Unauthorized => ApiError::unauthorized(),
+            Refused::Lookup(e) => e.into(),
+            Refused::ShuttingDown => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down".into())
+            }
+        }
     }
 }
 
@@ -175,9 +196,10 @@ async fn authorize(ctx: &Context, ns: &str, session: &str, parts: &Parts) -> Res
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip());
-    ctx.tier_auth
+    Ok(ctx
+        .tier_auth
         .check(&ctx.client, peer, ns, session, bearer)
-        .await
+        .await?)
 }
 
 /// The largest open request: a turn id (at most 512 characters) and a size, as JSON.

@@ -14,7 +14,6 @@
 //!
 //! In memory, per replica: a bound on what one client costs, not a global count.
 
-use super::api::ApiError;
 use governor::clock::Clock;
 use governor::{DefaultKeyedRateLimiter, Quota};
 use k8s_openapi::api::core::v1::Secret;
@@ -38,6 +37,19 @@ pub const FAILURES_PER_MINUTE: u32 = 60;
 pub const LOOKUPS: usize = 8;
 /// Sessions whose token is kept; past it, the expired ones go, then the oldest.
 const KEPT: usize = 4096;
+
+/// Why a check did not pass; the tier API turns it into its HTTP answer.
+#[derive(Debug)]
+pub enum Refused {
+    /// The client spent its failed checks; it may try again after this long (429).
+    Limited(Duration),
+    /// No bearer, or not the session's token (401).
+    Unauthorized,
+    /// The token could not be read (the API server's error).
+    Lookup(kube::Error),
+    /// The operator is stopping (503).
+    ShuttingDown,
+}
 
 pub struct TierAuth {
     tokens: Mutex<HashMap<(String, String), Kept>>,
@@ -114,16 +126,9 @@ impl TierAuth {
         ns: &str,
         session: &str,
         bearer: Option<&str>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), Refused> {
         if let Some(wait) = peer.and_then(|p| self.refused_for(p)) {
-            return Err(ApiError::retry_after(
-                axum::http::StatusCode::TOO_MANY_REQUESTS,
-                format!(
-                    "too many failed token checks from this client; try again in {} ms",
-                    wait.as_millis()
-                ),
-                wait,
-            ));
+            return Err(Refused::Limited(wait));
         }
         let ok = match bearer {
             Some(bearer) => self.matches(source, ns, session, bearer.as_bytes()).await?,
@@ -135,7 +140,7 @@ impl TierAuth {
         if let Some(peer) = peer {
             self.failed(peer);
         }
-        Err(ApiError::unauthorized())
+        Err(Refused::Unauthorized)
     }
 
     /// How long `peer` is still refused for, if it is.
@@ -173,7 +178,7 @@ impl TierAuth {
         ns: &str,
         session: &str,
         bearer: &[u8],
-    ) -> Result<bool, ApiError> {
+    ) -> Result<bool, Refused> {
         let key = (ns.to_string(), session.to_string());
         let kept = self.kept(&key);
         if let Some(kept) = &kept {
@@ -189,13 +194,12 @@ impl TierAuth {
         {
             return Ok(false);
         }
-        let _permit = self.lookups.acquire().await.map_err(|_| {
-            ApiError::new(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                "shutting down".into(),
-            )
-        })?;
-        let token = source.token(ns, session).await?;
+        let _permit = self
+            .lookups
+            .acquire()
+            .await
+            .map_err(|_| Refused::ShuttingDown)?;
+        let token = source.token(ns, session).await.map_err(Refused::Lookup)?;
         let ok = token.as_deref().is_some_and(|t| equal(t, bearer));
         self.keep(key, token);
         Ok(ok)
@@ -329,7 +333,11 @@ mod tests {
                 .check(&fake, ip(9), "ns", &session, Some("guess"))
                 .await
                 .unwrap_err();
-            statuses.push(e.status().as_u16());
+            statuses.push(match e {
+                Refused::Unauthorized => 401,
+                Refused::Limited(_) => 429,
+                other => panic!("{other:?}"),
+            });
         }
         assert_eq!(
             statuses.iter().filter(|s| **s == 401).count(),
@@ -342,7 +350,7 @@ mod tests {
             .check(&fake, ip(9), "ns", "a", Some("tok"))
             .await
             .unwrap_err();
-        assert!(e.retry().is_some_and(|w| w <= Duration::from_secs(1)));
+        assert!(matches!(e, Refused::Limited(w) if w <= Duration::from_secs(1)));
         auth.check(&fake, ip(2), "ns", "a", Some("tok"))
             .await
             .unwrap();
