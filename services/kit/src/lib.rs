@@ -8,10 +8,12 @@
 //! same mistakes (no token configured, a wrong token, a bad store spec). [`body`] bounds the bodies
 //! of requests and answers for the worker API, its client and the Tier-1 agent the same way: in
 //! size, and for a request, in pace ([`body::BodyPace`], which [`serve_with`] stamps on every
-//! request).
+//! request). [`clients`] bounds what one client may hold: connections per source address, and
+//! requests in flight per bearer identity where a service can tell one (429 past either).
 
 pub mod auth;
 pub mod body;
+pub mod clients;
 pub mod error;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -22,6 +24,7 @@ pub mod store_spec;
 pub mod testing;
 
 pub use auth::{require_bearer, AuthConfig};
+pub use clients::{ClientPermit, RequestsPerClient};
 pub use error::ApiError;
 pub use routes::{with_health_and_metrics, with_health_check, HealthCheck};
 pub use serve::{

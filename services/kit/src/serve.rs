@@ -13,6 +13,12 @@
 //!   connection is closed (nothing is answered: no request was read);
 //! - **idle timeout**: a kept-alive connection with no request in flight is closed after this long
 //!   without a byte from the client;
+//! - **connections per source address**: at most
+//!   [`ConnectionLimits::max_connections_per_source`] from one address (a share of the limit,
+//!   [`crate::clients`]). Past it, a new connection from that address closes the address's own
+//!   longest-waiting idle, half-sent or dripping connection by the rule below, or, when all of them
+//!   are answering requests, is answered 429 with `Retry-After` and closed: a client's flood takes
+//!   its own connections, never another client's (issue 30);
 //! - **max connections**: at most this many connections are open. Accepting one more closes the
 //!   longest-waiting connection that is not answering a request (one still reading a head, or
 //!   idle); if there is none, the one still sending a request body whose handler has not acted
@@ -20,19 +26,24 @@
 //!   answering a request whose body is in, new ones wait in the accept backlog until one
 //!   finishes. So a client holding the maximum number of idle, half-sent or dripping connections
 //!   delays nobody (issue 29: slow `/v1/exec` bodies held every slot, and `/readyz` went
-//!   unanswered): each real request takes the slot of one of them.
+//!   unanswered): each real request takes the slot of one of them. Among equals, the connection
+//!   of the address holding the most goes first.
 //!
 //! A request whose head has arrived is answered, however long its handler takes: handlers bound
 //! their own work (body sizes, command timeouts), and every body keeps the pace of
 //! [`ConnectionLimits::body`], which the server stamps on each request ([`RequestTiming`],
-//! enforced by the readers of [`crate::body`]).
+//! enforced by the readers of [`crate::body`]), beside the bound of requests in flight per client
+//! identity ([`RequestsPerClient`], which a service applies once it knows who asks).
+
+mod refuse;
 
 use crate::body::{BodyPace, RequestTiming};
+use crate::clients::{default_share, RequestsPerClient, DEFAULT_MAX_REQUESTS_PER_CLIENT};
 use axum::Router;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -66,6 +77,12 @@ pub struct ConnectionLimits {
     pub max_connections: usize,
     /// How every request body must keep coming once its head has arrived (408 otherwise).
     pub body: BodyPace,
+    /// The most connections one source address may hold; `None`:
+    /// [`default_share`] of the effective connection limit.
+    pub max_connections_per_source: Option<usize>,
+    /// The most requests one client identity may have in flight, where the service tells
+    /// identities apart ([`RequestsPerClient`]; 429 past it).
+    pub max_requests_per_client: usize,
 }
 
 impl Default for ConnectionLimits {
@@ -75,6 +92,8 @@ impl Default for ConnectionLimits {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             body: BodyPace::default(),
+            max_connections_per_source: None,
+            max_requests_per_client: DEFAULT_MAX_REQUESTS_PER_CLIENT,
         }
     }
 }
@@ -85,8 +104,13 @@ impl ConnectionLimits {
         if self.header_read_timeout.is_zero() || self.idle_timeout.is_zero() {
             return Err("the header read and idle timeouts must be above zero".into());
         }
-        if self.max_connections == 0 {
-            return Err("the connection limit must be at least 1".into());
+        if self.max_connections == 0
+            || self.max_connections_per_source == Some(0)
+            || self.max_requests_per_client == 0
+        {
+            return Err(
+                "the connection limits and the requests per client must be at least 1".into(),
+            );
         }
         self.body.validate()
     }
@@ -108,6 +132,14 @@ impl ConnectionLimits {
         };
         self.max_connections.min(cap).max(1)
     }
+
+    /// The connections one source address may hold, at most the effective limit.
+    pub fn effective_per_source(&self) -> usize {
+        let max = self.effective_max_connections();
+        self.max_connections_per_source
+            .unwrap_or_else(|| default_share(max))
+            .clamp(1, max)
+    }
 }
 
 /// Command-line flags for [`ConnectionLimits`], for a service's `serve` subcommand.
@@ -125,6 +157,15 @@ pub struct ConnectionArgs {
     /// requests, it waits.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
+    /// Most connections from one source address (default: an eighth of --max-connections, at
+    /// least 64 or the limit). Past it the address's own idle or slow connections make room, or
+    /// the new one is answered 429.
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_source: Option<usize>,
+    /// Most requests one client identity (where the service can tell one, e.g. the session
+    /// log's token scope) may have in flight; past it, 429 with Retry-After.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REQUESTS_PER_CLIENT)]
+    pub max_requests_per_client: usize,
 }
 
 impl Default for ConnectionArgs {
@@ -139,6 +180,8 @@ impl From<ConnectionLimits> for ConnectionArgs {
             header_read_timeout: limits.header_read_timeout.as_secs(),
             idle_timeout: limits.idle_timeout.as_secs(),
             max_connections: limits.max_connections,
+            max_connections_per_source: limits.max_connections_per_source,
+            max_requests_per_client: limits.max_requests_per_client,
         }
     }
 }
@@ -150,10 +193,12 @@ impl ConnectionArgs {
             header_read_timeout: Duration::from_secs(self.header_read_timeout),
             idle_timeout: Duration::from_secs(self.idle_timeout),
             max_connections: self.max_connections,
+            max_connections_per_source: self.max_connections_per_source,
+            max_requests_per_client: self.max_requests_per_client,
             ..ConnectionLimits::default()
         };
         limits.validate().map_err(|e| {
-            anyhow::anyhow!("--header-read-timeout, --idle-timeout, --max-connections: {e}")
+            anyhow::anyhow!("--header-read-timeout, --idle-timeout, --max-connections, --max-connections-per-source, --max-requests-per-client: {e}")
         })?;
         Ok(limits)
     }
@@ -195,10 +240,13 @@ pub async fn serve_with(
         .validate()
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let max = limits.effective_max_connections();
+    let per_source = limits.effective_per_source();
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(
             %addr,
             max_connections = max,
+            max_connections_per_source = per_source,
+            max_requests_per_client = limits.max_requests_per_client,
             header_read_timeout_ms = limits.header_read_timeout.as_millis() as u64,
             idle_timeout_ms = limits.idle_timeout.as_millis() as u64,
             "listening"
@@ -214,11 +262,14 @@ pub async fn serve_with(
     let shared = Arc::new(Shared {
         limits,
         max,
-        conns: Mutex::new(HashMap::new()),
+        per_source,
+        conns: Mutex::new(Conns::default()),
         changed: Notify::new(),
         next_id: AtomicU64::new(0),
         last_warning: Mutex::new(None),
+        refusals: refuse::Refusals::default(),
     });
+    let clients = RequestsPerClient::new(limits.max_requests_per_client);
     let (stop_tx, stop_rx) = watch::channel(false);
     let signal = tokio::spawn(async move {
         shutdown.await;
@@ -226,9 +277,9 @@ pub async fn serve_with(
     });
     let mut stop = stop_rx.clone();
     loop {
-        let stream = tokio::select! {
+        let (stream, source) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => stream,
+                Ok((stream, peer)) => (stream, peer.ip().to_canonical()),
                 Err(e) if is_connection_error(&e) => continue,
                 Err(e) => {
                     // Out of descriptors (EMFILE) or another resource: back off, then try again.
@@ -241,11 +292,15 @@ pub async fn serve_with(
             },
             _ = stopped(&mut stop) => break,
         };
+        if !room_for_source(&shared, source) {
+            shared.refusals.refuse(stream, source);
+            continue;
+        }
         if !make_room(&shared, &mut stop).await {
             break;
         }
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let conn = Arc::new(Conn::new());
+        let conn = Arc::new(Conn::new(source));
         lock(&shared.conns).insert(id, conn.clone());
         tokio::spawn(run_connection(
             shared.clone(),
@@ -253,6 +308,7 @@ pub async fn serve_with(
             conn,
             stream,
             router.clone(),
+            clients.clone(),
             stop_rx.clone(),
         ));
     }
@@ -263,7 +319,7 @@ pub async fn serve_with(
         let changed = shared.changed.notified();
         tokio::pin!(changed);
         changed.as_mut().enable();
-        if lock(&shared.conns).is_empty() {
+        if lock(&shared.conns).by_id.is_empty() {
             break;
         }
         changed.await;
@@ -288,9 +344,43 @@ fn is_connection_error(e: &std::io::Error) -> bool {
     )
 }
 
+/// Before a new connection from `source` is served: below the address's share, nothing to do;
+/// at it, close the address's own connection that loses least ([`Track::eviction_rank`]) and
+/// go on (it closes at once). `false` when every connection of the address is answering a
+/// request: the new one is refused (never waited for: the accept loop serves everyone). A share
+/// as large as the limit is no share: the limit's own rule (wait for a slot) applies.
+fn room_for_source(shared: &Shared, source: IpAddr) -> bool {
+    if shared.per_source >= shared.max {
+        return true;
+    }
+    let victim = {
+        let mut conns = lock(&shared.conns);
+        if conns.of(source) < shared.per_source {
+            return true;
+        }
+        let own = conns
+            .by_id
+            .values()
+            .filter(|c| c.source == source && !c.evicting.load(Ordering::Acquire));
+        let victim = match own
+            .filter_map(|c| Some((c.track().eviction_rank()?, c.clone())))
+            .min_by_key(|(rank, _)| *rank)
+        {
+            Some((_, victim)) => victim,
+            None => return false,
+        };
+        // Counted out at once, so the next connection of the address picks another.
+        conns.leaving(&victim);
+        victim
+    };
+    shared.warn_source_full(source);
+    victim.evict.notify_one();
+    true
+}
+
 /// Before a new connection is served: below the limit, nothing to do; at it, close the
-/// connection that loses least ([`Track::eviction_rank`]), or wait for one to close. `false`
-/// when shutdown came first.
+/// connection that loses least ([`Track::eviction_rank`]; among equals, one of the address
+/// holding the most), or wait for one to close. `false` when shutdown came first.
 async fn make_room(shared: &Shared, stop: &mut watch::Receiver<bool>) -> bool {
     loop {
         let changed = shared.changed.notified();
@@ -298,12 +388,17 @@ async fn make_room(shared: &Shared, stop: &mut watch::Receiver<bool>) -> bool {
         changed.as_mut().enable();
         let victim = {
             let conns = lock(&shared.conns);
-            if conns.len() < shared.max {
+            if conns.by_id.len() < shared.max {
                 return true;
             }
             conns
+                .by_id
                 .values()
-                .filter_map(|c| Some((c.track().eviction_rank()?, c.clone())))
+                .filter_map(|c| {
+                    let (class, since) = c.track().eviction_rank()?;
+                    let held = std::cmp::Reverse(conns.of(c.source));
+                    Some(((class, held, since), c.clone()))
+                })
                 .min_by_key(|(rank, _)| *rank)
                 .map(|(_, c)| c)
         };
@@ -323,24 +418,93 @@ async fn make_room(shared: &Shared, stop: &mut watch::Receiver<bool>) -> bool {
 struct Shared {
     limits: ConnectionLimits,
     max: usize,
-    conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    per_source: usize,
+    conns: Mutex<Conns>,
     /// Notified when a connection closes or refuses to be evicted.
     changed: Notify,
     next_id: AtomicU64,
     last_warning: Mutex<Option<Instant>>,
+    refusals: refuse::Refusals,
+}
+
+/// The open connections, and how many each source address holds.
+#[derive(Default)]
+struct Conns {
+    by_id: HashMap<u64, Arc<Conn>>,
+    per_source: HashMap<IpAddr, usize>,
+}
+
+impl Conns {
+    fn insert(&mut self, id: u64, conn: Arc<Conn>) {
+        *self.per_source.entry(conn.source).or_insert(0) += 1;
+        self.by_id.insert(id, conn);
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Some(conn) = self.by_id.remove(&id) {
+            if !conn.evicting.load(Ordering::Acquire) {
+                self.uncount(conn.source);
+            }
+        }
+    }
+
+    /// `conn` was asked to make room for its address: no longer counted in its share.
+    fn leaving(&mut self, conn: &Conn) {
+        if !conn.evicting.swap(true, Ordering::AcqRel) {
+            self.uncount(conn.source);
+        }
+    }
+
+    /// `conn` refused to leave (a request came in meanwhile): counted again.
+    fn staying(&mut self, conn: &Conn) {
+        if conn.evicting.swap(false, Ordering::AcqRel) {
+            *self.per_source.entry(conn.source).or_insert(0) += 1;
+        }
+    }
+
+    fn uncount(&mut self, source: IpAddr) {
+        if let Some(n) = self.per_source.get_mut(&source) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_source.remove(&source);
+            }
+        }
+    }
+
+    fn of(&self, source: IpAddr) -> usize {
+        self.per_source.get(&source).copied().unwrap_or(0)
+    }
 }
 
 impl Shared {
     /// Logs that the limit was reached, at most once every 10 s.
     fn warn_full(&self) {
-        let mut last = lock(&self.last_warning);
-        if last.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
-            *last = Some(Instant::now());
+        if self.may_warn() {
             tracing::warn!(
                 max_connections = self.max,
                 "connection limit reached: closing the longest-waiting idle or half-sent connections to make room"
             );
         }
+    }
+
+    /// Logs that an address reached its share, at most once every 10 s.
+    fn warn_source_full(&self, source: IpAddr) {
+        if self.may_warn() {
+            tracing::warn!(
+                %source,
+                max_connections_per_source = self.per_source,
+                "an address holds its share of connections: its own longest-waiting connection makes room"
+            );
+        }
+    }
+
+    fn may_warn(&self) -> bool {
+        let mut last = lock(&self.last_warning);
+        let due = last.is_none_or(|at| at.elapsed() >= Duration::from_secs(10));
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
     }
 }
 
@@ -405,6 +569,10 @@ impl Track {
 }
 
 struct Conn {
+    /// The client's address (IPv4-mapped IPv6 as IPv4).
+    source: IpAddr,
+    /// Asked to make room for a new connection of its address ([`Conns::leaving`]).
+    evicting: std::sync::atomic::AtomicBool,
     track: Mutex<Track>,
     /// Asks the connection to close if it is evictable.
     evict: Notify,
@@ -413,8 +581,10 @@ struct Conn {
 }
 
 impl Conn {
-    fn new() -> Self {
+    fn new(source: IpAddr) -> Self {
         Conn {
+            source,
+            evicting: std::sync::atomic::AtomicBool::new(false),
             track: Mutex::new(Track {
                 phase: Phase::Head,
                 since: Instant::now(),
@@ -487,13 +657,14 @@ async fn run_connection(
     conn: Arc<Conn>,
     stream: TcpStream,
     router: Router,
+    clients: RequestsPerClient,
     mut stop: watch::Receiver<bool>,
 ) {
     // Unregisters the connection however this task ends.
     struct Registered(Arc<Shared>, u64);
     impl Drop for Registered {
         fn drop(&mut self) {
-            lock(&self.0.conns).remove(&self.1);
+            lock(&self.0.conns).remove(self.1);
             self.0.changed.notify_waiters();
         }
     }
@@ -507,6 +678,7 @@ async fn run_connection(
         router,
         conn: conn.clone(),
         pace: limits.body,
+        clients,
     };
     let http = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
@@ -542,6 +714,7 @@ async fn run_connection(
                     return;
                 }
                 // Busy again: let the acceptor pick another.
+                lock(&shared.conns).staying(&conn);
                 shared.changed.notify_waiters();
             }
             _ = stopped(&mut stop), if !shutting_down => {
@@ -612,12 +785,13 @@ impl AsyncWrite for Tracked {
 
 /// The router, marking its connection busy from a request's head until its response body is
 /// handed over (or dropped), and receiving until the request's body is read to its end; every
-/// request carries its [`RequestTiming`].
+/// request carries its [`RequestTiming`] and the server's [`RequestsPerClient`].
 #[derive(Clone)]
 struct ConnService {
     router: Router,
     conn: Arc<Conn>,
     pace: BodyPace,
+    clients: RequestsPerClient,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -638,6 +812,7 @@ impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for Con
             head_done: Instant::now(),
             pace: self.pace,
         });
+        request.extensions_mut().insert(self.clients.clone());
         Box::pin(async move {
             // A Router is always ready (axum documents it), so `call` needs no `poll_ready`.
             let response = tower_service::Service::call(&mut router, request).await?;

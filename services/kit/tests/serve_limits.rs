@@ -290,3 +290,66 @@ async fn idle_and_half_sent_connections_make_room_before_a_body_in_progress() {
     assert!(response(&mut sending).await.ends_with("got 20"));
     assert!(response(&mut working).await.ends_with("got 10"));
 }
+
+/// Issue 30: an address holds at most its share of connections. Past it, its own idle or
+/// half-sent connection makes room; when all of its connections are answering requests, the new
+/// one is answered 429 with `Retry-After` and closed, while another address is served at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_past_its_share_is_refused_while_another_is_served() {
+    let router = Router::new().route("/ok", get(|| async { "ok" })).route(
+        "/slow",
+        get(|| async {
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            "slow"
+        }),
+    );
+    let listener = kube_harness_service_kit::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = ConnectionLimits {
+        max_connections: 64,
+        max_connections_per_source: Some(2),
+        ..ConnectionLimits::default()
+    };
+    let (_stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(serve_with(listener, router, limits, async {
+        let _ = stopped.await;
+    }));
+    let from = |last: u8| async move {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(SocketAddr::from(([127, 0, 0, last], 0)))
+            .unwrap();
+        socket.connect(addr).await.unwrap()
+    };
+    // A half-sent connection gives way to the address's next one.
+    let mut half = from(2).await;
+    half.write_all(b"GET /ok HTTP/1.1\r\n").await.unwrap();
+    let mut busy = Vec::new();
+    for _ in 0..2 {
+        let mut s = from(2).await;
+        s.write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        busy.push(s);
+    }
+    assert!(closed_after(&mut half, Duration::from_secs(2))
+        .await
+        .is_some());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Both of its connections are answering: the third is refused.
+    let mut third = from(2).await;
+    third.write_all(REQUEST).await.unwrap();
+    let refused = response(&mut third).await;
+    assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
+    assert!(refused.contains("retry-after: 1"), "{refused}");
+    assert!(refused.contains("too_many_connections"), "{refused}");
+    // Another address is served at once.
+    let mut other = from(3).await;
+    other.write_all(REQUEST).await.unwrap();
+    assert!(response(&mut other).await.ends_with("\r\n\r\nok"));
+    for mut s in busy {
+        assert!(response(&mut s).await.ends_with("\r\n\r\nslow"));
+    }
+}

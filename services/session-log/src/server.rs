@@ -3,9 +3,9 @@
 use crate::model::{EventInput, PreparedEvent, RunId, ValidationError, DEFAULT_MAX_PAYLOAD_BYTES};
 use crate::scope::{self, Access};
 use crate::store::{Store, StoreError, MAX_READ_LIMIT};
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Extension, Path, Query, Request, State};
+use axum::body::Body;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Extension, Path, Query, Request, State};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::StatusCode;
 use axum::middleware::Next;
@@ -13,7 +13,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use kube_harness_service_kit::auth::{bearer, unauthorized};
-use kube_harness_service_kit::{with_health_check, ApiError, AuthConfig};
+use kube_harness_service_kit::body::{read_request, BodyError, BodyHead};
+use kube_harness_service_kit::{clients, with_health_check, ApiError, AuthConfig};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -100,9 +101,6 @@ pub fn app(store: Store, config: ServerConfig, mut registry: Registry) -> Router
             get(read_events).post(append_event),
         )
         .route_layer(axum::middleware::from_fn_with_state(config.auth, authorize))
-        .layer(DefaultBodyLimit::max(
-            config.max_payload_bytes + BODY_OVERHEAD,
-        ))
         .route("/v1/openapi.json", get(openapi))
         .fallback(|| async {
             ApiError::not_found("not_found", "no such route; see GET /v1/openapi.json")
@@ -112,7 +110,11 @@ pub fn app(store: Store, config: ServerConfig, mut registry: Registry) -> Router
 }
 
 /// Bearer auth with scopes: the server's token (or no auth configured) reaches every run; a
-/// session-scoped token (`scope` module) only its own. Anything else is the kit's 401.
+/// session-scoped token (`scope` module) only its own. Anything else is the kit's 401. All on the
+/// request's head, before any body byte is read; then a scoped token's requests in flight are
+/// bounded per scope (the kit's `--max-requests-per-client`, 429 past it), so that one session's
+/// flood cannot take every other session's turn (issue 30). The server's token is the
+/// operator's, not a tenant's, and is not bounded.
 async fn authorize(State(auth): State<AuthConfig>, mut request: Request, next: Next) -> Response {
     let header = request.headers().get(AUTHORIZATION);
     let access = if auth.accepts(header) {
@@ -127,8 +129,19 @@ async fn authorize(State(auth): State<AuthConfig>, mut request: Request, next: N
             None => return unauthorized(),
         }
     };
+    let permit = match &access {
+        Access::Scope(scope) => match clients::admit(&request, scope) {
+            Ok(permit) => Some(permit),
+            Err(refused) => return refused.into_response(),
+        },
+        Access::All => None,
+    };
     request.extensions_mut().insert(access);
-    next.run(request).await
+    let response = next.run(request).await;
+    match permit {
+        Some(permit) => permit.hold(response),
+        None => response,
+    }
 }
 
 /// The run a request names, if its token reaches it: 403 otherwise, before anything is read or
@@ -179,11 +192,12 @@ async fn append_event(
     State(state): State<AppState>,
     Extension(access): Extension<Access>,
     path: Result<Path<String>, PathRejection>,
-    body: Result<Bytes, BytesRejection>,
+    head: BodyHead,
+    body: Body,
 ) -> Response {
     let started = Instant::now();
-    let (outcome, response) = match append_inner(&state, authorized_run(path, &access), body).await
-    {
+    let run = authorized_run(path, &access);
+    let (outcome, response) = match append_inner(&state, run, &head, body).await {
         Ok((created, response)) => (if created { "created" } else { "duplicate" }, response),
         Err(e) => {
             let outcome = match e.status {
@@ -206,21 +220,27 @@ async fn append_event(
     response
 }
 
+/// The run is checked (400, 403) before the body is read; the body is read by the kit's paced
+/// reader (`ConnectionLimits::body`: 408 `body_timeout` for a body that does not keep its pace,
+/// 413 past the limit), so nothing is done with an append whose body did not arrive in time.
 async fn append_inner(
     state: &AppState,
     run: Result<RunId, ApiError>,
-    body: Result<Bytes, BytesRejection>,
+    head: &BodyHead,
+    body: Body,
 ) -> Result<(bool, Response), ApiError> {
     let run = run?;
-    let body = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::too_large(format!(
-                "request body over {} bytes; store large content as an immutable artifact and reference it (contentRef)",
-                state.max_payload_bytes + BODY_OVERHEAD
-            ))
-        } else {
-            ApiError::bad_request("invalid_body", e.body_text())
-        }
+    let limit = state.max_payload_bytes + BODY_OVERHEAD;
+    let body = read_request(head, body, limit).await.map_err(|e| match e {
+        BodyError::TooLarge { .. } => ApiError::too_large(format!(
+            "request body over {limit} bytes; store large content as an immutable artifact and reference it (contentRef)"
+        )),
+        BodyError::TooSlow { .. } => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!("{e}; nothing was written"),
+        ),
+        other => ApiError::bad_request("invalid_body", other.to_string()),
     })?;
     let input: EventInput = serde_json::from_slice(&body).map_err(|e| {
         use serde_json::error::Category;

@@ -1,42 +1,69 @@
 //! Request extractors whose rejections are the services' JSON errors (axum's defaults answer in
 //! plain text), so a client always gets `{"error": {"code", "message"}}` with a 4xx.
 
-use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
-use axum::http::StatusCode;
-use axum::Json;
+use axum::http::{header, StatusCode};
+use kube_harness_service_kit::body::{read_request, BodyError, BodyHead};
 use kube_harness_service_kit::ApiError;
 use serde::de::DeserializeOwned;
 
-/// A JSON request body.
+/// A JSON request body, read by the kit's paced reader (`ConnectionLimits::body`) within
+/// [`super::MAX_BODY_BYTES`]: 408 `body_timeout` for a body that does not keep its pace (issue 30:
+/// axum's extractor waited for a dripping body forever), 413 `too_large` past the limit. Bearer
+/// auth is a route layer, so it has answered on the head before this reads a byte.
 pub struct Body<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(value)) => Ok(Body(value)),
-            Err(rejection) => Err(json_rejection(rejection)),
+    async fn from_request(req: Request, _state: &S) -> Result<Self, ApiError> {
+        let (parts, body) = req.into_parts();
+        if !is_json(&parts.headers) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "Expected request with `Content-Type: application/json`",
+            ));
         }
+        let head = BodyHead::of(&parts.headers, &parts.extensions);
+        let bytes = read_request(&head, body, super::MAX_BODY_BYTES)
+            .await
+            .map_err(|e| match e {
+                BodyError::TooLarge { limit } => ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "too_large",
+                    format!("request body over the limit of {limit} bytes"),
+                ),
+                BodyError::TooSlow { .. } => ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "body_timeout",
+                    format!("{e}; nothing was done"),
+                ),
+                other => ApiError::bad_request("invalid_body", other.to_string()),
+            })?;
+        let value = serde_json::from_slice(&bytes).map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => {
+                ApiError::bad_request("invalid_input", format!("invalid request body: {e}"))
+            }
+            _ => ApiError::bad_request("malformed_json", format!("body is not valid JSON: {e}")),
+        })?;
+        Ok(Body(value))
     }
 }
 
-fn json_rejection(rejection: JsonRejection) -> ApiError {
-    match rejection {
-        JsonRejection::JsonSyntaxError(e) => ApiError::bad_request("malformed_json", e.body_text()),
-        JsonRejection::JsonDataError(e) => ApiError::bad_request("invalid_input", e.body_text()),
-        JsonRejection::MissingJsonContentType(e) => ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            e.body_text(),
-        ),
-        JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.body_text())
-        }
-        other => ApiError::bad_request("invalid_body", other.body_text()),
-    }
+/// `application/json` or `application/*+json`, as axum's `Json` extractor requires.
+fn is_json(headers: &axum::http::HeaderMap) -> bool {
+    let Some(mime) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+    else {
+        return false;
+    };
+    let mime = mime.trim().to_ascii_lowercase();
+    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
 }
 
 /// Path parameters.

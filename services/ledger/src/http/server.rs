@@ -6,7 +6,7 @@ use super::api::*;
 use super::extract::{Body, Params, QueryParams};
 use super::metrics::Metrics;
 use crate::ledger::*;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -97,7 +97,6 @@ pub fn router(services: OrchestrationServices, auth: AuthConfig, mut registry: R
     let doc = Arc::new(doc);
     let api = api
         .route_layer(axum::middleware::from_fn_with_state(auth, require_bearer))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(AppState { services, metrics })
         .route(
             "/v1/openapi.json",
