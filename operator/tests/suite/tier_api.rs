@@ -1884,9 +1884,13 @@ async fn a_client_failing_token_checks_is_429_without_a_secret_read() {
     let ctx = Arc::new(ctx);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app =
-        api::router(ctx.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    // Served as the operator serves it (the kit's server gives handlers the client's address).
+    let app = api::router(ctx.clone());
+    tokio::spawn(kube_harness_service_kit::serve(
+        listener,
+        app,
+        std::future::pending(),
+    ));
     let base = format!("http://{addr}");
     // Three failures spend the burst of two and one more: three Secret reads.
     for _ in 0..3 {

@@ -277,9 +277,9 @@ pub async fn serve_with(
     });
     let mut stop = stop_rx.clone();
     loop {
-        let (stream, source) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => (stream, peer.ip().to_canonical()),
+                Ok((stream, peer)) => (stream, peer),
                 Err(e) if is_connection_error(&e) => continue,
                 Err(e) => {
                     // Out of descriptors (EMFILE) or another resource: back off, then try again.
@@ -292,6 +292,7 @@ pub async fn serve_with(
             },
             _ = stopped(&mut stop) => break,
         };
+        let source = peer.ip().to_canonical();
         if !room_for_source(&shared, source) {
             shared.refusals.refuse(stream, source);
             continue;
@@ -306,7 +307,7 @@ pub async fn serve_with(
             shared.clone(),
             id,
             conn,
-            stream,
+            (stream, peer),
             router.clone(),
             clients.clone(),
             stop_rx.clone(),
@@ -655,7 +656,7 @@ async fn run_connection(
     shared: Arc<Shared>,
     id: u64,
     conn: Arc<Conn>,
-    stream: TcpStream,
+    (stream, peer): (TcpStream, std::net::SocketAddr),
     router: Router,
     clients: RequestsPerClient,
     mut stop: watch::Receiver<bool>,
@@ -679,6 +680,7 @@ async fn run_connection(
         conn: conn.clone(),
         pace: limits.body,
         clients,
+        peer,
     };
     let http = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
@@ -792,6 +794,9 @@ struct ConnService {
     conn: Arc<Conn>,
     pace: BodyPace,
     clients: RequestsPerClient,
+    /// The client's address, for handlers that key on it (`ConnectInfo<SocketAddr>`, as
+    /// axum's own `into_make_service_with_connect_info` would give them).
+    peer: std::net::SocketAddr,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -813,6 +818,9 @@ impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for Con
             pace: self.pace,
         });
         request.extensions_mut().insert(self.clients.clone());
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(self.peer));
         Box::pin(async move {
             // A Router is always ready (axum documents it), so `call` needs no `poll_ready`.
             let response = tower_service::Service::call(&mut router, request).await?;
