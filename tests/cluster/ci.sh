@@ -21,7 +21,7 @@ trap finish EXIT
 trap 'exit 130' INT TERM
 
 # The suites that gate CI.
-read -r -a suites <<<"${KH_E2E_SUITES:---test smoke --test operator --test tier1 --test attack --test access --test warm --test persistent --test network --test gitops}"
+read -r -a suites <<<"${KH_E2E_SUITES:---test smoke --test operator --test tier1 --test attack --test access --test warm --test persistent --test network --test gitops --test floods}"
 # The gitops suite (KH_E2E_SUITES="... --test gitops") needs Flux beside the cluster (tests/cluster/flux.sh,
 # started by up.sh).
 [[ " ${suites[*]} " == *" gitops "* ]] && export KH_FLUX=1
