@@ -5,7 +5,11 @@
 # (the attack keeps its count). At the end it prints one JSON line: how many connections were
 # opened, refused at connect, answered (by status), closed without an answer, still open.
 # Bounded: CONNECTIONS and SECONDS are the caller's, and every socket is closed at the end.
-import asyncio, json, sys, time
+import asyncio, json, resource, sys, time
+
+# A container's soft descriptor limit is often 1024: as high as the hard limit allows.
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 HOST, PORT, PATH, TOKEN = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 CONNECTIONS, SECONDS = int(sys.argv[5]), float(sys.argv[6])
