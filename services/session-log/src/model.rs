@@ -13,7 +13,8 @@ pub const MAX_ID_LEN: usize = 200;
 /// referenced from the payload (`contentRef`), not in the log.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 
-/// A validated run id: 1..=200 characters of `[A-Za-z0-9._:-]`, starting with a letter or digit.
+/// A validated run id: 1..=200 characters of `[A-Za-z0-9._:-]`, starting with a letter or digit,
+/// with no `..`.
 ///
 /// No `/`, `\`, `%` or whitespace, so a run id can never address anything but its own run, in a
 /// URL, a file name or a log line.
@@ -22,7 +23,22 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 pub struct RunId(String);
 
 impl RunId {
+    /// A run id a request names: the characters below, and no `..` anywhere (the docs always
+    /// said so; `a..b` was accepted until issue 30).
     pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        let id = Self::parse_stored(raw)?;
+        if raw.contains("..") {
+            return Err(ValidationError::new(
+                "invalid_run_id",
+                "runId must not contain \"..\"".to_string(),
+            ));
+        }
+        Ok(id)
+    }
+
+    /// A run id read back from a store: the character rule only, so runs stored before `..`
+    /// was refused stay readable rather than making the file store refuse to load.
+    pub fn parse_stored(raw: &str) -> Result<Self, ValidationError> {
         let ok_first = raw
             .chars()
             .next()
@@ -222,6 +238,7 @@ mod tests {
         for bad in [
             "",
             "../x",
+            "a..b",
             "a/b",
             "a\\b",
             ".hidden",

@@ -80,7 +80,7 @@ async fn one_tenants_slow_body_floods_leave_another_tenants_exec_and_escalation_
                     .unwrap();
                 let mut report = vec![("no flood".to_string(), baseline)];
                 for target in &targets {
-                    let pod = format!("flood-{}", target.name);
+                    let pod = format!("flood-{}", target.name.replace(' ', "-").to_lowercase());
                     create_restricted(
                         &client,
                         &ns_a,

@@ -69,7 +69,7 @@ pub fn decode(line: &[u8]) -> Result<StoredEvent, BadRecord> {
             format!("record does not hold an event: {e}"),
         )
     })?;
-    if RunId::parse(&event.run_id).is_err() {
+    if RunId::parse_stored(&event.run_id).is_err() {
         return Err(bad(
             None,
             format!("record has an invalid runId {:?}", event.run_id),
@@ -85,7 +85,9 @@ fn guess_run(bytes: &[u8]) -> Option<String> {
         .get("runId")
         .or_else(|| value.get("event").and_then(|e| e.get("runId")))?
         .as_str()?;
-    RunId::parse(run).ok().map(|r| r.as_str().to_string())
+    RunId::parse_stored(run)
+        .ok()
+        .map(|r| r.as_str().to_string())
 }
 
 #[cfg(test)]
