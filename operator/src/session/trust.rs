@@ -163,6 +163,55 @@ mod tests {
         }
     }
 
+    fn secret(uid: &str, keys: &[&str]) -> Secret {
+        let data: serde_json::Map<String, serde_json::Value> = keys
+            .iter()
+            .map(|k| (k.to_string(), "eA==".into()))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "demo-token", "uid": uid}, "data": data
+        }))
+        .unwrap()
+    }
+
+    fn demo() -> HarnessSession {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessSession",
+            "metadata": {"name": "demo", "namespace": "team-a", "uid": "uid-1"}, "spec": {}
+        }))
+        .unwrap()
+    }
+
+    /// Item 7: a token Secret made before the session (the tenant's token) was used as it was,
+    /// and one without `session-log-token` crash-looped the worker. Both are refused now.
+    #[test]
+    fn only_the_secret_the_operator_made_with_its_keys_is_used() {
+        let recorded = HarnessSessionStatus {
+            token_secret: Some("demo-token".into()),
+            token_secret_uid: Some("ours".into()),
+            ..HarnessSessionStatus::default()
+        };
+        let both = ["token", "session-log-token"];
+        let ok = owned_secret(&secret("ours", &both), &demo(), &recorded, true);
+        assert_eq!(ok, Ok(()));
+        let planted = owned_secret(
+            &secret("tenants", &both),
+            &demo(),
+            &HarnessSessionStatus::default(),
+            true,
+        );
+        assert!(planted.unwrap_err().contains("not created by the operator"));
+        let replaced = owned_secret(&secret("tenants", &both), &demo(), &recorded, true);
+        assert!(replaced.is_err(), "another uid than the one recorded");
+        let no_log = owned_secret(&secret("ours", &["token"]), &demo(), &recorded, true);
+        assert!(no_log.unwrap_err().contains("session-log-token"));
+        assert_eq!(
+            owned_secret(&secret("ours", &["token"]), &demo(), &recorded, false),
+            Ok(()),
+            "without a session log the key is not needed"
+        );
+    }
+
     #[test]
     fn a_report_is_bounded_by_the_pods_life_and_the_clock() {
         let now: Timestamp = "2026-12-03T10:00:00Z".parse().unwrap();
