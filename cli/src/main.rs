@@ -67,7 +67,7 @@ enum Command {
     /// Run `true` in a session over each route and print the round trip's p50, p95 and max.
     Ping(ping::PingArgs),
     /// The Tier-0 worker of one session: serves exec, end-turn and status over HTTP.
-    Worker(worker::WorkerArgs),
+    Worker(Box<worker::WorkerArgs>),
     /// The skills keeper of a Tier-1 pod: the one writer of the volume shown read-only at
     /// /.agents there; serves the agent's one loopback connection.
     SkillsKeeper(skills_keeper::SkillsKeeperArgs),
@@ -122,7 +122,7 @@ fn main() -> ExitCode {
         Command::SessionLog(args) => session_log::run(args),
         Command::Ledger(args) => ledger::run(args),
         Command::Local(args) => local::run(args),
-        Command::Worker(args) => worker::run(args),
+        Command::Worker(args) => worker::run(*args),
         Command::SkillsKeeper(args) => skills_keeper::run(args),
         Command::Crdgen(args) => crdgen::run(args),
         Command::Operator(args) => operator::run(args),

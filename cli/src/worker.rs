@@ -305,6 +305,7 @@ fn run_agent(args: WorkerArgs, connections: ConnectionLimits) -> anyhow::Result<
     config.reap_orphans = true;
     config.max_archive_bytes = args.max_archive_bytes;
     config.skills_keeper = args.skills_keeper;
+    config.max_processes = args.max_processes;
     if let Some(max) = args.max_body_bytes {
         config.max_exec_body_bytes = max;
     }

@@ -48,8 +48,25 @@ pub mod reasons {
     /// LimitRange, Pod Security admission, a webhook) refused the worker pod or the workspace
     /// claim; the message is the API server's. Tried again every 10 s.
     pub const ADMISSION_REFUSED: &str = "AdmissionRefused";
-    /// Ready False, Degraded True and Stalled True: the session's workerTier names no SandboxTier.
+    /// Ready False, Degraded True and Stalled True: the session's workerTier names no SandboxTier
+    /// that its namespace may use: none exists by that name, or its namespaceSelector does not
+    /// select the namespace (the message is the same either way, so a tenant cannot tell).
     pub const WORKER_TIER_NOT_FOUND: &str = "WorkerTierNotFound";
+    /// Ready False, Degraded True and Stalled True (phase Failed): the spec passed the CRD's
+    /// validation of its day (or was stored before today's rules) but names something the
+    /// operator cannot use as a name, path, flag or label (the message names each field).
+    /// Nothing is created; the session is looked at again when its spec changes.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Ready False, Degraded True and Stalled True (phase Pending): a Secret of the token
+    /// Secret's name exists that the operator did not create for this session (made before it,
+    /// or by someone else), or it lacks its keys. It is never used; delete it and the operator
+    /// makes the session's own. Tried again every 10 s.
+    pub const TOKEN_SECRET_REFUSED: &str = "TokenSecretRefused";
+    /// Ready False and Reconciling True, in the message of WorkerStarting: a pod of the worker
+    /// pod's name exists that the operator did not create (another uid than the one it
+    /// recorded, or no controller reference to the session); it is deleted, never served or
+    /// asked, and the session's own pod is started. Also a Warning Event.
+    pub const WORKER_POD_NOT_OWNED: &str = "WorkerPodNotOwned";
     /// Ready False, Degraded True and Stalled True: the session's workerTier is not a level-0 tier.
     pub const WORKER_TIER_NOT_LEVEL_ZERO: &str = "WorkerTierNotLevelZero";
     /// Ready False: the session is hibernated; the next exec wakes it.
@@ -98,7 +115,9 @@ pub mod reasons {
     pub const TURN_TIMED_OUT: &str = "TurnTimedOut";
     /// Escalated False: the session names no escalation tier; escalating commands get exit 126.
     pub const NO_ESCALATION_TIER: &str = "NoEscalationTier";
-    /// Escalated False: the escalation tier does not exist; escalating commands get exit 126.
+    /// Escalated False: the escalation tier does not exist, or is not granted to the session's
+    /// namespace (its namespaceSelector; the message is the same either way); escalating
+    /// commands get exit 126.
     pub const ESCALATION_TIER_NOT_FOUND: &str = "EscalationTierNotFound";
     /// Escalated False: the escalation tier is level 0; escalating commands get exit 126.
     pub const ESCALATION_TIER_IS_LEVEL_ZERO: &str = "EscalationTierIsLevelZero";

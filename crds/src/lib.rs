@@ -7,8 +7,10 @@
 #![allow(clippy::duplicated_attributes)]
 
 pub mod condition;
+pub mod selector;
 pub mod session;
 pub mod tier;
+pub mod valid;
 
 pub use condition::Condition;
 pub use session::{HarnessSession, HarnessSessionSpec, HarnessSessionStatus, Phase};

@@ -50,7 +50,8 @@ use serde::{Deserialize, Serialize};
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
-    )
+    ),
+    validation = kube::core::Rule::new("self.metadata.name.size() <= 63").message("a HarnessSession's name is at most 63 characters: it becomes a label value of its pods (kubeharness.dev/session)")
 )]
 #[x_kube(validation = kube::core::Rule::new(
     "!has(self.escalation) || !has(self.escalation.tier) || self.escalation.tier != self.workerTier"
@@ -67,9 +68,10 @@ pub struct HarnessSessionSpec {
     /// Commands refused on every tier (exit 126).
     #[serde(default)]
     pub policy: Policy,
-    /// The level-0 SandboxTier whose pod template runs the session's worker.
+    /// The level-0 SandboxTier whose pod template runs the session's worker: a SandboxTier name
+    /// (a DNS subdomain) granted to the session's namespace by the tier's namespaceSelector.
     #[serde(default = "default_worker_tier")]
-    #[x_kube(validation = kube::core::Rule::new("self.size() > 0").message("workerTier must name a SandboxTier"))]
+    #[x_kube(validation = kube::core::Rule::new(DNS_SUBDOMAIN_RULE).message("workerTier must be a SandboxTier name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"))]
     #[schemars(length(max = 253))]
     pub worker_tier: String,
     /// Where commands go when Tier-0 cannot run them; without a tier they are refused (exit 126).
@@ -94,6 +96,12 @@ pub struct HarnessSessionSpec {
     pub access: Option<Access>,
 }
 
+/// CEL: `self` is a DNS-1123 subdomain (the name of a SandboxTier, ConfigMap, claim or
+/// StorageClass); with the `maxLength` 253 beside it. Never `..` or a `/`, so a name can never
+/// address anything but its own object in an API path.
+pub const DNS_SUBDOMAIN_RULE: &str =
+    "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')";
+
 /// Label a pod in the session's namespace carries to reach sessions whose `spec.access` is unset.
 pub const CLIENT_LABEL: (&str, &str) = ("kubeharness.dev/client", "true");
 
@@ -103,7 +111,9 @@ pub const CLIENT_LABEL: (&str, &str) = ("kubeharness.dev/client", "true");
 pub struct Access {
     /// Peers admitted to the worker's port, as NetworkPolicy peers: podSelector alone selects pods
     /// in the session's namespace, namespaceSelector alone every pod in the namespaces it selects,
-    /// both the selected pods in the selected namespaces. Empty: no pod but the operator.
+    /// both the selected pods in the selected namespaces. Empty: no pod but the operator. At most
+    /// 16 clients, each selector at most 8 matchLabels and 4 matchExpressions of at most 8 values
+    /// (they are copied into the session's NetworkPolicy).
     #[serde(default)]
     #[schemars(length(max = 16))]
     pub clients: Vec<AccessClient>,
@@ -118,9 +128,11 @@ pub struct Access {
 pub struct AccessClient {
     /// Pods admitted (in the session's namespace unless namespaceSelector is set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::selector::bounded_pods")]
     pub pod_selector: Option<LabelSelector>,
     /// Namespaces whose pods are admitted (all of their pods unless podSelector is set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::selector::bounded_namespaces")]
     pub namespace_selector: Option<LabelSelector>,
 }
 
@@ -137,8 +149,10 @@ pub struct Workspace {
     #[x_kube(validation = kube::core::Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))").message("size must be a positive quantity such as 1Gi"))]
     #[schemars(length(max = 32))]
     pub size: String,
-    /// StorageClass of the PVC; the cluster default when unset.
+    /// StorageClass of the PVC (a StorageClass name); the cluster default when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = kube::core::Rule::new(DNS_SUBDOMAIN_RULE).message("storageClassName must be a StorageClass name"))]
+    #[schemars(length(max = 253))]
     pub storage_class_name: Option<String>,
     /// Directories under /persistent/<name> loaded from a source that outlives the session (a
     /// PersistentVolumeClaim or a ConfigMap in the session's namespace) and committed back by
@@ -149,8 +163,11 @@ pub struct Workspace {
     #[schemars(length(max = 16))]
     pub persistent_dirs: Vec<PersistentDir>,
     /// ConfigMaps whose keys appear as files under /.agents/<path>/ (read-only), in the worker
-    /// pod and, as a copy handed over at each escalation, on Tier-1 (never merged back).
+    /// pod and, as a copy handed over at each escalation, on Tier-1 (never merged back). Each
+    /// skill's directory (its path, else its ConfigMap's name) is its own: no two are the same
+    /// and none is inside another.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = kube::core::Rule::new(SKILL_DIRS_RULE).message("skills must each have a directory of their own: no two paths (a skill's path, else its configMap) are the same and none is inside another"))]
     #[schemars(length(max = 16))]
     pub skills: Vec<Skill>,
 }
@@ -165,6 +182,14 @@ impl Default for Workspace {
         }
     }
 }
+
+/// CEL over `workspace.skills`: every skill's directory is its own.
+const SKILL_DIRS_RULE: &str = "self.all(s, self.exists_one(t, (has(t.path) ? t.path : t.configMap) == (has(s.path) ? s.path : s.configMap))) && self.all(s, self.all(t, !(has(t.path) ? t.path : t.configMap).startsWith((has(s.path) ? s.path : s.configMap) + '/')))";
+
+/// CEL: `self` is a relative path of plain names (letters, digits, '.', '_', '-'), no `.` or
+/// `..` segment, no empty segment: canonical, and under the directory it is relative to.
+pub const RELATIVE_PATH_RULE: &str =
+    "self.matches('^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$') && !self.matches('(^|/)[.][.]?(/|$)')";
 
 fn default_size() -> String {
     "1Gi".into()
@@ -215,7 +240,7 @@ pub struct PersistentDirSource {
 #[serde(rename_all = "camelCase")]
 pub struct ClaimSource {
     /// Name of the PersistentVolumeClaim.
-    #[x_kube(validation = kube::core::Rule::new("self.size() > 0").message("claimName must name a PersistentVolumeClaim"))]
+    #[x_kube(validation = kube::core::Rule::new(DNS_SUBDOMAIN_RULE).message("claimName must be a PersistentVolumeClaim name"))]
     #[schemars(length(max = 253))]
     pub claim_name: String,
     /// Directory inside the claim (plain names separated by '/'), created by the first commit.
@@ -231,7 +256,7 @@ pub struct ClaimSource {
 #[serde(rename_all = "camelCase")]
 pub struct ConfigMapSource {
     /// Name of the ConfigMap.
-    #[x_kube(validation = kube::core::Rule::new("self.size() > 0").message("name must name a ConfigMap"))]
+    #[x_kube(validation = kube::core::Rule::new(DNS_SUBDOMAIN_RULE).message("name must be a ConfigMap name"))]
     #[schemars(length(max = 253))]
     pub name: String,
 }
@@ -257,11 +282,14 @@ pub enum CommitPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct Skill {
     /// Name of a ConfigMap in the session's namespace.
-    #[x_kube(validation = kube::core::Rule::new("self.size() > 0").message("configMap must name a ConfigMap"))]
+    #[x_kube(validation = kube::core::Rule::new(DNS_SUBDOMAIN_RULE).message("configMap must be a ConfigMap name"))]
     #[schemars(length(max = 253))]
     pub config_map: String,
-    /// Directory under /.agents (defaults to the ConfigMap name).
+    /// Directory under /.agents (defaults to the ConfigMap name): a relative path of plain names
+    /// (letters, digits, '.', '_', '-'), no '.' or '..' segment, so it stays under /.agents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = kube::core::Rule::new(RELATIVE_PATH_RULE).message("path must be a relative path of plain names under /.agents (no '.', '..', empty segments or leading '/')"))]
+    #[schemars(length(max = 253))]
     pub path: Option<String>,
 }
 
@@ -298,19 +326,25 @@ fn yes() -> bool {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Policy {
-    /// Command names refused wherever they appear in a script (exit 126).
+    /// Command names refused wherever they appear in a script (exit 126): letters, digits, '_',
+    /// '+', '.' and '-', not starting with '-' (a name, never a flag or a path).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(validation = kube::core::Rule::new("self.all(c, c.size() > 0 && !c.contains(' '))").message("denyCommands entries must be single command names"))]
+    #[x_kube(validation = kube::core::Rule::new(DENY_RULE).message("denyCommands entries must be command names: letters, digits, '_', '+', '.' and '-', not starting with '-'"))]
     #[schemars(length(max = 256), inner(length(max = 128)))]
     pub deny_commands: Vec<String>,
 }
+
+/// CEL over `policy.denyCommands`: command names only.
+pub const DENY_RULE: &str = "self.all(c, c.matches('^[A-Za-z0-9_+.][A-Za-z0-9_+.-]*$'))";
 
 /// The tier escalations go to.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Escalation {
-    /// Name of a SandboxTier with level 1 or more; unset: escalating commands are refused.
+    /// Name of a SandboxTier with level 1 or more, granted to the session's namespace by the
+    /// tier's namespaceSelector; unset: escalating commands are refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = kube::core::Rule::new(DNS_SUBDOMAIN_RULE).message("escalation.tier must be a SandboxTier name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"))]
     #[schemars(length(max = 253))]
     pub tier: Option<String>,
 }
@@ -407,6 +441,15 @@ pub struct HarnessSessionStatus {
     /// Name of the Secret holding the worker API token (key `token`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_secret: Option<String>,
+    /// The uid of the token Secret the operator created: a Secret of that name with another uid
+    /// (made by someone else) is never used. Kept by the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_secret_uid: Option<String>,
+    /// The uid of the worker pod the operator created (or claimed from a warm pool): a pod of
+    /// that name with another uid is not the session's and is never served or asked. Kept by the
+    /// operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_pod_uid: Option<String>,
     /// The tier the session's commands run on now (0, or the escalation tier's level).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_tier: Option<u8>,
@@ -483,9 +526,15 @@ pub struct Usage {
     pub tier0_share: Option<String>,
 }
 
+/// The largest value a usage counter takes (2^53 - 1: an integer the API server stores and every
+/// JSON reader reads exactly); a larger one is clamped to it, so a status write never fails on it.
+pub const MAX_COUNTER: u64 = (1 << 53) - 1;
+
 impl Usage {
-    /// The counters, with the Tier-0 share computed from them.
+    /// The counters, each at most [`MAX_COUNTER`], with the Tier-0 share computed from them.
     pub fn new(turns: u64, commands_tier0: u64, commands_tier1: u64, refusals: u64) -> Usage {
+        let [turns, commands_tier0, commands_tier1, refusals] =
+            [turns, commands_tier0, commands_tier1, refusals].map(|c| c.min(MAX_COUNTER));
         let total = commands_tier0 + commands_tier1;
         Usage {
             turns,

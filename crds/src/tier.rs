@@ -4,6 +4,8 @@
 
 use crate::condition::Condition;
 use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Selector, SelectorExt};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -61,6 +63,12 @@ pub struct SandboxTierSpec {
     pub level: u8,
     /// The pod every sandbox of this tier runs in.
     pub template: TierTemplate,
+    /// The namespaces whose HarnessSessions may use this tier (as workerTier or escalation.tier),
+    /// by their labels (`kubernetes.io/metadata.name` names one). `{}` selects every namespace.
+    /// Unset selects none: a tier is granted on purpose, never by omission. A session naming a
+    /// tier its namespace is not granted is refused exactly as if the tier did not exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
     /// What the tier can run beyond the Tier-0 toolset. The classifier's escalation reasons
     /// (version-control, containers, build-toolchain, package-manager, network-client) and the
     /// runtime toggles (python, javascript, network) name them.
@@ -96,6 +104,37 @@ pub struct SandboxTierSpec {
     pub warm_pool: WarmPool,
 }
 
+impl SandboxTierSpec {
+    /// Whether a session in a namespace with `labels` may use this tier: its
+    /// `namespaceSelector` selects the namespace (unset: no namespace; a selector that cannot
+    /// be read: none).
+    pub fn grants(&self, labels: &BTreeMap<String, String>) -> bool {
+        let Some(selector) = &self.namespace_selector else {
+            return false;
+        };
+        match Selector::try_from(selector.clone()) {
+            Ok(s) => s.matches(labels),
+            Err(_) => false,
+        }
+    }
+
+    /// Whether the tier grants every namespace or none whatever its labels (no need to read
+    /// them): `Some(true)` for `{}`, `Some(false)` when unset or unreadable.
+    pub fn grants_without_labels(&self) -> Option<bool> {
+        let Some(selector) = &self.namespace_selector else {
+            return Some(false);
+        };
+        match Selector::try_from(selector.clone()) {
+            Ok(s) if s.selects_all() => Some(true),
+            Ok(_) => None,
+            Err(_) => Some(false),
+        }
+    }
+}
+
+/// Default of `template.maxProcesses` on escalation tiers.
+pub const DEFAULT_MAX_PROCESSES: u32 = 1024;
+
 fn default_idle_timeout() -> u32 {
     300
 }
@@ -119,9 +158,17 @@ pub struct TierTemplate {
     /// Image pull policy: Always, IfNotPresent or Never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<PullPolicy>,
-    /// CPU and memory requests and limits of the sandbox container.
+    /// CPU and memory requests and limits of the sandbox container. On escalation tiers (level
+    /// 1 and up) a limit left out gets the operator's default: cpu 2, memory 4Gi,
+    /// ephemeral-storage 8Gi (the Tier-1 pod's writable layer, logs, /tmp and HOME).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Escalation tiers: the most processes (and threads) a Tier-1 pod's commands may have at
+    /// once, set by its agent as RLIMIT_NPROC; each Tier-1 pod runs as a uid of its own, so the
+    /// bound is the pod's alone. Default 1024. Not used by level 0 (its worker has its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 16, max = 65536))]
+    pub max_processes: Option<u32>,
     /// RuntimeClass for stronger isolation (gVisor, Kata), if the cluster has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_class_name: Option<String>,

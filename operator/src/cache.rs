@@ -43,6 +43,9 @@ pub struct Caches {
     pub pods: Store<Pod>,
     writers: Mutex<Option<Writers>>,
     tokens: Mutex<HashMap<String, Tokens>>,
+    /// The uid of the worker pod the operator last created or adopted for each session, beside
+    /// the one its status records (a status write that failed loses nothing).
+    workers: Mutex<HashMap<String, String>>,
     applied: Mutex<HashMap<ChildKey, Applied>>,
     written: Mutex<HashMap<String, Written>>,
     server_token: Mutex<Option<(Instant, Option<String>)>>,
@@ -95,6 +98,7 @@ impl Default for Caches {
                 pods: pod_writer,
             })),
             tokens: Mutex::new(HashMap::new()),
+            workers: Mutex::new(HashMap::new()),
             applied: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
             server_token: Mutex::new(None),
@@ -301,7 +305,28 @@ impl Caches {
 
     /// Forgets session `key` (deleted): its status write and tokens. Its children's records go
     /// with their Delete events.
+    /// Remembers `uid` as the worker pod the operator made (or adopted) for session `key`.
+    pub fn remember_worker(&self, key: &str, uid: String) {
+        self.workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.to_string(), uid);
+    }
+
+    /// The worker pod uid remembered for session `key`.
+    pub fn worker_uid(&self, key: &str) -> Option<String> {
+        self.workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned()
+    }
+
     pub fn forget_session(&self, key: &str) {
+        self.workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
         self.written
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -8,6 +8,7 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod events;
+pub mod grant;
 pub mod kube_util;
 pub mod labels;
 pub mod leader;

@@ -433,6 +433,11 @@ pub struct WorkerArgs {
         value_name = "N"
     )]
     pub max_connections: usize,
+    /// Tier-1 agent (`--tier 1`): the most processes (and threads) its commands' uid may have at
+    /// once, set as RLIMIT_NPROC on every command. In a Tier-1 pod that uid is the pod's own, so
+    /// this bounds a fork bomb to the pod (docs/tier1.md "Bounds"). Unset: the agent's own limit.
+    #[arg(long, env = "KH_WORKER_MAX_PROCESSES", value_name = "N")]
+    pub max_processes: Option<u64>,
 }
 
 impl WorkerArgs {
@@ -472,6 +477,7 @@ impl WorkerArgs {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT.as_secs(),
             idle_timeout: DEFAULT_IDLE_TIMEOUT.as_secs(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_processes: None,
         }
     }
 
@@ -495,9 +501,10 @@ impl WorkerArgs {
             "--same-session".into(),
             self.same_session.to_string(),
         ];
+        // One argument each, `--deny-command=NAME`: a name that looks like a flag
+        // (`--network=true`) stays the flag's value and can never be read as a flag of its own.
         for deny in &self.deny_command {
-            args.push("--deny-command".into());
-            args.push(deny.clone());
+            args.push(format!("--deny-command={deny}"));
         }
         for dir in &self.persistent_dir {
             args.push("--persistent-dir".into());
@@ -542,6 +549,9 @@ impl WorkerArgs {
         }
         if let Some(max) = self.max_body_bytes {
             flag("max-body-bytes", max.to_string());
+        }
+        if let Some(max) = self.max_processes {
+            flag("max-processes", max.to_string());
         }
         let tuning = [
             (
@@ -713,6 +723,7 @@ mod tests {
             header_read_timeout: 15,
             idle_timeout: 16,
             max_connections: 17,
+            max_processes: Some(18),
         };
         let rendered = args.to_args();
         assert_eq!(parse(&rendered).unwrap(), args);
@@ -727,6 +738,20 @@ mod tests {
                 "{flag} is not rendered: {rendered:?}"
             );
         }
+    }
+
+    /// Issue 30: `denyCommands: ["--network=true"]` was rendered as two arguments, and the
+    /// worker read the second as its own flag (a network toggle the session never asked for, or
+    /// a crash loop). Failed on the old code: `--network=true` parsed as the network toggle.
+    #[test]
+    fn a_deny_entry_that_looks_like_a_flag_stays_a_deny_entry() {
+        let mut args = WorkerArgs::new("/t");
+        args.deny_command = vec!["--network=true".into(), "-x".into(), "git".into()];
+        let rendered = args.to_args();
+        assert!(rendered.contains(&"--deny-command=--network=true".to_string()));
+        let parsed = parse(&rendered).unwrap();
+        assert_eq!(parsed.deny_command, args.deny_command);
+        assert!(!parsed.network, "the network stays off");
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub struct AgentConfig {
     /// The pod's skills keeper (`--skills-keeper`), connected before anything is served. Without
     /// one, a `/` root shows no `/.agents`; any other root shows its `.agents` read-only.
     pub skills_keeper: Option<SocketAddr>,
+    /// RLIMIT_NPROC of every command (`--max-processes`): in a pod, whose uid is its own, the
+    /// most processes the commands may have at once. `None`: the agent's own limit.
+    pub max_processes: Option<u64>,
 }
 
 impl AgentConfig {
@@ -71,6 +74,7 @@ impl AgentConfig {
             reap_orphans: false,
             reap_bound: super::reap::REAP_BOUND,
             skills_keeper: None,
+            max_processes: None,
         }
     }
 }
@@ -384,6 +388,7 @@ impl Agent {
             let limits = ShellLimits {
                 timeout,
                 max_output_bytes: agent.config.max_output_bytes,
+                max_processes: agent.config.max_processes,
                 ..ShellLimits::default()
             };
             let cmd = ShellCommand {

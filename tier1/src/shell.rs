@@ -34,6 +34,10 @@ pub struct ShellLimits {
     pub max_output_bytes: usize,
     /// Cap on the state report (fd 3).
     pub max_state_bytes: usize,
+    /// RLIMIT_NPROC (soft and hard) of the command: counted per uid, so in a Tier-1 pod, whose
+    /// uid is its own, it bounds every process the pod's commands start (a fork bomb gets
+    /// EAGAIN). Never raised above what the agent has. `None`: inherited.
+    pub max_processes: Option<u64>,
 }
 
 impl Default for ShellLimits {
@@ -42,6 +46,7 @@ impl Default for ShellLimits {
             timeout: Duration::from_secs(600),
             max_output_bytes: 1 << 20,
             max_state_bytes: 256 << 10,
+            max_processes: None,
         }
     }
 }
@@ -150,11 +155,30 @@ pub async fn run(
         .kill_on_drop(true);
     let die_with_us = matches!(view, View::Namespace { .. });
     let host_pid = std::process::id() as libc::pid_t;
-    // SAFETY: dup2 and prctl are async-signal-safe; `state_fd` stays open until spawn returns.
+    let nproc = limits.max_processes;
+    // SAFETY: dup2, prctl, getrlimit and setrlimit are async-signal-safe; `state_fd` stays open
+    // until spawn returns.
     unsafe {
         command.pre_exec(move || {
             if libc::dup2(state_fd, 3) != 3 {
                 return Err(std::io::Error::last_os_error());
+            }
+            if let Some(max) = nproc {
+                let mut now = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                if libc::getrlimit(libc::RLIMIT_NPROC, &mut now) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let max = (max as libc::rlim_t).min(now.rlim_max);
+                let limit = libc::rlimit {
+                    rlim_cur: max,
+                    rlim_max: max,
+                };
+                if libc::setrlimit(libc::RLIMIT_NPROC, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             // The local host's `unshare` is killed when the thread that started it exits (the
             // host process's runtime threads live as long as it does): a host stopped by a
@@ -352,6 +376,24 @@ mod tests {
         );
         assert_eq!(r.state, b"state");
         assert!(!r.timed_out);
+    }
+
+    /// Issue 30: a Tier-1 pod's commands had no process bound (`ulimit -u` 96,367, 1,504
+    /// processes ran). The agent now sets RLIMIT_NPROC on each command (`--max-processes`).
+    #[tokio::test]
+    async fn a_process_limit_is_the_commands_rlimit_nproc() {
+        let limits = ShellLimits {
+            max_processes: Some(57),
+            ..ShellLimits::default()
+        };
+        let r = run_direct("ulimit -u; ulimit -Hu", limits).await;
+        assert_eq!(String::from_utf8_lossy(&r.stdout), "57\n57\n");
+        let r = run_direct("ulimit -u", ShellLimits::default()).await;
+        assert_ne!(
+            String::from_utf8_lossy(&r.stdout),
+            "57\n",
+            "unset: inherited"
+        );
     }
 
     #[tokio::test]

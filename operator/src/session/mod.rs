@@ -9,6 +9,7 @@ pub mod persistent;
 pub mod reconcile;
 pub mod resources;
 pub mod status;
+pub mod trust;
 pub mod usage;
 
 pub use reconcile::{error_policy, reconcile};

@@ -210,8 +210,11 @@ async fn cleanup(session: Arc<HarnessSession>, ctx: &Context) -> Result<Action> 
     let ns = session.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     delete_worker(&pods, &worker_pod_name(&session)).await?;
-    // Tier-1 pods live in the operator's namespace: no owner reference can reach them.
-    crate::tier1::sweep::delete_for_session(ctx, &ns, &session.name_any()).await?;
+    // Tier-1 pods are found by their labels: none can carry a name too long to be a label
+    // value (a session stored before the CRD's rule), and asking would fail for good.
+    if session.name_any().len() <= kube_harness_crds::valid::MAX_SESSION_NAME {
+        crate::tier1::sweep::delete_for_session(ctx, &ns, &session.name_any()).await?;
+    }
     let note = if orphaning(&session) {
         "worker pod and Tier-1 pods deleted; the workspace PVC, token Secret, NetworkPolicy and Service are kept (orphan deletion)"
     } else {
@@ -488,9 +491,18 @@ async fn ensure(
     let ns = session.namespace().unwrap_or_default();
     let name = session.name_any();
     let tiers: Api<SandboxTier> = Api::all(ctx.client.clone());
+    // What the CRD's rules refuse today (an object stored before them): nothing is made of it.
+    let problems = kube_harness_crds::valid::problems(session);
+    if !problems.is_empty() {
+        return Ok(Observed::Invalid {
+            message: problems.join("; "),
+        });
+    }
 
-    // The level-0 tier that defines the worker pod.
-    let worker_tier = match tier(ctx, &tiers, &session.spec.worker_tier).await? {
+    // The level-0 tier that defines the worker pod, if the namespace may use it.
+    let worker_tier = tier(ctx, &tiers, &session.spec.worker_tier).await?;
+    let worker_tier = crate::grant::usable(&ctx.client, &ns, worker_tier).await?;
+    let worker_tier = match worker_tier {
         Some(t) if t.spec.level == 0 => t,
         Some(t) => {
             return Ok(Observed::NoWorkerTier(WorkerTierProblem::NotLevelZero {
@@ -501,6 +513,7 @@ async fn ensure(
         None => {
             return Ok(Observed::NoWorkerTier(WorkerTierProblem::NotFound {
                 tier: session.spec.worker_tier.clone(),
+                namespace: ns.clone(),
             }))
         }
     };
@@ -528,6 +541,36 @@ async fn ensure(
         Some(pod) => pod.map(|p| Pod::clone(&p)),
         None => pods.get_opt(&pod_name).await?,
     };
+    // Only the pod the operator made for this session is its worker (the uid recorded at its
+    // create, and a controller reference to the session): one of its name that someone else made
+    // is deleted, never served or asked, and the session's own is started once it is gone.
+    let remembered = ctx.caches.worker_uid(&key(session));
+    let recorded = [old.worker_pod_uid.as_deref(), remembered.as_deref()];
+    let mut not_owned = None;
+    let existing = match existing {
+        Some(pod) if !super::trust::owned_pod(&pod, session, &recorded) => {
+            delete_exactly(&pods, &pod).await?;
+            not_owned = Some(pod);
+            None
+        }
+        existing => existing,
+    };
+    if let Some(pod) = &not_owned {
+        let note = format!(
+            "pod {} (uid {}) was not created by the operator for this session: deleted, never served; the session's own worker pod starts once it is gone",
+            pod.name_any(),
+            pod.uid().unwrap_or_default()
+        );
+        events::publish(
+            ctx,
+            session,
+            true,
+            reasons::WORKER_POD_NOT_OWNED,
+            &note,
+            "Start",
+        )
+        .await;
+    }
     let hibernate = hibernating(session, old);
     let config_maps = if hibernate {
         Vec::new()
@@ -546,7 +589,7 @@ async fn ensure(
     };
     // The children and a warm pod's claim need nothing from each other: made at once, so a warm
     // start waits for one round trip of the API server instead of five (docs/performance.md).
-    let adopting = may_adopt && existing.is_none() && !hibernate;
+    let adopting = may_adopt && existing.is_none() && !hibernate && not_owned.is_none();
     let warm_claim = async {
         if !adopting {
             return Ok(None);
@@ -580,13 +623,14 @@ async fn ensure(
         ensure_service(ctx, &ns, &service),
     );
     let (tokens, pvc, policy, service, warm_claim) = tokio::join!(
-        session_tokens(session, ctx),
+        session_tokens(session, ctx, old),
         pvc,
         policy,
         service,
         warm_claim
     );
     let (tokens, secret_seen) = tokens?;
+    let secret_uid = tokens.secret_uid.clone();
     let mut warm_claim = warm_claim?;
     // A quota or another admission check refusing the claim or the pod is the session's to
     // report (a condition with the API server's message), not an error to back off from.
@@ -595,7 +639,17 @@ async fn ensure(
     service?;
     let token = tokens.token.clone();
     tracing::debug!(session = %name, "ensure: secret, pvc, policy, service, pod");
-    let worker = if hibernate {
+    let mut pod_uid = None;
+    let worker = if let Some(why) = tokens.refused.clone() {
+        // Never a worker on a Secret the operator did not make: its tokens are someone else's.
+        Worker::Running {
+            state: WorkerState::Failing {
+                reason: reasons::TOKEN_SECRET_REFUSED.into(),
+                message: why,
+            },
+            report: None,
+        }
+    } else if hibernate {
         // Hibernation: an idle worker is deleted, the PVC stays; a wake request brings it back.
         if let Some(pod) = &existing {
             if pod.metadata.deletion_timestamp.is_none() {
@@ -637,6 +691,9 @@ async fn ensure(
                 match outcome {
                     warm::adopt::Outcome::Adopted(pod) => {
                         ctx.metrics.session_started(true, None);
+                        if let Some(uid) = pod.uid() {
+                            ctx.caches.remember_worker(&key(session), uid);
+                        }
                         pod_name = pod.name_any();
                         claim = warm::objects::claim_name(&pod_name);
                         Some(*pod)
@@ -670,15 +727,19 @@ async fn ensure(
                         // The pod mounts the token Secret: make sure it is there (the tokens
                         // may be remembered from a Secret deleted since).
                         if !secret_seen {
-                            ensure_secret(session, ctx).await?;
+                            ensure_secret(session, ctx, old).await?;
                         }
-                        if refused.is_some() {
+                        if refused.is_some() || not_owned.is_some() {
+                            // Refused; or a pod someone else made still holds the name.
                             None
                         } else {
                             match create_if_absent(&pods, &desired(&claim, uid)).await {
                                 Ok(created) => {
-                                    if created.is_some() {
+                                    if let Some(pod) = &created {
                                         ctx.metrics.session_started(false, miss);
+                                        if let Some(uid) = pod.uid() {
+                                            ctx.caches.remember_worker(&key(session), uid);
+                                        }
                                     }
                                     created
                                 }
@@ -692,8 +753,12 @@ async fn ensure(
                 }
             }
         };
+        pod_uid = pod.as_ref().and_then(|p| p.uid());
         let state = match (&pod, refused) {
             (Some(pod), _) => worker_state(pod),
+            (None, _) if not_owned.is_some() => WorkerState::Starting {
+                reason: reasons::WORKER_POD_NOT_OWNED.into(),
+            },
             (None, Some((reason, message))) => WorkerState::Failing {
                 reason: reason.into(),
                 message,
@@ -752,6 +817,9 @@ async fn ensure(
             }
             _ => (state, None),
         };
+        let started = pod.as_ref().and_then(super::trust::pod_started);
+        let bound_report =
+            |r: usage::WorkerReport| super::trust::bounded(r, started, Timestamp::now());
         match state {
             WorkerState::Ready { ip } => {
                 let report = match polled {
@@ -772,6 +840,7 @@ async fn ensure(
                             .await
                     }
                 };
+                let report = report.map(bound_report);
                 match report {
                     // An adopted pod that does not answer is not known to serve this session.
                     None if adopted.is_some() => Worker::Running {
@@ -792,7 +861,7 @@ async fn ensure(
                         if !report.busy && idle_expired(session, &report.last_activity) =>
                     {
                         // The report may be a poll old: only the worker's answer now decides.
-                        match usage::poll(&ip, port, &token).await {
+                        match usage::poll(&ip, port, &token).await.map(bound_report) {
                             Some(now) if !now.busy && idle_expired(session, &now.last_activity) => {
                                 delete_worker(&pods, &pod_name).await?;
                                 ctx.polls.forget(&ObjectRef::from_obj(session));
@@ -825,6 +894,8 @@ async fn ensure(
     };
     Ok(Observed::Session(Box::new(Seen {
         token_secret: labels::token_secret(&name),
+        token_secret_uid: secret_uid,
+        worker_pod_uid: pod_uid,
         worker_pod: pod_name,
         workspace_claim: claim,
         worker_port: ctx.config.worker_port,
@@ -844,8 +915,16 @@ async fn observe_escalation(
     let Some(t) = resources::escalation_tier(session).map(str::to_string) else {
         return Ok(Escalation::NoTier);
     };
-    Ok(match tiers.get_opt(&t).await? {
-        None => Escalation::TierNotFound { tier: t },
+    let ns = session.namespace().unwrap_or_default();
+    let read = match crate::grant::plausible(&t) {
+        true => tiers.get_opt(&t).await?,
+        false => None,
+    };
+    Ok(match crate::grant::usable(&ctx.client, &ns, read).await? {
+        None => Escalation::TierNotFound {
+            tier: t,
+            namespace: ns,
+        },
         Some(tier) if tier.spec.level == 0 => Escalation::TierIsLevelZero { tier: t },
         Some(_) if ctx.config.tier_api_url.is_none() => Escalation::NotConfigured { tier: t },
         Some(tier) => {
@@ -880,6 +959,9 @@ async fn tier(
     tiers: &Api<SandboxTier>,
     name: &str,
 ) -> Result<Option<Arc<SandboxTier>>> {
+    if !crate::grant::plausible(name) {
+        return Ok(None);
+    }
     if let Some(t) = ctx.caches.tier(name) {
         return Ok(Some(t));
     }
@@ -930,23 +1012,37 @@ async fn ensure_service(ctx: &Context, ns: &str, svc: &Service) -> Result<()> {
 
 /// The session's tokens: remembered from the Secret once read or created (they never change),
 /// else [`ensure_secret`]; `true` when the Secret was read or created just now.
-async fn session_tokens(session: &HarnessSession, ctx: &Context) -> Result<(SessionTokens, bool)> {
+async fn session_tokens(
+    session: &HarnessSession,
+    ctx: &Context,
+    old: &HarnessSessionStatus,
+) -> Result<(SessionTokens, bool)> {
     let uid = session.uid().unwrap_or_default();
     if let Some(t) = ctx.caches.tokens(&key(session), &uid) {
         let tokens = SessionTokens {
             token: t.token,
             session_log: t.session_log,
+            secret_uid: old.token_secret_uid.clone(),
+            refused: None,
         };
         return Ok((tokens, false));
     }
-    Ok((ensure_secret(session, ctx).await?, true))
+    Ok((ensure_secret(session, ctx, old).await?, true))
 }
 
 /// The session's token Secret: created once with a random token, never rotated by a reconcile
 /// (that would lock out callers mid-session). Returns the token and the session-log token, and
 /// remembers them.
-async fn ensure_secret(session: &HarnessSession, ctx: &Context) -> Result<SessionTokens> {
-    let tokens = ensure_secret_uncached(session, ctx).await?;
+async fn ensure_secret(
+    session: &HarnessSession,
+    ctx: &Context,
+    old: &HarnessSessionStatus,
+) -> Result<SessionTokens> {
+    let tokens = ensure_secret_uncached(session, ctx, old).await?;
+    if tokens.refused.is_some() {
+        // Not remembered: the next reconcile reads the Secret again (deleted by then, perhaps).
+        return Ok(tokens);
+    }
     ctx.caches.remember_tokens(
         &key(session),
         Tokens {
@@ -960,7 +1056,11 @@ async fn ensure_secret(session: &HarnessSession, ctx: &Context) -> Result<Sessio
 
 /// Creates the Secret first (a new session, the common case, costs one request) and reads it only
 /// when it exists already (a restarted operator, or another reconcile that won the race).
-async fn ensure_secret_uncached(session: &HarnessSession, ctx: &Context) -> Result<SessionTokens> {
+async fn ensure_secret_uncached(
+    session: &HarnessSession,
+    ctx: &Context,
+    old: &HarnessSessionStatus,
+) -> Result<SessionTokens> {
     let ns = session.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     let name = labels::token_secret(&session.name_any());
@@ -978,26 +1078,64 @@ async fn ensure_secret_uncached(session: &HarnessSession, ctx: &Context) -> Resu
     };
     let token = new_token();
     let secret = resources::token_secret(session, &token, log_token.as_deref());
-    if create_if_absent(&secrets, &secret).await?.is_some() {
+    if let Some(created) = create_if_absent(&secrets, &secret).await? {
         return Ok(SessionTokens {
             token,
             session_log: log_token,
+            secret_uid: created.uid(),
+            refused: None,
         });
     }
     let existing = secrets.get(&name).await?;
+    // A Secret the operator did not make for this session (a tenant's, made before it) is never
+    // used: its token would be the tenant's choice, and one without its keys stops the worker.
+    if let Err(why) = super::trust::owned_secret(&existing, session, old, log_token.is_some()) {
+        return Ok(SessionTokens {
+            token: String::new(),
+            session_log: None,
+            secret_uid: None,
+            refused: Some(why),
+        });
+    }
     let token = token_of(&existing).ok_or(Error::MissingField("token Secret key `token`"))?;
     let session_log = existing
         .data
         .as_ref()
         .and_then(|d| d.get("session-log-token"))
         .map(|b| String::from_utf8_lossy(&b.0).into_owned());
-    Ok(SessionTokens { token, session_log })
+    Ok(SessionTokens {
+        token,
+        session_log,
+        secret_uid: existing.uid(),
+        refused: None,
+    })
 }
 
-/// The session's bearer token and its session-log token (with a session log).
+/// The session's bearer token and its session-log token (with a session log), the uid of the
+/// Secret that holds them, or why that Secret is not used.
 struct SessionTokens {
     token: String,
     session_log: Option<String>,
+    secret_uid: Option<String>,
+    refused: Option<String>,
+}
+
+/// Deletes exactly `pod` (its uid as a precondition, at once): a pod the operator did not make.
+/// Already gone, or replaced since, is fine.
+async fn delete_exactly(pods: &Api<Pod>, pod: &Pod) -> Result<()> {
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(kube::api::Preconditions {
+            uid: pod.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match pods.delete(&pod.name_any(), &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Deletes a worker pod; already gone is fine.

@@ -31,13 +31,23 @@ pub enum Observed {
     Expired { releasing: bool },
     /// The child objects are in place.
     Session(Box<Seen>),
+    /// The spec names something the operator cannot use as a name, path, flag or label (the
+    /// CRD's rules refuse it today; the object predates them): nothing was made of it.
+    Invalid { message: String },
 }
 
 /// Why the workerTier cannot define the worker pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WorkerTierProblem {
-    NotFound { tier: String },
-    NotLevelZero { tier: String, level: u8 },
+    /// No tier of that name, or one the namespace is not granted (the same to the session).
+    NotFound {
+        tier: String,
+        namespace: String,
+    },
+    NotLevelZero {
+        tier: String,
+        level: u8,
+    },
 }
 
 /// The session with its Secret, PVC and NetworkPolicy in place.
@@ -45,6 +55,10 @@ pub enum WorkerTierProblem {
 pub struct Seen {
     /// Name of the token Secret.
     pub token_secret: String,
+    /// The uid of the token Secret the operator made (`None`: unknown this time, keep the last).
+    pub token_secret_uid: Option<String>,
+    /// The uid of the worker pod the operator made or adopted, when there is one.
+    pub worker_pod_uid: Option<String>,
     /// Name of the worker pod (whether or not it exists).
     pub worker_pod: String,
     /// Name of the workspace PVC.
@@ -61,8 +75,10 @@ pub struct Seen {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Escalation {
     NoTier,
+    /// No tier of that name, or one the namespace is not granted (the same to the session).
     TierNotFound {
         tier: String,
+        namespace: String,
     },
     TierIsLevelZero {
         tier: String,
@@ -127,9 +143,9 @@ pub fn status(
                         "SandboxTier {tier} has level {level}; workerTier must name a level-0 tier"
                     ),
                 ),
-                WorkerTierProblem::NotFound { tier } => (
+                WorkerTierProblem::NotFound { tier, namespace } => (
                     reasons::WORKER_TIER_NOT_FOUND,
-                    format!("SandboxTier {tier} does not exist"),
+                    crate::grant::not_usable(tier, namespace),
                 ),
             };
             set(&mut status, types::DEGRADED, true, reason, message.clone());
@@ -137,6 +153,17 @@ pub fn status(
             kstatus(&mut status, generation, Progress::Stalled(reason, message));
             status.phase = Some(Phase::Pending);
             return (status, Some(WAIT_REQUEUE));
+        }
+        Observed::Invalid { message } => {
+            let message = format!("the spec cannot be acted on: {message}");
+            let reason = reasons::INVALID_SPEC;
+            set(&mut status, types::DEGRADED, true, reason, message.clone());
+            set(&mut status, types::READY, false, reason, message.clone());
+            kstatus(&mut status, generation, Progress::Stalled(reason, message));
+            unreachable(&mut status);
+            status.phase = Some(Phase::Failed);
+            // A spec change brings the session back; nothing else can make it valid.
+            return (status, None);
         }
         Observed::Expired { releasing } => {
             status.phase = Some(Phase::Expired);
@@ -170,6 +197,13 @@ pub fn status(
     };
     let serving_level = escalation(&mut status, generation, &seen.escalation);
     status.token_secret = Some(seen.token_secret.clone());
+    if seen.token_secret_uid.is_some() {
+        status.token_secret_uid = seen.token_secret_uid.clone();
+    }
+    status.worker_pod_uid = match &seen.worker {
+        Worker::Running { .. } => seen.worker_pod_uid.clone(),
+        _ => None,
+    };
     status.workspace_claim = Some(seen.workspace_claim.clone());
     let (state, report) = match &seen.worker {
         Worker::Hibernating {
@@ -316,7 +350,7 @@ pub fn status(
                     format!("starting the worker pod ({reason})"),
                 ),
             );
-            if reason == ADOPTION_UNCONFIRMED {
+            if reason == ADOPTION_UNCONFIRMED || reason == reasons::WORKER_POD_NOT_OWNED {
                 // A Ready pod whose worker has not confirmed this adoption: no pod event will
                 // come, so ask again.
                 WAIT_REQUEUE
@@ -327,13 +361,16 @@ pub fn status(
         WorkerState::Failing { reason, message }
             if reason == reasons::QUOTA_EXCEEDED
                 || reason == reasons::ADMISSION_REFUSED
-                || reason == reasons::PERSISTENT_DIR_SOURCE_MISSING =>
+                || reason == reasons::PERSISTENT_DIR_SOURCE_MISSING
+                || reason == reasons::TOKEN_SECRET_REFUSED =>
         {
             // Not the pod failing: the namespace does not admit it, or lacks a Persistent Dir's
             // source (yet). Tried again, since freed quota or a created source sends no event.
             unreachable(&mut status);
             status.phase = Some(Phase::Pending);
-            let what = if reason == reasons::PERSISTENT_DIR_SOURCE_MISSING {
+            let what = if reason == reasons::PERSISTENT_DIR_SOURCE_MISSING
+                || reason == reasons::TOKEN_SECRET_REFUSED
+            {
                 message.clone()
             } else {
                 format!("the worker pod or its workspace claim was refused: {message}")
@@ -518,7 +555,7 @@ fn escalation(
     let mut serving = None;
     let (escalated, reason, message) = match seen {
         Escalation::NoTier => refused(reasons::NO_ESCALATION_TIER, "no escalation tier is configured: commands that need more than Tier-0 are refused with exit 126".to_string()),
-        Escalation::TierNotFound { tier: t } => refused(reasons::ESCALATION_TIER_NOT_FOUND, format!("SandboxTier {t} does not exist: escalating commands are refused with exit 126")),
+        Escalation::TierNotFound { tier: t, namespace } => refused(reasons::ESCALATION_TIER_NOT_FOUND, format!("{}: escalating commands are refused with exit 126", crate::grant::not_usable(t, namespace))),
         Escalation::TierIsLevelZero { tier: t } => refused(reasons::ESCALATION_TIER_IS_LEVEL_ZERO, format!("SandboxTier {t} is a level-0 tier: escalating commands are refused with exit 126")),
         Escalation::NotConfigured { tier: t } => refused(reasons::ESCALATION_NOT_CONFIGURED, format!("escalation to SandboxTier {t} needs the operator's tier API URL (--tier-api-url): escalating commands are refused with exit 126")),
         Escalation::Usable { tier: t, level, pods } => {

@@ -240,8 +240,9 @@ fn escalation_tier(s: &HarnessSession, ns: &str, session: &str) -> Result<String
         })
 }
 
-/// The escalation tier as read: 409 when it is missing or not level 1 or more.
-fn escalation_level(read: Option<SandboxTier>, name: &str) -> Result<SandboxTier> {
+/// The escalation tier as read and granted to the session's namespace (`crate::grant`): 409 when
+/// it is missing or not granted (the same words either way) or not level 1 or more.
+fn escalation_level(read: Option<SandboxTier>, name: &str, ns: &str) -> Result<SandboxTier> {
     let conflict = |m: String| ApiError::new(StatusCode::CONFLICT, m);
     match read {
         Some(t) if t.spec.level >= 1 => Ok(t),
@@ -249,7 +250,7 @@ fn escalation_level(read: Option<SandboxTier>, name: &str) -> Result<SandboxTier
             "SandboxTier {name} has level {}; escalation needs level 1 or more",
             t.spec.level
         ))),
-        None => Err(conflict(format!("SandboxTier {name} does not exist"))),
+        None => Err(conflict(crate::grant::not_usable(name, ns))),
     }
 }
 
@@ -343,7 +344,12 @@ async fn open(
     let worker_name = crate::session::owned::worker_pod_name(&session_obj);
     let tiers: Api<SandboxTier> = Api::all(ctx.client.clone());
     let (tier, worker, pool) = tokio::join!(
-        tiers.get_opt(&tier_name),
+        async {
+            match crate::grant::plausible(&tier_name) {
+                true => tiers.get_opt(&tier_name).await,
+                false => Ok(None),
+            }
+        },
         async {
             match new_turn {
                 true => Some(workers.get_opt(&worker_name).await),
@@ -360,7 +366,8 @@ async fn open(
             }
         }
     );
-    let tier = escalation_level(tier?, &tier_name)?;
+    let tier = crate::grant::usable(&ctx.client, &ns, tier?).await?;
+    let tier = escalation_level(tier, &tier_name, &ns)?;
     step("tier read");
     let ordinary_name = pod::ordinary_name(&ns, &session, &req.turn);
     if let Some(existing) = recorded

@@ -32,8 +32,94 @@ pub const BIN_DIR: &str = "/kh/bin";
 pub const TOKEN_DIR: &str = "/kh/token";
 /// The writable HOME of the agent.
 pub const HOME: &str = "/home/kh";
-/// UID/GID of the agent (as on Tier-0).
+/// UID/GID of the init container and the skills keeper (as the worker image's).
 pub const UID: i64 = 65532;
+/// The first uid of the range Tier-1 agents run as ([`agent_uid`]): above the worker pods'
+/// range (`session::resources::WORKER_UID_BASE`, 2^30 uids).
+pub const AGENT_UID_BASE: i64 = 100_000 + (1 << 30);
+/// How many uids the agents' range holds (2^30).
+pub const AGENT_UID_SPAN: i64 = 1 << 30;
+
+/// The uid (and gid, and fsGroup) a Tier-1 pod's agent and commands run as: its own, from the
+/// pod's name. RLIMIT_NPROC is counted per uid across the node, so with a uid of its own the
+/// agent's `--max-processes` bounds this pod's commands alone: an escalated fork bomb meets it,
+/// and no other pod's processes count against it (docs/tier1.md "Bounds").
+pub fn agent_uid(pod_name: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(pod_name.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    AGENT_UID_BASE + (u64::from_le_bytes(first) % AGENT_UID_SPAN as u64) as i64
+}
+
+/// Limits a Tier-1 agent container gets for what its tier's `template.resources` leaves out.
+pub const DEFAULT_LIMITS: [(&str, &str); 3] = [
+    ("cpu", "2"),
+    ("memory", "4Gi"),
+    ("ephemeral-storage", "8Gi"),
+];
+/// Requests it gets beside a default limit when the tier asks for none (without them the API
+/// server would take the limits as the requests).
+const DEFAULT_REQUESTS: [(&str, &str); 3] = [
+    ("cpu", "100m"),
+    ("memory", "256Mi"),
+    ("ephemeral-storage", "256Mi"),
+];
+
+/// The agent container's resources: the tier's, with every limit it leaves out set to
+/// [`DEFAULT_LIMITS`] (or to its request, when that asks for more), and a small request beside a
+/// default limit whose resource the tier requests nothing of.
+pub fn agent_resources(template: Option<&ResourceRequirements>) -> ResourceRequirements {
+    let mut r = template.cloned().unwrap_or_default();
+    let mut limits = r.limits.take().unwrap_or_default();
+    let mut requests = r.requests.take().unwrap_or_default();
+    for ((name, limit), (_, request)) in DEFAULT_LIMITS.iter().zip(DEFAULT_REQUESTS.iter()) {
+        if limits.contains_key(*name) {
+            continue;
+        }
+        let asked = requests.get(*name).cloned();
+        let limit = match asked.as_ref().and_then(|q| quantity(&q.0)) {
+            Some(asked_for) if quantity(limit).is_some_and(|l| asked_for > l) => {
+                asked.clone().unwrap_or_default()
+            }
+            _ => Quantity((*limit).into()),
+        };
+        limits.insert((*name).into(), limit);
+        if asked.is_none() {
+            requests.insert((*name).into(), Quantity((*request).into()));
+        }
+    }
+    r.limits = Some(limits);
+    r.requests = Some(requests);
+    r
+}
+
+/// A quantity as a number (cores or bytes), for the forms a tier writes: plain, `m`, and the
+/// decimal and binary suffixes. `None` for anything else.
+fn quantity(q: &str) -> Option<f64> {
+    let q = q.trim();
+    let units: [(&str, f64); 13] = [
+        ("Ki", 1024f64),
+        ("Mi", 1024f64.powi(2)),
+        ("Gi", 1024f64.powi(3)),
+        ("Ti", 1024f64.powi(4)),
+        ("Pi", 1024f64.powi(5)),
+        ("Ei", 1024f64.powi(6)),
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+        ("E", 1e18),
+    ];
+    for (suffix, factor) in units {
+        if let Some(n) = q.strip_suffix(suffix) {
+            return n.parse::<f64>().ok().map(|n| n * factor);
+        }
+    }
+    q.parse().ok()
+}
 /// Path of the binary in the worker image.
 const WORKER_BINARY: &str = "/usr/local/bin/kube-harness";
 /// The container that writes the skills volume (`kube-harness skills-keeper`).
@@ -43,8 +129,9 @@ const KEEPER_ADDR: &str = "127.0.0.1:8079";
 /// Where the keeper's container mounts the skills volume (read-write, the only one that does).
 const KEEPER_DIR: &str = "/kh/agents";
 /// What the pod's own parts are (containers, volumes, arguments), in the template hash: a pod
-/// an older operator built differently is never claimed or kept. 2: the skills keeper.
-const POD_LAYOUT: u32 = 2;
+/// an older operator built differently is never claimed or kept. 2: the skills keeper. 3: a uid
+/// of its own, default limits and the process limit (issue 30).
+const POD_LAYOUT: u32 = 3;
 
 /// Why an ordinary pod serves a pooled tier (docs/tier1.md, `missReason`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -351,7 +438,10 @@ fn keeper(config: &OperatorConfig) -> Container {
                 ("cpu".into(), Quantity("10m".into())),
                 ("memory".into(), Quantity("16Mi".into())),
             ])),
-            limits: Some(BTreeMap::from([("memory".into(), Quantity("64Mi".into()))])),
+            limits: Some(BTreeMap::from([
+                ("memory".into(), Quantity("64Mi".into())),
+                ("ephemeral-storage".into(), Quantity("128Mi".into())),
+            ])),
             ..ResourceRequirements::default()
         }),
         security_context: Some(SecurityContext {
@@ -414,6 +504,12 @@ pub fn pod(name: &str, tier: &SandboxTier, purpose: &Purpose, config: &OperatorC
             format!("{TOKEN_DIR}/token"),
             "--skills-keeper".into(),
             KEEPER_ADDR.into(),
+            "--max-processes".into(),
+            tier.spec
+                .template
+                .max_processes
+                .unwrap_or(kube_harness_crds::tier::DEFAULT_MAX_PROCESSES)
+                .to_string(),
         ]),
         // The tier's variables first: HOME and TMPDIR are the pod's own volumes (the CRD refuses
         // them in the tier, and these come last, so they win anyway).
@@ -441,8 +537,12 @@ pub fn pod(name: &str, tier: &SandboxTier, purpose: &Purpose, config: &OperatorC
             failure_threshold: Some(3),
             ..Probe::default()
         }),
-        resources: template.resources.clone(),
-        security_context: Some(restricted_container()),
+        resources: Some(agent_resources(template.resources.as_ref())),
+        // A uid of its own: the process limit above is this pod's alone.
+        security_context: Some(SecurityContext {
+            privileged: Some(false),
+            ..restricted(agent_uid(name))
+        }),
         volume_mounts: Some(vec![
             mount("kh-bin", BIN_DIR, true),
             mount("token", TOKEN_DIR, true),
@@ -490,7 +590,7 @@ pub fn pod(name: &str, tier: &SandboxTier, purpose: &Purpose, config: &OperatorC
             node_selector: (!template.node_selector.is_empty())
                 .then(|| template.node_selector.clone()),
             tolerations: (!template.tolerations.is_empty()).then(|| template.tolerations.clone()),
-            security_context: Some(restricted_pod(UID)),
+            security_context: Some(restricted_pod(agent_uid(name))),
             ..PodSpec::default()
         }),
         status: None,

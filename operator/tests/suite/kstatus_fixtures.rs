@@ -21,6 +21,8 @@ fn dir() -> PathBuf {
 fn seen(worker: Worker) -> Observed {
     Observed::Session(Box::new(Seen {
         token_secret: "s-token".into(),
+        token_secret_uid: None,
+        worker_pod_uid: None,
         worker_pod: "s-worker".into(),
         workspace_claim: "s-workspace".into(),
         worker_port: 8080,
@@ -104,6 +106,7 @@ fn sessions() -> Vec<(&'static str, Value)> {
             2,
             vec![Observed::NoWorkerTier(WorkerTierProblem::NotFound {
                 tier: "gone".into(),
+                namespace: "team-a".into(),
             })],
         ),
         (

@@ -6,6 +6,7 @@ mod reconcile_scale;
 mod reconcile_warm;
 mod resources;
 mod support;
+mod tenants;
 mod tier1_objects;
 mod tier1_sweep;
 mod tier_api;

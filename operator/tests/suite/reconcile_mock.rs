@@ -38,7 +38,7 @@ fn tier0() -> Value {
     json!({
         "apiVersion": "kubeharness.dev/v1alpha1", "kind": "SandboxTier",
         "metadata": {"name": "tier0", "uid": "t0", "generation": 1},
-        "spec": {"level": 0, "template": {"image": "example.org/kh:1"}, "capabilities": ["python", "javascript"]}
+        "spec": {"namespaceSelector": {}, "level": 0, "template": {"image": "example.org/kh:1"}, "capabilities": ["python", "javascript"]}
     })
 }
 
@@ -333,10 +333,7 @@ async fn a_session_gets_secret_pvc_policy_restricted_pod_and_status_in_order() {
         .iter()
         .map(|a| a.as_str().unwrap())
         .collect();
-    assert!(
-        args.windows(2).any(|w| w == ["--deny-command", "shutdown"]),
-        "{args:?}"
-    );
+    assert!(args.contains(&"--deny-command=shutdown"), "{args:?}");
     assert!(args.contains(&"--network=false"), "{args:?}");
     let mounts: Vec<&str> = c["volumeMounts"]
         .as_array()
@@ -520,9 +517,11 @@ async fn escalating_reconcile(
 ) -> (Value, Value, Vec<Value>) {
     let (client, mut server) = super::support::client();
     let mut extra = json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"]}, "spec": {"escalation": {"tier": "rust"}}});
+    // A session whose token Secret the operator made (its uid recorded): read back, not refused.
+    extra["status"] = json!({"tokenSecret": "demo-token", "tokenSecretUid": "secret-uid-1"});
     if let Some((status, reason)) = escalated {
-        extra["status"] = json!({"conditions": [{"type": "Escalated", "status": status, "reason": reason,
-            "message": "earlier", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+        extra["status"]["conditions"] = json!([{"type": "Escalated", "status": status, "reason": reason,
+            "message": "earlier", "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
     }
     let obj = session_obj(extra);
     let config = OperatorConfig {
@@ -537,7 +536,7 @@ async fn escalating_reconcile(
     expect(&mut server, "GET", "/apis/kubeharness.dev/v1alpha1/sandboxtiers/rust", 200, json!({
         "apiVersion": "kubeharness.dev/v1alpha1", "kind": "SandboxTier",
         "metadata": {"name": "rust", "uid": "t1", "generation": 1},
-        "spec": {"level": 2, "template": {"image": "rust:1"}, "capabilities": ["build-toolchain"]}
+        "spec": {"namespaceSelector": {}, "level": 2, "template": {"image": "rust:1"}, "capabilities": ["build-toolchain"]}
     })).await;
     let list = expect(
         &mut server,
@@ -727,6 +726,7 @@ fn ready_status() -> Value {
     json!({
         "phase": "Ready", "observedGeneration": 3, "workerPod": "demo-worker",
         "workspaceClaim": "demo-workspace", "tokenSecret": "demo-token",
+        "workerPodUid": "pod-uid-1", "tokenSecretUid": "secret-uid-1",
         "conditions": [
             c("Ready", "True", reasons::WORKER_READY),
             c("Reconciling", "False", reasons::RECONCILED),
@@ -745,7 +745,8 @@ async fn worker_pod_present(server: &mut Handle) {
         "GET",
         &format!("/api/v1/namespaces/{NS}/pods/demo-worker"),
         200,
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker", "namespace": NS},
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker", "namespace": NS,
+                "uid": "pod-uid-1", "ownerReferences": super::support::owned_by_demo()},
             "status": super::support::running_ready_on_loopback()}),
     )
     .await;

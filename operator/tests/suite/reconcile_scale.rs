@@ -23,6 +23,9 @@ fn session_obj() -> HarnessSession {
         "metadata": {"name": "demo", "namespace": NS, "uid": "uid-1", "generation": 3,
                      "resourceVersion": "10", "finalizers": ["kubeharness.dev/cleanup"]},
         "spec": {},
+        // What the operator recorded when it made the pod and the Secret.
+        "status": {"workerPod": "demo-worker", "workerPodUid": "pod-uid-1",
+                   "tokenSecret": "demo-token", "tokenSecretUid": "secret-uid-1"},
     }))
     .unwrap()
 }
@@ -64,7 +67,7 @@ fn cached_context(client: kube::Client, port: u16) -> Arc<Context> {
     let tier: SandboxTier = serde_json::from_value(json!({
         "apiVersion": "kubeharness.dev/v1alpha1", "kind": "SandboxTier",
         "metadata": {"name": "tier0", "uid": "t0", "generation": 1, "resourceVersion": "1"},
-        "spec": {"level": 0, "template": {"image": "example.org/kh:1"}, "capabilities": ["python"]}
+        "spec": {"namespaceSelector": {}, "level": 0, "template": {"image": "example.org/kh:1"}, "capabilities": ["python"]}
     }))
     .unwrap();
     writers
@@ -81,6 +84,7 @@ fn cached_context(client: kube::Client, port: u16) -> Arc<Context> {
     );
     let mut pod: Pod = desired;
     pod.metadata.resource_version = Some("5".into());
+    pod.metadata.uid = Some("pod-uid-1".into());
     pod.status = Some(super::support::running_ready_on_loopback());
     writers
         .pods

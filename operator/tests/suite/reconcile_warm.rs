@@ -75,7 +75,7 @@ fn warm_context(client: kube::Client, port: u16) -> (Arc<Context>, Pod) {
     let tier: SandboxTier = serde_json::from_value(json!({
         "apiVersion": "kubeharness.dev/v1alpha1", "kind": "SandboxTier",
         "metadata": {"name": "tier0", "uid": "t0", "generation": 1, "resourceVersion": "1"},
-        "spec": {"level": 0, "template": {"image": "example.org/kh:1"}, "capabilities": ["python"],
+        "spec": {"namespaceSelector": {}, "level": 0, "template": {"image": "example.org/kh:1"}, "capabilities": ["python"],
                  "warmPool": {"size": 1, "namespaces": [NS]}}
     }))
     .unwrap();

@@ -52,6 +52,76 @@ fn as_json(p: &Pod) -> Value {
     serde_json::to_value(p).unwrap()
 }
 
+/// Issue 30: a Tier-1 pod had no memory, CPU, storage or process bound (`pids.max=max`, no
+/// memory limit, `ulimit -u` 96,367 for uid 65532, which every Tier-1 pod on the node shared).
+/// Failed on the old code: no limits but the tier's memory, no `--max-processes`, uid 65532.
+#[test]
+fn a_tier1_pod_is_bounded_by_its_tier_with_safe_defaults_and_a_uid_of_its_own() {
+    let config = OperatorConfig::for_namespace("kh");
+    let agent = |tier: &SandboxTier, name: &str| {
+        let p = as_json(&pod::pod(name, tier, &serving(), &config));
+        p["spec"]["containers"][0].clone()
+    };
+    // The tier sets a memory limit only: the rest are the defaults, with small requests.
+    let a = agent(&rust(0), "t1-x");
+    let limits = &a["resources"]["limits"];
+    assert_eq!(
+        (
+            &limits["memory"],
+            &limits["cpu"],
+            &limits["ephemeral-storage"]
+        ),
+        (&json!("4Gi"), &json!("2"), &json!("8Gi"))
+    );
+    let requests = &a["resources"]["requests"];
+    assert_eq!(
+        (&requests["cpu"], &requests["ephemeral-storage"]),
+        (&json!("100m"), &json!("256Mi"))
+    );
+    assert!(
+        requests.get("memory").is_none(),
+        "the tier's limit is its request"
+    );
+    let args: Vec<&str> = a["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        args.windows(2).any(|w| w == ["--max-processes", "1024"]),
+        "{args:?}"
+    );
+    // A uid of its own, out of the worker pods' range: RLIMIT_NPROC counts this pod alone.
+    let uid = a["securityContext"]["runAsUser"].as_i64().unwrap();
+    assert_eq!(uid, pod::agent_uid("t1-x"));
+    assert_ne!(uid, pod::agent_uid("t1-y"));
+    assert!(uid >= pod::AGENT_UID_BASE && uid != pod::UID);
+    // The tier's own bounds win; a request above a default limit lifts that limit to it.
+    let mut bounded = rust(0);
+    bounded.spec.template.max_processes = Some(300);
+    bounded.spec.template.resources = Some(
+        serde_json::from_value(json!({
+            "limits": {"cpu": "500m"}, "requests": {"memory": "6Gi"}
+        }))
+        .unwrap(),
+    );
+    let a = agent(&bounded, "t1-x");
+    assert_eq!(a["resources"]["limits"]["cpu"], "500m");
+    assert_eq!(a["resources"]["limits"]["memory"], "6Gi");
+    assert_eq!(a["resources"]["requests"]["memory"], "6Gi");
+    let args: Vec<&str> = a["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        args.windows(2).any(|w| w == ["--max-processes", "300"]),
+        "{args:?}"
+    );
+}
+
 #[test]
 fn the_tier1_pod_meets_restricted_pod_security_with_no_token_and_no_worker_environment() {
     let config = OperatorConfig::for_namespace("kh");
@@ -77,7 +147,11 @@ fn the_tier1_pod_meets_restricted_pod_security_with_no_token_and_no_worker_envir
             psc["runAsGroup"].as_i64(),
             psc["fsGroup"].as_i64()
         ),
-        (Some(65532), Some(65532), Some(65532))
+        (
+            Some(pod::agent_uid("t1-x")),
+            Some(pod::agent_uid("t1-x")),
+            Some(pod::agent_uid("t1-x"))
+        )
     );
     assert_eq!(psc["seccompProfile"]["type"], "RuntimeDefault");
     let containers: Vec<&Value> = spec["initContainers"]

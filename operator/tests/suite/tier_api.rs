@@ -81,7 +81,7 @@ fn tier(pool: u32, observed: bool) -> Value {
     let mut v = json!({
         "apiVersion": "kubeharness.dev/v1alpha1", "kind": "SandboxTier",
         "metadata": {"name": "rust", "uid": "tier-uid", "generation": 1},
-        "spec": {"level": 1, "template": {"image": "example.org/toolchain:1", "imagePullPolicy": "Never"},
+        "spec": {"namespaceSelector": {}, "level": 1, "template": {"image": "example.org/toolchain:1", "imagePullPolicy": "Never"},
                  "capabilities": ["version-control"], "warmPool": {"size": pool, "namespaces": [NS]}},
     });
     if observed {
@@ -545,7 +545,9 @@ async fn post_creates_an_ordinary_pod_and_its_secret() {
             "--token-file",
             "/kh/token/token",
             "--skills-keeper",
-            "127.0.0.1:8079"
+            "127.0.0.1:8079",
+            "--max-processes",
+            "1024"
         ])
     );
     assert_eq!(

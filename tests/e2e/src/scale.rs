@@ -89,6 +89,7 @@ pub fn fake_node_tier(name: &str, run: &str) -> SandboxTier {
             "tolerations": [fake_toleration()],
         },
         "capabilities": ["python", "javascript"],
+        "namespaceSelector": {},
     }))
     .expect("a valid SandboxTier spec");
     let mut tier = SandboxTier::new(name, spec);

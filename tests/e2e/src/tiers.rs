@@ -24,6 +24,8 @@ pub fn toolchain_tier(name: &str) -> SandboxTier {
         "egress": {"mode": "Deny"},
         "idleTimeoutSeconds": 0,
         "warmPool": {"size": 0},
+        // Granted to every namespace: each test's session is in a namespace of its own.
+        "namespaceSelector": {},
     }))
     .expect("a valid SandboxTier spec");
     SandboxTier::new(name, spec)

@@ -359,6 +359,7 @@ fn tier(name: &str, egress: serde_json::Value) -> SandboxTier {
         "egress": egress,
         "idleTimeoutSeconds": 0,
         "warmPool": {"size": 0},
+        "namespaceSelector": {},
     }))
     .expect("a valid SandboxTier spec");
     SandboxTier::new(name, spec)

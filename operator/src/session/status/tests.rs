@@ -81,6 +81,8 @@ fn ready() -> WorkerState {
 fn seen(escalation: Escalation, worker: Worker) -> Observed {
     Observed::Session(Box::new(Seen {
         token_secret: "s-token".into(),
+        token_secret_uid: None,
+        worker_pod_uid: None,
         worker_pod: "s-worker".into(),
         workspace_claim: "s-workspace".into(),
         worker_port: PORT,
@@ -146,12 +148,14 @@ struct Want {
 #[test]
 fn status_follows_the_observations() {
     let hibernated_before = with(&[(types::HIBERNATED, true, reasons::IDLE_TIMEOUT, "idle")]);
-    let cases: Vec<(&str, HarnessSessionStatus, Observed, Want)> =
-        vec![
+    let cases: Vec<(&str, HarnessSessionStatus, Observed, Want)> = vec![
         (
             "worker tier missing: Pending, not Ready, Degraded; nothing else touched",
             HarnessSessionStatus::default(),
-            Observed::NoWorkerTier(WorkerTierProblem::NotFound { tier: "w".into() }),
+            Observed::NoWorkerTier(WorkerTierProblem::NotFound {
+                tier: "w".into(),
+                namespace: "ns".into(),
+            }),
             Want {
                 phase: Some(Phase::Pending),
                 ready: f(reasons::WORKER_TIER_NOT_FOUND),
@@ -334,7 +338,13 @@ fn status_follows_the_observations() {
         (
             "hibernating: no pod, no endpoint, no requeue, Hibernated kept",
             hibernated_before.clone(),
-            seen(Escalation::NoTier, Worker::Hibernating { suspended: false, pod_left: false }),
+            seen(
+                Escalation::NoTier,
+                Worker::Hibernating {
+                    suspended: false,
+                    pod_left: false,
+                },
+            ),
             Want {
                 phase: Some(Phase::Hibernated),
                 ready: f(reasons::HIBERNATED),
@@ -508,7 +518,10 @@ fn escalated_follows_the_tier_and_its_pods() {
         (
             "tier missing",
             none(),
-            Escalation::TierNotFound { tier: "x".into() },
+            Escalation::TierNotFound {
+                tier: "x".into(),
+                namespace: "ns".into(),
+            },
             f(reasons::ESCALATION_TIER_NOT_FOUND),
         ),
         (
@@ -648,7 +661,10 @@ fn the_same_observations_give_the_same_status() {
                 pod_left: false,
             },
         ),
-        Observed::NoWorkerTier(WorkerTierProblem::NotFound { tier: "w".into() }),
+        Observed::NoWorkerTier(WorkerTierProblem::NotFound {
+            tier: "w".into(),
+            namespace: "ns".into(),
+        }),
     ];
     for observed in observations {
         let (first, _) = status(&HarnessSessionStatus::default(), Some(2), &observed);
@@ -759,7 +775,10 @@ fn reconciling_and_stalled_follow_kstatus() {
         (
             "missing tier: Stalled",
             none(),
-            Observed::NoWorkerTier(WorkerTierProblem::NotFound { tier: "w".into() }),
+            Observed::NoWorkerTier(WorkerTierProblem::NotFound {
+                tier: "w".into(),
+                namespace: "ns".into(),
+            }),
             Phase::Pending,
             f(reasons::WORKER_TIER_NOT_FOUND),
             f(reasons::RECONCILED),

@@ -182,9 +182,16 @@ pub fn existing_token_secret(ns: &str, name: &str) -> Vec<Want> {
             "GET",
             format!("{base}/secrets/{name}"),
             200,
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": {"token": "dG9r"}}),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "uid": "secret-uid-1",
+                "ownerReferences": owned_by_demo()}, "data": {"token": "dG9r"}}),
         ),
     ]
+}
+
+/// The controller owner reference of what session `demo` (uid `uid-1`) owns.
+pub fn owned_by_demo() -> Value {
+    json!([{"apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessSession", "name": "demo",
+        "uid": "uid-1", "controller": true, "blockOwnerDeletion": true}])
 }
 
 /// The cleanup deletes session `demo`'s children by name (Service, NetworkPolicy, token Secret,
