@@ -85,9 +85,13 @@ async fn one_tenants_slow_body_floods_leave_another_tenants_exec_and_escalation_
                         &client,
                         &ns_a,
                         &pod,
-                        // The label the shared services admit their clients by: any tenant can
-                        // put it on its own pods (docs/network.md), and the attack did.
-                        json!({"app.kubernetes.io/managed-by": "kube-harness-operator"}),
+                        // The labels the shared services admit their clients by (a worker
+                        // pod's): any tenant can put them on its own pods (docs/network.md),
+                        // and the attack did.
+                        json!({
+                            "app.kubernetes.io/managed-by": "kube-harness-operator",
+                            "kubeharness.dev/role": "worker",
+                        }),
                         &[
                             "python3", "-c", SLOW_BODIES, &target.host, target.port,
                             &target.path, &target.token, &connections, &seconds,
