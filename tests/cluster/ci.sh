@@ -21,7 +21,7 @@ trap finish EXIT
 trap 'exit 130' INT TERM
 
 # The suites that gate CI.
-read -r -a suites <<<"${KH_E2E_SUITES:---test smoke --test operator --test tier1 --test attack --test access --test warm --test persistent --test network --test gitops --test floods}"
+read -r -a suites <<<"${KH_E2E_SUITES:---test smoke --test operator --test tier1 --test attack --test access --test warm --test persistent --test network --test gitops --test floods --test tenants}"
 # The gitops suite (KH_E2E_SUITES="... --test gitops") needs Flux beside the cluster (tests/cluster/flux.sh,
 # started by up.sh).
 [[ " ${suites[*]} " == *" gitops "* ]] && export KH_FLUX=1
@@ -49,7 +49,7 @@ cd "$KH_REPO_ROOT"
 cargo test -p kube-harness-e2e "${suites[@]}" --no-run
 # A bound on the whole suite, so a hung test fails the stage with the cluster logs instead of
 # running CI into its own limit.
-timeout --kill-after=30 "${KH_E2E_TIMEOUT:-2400}" \
+timeout --kill-after=30 "${KH_E2E_TIMEOUT:-3000}" \
   cargo test --no-fail-fast -p kube-harness-e2e "${suites[@]}" -- --ignored --test-threads=1 ||
-  die "e2e suite failed or exceeded ${KH_E2E_TIMEOUT:-2400}s (exit $?)"
+  die "e2e suite failed or exceeded ${KH_E2E_TIMEOUT:-3000}s (exit $?)"
 log "cluster stage passed in $((SECONDS - start))s"
