@@ -68,7 +68,7 @@ fn warm_context(client: kube::Client, port: u16) -> (Arc<Context>, Pod) {
         worker_port: port,
         ..OperatorConfig::for_namespace("kube-harness")
     };
-    let mut ctx = Context::new(client, config);
+    let mut ctx = super::support::with_origin(Context::new(client, config));
     ctx.report_wait = Duration::from_secs(5);
     let ctx = Arc::new(ctx);
     let mut writers = ctx.caches.take_writers().unwrap();
@@ -81,6 +81,10 @@ fn warm_context(client: kube::Client, port: u16) -> (Arc<Context>, Pod) {
     .unwrap();
     let mut pod = objects::pool_pod(&tier, POOL_POD, NS, &ctx.config);
     pod.metadata.resource_version = Some("7".into());
+    pod.metadata.uid = Some("warm-uid-1".into());
+    // The operator's own warm pod: proven at its creation.
+    let pod = ctx.origin.stamped(pod);
+    let mut pod = pod;
     pod.status = Some(super::support::running_ready_on_loopback());
     writers
         .tiers

@@ -599,7 +599,7 @@ fn start_reconcile(tier: SandboxTier) -> (Handle, String, JoinHandle<Result<Acti
     let (client, server) = super::support::client();
     let config = OperatorConfig::for_namespace("kh");
     let hash = pod::template_hash(&tier, &config);
-    let ctx = Arc::new(Context::new(client, config));
+    let ctx = Arc::new(super::support::with_origin(Context::new(client, config)));
     let run = tokio::spawn(tier::reconcile(Arc::new(tier), ctx));
     (server, hash, run)
 }
@@ -663,6 +663,19 @@ async fn create_pool_pod(server: &mut Handle, uid: &str) -> (String, Seen) {
         .to_string();
     let reply = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team-a", "uid": uid}});
     let created = super::support::answer(arrived, 201, &reply);
+    // Proven before its Secret is made.
+    let stamp = expect(
+        server,
+        "PATCH",
+        &format!("/api/v1/namespaces/team-a/pods/{name}"),
+        200,
+        reply.clone(),
+    )
+    .await;
+    assert_eq!(
+        stamp.body["metadata"]["annotations"][kube_harness_operator::origin::ANNOTATION],
+        super::support::origin_key().proof("team-a", &name, uid)
+    );
     let secret = expect(
         server,
         "POST",
@@ -695,10 +708,10 @@ async fn patch_tier_status(server: &mut Handle, name: &str, reply: Value) -> See
 async fn a_pool_reconcile_deletes_stale_pods_creates_the_missing_and_reports_counts() {
     let (mut server, hash, run) = start_reconcile(rust(2));
     let pool_pod_in = |ns: &str, name: &str, hash: &str| {
-        json!({"apiVersion": "v1", "kind": "Pod",
+        super::support::proven(json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": ns, "uid": format!("{name}-uid"), "resourceVersion": "7",
             "labels": {"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false", "kubeharness.dev/template-hash": hash}},
-        "status": {"phase": "Running", "podIP": "10.0.0.3", "conditions": [{"type": "Ready", "status": "True"}]}})
+        "status": {"phase": "Running", "podIP": "10.0.0.3", "conditions": [{"type": "Ready", "status": "True"}]}}))
     };
     let pool_pod = |name: &str, hash: &str| pool_pod_in("team-a", name, hash);
     // A pod in a namespace the pool no longer serves goes, with its Secret, exactly as listed.
@@ -788,10 +801,10 @@ async fn pool_pods_that_cannot_start_are_kept_and_reported_and_crashed_ones_repl
     let created =
         |secs_ago: i64| (now - k8s_openapi::jiff::SignedDuration::from_secs(secs_ago)).to_string();
     let pool_pod = |name: &str, age: i64, status: Value| {
-        json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "team-a", "creationTimestamp": created(age),
+        super::support::proven(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a", "uid": format!("{name}-uid"), "creationTimestamp": created(age),
             "labels": {"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false", "kubeharness.dev/template-hash": hash}},
-        "status": status})
+        "status": status}))
     };
     let died = json!({"phase": "Failed", "containerStatuses": [{"name": "agent", "image": "rust:1", "imageID": "", "ready": false,
         "restartCount": 0, "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]});
