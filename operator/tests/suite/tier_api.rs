@@ -10,6 +10,7 @@ use kube_harness_operator::{Context, OperatorConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
+mod origin;
 mod turns;
 
 const NS: &str = "team-a";

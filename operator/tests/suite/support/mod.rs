@@ -260,9 +260,7 @@ pub fn origin_key() -> kube_harness_operator::origin::OriginKey {
 }
 
 /// `ctx` proving pods with [`origin_key`], so fixtures made with [`proven`] are the operator's.
-pub fn with_origin(
-    mut ctx: kube_harness_operator::Context,
-) -> kube_harness_operator::Context {
+pub fn with_origin(mut ctx: kube_harness_operator::Context) -> kube_harness_operator::Context {
     ctx.origin = origin_key();
     ctx
 }
