@@ -875,3 +875,50 @@ async fn an_escalation_tier_name_too_long_for_labels_is_not_ready_and_gets_no_po
     drain_events(&mut server, "default", 1).await;
     run.await.unwrap().expect("reconcile");
 }
+
+/// Issue 30: a tenant's pod with the pool's labels and current template hash (and the proof of
+/// another pod copied on it), Ready, is neither counted nor kept: deleted (that uid only; its
+/// namesake Secret is not the operator's to delete) with a Warning Event, and the pool makes its
+/// own pod, proven at once.
+#[tokio::test]
+async fn a_planted_pool_pod_is_deleted_not_counted_and_replaced() {
+    let (mut server, hash, run) = start_reconcile(rust(1));
+    list_everywhere(&mut server, json!([])).await;
+    apply_policy(&mut server).await;
+    let mut planted = super::support::proven(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "t1-planted", "namespace": "team-a", "uid": "t1-planted-uid", "resourceVersion": "7",
+            "labels": {"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false", "kubeharness.dev/template-hash": hash}},
+        "status": {"phase": "Running", "podIP": "10.0.0.3", "conditions": [{"type": "Ready", "status": "True"}]}}));
+    planted["metadata"]["uid"] = json!("tenants-uid");
+    expect(
+        &mut server,
+        "GET",
+        "/api/v1/namespaces/team-a/pods",
+        200,
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [planted]}),
+    )
+    .await;
+    let deleted = expect(
+        &mut server,
+        "DELETE",
+        "/api/v1/namespaces/team-a/pods/t1-planted",
+        200,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+    )
+    .await;
+    assert_eq!(deleted.body["preconditions"], json!({"uid": "tenants-uid"}));
+    let events = drain_events(&mut server, "team-a", 1).await;
+    assert_eq!(events[0]["reason"], reasons::POD_ORIGIN_UNPROVEN);
+    assert_eq!(events[0]["type"], "Warning");
+    create_pool_pod(&mut server, "new-uid").await;
+    let status =
+        patch_tier_status(&mut server, "rust", serde_json::to_value(rust(1)).unwrap()).await;
+    let st = &status.body["status"];
+    assert_eq!(
+        (st["warmReady"].as_u64(), st["warmUpdated"].as_u64()),
+        (Some(0), Some(1)),
+        "the planted pod counts for nothing: {st}"
+    );
+    drain_events(&mut server, "default", 1).await;
+    run.await.unwrap().expect("reconcile");
+}
