@@ -922,3 +922,91 @@ async fn a_planted_pool_pod_is_deleted_not_counted_and_replaced() {
     drain_events(&mut server, "default", 1).await;
     run.await.unwrap().expect("reconcile");
 }
+
+/// Issue 30, level 0: a tenant's pod with a warm pool's labels and current template hash (and a
+/// copied proof), Ready in a namespace the pool serves, is deleted (that uid) with a Warning
+/// Event by the pool's reconcile, not counted, and the pool starts its own, proven at once.
+#[tokio::test]
+async fn a_planted_level0_warm_pod_is_deleted_not_counted_and_replaced() {
+    use kube_harness_operator::warm::objects;
+    let level0 = tier_obj(json!({"level": 0, "template": {"image": "w:1"},
+        "capabilities": ["python"], "warmPool": {"size": 1, "namespaces": ["team-a"]}}));
+    let hash = objects::template_hash(&level0, &OperatorConfig::for_namespace("kh"));
+    let (mut server, _, run) = start_reconcile(level0.clone());
+    list_everywhere(&mut server, json!([])).await;
+    let pool = objects::pool_object_name("rust");
+    expect(
+        &mut server,
+        "POST",
+        "/api/v1/namespaces/team-a/secrets",
+        201,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": pool}}),
+    )
+    .await;
+    expect(&mut server, "PATCH", &format!("/apis/networking.k8s.io/v1/namespaces/team-a/networkpolicies/{pool}"), 200,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": pool}})).await;
+    let mut planted = super::support::proven(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "kh-warm-planted", "namespace": "team-a", "uid": "ours-uid", "resourceVersion": "7",
+            "labels": {"kubeharness.dev/pool": "rust", "kubeharness.dev/role": "worker",
+                       "kubeharness.dev/claimed": "false", "kubeharness.dev/template-hash": hash}},
+        "status": {"phase": "Running", "podIP": "10.0.0.3", "conditions": [{"type": "Ready", "status": "True"}]}}));
+    planted["metadata"]["uid"] = json!("tenants-uid");
+    expect(
+        &mut server,
+        "GET",
+        "/api/v1/namespaces/team-a/pods",
+        200,
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [planted]}),
+    )
+    .await;
+    let deleted = expect(
+        &mut server,
+        "DELETE",
+        "/api/v1/namespaces/team-a/pods/kh-warm-planted",
+        200,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+    )
+    .await;
+    assert_eq!(deleted.body["preconditions"], json!({"uid": "tenants-uid"}));
+    let events = drain_events(&mut server, "team-a", 1).await;
+    assert_eq!(events[0]["reason"], reasons::POD_ORIGIN_UNPROVEN);
+    // The pool's own pod: created, proven, then its PVC.
+    let arrived = super::support::next(&mut server, "POST pods").await;
+    assert_eq!(arrived.path, "/api/v1/namespaces/team-a/pods");
+    let name = arrived.seen.body["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let reply = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team-a", "uid": "new-uid"}});
+    super::support::answer(arrived, 201, &reply);
+    let stamp = expect(
+        &mut server,
+        "PATCH",
+        &format!("/api/v1/namespaces/team-a/pods/{name}"),
+        200,
+        reply,
+    )
+    .await;
+    assert_eq!(
+        stamp.body["metadata"]["annotations"][kube_harness_operator::origin::ANNOTATION],
+        super::support::origin_key().proof("team-a", &name, "new-uid")
+    );
+    expect(
+        &mut server,
+        "POST",
+        "/api/v1/namespaces/team-a/persistentvolumeclaims",
+        201,
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "x"}}),
+    )
+    .await;
+    let status =
+        patch_tier_status(&mut server, "rust", serde_json::to_value(level0).unwrap()).await;
+    let st = &status.body["status"];
+    assert_eq!(
+        st["warmReady"].as_u64(),
+        Some(0),
+        "the planted pod counts for nothing: {st}"
+    );
+    drain_events(&mut server, "default", 1).await;
+    run.await.unwrap().expect("reconcile");
+}
