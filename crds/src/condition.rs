@@ -67,6 +67,12 @@ pub mod reasons {
     /// recorded, or no controller reference to the session); it is deleted, never served or
     /// asked, and the session's own pod is started. Also a Warning Event.
     pub const WORKER_POD_NOT_OWNED: &str = "WorkerPodNotOwned";
+    /// A Warning Event only (about the pod): a pod that looks like a warm-pool pod (level 0) or
+    /// a Tier-1 pod (its labels, template hash, name) carries no valid `kubeharness.dev/origin`
+    /// proof that the operator made it (a tenant's pod, or one the operator stopped before
+    /// proving). It is deleted (that uid), never claimed, adopted or handed a token or a
+    /// workspace.
+    pub const POD_ORIGIN_UNPROVEN: &str = "PodOriginUnproven";
     /// Ready False, Degraded True and Stalled True: the session's workerTier is not a level-0 tier.
     pub const WORKER_TIER_NOT_LEVEL_ZERO: &str = "WorkerTierNotLevelZero";
     /// Ready False: the session is hibernated; the next exec wakes it.

@@ -5,6 +5,7 @@
 use crate::cache::Caches;
 use crate::config::OperatorConfig;
 use crate::metrics::Metrics;
+use crate::origin::OriginKey;
 use crate::session::usage::Polls;
 use crate::tier1::auth::TierAuth;
 use crate::tier1::limit::OpenLimiter;
@@ -32,6 +33,9 @@ pub struct Context {
     pub opens: OpenLimiter,
     /// The tier API's token checks: cached, and bounded per client.
     pub tier_auth: TierAuth,
+    /// The key of the operator's proof of origin on the warm and Tier-1 pods it makes
+    /// ([`crate::origin`]): random until [`crate::origin::load`] replaces it at start-up.
+    pub origin: OriginKey,
     /// How long a reconcile waits for a background poll of its worker that it starts (one that
     /// answers does so in milliseconds; one that does not is left to the background).
     pub report_wait: Duration,
@@ -56,6 +60,7 @@ impl Context {
             polls: Polls::new(trigger),
             opens: OpenLimiter::default(),
             tier_auth: TierAuth::default(),
+            origin: OriginKey::random(),
             report_wait: REPORT_WAIT,
             poll_triggers: Mutex::new(Some(triggers)),
         }

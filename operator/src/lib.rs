@@ -13,6 +13,7 @@ pub mod kube_util;
 pub mod labels;
 pub mod leader;
 pub mod metrics;
+pub mod origin;
 pub mod run;
 pub mod server;
 pub mod session;

@@ -29,7 +29,18 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("no Kubernetes client configuration (in-cluster or KUBECONFIG)")?;
-    let ctx = Arc::new(Context::new(client.clone(), config.clone()));
+    let mut ctx = Context::new(client.clone(), config.clone());
+    // Before any controller or the tier API: every warm and Tier-1 pod is proven with it.
+    ctx.origin = crate::origin::load(&client, &config.namespace)
+        .await
+        .with_context(|| {
+            format!(
+                "reading (or making) the pod origin key Secret {}/{}",
+                config.namespace,
+                crate::origin::KEY_SECRET
+            )
+        })?;
+    let ctx = Arc::new(ctx);
     let ready = Arc::new(AtomicBool::new(false));
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {

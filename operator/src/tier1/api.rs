@@ -751,6 +751,23 @@ async fn answer(
         session: session_read,
         opened,
     } = known;
+    // Only a pod the operator made and proved (crate::origin) gets its endpoint and token
+    // handed out (and so the workspace): one planted or made again under the turn's pod's name
+    // is deleted, and the turn is Pending; the worker's next open makes the turn's ordinary pod
+    // again, or finds the recorded pod gone.
+    if !ctx.origin.proves(pod) {
+        crate::origin::guard::refuse(ctx, pod, "a Tier-1 pod").await?;
+        let mut view = state::sandbox(pod, turn, None);
+        view.phase = Phase::Pending;
+        view.endpoint = None;
+        view.token = None;
+        view.reason = Some(reasons::POD_ORIGIN_UNPROVEN.into());
+        view.message = Some(format!(
+            "Tier-1 pod {} carried no proof that the operator made it: deleted",
+            pod.name_any()
+        ));
+        return Ok(Json(view));
+    }
     let mut view = state::sandbox(pod, turn, None);
     if view.phase == Phase::Ready {
         let token = match token {

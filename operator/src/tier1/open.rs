@@ -242,6 +242,12 @@ pub async fn claim(
         if candidate.namespace().as_deref() != Some(serving.session_namespace.as_str()) {
             continue;
         }
+        // Labels, names and the template hash are a tenant's to forge in its namespace: only a
+        // pod the operator made and proved (crate::origin) is claimed; any other is deleted.
+        if !ctx.origin.proves(&candidate) {
+            crate::origin::guard::refuse(ctx, &candidate, "a Tier-1 pod").await?;
+            continue;
+        }
         let patch = json!({"metadata": {
             "resourceVersion": candidate.resource_version(),
             "labels": labels_patch,
@@ -327,7 +333,9 @@ pub async fn ordinary(
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let desired = pod::pod(&name, tier, &purpose, &ctx.config);
     let pod = match create_if_absent(&pods, &desired).await {
-        Ok(Some(created)) => created,
+        Ok(Some(created)) => crate::origin::guard::stamp(ctx, created).await?,
+        // Made by an earlier open of the turn, or planted under the turn's name: the answer
+        // refuses it unless it carries the proof.
         Ok(None) => pods.get(&name).await?,
         // Refused (a quota, admission): its Secret would serve nothing.
         Err(e) => {
@@ -337,7 +345,10 @@ pub async fn ordinary(
             return Err(e.into());
         }
     };
-    adopt_secret(ctx, &pod).await?;
+    // The token Secret goes with the pod only to a pod the operator made.
+    if ctx.origin.proves(&pod) {
+        adopt_secret(ctx, &pod).await?;
+    }
     Ok(pod)
 }
 

@@ -127,6 +127,14 @@ async fn namespace(tier: &SandboxTier, ctx: &Context, ns: &str, want: u32) -> Re
         if p.metadata.deletion_timestamp.is_some() {
             continue;
         }
+        // Not made by the operator (a tenant's pod with the pool's labels), or made and never
+        // proven (crate::origin): deleted (that uid), neither counted nor ever claimed.
+        if !ctx.origin.proves(&p) {
+            let what = format!("a Tier-1 pool pod of SandboxTier {name}");
+            crate::origin::guard::refuse(ctx, &p, &what).await?;
+            out.deleted += 1;
+            continue;
+        }
         let stale = p.labels().get(labels::TEMPLATE_HASH) != Some(&hash);
         let phase = state::phase(&p);
         if let Phase::Failed { reason, message } = &phase {
@@ -184,6 +192,9 @@ async fn namespace(tier: &SandboxTier, ctx: &Context, ns: &str, want: u32) -> Re
         if let Some(created) =
             create_if_absent(&pods, &pod::pod(&pod_name, tier, &purpose, &ctx.config)).await?
         {
+            // Proven before its Secret is made: a pod the operator stops before this never
+            // starts, and the next pass refuses and replaces it.
+            let created = crate::origin::guard::stamp(ctx, created).await?;
             let mut secret =
                 pod::token_secret(&pod_name, tier, &purpose, &ctx.config, &new_token());
             secret.metadata.owner_references = Some(pod::pod_owner(&created));

@@ -111,6 +111,17 @@ pub async fn claim(
             .await?
             .items;
     }
+    // Only pods the operator made and proved (crate::origin): labels, owner references and
+    // the template hash are a tenant's to forge. A Ready one without the proof is deleted (one
+    // still starting may be the pool's own, proven a moment after its create).
+    let (all, unproven): (Vec<Pod>, Vec<Pod>) = all.into_iter().partition(|p| ctx.origin.proves(p));
+    for p in unproven
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && ready_ip(p).is_some())
+    {
+        let what = format!("a warm pod of SandboxTier {}", tier.name_any());
+        crate::origin::guard::refuse(ctx, p, &what).await?;
+    }
     let uid = session.meta().uid.clone().unwrap_or_default();
     let mine = all.iter().find(|p| {
         p.labels().get(labels::SESSION) == Some(&name)

@@ -121,6 +121,15 @@ async fn namespace(
         if p.metadata.deletion_timestamp.is_some() {
             continue;
         }
+        // Not made by the operator (a tenant's pod with the pool's labels), or made and never
+        // proven: deleted, and neither counted nor ever claimed.
+        if !ctx.origin.proves(&p) {
+            let what = format!("a warm pod of SandboxTier {}", tier.name_any());
+            crate::origin::guard::refuse(ctx, &p, &what)
+                .await
+                .map_err(|e| api_failed("deleting an unproven warm pod", &e))?;
+            continue;
+        }
         let stale = p.labels().get(labels::TEMPLATE_HASH) != Some(&hash);
         match worker_state(&p) {
             _ if stale => delete(&pods, &p).await?,
@@ -156,6 +165,11 @@ async fn namespace(
             .await
             .map_err(|e| api_failed("creating a warm pod", &e))?;
         if let Some(created) = created {
+            // Proven before anything else is made for it: a pod the operator stops before this
+            // is refused and replaced by the next pass.
+            let created = crate::origin::guard::stamp(ctx, created)
+                .await
+                .map_err(|e| api_failed("proving a warm pod's origin", &e))?;
             create_if_absent(&claims, &pool_claim(tier, &created))
                 .await
                 .map_err(|e| api_failed("creating a warm pod's PVC", &e))?;

@@ -8,8 +8,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
+use kube_harness_crds::condition::reasons;
 use kube_harness_crds::{HarnessSession, SandboxTier};
-use kube_harness_operator::warm::objects;
+use kube_harness_operator::warm::{self, objects};
 use kube_harness_operator::{labels, session, Context, OperatorConfig};
 use kube_harness_protocol::worker_api::{adoption_settings, AdoptRequest};
 use serde_json::{json, Value};
@@ -64,11 +65,17 @@ async fn pooled_worker() -> (u16, Arc<Mutex<Option<AdoptRequest>>>) {
 /// A context whose caches hold a level-0 tier with a warm pool of one in NS, and that pool's idle,
 /// Ready pod at 127.0.0.1 (returned), and no other pod.
 fn warm_context(client: kube::Client, port: u16) -> (Arc<Context>, Pod) {
+    warm_context_with(client, port, false)
+}
+
+/// As [`warm_context`]; `planted`: the pool's pod is a tenant's, made with the pool's labels and
+/// template hash and the operator's proof of another pod (its real one's) copied on it.
+fn warm_context_with(client: kube::Client, port: u16, planted: bool) -> (Arc<Context>, Pod) {
     let config = OperatorConfig {
         worker_port: port,
         ..OperatorConfig::for_namespace("kube-harness")
     };
-    let mut ctx = Context::new(client, config);
+    let mut ctx = super::support::with_origin(Context::new(client, config));
     ctx.report_wait = Duration::from_secs(5);
     let ctx = Arc::new(ctx);
     let mut writers = ctx.caches.take_writers().unwrap();
@@ -81,6 +88,12 @@ fn warm_context(client: kube::Client, port: u16) -> (Arc<Context>, Pod) {
     .unwrap();
     let mut pod = objects::pool_pod(&tier, POOL_POD, NS, &ctx.config);
     pod.metadata.resource_version = Some("7".into());
+    pod.metadata.uid = Some("warm-uid-1".into());
+    // The operator's own warm pod: proven at its creation.
+    let mut pod = ctx.origin.stamped(pod);
+    if planted {
+        pod.metadata.uid = Some("tenants-uid".into());
+    }
     pod.status = Some(super::support::running_ready_on_loopback());
     writers
         .tiers
@@ -202,4 +215,56 @@ async fn a_warm_start_claims_its_pod_while_it_makes_its_children() {
         .expect("the reconcile waits for no further request")
         .unwrap()
         .expect("reconcile");
+}
+
+/// Issue 30: a tenant's pod with the pool's labels, template hash and a copy of the operator's
+/// proof of origin from another pod, Ready in the session's namespace, is never claimed nor sent
+/// the session's tokens (`POST /v1/adopt`): it is deleted (that uid) with a Warning Event, and
+/// the session starts cold.
+#[tokio::test]
+async fn a_planted_warm_pod_without_the_operators_proof_is_never_adopted() {
+    let (client, mut server) = super::support::client();
+    let (port, adopted) = pooled_worker().await;
+    let (ctx, planted) = warm_context_with(client, port, true);
+    assert!(planted
+        .metadata
+        .annotations
+        .as_ref()
+        .unwrap()
+        .contains_key(kube_harness_operator::origin::ANNOTATION));
+    let tier = ctx.caches.tier("tier0").unwrap();
+    let claim = tokio::spawn({
+        let ctx = ctx.clone();
+        async move {
+            warm::adopt::claim(&session_obj(), &tier, &ctx, &[], |_, _| "h".into())
+                .await
+                .map(|c| match c {
+                    warm::adopt::Claim::Done(o) => format!("{o:?}"),
+                    warm::adopt::Claim::Claimed(_) => "claimed".into(),
+                })
+        }
+    });
+    let deleted = expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{NS}/pods/{POOL_POD}"),
+        200,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+    )
+    .await;
+    assert_eq!(deleted.body["preconditions"]["uid"], "tenants-uid");
+    let events = drain_events(&mut server, NS, 1).await;
+    assert_eq!(events[0]["reason"], reasons::POD_ORIGIN_UNPROVEN);
+    assert_eq!(events[0]["type"], "Warning");
+    assert_eq!(events[0]["regarding"]["name"], POOL_POD);
+    let outcome = tokio::time::timeout(Duration::from_secs(5), claim)
+        .await
+        .expect("the claim asks nothing more")
+        .unwrap()
+        .expect("claim");
+    assert_eq!(outcome, r#"Miss("pool-empty")"#, "a cold start");
+    assert!(
+        adopted.lock().unwrap().is_none(),
+        "the planted pod was never sent the session's tokens"
+    );
 }

@@ -599,7 +599,7 @@ fn start_reconcile(tier: SandboxTier) -> (Handle, String, JoinHandle<Result<Acti
     let (client, server) = super::support::client();
     let config = OperatorConfig::for_namespace("kh");
     let hash = pod::template_hash(&tier, &config);
-    let ctx = Arc::new(Context::new(client, config));
+    let ctx = Arc::new(super::support::with_origin(Context::new(client, config)));
     let run = tokio::spawn(tier::reconcile(Arc::new(tier), ctx));
     (server, hash, run)
 }
@@ -663,6 +663,19 @@ async fn create_pool_pod(server: &mut Handle, uid: &str) -> (String, Seen) {
         .to_string();
     let reply = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team-a", "uid": uid}});
     let created = super::support::answer(arrived, 201, &reply);
+    // Proven before its Secret is made.
+    let stamp = expect(
+        server,
+        "PATCH",
+        &format!("/api/v1/namespaces/team-a/pods/{name}"),
+        200,
+        reply.clone(),
+    )
+    .await;
+    assert_eq!(
+        stamp.body["metadata"]["annotations"][kube_harness_operator::origin::ANNOTATION],
+        super::support::origin_key().proof("team-a", &name, uid)
+    );
     let secret = expect(
         server,
         "POST",
@@ -695,10 +708,10 @@ async fn patch_tier_status(server: &mut Handle, name: &str, reply: Value) -> See
 async fn a_pool_reconcile_deletes_stale_pods_creates_the_missing_and_reports_counts() {
     let (mut server, hash, run) = start_reconcile(rust(2));
     let pool_pod_in = |ns: &str, name: &str, hash: &str| {
-        json!({"apiVersion": "v1", "kind": "Pod",
+        super::support::proven(json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": ns, "uid": format!("{name}-uid"), "resourceVersion": "7",
             "labels": {"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false", "kubeharness.dev/template-hash": hash}},
-        "status": {"phase": "Running", "podIP": "10.0.0.3", "conditions": [{"type": "Ready", "status": "True"}]}})
+        "status": {"phase": "Running", "podIP": "10.0.0.3", "conditions": [{"type": "Ready", "status": "True"}]}}))
     };
     let pool_pod = |name: &str, hash: &str| pool_pod_in("team-a", name, hash);
     // A pod in a namespace the pool no longer serves goes, with its Secret, exactly as listed.
@@ -788,10 +801,10 @@ async fn pool_pods_that_cannot_start_are_kept_and_reported_and_crashed_ones_repl
     let created =
         |secs_ago: i64| (now - k8s_openapi::jiff::SignedDuration::from_secs(secs_ago)).to_string();
     let pool_pod = |name: &str, age: i64, status: Value| {
-        json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "team-a", "creationTimestamp": created(age),
+        super::support::proven(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a", "uid": format!("{name}-uid"), "creationTimestamp": created(age),
             "labels": {"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false", "kubeharness.dev/template-hash": hash}},
-        "status": status})
+        "status": status}))
     };
     let died = json!({"phase": "Failed", "containerStatuses": [{"name": "agent", "image": "rust:1", "imageID": "", "ready": false,
         "restartCount": 0, "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]});
@@ -858,6 +871,141 @@ async fn an_escalation_tier_name_too_long_for_labels_is_not_ready_and_gets_no_po
     assert_eq!(
         (ready["status"].as_str(), ready["reason"].as_str()),
         (Some("False"), Some(reasons::NAME_TOO_LONG))
+    );
+    drain_events(&mut server, "default", 1).await;
+    run.await.unwrap().expect("reconcile");
+}
+
+/// Issue 30: a tenant's pod with the pool's labels and current template hash (and the proof of
+/// another pod copied on it), Ready, is neither counted nor kept: deleted (that uid only; its
+/// namesake Secret is not the operator's to delete) with a Warning Event, and the pool makes its
+/// own pod, proven at once.
+#[tokio::test]
+async fn a_planted_pool_pod_is_deleted_not_counted_and_replaced() {
+    let (mut server, hash, run) = start_reconcile(rust(1));
+    list_everywhere(&mut server, json!([])).await;
+    apply_policy(&mut server).await;
+    let mut planted = super::support::proven(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "t1-planted", "namespace": "team-a", "uid": "t1-planted-uid", "resourceVersion": "7",
+            "labels": {"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false", "kubeharness.dev/template-hash": hash}},
+        "status": {"phase": "Running", "podIP": "10.0.0.3", "conditions": [{"type": "Ready", "status": "True"}]}}));
+    planted["metadata"]["uid"] = json!("tenants-uid");
+    expect(
+        &mut server,
+        "GET",
+        "/api/v1/namespaces/team-a/pods",
+        200,
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [planted]}),
+    )
+    .await;
+    let deleted = expect(
+        &mut server,
+        "DELETE",
+        "/api/v1/namespaces/team-a/pods/t1-planted",
+        200,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+    )
+    .await;
+    assert_eq!(deleted.body["preconditions"], json!({"uid": "tenants-uid"}));
+    let events = drain_events(&mut server, "team-a", 1).await;
+    assert_eq!(events[0]["reason"], reasons::POD_ORIGIN_UNPROVEN);
+    assert_eq!(events[0]["type"], "Warning");
+    create_pool_pod(&mut server, "new-uid").await;
+    let status =
+        patch_tier_status(&mut server, "rust", serde_json::to_value(rust(1)).unwrap()).await;
+    let st = &status.body["status"];
+    assert_eq!(
+        (st["warmReady"].as_u64(), st["warmUpdated"].as_u64()),
+        (Some(0), Some(1)),
+        "the planted pod counts for nothing: {st}"
+    );
+    drain_events(&mut server, "default", 1).await;
+    run.await.unwrap().expect("reconcile");
+}
+
+/// Issue 30, level 0: a tenant's pod with a warm pool's labels and current template hash (and a
+/// copied proof), Ready in a namespace the pool serves, is deleted (that uid) with a Warning
+/// Event by the pool's reconcile, not counted, and the pool starts its own, proven at once.
+#[tokio::test]
+async fn a_planted_level0_warm_pod_is_deleted_not_counted_and_replaced() {
+    use kube_harness_operator::warm::objects;
+    let level0 = tier_obj(json!({"level": 0, "template": {"image": "w:1"},
+        "capabilities": ["python"], "warmPool": {"size": 1, "namespaces": ["team-a"]}}));
+    let hash = objects::template_hash(&level0, &OperatorConfig::for_namespace("kh"));
+    let (mut server, _, run) = start_reconcile(level0.clone());
+    list_everywhere(&mut server, json!([])).await;
+    let pool = objects::pool_object_name("rust");
+    expect(
+        &mut server,
+        "POST",
+        "/api/v1/namespaces/team-a/secrets",
+        201,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": pool}}),
+    )
+    .await;
+    expect(&mut server, "PATCH", &format!("/apis/networking.k8s.io/v1/namespaces/team-a/networkpolicies/{pool}"), 200,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": pool}})).await;
+    let mut planted = super::support::proven(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "kh-warm-planted", "namespace": "team-a", "uid": "ours-uid", "resourceVersion": "7",
+            "labels": {"kubeharness.dev/pool": "rust", "kubeharness.dev/role": "worker",
+                       "kubeharness.dev/claimed": "false", "kubeharness.dev/template-hash": hash}},
+        "status": {"phase": "Running", "podIP": "10.0.0.3", "conditions": [{"type": "Ready", "status": "True"}]}}));
+    planted["metadata"]["uid"] = json!("tenants-uid");
+    expect(
+        &mut server,
+        "GET",
+        "/api/v1/namespaces/team-a/pods",
+        200,
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [planted]}),
+    )
+    .await;
+    let deleted = expect(
+        &mut server,
+        "DELETE",
+        "/api/v1/namespaces/team-a/pods/kh-warm-planted",
+        200,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+    )
+    .await;
+    assert_eq!(deleted.body["preconditions"], json!({"uid": "tenants-uid"}));
+    let events = drain_events(&mut server, "team-a", 1).await;
+    assert_eq!(events[0]["reason"], reasons::POD_ORIGIN_UNPROVEN);
+    // The pool's own pod: created, proven, then its PVC.
+    let arrived = super::support::next(&mut server, "POST pods").await;
+    assert_eq!(arrived.path, "/api/v1/namespaces/team-a/pods");
+    let name = arrived.seen.body["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let reply = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team-a", "uid": "new-uid"}});
+    super::support::answer(arrived, 201, &reply);
+    let stamp = expect(
+        &mut server,
+        "PATCH",
+        &format!("/api/v1/namespaces/team-a/pods/{name}"),
+        200,
+        reply,
+    )
+    .await;
+    assert_eq!(
+        stamp.body["metadata"]["annotations"][kube_harness_operator::origin::ANNOTATION],
+        super::support::origin_key().proof("team-a", &name, "new-uid")
+    );
+    expect(
+        &mut server,
+        "POST",
+        "/api/v1/namespaces/team-a/persistentvolumeclaims",
+        201,
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "x"}}),
+    )
+    .await;
+    let status =
+        patch_tier_status(&mut server, "rust", serde_json::to_value(level0).unwrap()).await;
+    let st = &status.body["status"];
+    assert_eq!(
+        st["warmReady"].as_u64(),
+        Some(0),
+        "the planted pod counts for nothing: {st}"
     );
     drain_events(&mut server, "default", 1).await;
     run.await.unwrap().expect("reconcile");

@@ -10,6 +10,7 @@ use kube_harness_operator::{Context, OperatorConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
+mod origin;
 mod turns;
 
 const NS: &str = "team-a";
@@ -32,7 +33,7 @@ async fn start() -> (String, Handle) {
 /// As [`start`], also returning the Context (for its metrics).
 async fn start_with_context() -> (String, Handle, Arc<Context>) {
     let (client, server) = super::support::client();
-    let ctx = Arc::new(Context::new(client, config()));
+    let ctx = Arc::new(super::support::with_origin(Context::new(client, config())));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = api::router(ctx.clone());
@@ -104,11 +105,11 @@ fn ready_status(ip: &str) -> Value {
 
 /// A Tier-1 pod as the API server would return it.
 fn t1_pod(name: &str, labels: Value, annotations: Value, status: Value, rv: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Pod",
+    super::support::proven(json!({"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "resourceVersion": rv,
                         "labels": labels, "annotations": annotations},
            "spec": {"containers": [{"name": "agent", "image": "example.org/toolchain:1"}]},
-           "status": status})
+           "status": status}))
 }
 
 fn conflict(name: &str) -> Value {
@@ -380,9 +381,22 @@ async fn ordinary(server: &mut Handle, miss: Option<&str>) -> (Value, Value) {
         "POST",
         &format!("/api/v1/namespaces/{NS}/pods"),
         201,
+        created.clone(),
+    )
+    .await;
+    // Its proof of origin, written at once.
+    let stamp = expect(
+        server,
+        "PATCH",
+        &format!("/api/v1/namespaces/{NS}/pods/{name}"),
+        200,
         created,
     )
     .await;
+    assert_eq!(
+        stamp.body["metadata"]["annotations"][kube_harness_operator::origin::ANNOTATION],
+        super::support::origin_key().proof(NS, &name, &format!("uid-{name}"))
+    );
     let adopt = expect(
         server,
         "PATCH",

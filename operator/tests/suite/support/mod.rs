@@ -253,3 +253,29 @@ pub fn running_ready_on_loopback() -> k8s_openapi::api::core::v1::PodStatus {
     }))
     .unwrap()
 }
+
+/// The proof-of-origin key of the tests' contexts ([`with_origin`]).
+pub fn origin_key() -> kube_harness_operator::origin::OriginKey {
+    kube_harness_operator::origin::OriginKey::from_bytes([42; 32])
+}
+
+/// `ctx` proving pods with [`origin_key`], so fixtures made with [`proven`] are the operator's.
+pub fn with_origin(mut ctx: kube_harness_operator::Context) -> kube_harness_operator::Context {
+    ctx.origin = origin_key();
+    ctx
+}
+
+/// A pod (as JSON) carrying the operator's proof of origin for its namespace, name and uid.
+pub fn proven(mut pod: Value) -> Value {
+    let m = &pod["metadata"];
+    let proof = origin_key().proof(
+        m["namespace"].as_str().unwrap_or_default(),
+        m["name"].as_str().unwrap_or_default(),
+        m["uid"].as_str().unwrap_or_default(),
+    );
+    if !pod["metadata"]["annotations"].is_object() {
+        pod["metadata"]["annotations"] = json!({});
+    }
+    pod["metadata"]["annotations"][kube_harness_operator::origin::ANNOTATION] = json!(proof);
+    pod
+}

@@ -141,6 +141,15 @@ async fn an_open_that_completes_after_its_turn_ended_deletes_what_it_made() {
         t1_pod(&name, json!({}), json!({}), json!({}), "1"),
     )
     .await;
+    // Its proof of origin.
+    expect(
+        &mut server,
+        "PATCH",
+        &format!("{pods}/pods/{name}"),
+        200,
+        t1_pod(&name, json!({}), json!({}), json!({}), "2"),
+    )
+    .await;
     expect(
         &mut server,
         "PATCH",

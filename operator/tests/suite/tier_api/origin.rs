@@ -1,0 +1,130 @@
+//! Issue 30: labels, names and the template hash of a Tier-1 pod are a tenant's to forge in its
+//! namespace. Only a pod carrying the operator's proof of origin (`kubeharness.dev/origin`, an
+//! HMAC of its namespace, name and uid) is claimed or has its endpoint and token handed out; any
+//! other is deleted (that uid) with a Warning Event `PodOriginUnproven`.
+
+use super::super::support::{drain_events, expect, expect_all, origin_key, Want};
+use super::{
+    auth_recorded, list_pool, new_turn, ordinary_answer, post, ready_status, start, t1_pod, tier,
+    tier_obj, turn_labels, NS, TOKEN,
+};
+use kube_harness_crds::condition::reasons;
+use kube_harness_operator::origin::ANNOTATION;
+use kube_harness_operator::tier1::pod;
+use serde_json::{json, Value};
+
+/// `pod` as a tenant plants it: the operator's proof of another pod (its real one, whose
+/// annotation it can read) copied on its own, which has another uid.
+fn planted(mut pod: Value) -> Value {
+    let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+    pod["metadata"]["uid"] = json!("tenants-uid");
+    pod["metadata"]["annotations"][ANNOTATION] =
+        json!(origin_key().proof(NS, &name, &format!("uid-{name}")));
+    pod
+}
+
+fn event_reply() -> Value {
+    json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e", "namespace": NS},
+           "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "x",
+           "reportingInstance": "x", "action": "x", "reason": "x", "type": "Warning"})
+}
+
+/// A planted pod with the pool's labels and current template hash, Ready, is never claimed (no
+/// patch, no token read): deleted with a Warning Event, and the turn gets an ordinary pod.
+#[tokio::test]
+async fn a_planted_pool_pod_without_the_operators_proof_is_never_claimed() {
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    new_turn(&mut server, tier(2, true)).await;
+    let hash = pod::template_hash(&tier_obj(2), &super::config());
+    let labels = json!({"kubeharness.dev/pool": "rust", "kubeharness.dev/claimed": "false",
+                        "kubeharness.dev/template-hash": hash, "kubeharness.dev/tier": "rust"});
+    let fake = planted(t1_pod(
+        "t1-aaa",
+        labels,
+        json!({}),
+        ready_status("10.9.9.9"),
+        "10",
+    ));
+    list_pool(&mut server, vec![fake]).await;
+    // Instead of a claim patch beside the session read: the planted pod deleted (that uid),
+    // and its Event.
+    let seen = expect_all(
+        &mut server,
+        vec![
+            Want::new(
+                "DELETE",
+                format!("/api/v1/namespaces/{NS}/pods/t1-aaa"),
+                200,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+            ),
+            Want::new(
+                "GET",
+                format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+                200,
+                super::session(None),
+            ),
+            Want::new(
+                "POST",
+                format!("/apis/events.k8s.io/v1/namespaces/{NS}/events"),
+                201,
+                event_reply(),
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(seen[0].body["preconditions"]["uid"], "tenants-uid");
+    assert_eq!(seen[2].body["reason"], reasons::POD_ORIGIN_UNPROVEN);
+    assert_eq!(seen[2].body["type"], "Warning");
+    assert_eq!(seen[2].body["regarding"]["name"], "t1-aaa");
+    let (_, body) = ordinary_answer(&mut server, reply, "slot_unavailable").await;
+    assert_eq!(body["source"], "ordinary", "{body}");
+    assert_ne!(body["endpoint"], "http://10.9.9.9:8080", "{body}");
+}
+
+/// The turn's recorded pod deleted by the tenant and made again under its name (labels and all,
+/// Ready): its endpoint and token are never handed out, it is deleted (that uid) with a Warning
+/// Event, and the turn is Pending.
+#[tokio::test]
+async fn a_turn_pod_made_again_under_its_recorded_name_is_never_answered() {
+    let (base, mut server) = start().await;
+    let name = pod::ordinary_name(NS, "demo", "turn-1");
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    let fake = planted(t1_pod(
+        &name,
+        turn_labels(json!({"kubeharness.dev/tier": "rust"})),
+        json!({"kubeharness.dev/tier-level": "1"}),
+        ready_status("10.9.9.9"),
+        "7",
+    ));
+    auth_recorded(&mut server, vec![fake], Some(&name), tier(0, false)).await;
+    // No token Secret read: the pod is deleted at once.
+    let deleted = expect(
+        &mut server,
+        "DELETE",
+        &format!("/api/v1/namespaces/{NS}/pods/{name}"),
+        200,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+    )
+    .await;
+    assert_eq!(deleted.body["preconditions"]["uid"], "tenants-uid");
+    let events = drain_events(&mut server, NS, 1).await;
+    assert_eq!(events[0]["reason"], reasons::POD_ORIGIN_UNPROVEN);
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        (
+            body["phase"].as_str(),
+            &body["endpoint"],
+            &body["token"],
+            body["reason"].as_str()
+        ),
+        (
+            Some("Pending"),
+            &Value::Null,
+            &Value::Null,
+            Some(reasons::POD_ORIGIN_UNPROVEN)
+        ),
+        "{body}"
+    );
+}
