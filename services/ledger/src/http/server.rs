@@ -18,10 +18,6 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-/// Largest accepted request body: a maximal document plus room for the envelope. Larger bodies are
-/// refused with 413 before they are buffered.
-pub const MAX_BODY_BYTES: usize = crate::store::MAX_DOCUMENT_BYTES + 64 * 1024;
-
 #[derive(Clone)]
 struct AppState {
     services: OrchestrationServices,
