@@ -8,7 +8,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
-use kube_harness_crds::condition::reasons;
 use kube_harness_crds::{HarnessSession, SandboxTier};
 use kube_harness_operator::warm::{self, objects};
 use kube_harness_operator::{labels, session, Context, OperatorConfig};
@@ -244,19 +243,8 @@ async fn a_planted_warm_pod_without_the_operators_proof_is_never_adopted() {
                 })
         }
     });
-    let deleted = expect(
-        &mut server,
-        "DELETE",
-        &format!("/api/v1/namespaces/{NS}/pods/{POOL_POD}"),
-        200,
-        json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
-    )
-    .await;
-    assert_eq!(deleted.body["preconditions"]["uid"], "tenants-uid");
-    let events = drain_events(&mut server, NS, 1).await;
-    assert_eq!(events[0]["reason"], reasons::POD_ORIGIN_UNPROVEN);
-    assert_eq!(events[0]["type"], "Warning");
-    assert_eq!(events[0]["regarding"]["name"], POOL_POD);
+    let event = super::support::expect_unproven_pod_deleted(&mut server, NS, POOL_POD).await;
+    assert_eq!(event["regarding"]["name"], POOL_POD);
     let outcome = tokio::time::timeout(Duration::from_secs(5), claim)
         .await
         .expect("the claim asks nothing more")

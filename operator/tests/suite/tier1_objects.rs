@@ -898,18 +898,7 @@ async fn a_planted_pool_pod_is_deleted_not_counted_and_replaced() {
         json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [planted]}),
     )
     .await;
-    let deleted = expect(
-        &mut server,
-        "DELETE",
-        "/api/v1/namespaces/team-a/pods/t1-planted",
-        200,
-        json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
-    )
-    .await;
-    assert_eq!(deleted.body["preconditions"], json!({"uid": "tenants-uid"}));
-    let events = drain_events(&mut server, "team-a", 1).await;
-    assert_eq!(events[0]["reason"], reasons::POD_ORIGIN_UNPROVEN);
-    assert_eq!(events[0]["type"], "Warning");
+    super::support::expect_unproven_pod_deleted(&mut server, "team-a", "t1-planted").await;
     create_pool_pod(&mut server, "new-uid").await;
     let status =
         patch_tier_status(&mut server, "rust", serde_json::to_value(rust(1)).unwrap()).await;
@@ -959,17 +948,7 @@ async fn a_planted_level0_warm_pod_is_deleted_not_counted_and_replaced() {
         json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [planted]}),
     )
     .await;
-    let deleted = expect(
-        &mut server,
-        "DELETE",
-        "/api/v1/namespaces/team-a/pods/kh-warm-planted",
-        200,
-        json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
-    )
-    .await;
-    assert_eq!(deleted.body["preconditions"], json!({"uid": "tenants-uid"}));
-    let events = drain_events(&mut server, "team-a", 1).await;
-    assert_eq!(events[0]["reason"], reasons::POD_ORIGIN_UNPROVEN);
+    super::support::expect_unproven_pod_deleted(&mut server, "team-a", "kh-warm-planted").await;
     // The pool's own pod: created, proven, then its PVC.
     let arrived = super::support::next(&mut server, "POST pods").await;
     assert_eq!(arrived.path, "/api/v1/namespaces/team-a/pods");

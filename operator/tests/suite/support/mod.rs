@@ -279,3 +279,24 @@ pub fn proven(mut pod: Value) -> Value {
     pod["metadata"]["annotations"][kube_harness_operator::origin::ANNOTATION] = json!(proof);
     pod
 }
+
+/// Expects the operator to delete the planted pod `ns/name` (only that uid: `tenants-uid`) and to
+/// publish a Warning Event `PodOriginUnproven` about it; returns the Event.
+pub async fn expect_unproven_pod_deleted(handle: &mut Handle, ns: &str, name: &str) -> Value {
+    let deleted = expect(
+        handle,
+        "DELETE",
+        &format!("/api/v1/namespaces/{ns}/pods/{name}"),
+        200,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+    )
+    .await;
+    assert_eq!(deleted.body["preconditions"], json!({"uid": "tenants-uid"}));
+    let event = drain_events(handle, ns, 1).await.remove(0);
+    assert_eq!(
+        event["reason"],
+        kube_harness_crds::condition::reasons::POD_ORIGIN_UNPROVEN
+    );
+    assert_eq!(event["type"], "Warning");
+    event
+}

@@ -3,7 +3,7 @@
 //! HMAC of its namespace, name and uid) is claimed or has its endpoint and token handed out; any
 //! other is deleted (that uid) with a Warning Event `PodOriginUnproven`.
 
-use super::super::support::{drain_events, expect, expect_all, origin_key, Want};
+use super::super::support::{expect_all, expect_unproven_pod_deleted, origin_key, Want};
 use super::{
     auth_recorded, list_pool, new_turn, ordinary_answer, post, ready_status, start, t1_pod, tier,
     tier_obj, turn_labels, NS, TOKEN,
@@ -99,17 +99,7 @@ async fn a_turn_pod_made_again_under_its_recorded_name_is_never_answered() {
     ));
     auth_recorded(&mut server, vec![fake], Some(&name), tier(0, false)).await;
     // No token Secret read: the pod is deleted at once.
-    let deleted = expect(
-        &mut server,
-        "DELETE",
-        &format!("/api/v1/namespaces/{NS}/pods/{name}"),
-        200,
-        json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
-    )
-    .await;
-    assert_eq!(deleted.body["preconditions"]["uid"], "tenants-uid");
-    let events = drain_events(&mut server, NS, 1).await;
-    assert_eq!(events[0]["reason"], reasons::POD_ORIGIN_UNPROVEN);
+    expect_unproven_pod_deleted(&mut server, NS, &name).await;
     let (code, body) = reply.await.unwrap();
     assert_eq!(code, 200, "{body}");
     assert_eq!(
