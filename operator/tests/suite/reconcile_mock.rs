@@ -2,7 +2,8 @@
 //! thing is proven by the e2e suite (tests/e2e); these pin down exactly what one reconcile asks.
 
 use super::support::{
-    drain_events, existing_token_secret, expect, expect_all, not_found, Handle, Seen, Want,
+    condition, drain_events, existing_token_secret, expect, expect_all, not_found, Handle, Seen,
+    Want,
 };
 use kube_harness_crds::condition::reasons;
 use kube_harness_crds::HarnessSession;
@@ -47,15 +48,6 @@ fn context(client: kube::Client) -> Arc<Context> {
         client,
         OperatorConfig::for_namespace("kube-harness"),
     ))
-}
-
-fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
-    status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == type_)
-        .unwrap_or_else(|| panic!("no {type_} condition in {status}"))
 }
 
 /// The worker tier's read, answered with [`tier0`].

@@ -3,8 +3,8 @@
 //! the old code (a130265), as its comment says.
 
 use super::support::{
-    drain_events, existing_token_secret, expect, expect_all, not_found, owned_by_demo, Handle,
-    Seen, Want,
+    condition, drain_events, existing_token_secret, expect, expect_all, not_found, owned_by_demo,
+    Handle, Seen, Want,
 };
 use kube::runtime::controller::Action;
 use kube_harness_crds::condition::reasons;
@@ -48,15 +48,6 @@ fn context(client: kube::Client, worker_port: u16) -> Arc<Context> {
         ..OperatorConfig::for_namespace("kube-harness")
     };
     Arc::new(Context::new(client, config))
-}
-
-fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
-    status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == type_)
-        .unwrap_or_else(|| panic!("no {type_} in {status}"))
 }
 
 async fn get(server: &mut Handle, path: &str, reply: Option<Value>) {

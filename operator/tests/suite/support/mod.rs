@@ -300,3 +300,14 @@ pub async fn expect_unproven_pod_deleted(handle: &mut Handle, ns: &str, name: &s
     assert_eq!(event["type"], "Warning");
     event
 }
+
+/// The condition of type `type_` in a status (as JSON); panics naming the status when it is
+/// missing.
+pub fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition in {status}"))
+}
