@@ -7,5 +7,6 @@ mod common;
 mod conformance;
 mod crash;
 mod file_store;
+mod process_support;
 mod replay;
 mod tenants_support;
