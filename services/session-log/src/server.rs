@@ -1,9 +1,10 @@
 //! The HTTP face of the session log (`lh.remote-session.v1`): routes, error mapping, metrics.
 
 use crate::model::{EventInput, PreparedEvent, RunId, ValidationError, DEFAULT_MAX_PAYLOAD_BYTES};
+use crate::reads::{ReadSlots, DEFAULT_READS_IN_FLIGHT};
 use crate::scope::{self, Access};
 use crate::store::{Store, StoreError, MAX_READ_LIMIT};
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Extension, Path, Query, Request, State};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
@@ -37,6 +38,8 @@ pub struct ServerConfig {
     pub auth: AuthConfig,
     /// Canonical payload size limit; over it: 413 and nothing written.
     pub max_payload_bytes: usize,
+    /// Reads served at once (`reads.rs`); more wait.
+    pub reads_in_flight: usize,
 }
 
 impl ServerConfig {
@@ -44,6 +47,7 @@ impl ServerConfig {
         Self {
             auth,
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            reads_in_flight: DEFAULT_READS_IN_FLIGHT,
         }
     }
 }
@@ -65,6 +69,7 @@ struct Metrics {
 struct AppState {
     store: Store,
     max_payload_bytes: usize,
+    reads: ReadSlots,
     metrics: Metrics,
 }
 
@@ -93,6 +98,7 @@ pub fn app(store: Store, config: ServerConfig, mut registry: Registry) -> Router
     let state = AppState {
         store,
         max_payload_bytes: config.max_payload_bytes,
+        reads: ReadSlots::new(config.reads_in_flight),
         metrics,
     };
     let api = Router::new()
@@ -181,6 +187,16 @@ fn store_error(e: StoreError) -> ApiError {
     let message = e.to_string();
     match e {
         StoreError::Conflict { .. } => ApiError::conflict("idempotency_conflict", message),
+        // 413, not 429: the session (or namespace) stays over its quota, so retrying cannot help.
+        StoreError::QuotaExceeded { scope, .. } => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            if scope == "namespace" {
+                "namespace_quota_exceeded"
+            } else {
+                "session_quota_exceeded"
+            },
+            message,
+        ),
         StoreError::RunCorrupt { .. } => ApiError::internal("run_corrupt", message),
         StoreError::Poisoned(_) => ApiError::unavailable("store_failed", message),
         StoreError::Unavailable(_) => ApiError::unavailable("store_unavailable", message),
@@ -274,6 +290,23 @@ struct AppendResponse<'a> {
     event: &'a crate::model::StoredEvent,
 }
 
+/// `{"events": [...], "next": N | null}` (`next` is set when more events follow this page: it
+/// stopped at `limit` or at the page's byte bound; read again with `after=next`), serialized one
+/// event at a time as the body is sent, each event dropped once written: a page is held once, as
+/// events, not a second time as one JSON buffer (issue 30).
+fn page_body(events: Vec<crate::model::StoredEvent>, next: Option<u64>) -> Body {
+    let head = std::iter::once(Ok(Bytes::from_static(b"{\"events\":[")));
+    let items = events.into_iter().enumerate().map(|(i, event)| {
+        let mut buf = if i == 0 { Vec::new() } else { b",".to_vec() };
+        serde_json::to_writer(&mut buf, &event).map(|()| Bytes::from(buf))
+    });
+    let tail = std::iter::once_with(move || {
+        let next = next.map_or("null".to_string(), |n| n.to_string());
+        Ok(Bytes::from(format!("],\"next\":{next}}}")))
+    });
+    Body::from_stream(futures::stream::iter(head.chain(items).chain(tail)))
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ReadParams {
@@ -288,6 +321,7 @@ async fn read_events(
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<ReadParams>, QueryRejection>,
 ) -> Response {
+    let slot = state.reads.take().await;
     let result = read_inner(&state, authorized_run(path, &access), query).await;
     let outcome = if result.is_ok() { "ok" } else { "error" };
     state
@@ -296,7 +330,7 @@ async fn read_events(
         .get_or_create(&OutcomeLabels { outcome })
         .inc();
     match result {
-        Ok(r) => r,
+        Ok(r) => slot.hold(r),
         Err(e) => e.into_response(),
     }
 }
@@ -333,5 +367,9 @@ async fn read_inner(
     } else {
         None
     };
-    Ok(Json(serde_json::json!({"events": events, "next": next})).into_response())
+    Ok((
+        [(CONTENT_TYPE, "application/json")],
+        page_body(events, next),
+    )
+        .into_response())
 }

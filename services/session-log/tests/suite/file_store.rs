@@ -27,7 +27,7 @@ async fn open(path: &Path, fs: Arc<dyn SyncFs>) -> anyhow::Result<FileStore> {
 }
 
 async fn keys(store: &FileStore, r: &str) -> Result<Vec<String>, StoreError> {
-    let (events, more) = store.read(&run(r), 0, 1000)?;
+    let (events, more) = store.read(&run(r), 0, 1000, u64::MAX).await?;
     assert!(!more);
     for (i, e) in events.iter().enumerate() {
         assert_eq!(e.sequence, i as u64 + 1);

@@ -1,5 +1,6 @@
 //! The integration tests of this crate as modules of one test binary (one link on two cores).
 
+mod attack_big_runs;
 mod attack_idle_connections;
 mod attack_slow_appends;
 mod client;

@@ -94,7 +94,6 @@ impl ServerProcess {
     }
 
     /// The process's resident memory now (`VmRSS`), in KiB.
-    #[allow(dead_code)] // used by attack_big_runs
     pub fn rss_kib(&self) -> u64 {
         status_kib(self.child.id(), "VmRSS:")
     }
@@ -131,4 +130,3 @@ fn spawn(args: &[String], log: &Path) -> Child {
         .spawn()
         .expect("cannot start kh-session-log-test-server")
 }
-
