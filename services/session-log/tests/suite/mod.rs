@@ -2,6 +2,7 @@
 
 mod attack_big_runs;
 mod attack_idle_connections;
+mod attack_quotas;
 mod attack_slow_appends;
 mod client;
 mod common;
