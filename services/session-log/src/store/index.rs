@@ -87,7 +87,12 @@ impl<E: Kept> Index<E> {
     /// Adds a committed event. It must follow the run's last sequence.
     pub fn insert(&mut self, run: &str, sequence: u64, key: &str, digest: &str, kept: E) {
         self.usage.add(run, kept.bytes());
-        let log = self.runs.entry(run.to_string()).or_default();
+        if !self.runs.contains_key(run) {
+            self.runs.insert(run.to_string(), RunLog::default());
+        }
+        let Some(log) = self.runs.get_mut(run) else {
+            return;
+        };
         debug_assert_eq!(sequence, log.events.len() as u64 + 1);
         log.by_key.insert(
             key.into(),

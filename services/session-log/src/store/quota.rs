@@ -53,8 +53,8 @@ pub struct Usage {
 
 impl Usage {
     pub fn add(&mut self, run: &str, bytes: u64) {
-        *self.sessions.entry(session_of(run).into()).or_default() += bytes;
-        *self.namespaces.entry(namespace_of(run).into()).or_default() += bytes;
+        add_to(&mut self.sessions, session_of(run), bytes);
+        add_to(&mut self.namespaces, namespace_of(run), bytes);
     }
 
     pub fn session(&self, run: &str) -> u64 {
@@ -93,6 +93,16 @@ impl Usage {
             });
         }
         Ok(())
+    }
+}
+
+/// Adds without allocating a key that is already there (a reload adds once per event).
+fn add_to(counts: &mut HashMap<String, u64>, key: &str, bytes: u64) {
+    match counts.get_mut(key) {
+        Some(count) => *count += bytes,
+        None => {
+            counts.insert(key.to_string(), bytes);
+        }
     }
 }
 

@@ -3,8 +3,9 @@
 //! got it OOMKilled, and a log past its memory limit would crash-loop on reload.
 //!
 //! The real server binary (file store, the chart's default) takes one big run (64 MB by default;
-//! `KH_BIG_RUN_MB=500` for the figure in docs/performance.md), then four parallel reads of the
-//! whole run (pages of 1,000), then a SIGKILL, a reload and the same reads; its peak resident
+//! `KH_BIG_RUN_MB=500` for the figure in docs/session-log.md) from four writers while four readers
+//! follow it, then four parallel reads of the whole run (pages of 1,000), then a SIGKILL, a reload
+//! and the same reads; its peak resident
 //! memory (`VmHWM`) must stay within [`LIMIT_MIB`] throughout, whatever the run's size. On the
 //! code before the fix (run once against it) this failed: the peak grew with the run.
 
@@ -19,31 +20,53 @@ const PAYLOAD: usize = 200 * 1024;
 /// (about 8 MiB with its allocations). The code before the fix peaked at 756 MiB with a 64 MB run.
 const LIMIT_MIB: u64 = 96;
 
-async fn read_whole_run(base: &str, token: &str, run: &str) -> usize {
+/// One page of the big run after `after`: how many events it held and its `next`.
+async fn page(http: &reqwest::Client, base: &str, after: usize) -> (usize, Option<u64>) {
+    let page: serde_json::Value = http
+        .get(format!(
+            "{base}/v1/runs/big-run/events?after={after}&limit=1000"
+        ))
+        .bearer_auth(super::common::TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    (
+        page["events"].as_array().unwrap().len(),
+        page["next"].as_u64(),
+    )
+}
+
+/// Reads the whole run, page after page; the events read.
+async fn read_whole_run(base: String) -> usize {
     let http = reqwest::Client::new();
-    let mut after = 0;
-    let mut events = 0;
+    let mut seen = 0;
     loop {
-        let page: serde_json::Value = http
-            .get(format!(
-                "{base}/v1/runs/{run}/events?after={after}&limit=1000"
-            ))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap()
-            .error_for_status()
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let got = page["events"].as_array().unwrap();
-        events += got.len();
-        match page["next"].as_u64() {
-            Some(next) => after = next,
-            None => return events,
+        let (n, next) = page(&http, &base, seen).await;
+        seen += n;
+        if next.is_none() {
+            return seen;
         }
     }
+}
+
+/// Follows the run while it is appended to, as a client tailing the log does, until it has seen
+/// `total` events.
+async fn tail_run(base: String, total: usize) -> usize {
+    let http = reqwest::Client::new();
+    let mut seen = 0;
+    while seen < total {
+        let (n, _) = page(&http, &base, seen).await;
+        seen += n;
+        if n == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    seen
 }
 
 /// Megabytes to append: `KH_BIG_RUN_MB`, 64 unless set (quick enough for every test run).
@@ -58,9 +81,7 @@ async fn four_parallel_reads(server: &ServerProcess, events: usize) {
     let reads: Vec<_> = (0..4)
         .map(|_| {
             let base = server.base_url.clone();
-            tokio::spawn(
-                async move { read_whole_run(&base, super::common::TOKEN, "big-run").await },
-            )
+            tokio::spawn(read_whole_run(base))
         })
         .collect();
     for read in reads {
@@ -86,22 +107,38 @@ async fn a_big_run_and_parallel_reads_cost_the_server_flat_memory_also_after_a_r
         &quota,
     ];
     let mut server = ServerProcess::start_with(&store, dir.path(), "big", &flags).await;
-    let client = server.client();
-    let text = "x".repeat(PAYLOAD);
-    for n in 0..events {
-        let event = kube_harness_session_log::client::NewEvent::with_key(
-            format!("k{n}"),
-            "test.big",
-            json!({"n": n, "text": text}).as_object().unwrap().clone(),
-        );
-        client.append("big-run", &event).await.unwrap();
+    // Four writers append the run while four readers follow it.
+    let tails: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(tail_run(server.base_url.clone(), events)))
+        .collect();
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let client = server.client();
+            tokio::spawn(async move {
+                let text = "x".repeat(PAYLOAD);
+                for n in (w..events).step_by(4) {
+                    let event = kube_harness_session_log::client::NewEvent::with_key(
+                        format!("k{n}"),
+                        "test.big",
+                        json!({"n": n, "text": text}).as_object().unwrap().clone(),
+                    );
+                    client.append("big-run", &event).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in writers {
+        task.await.unwrap();
+    }
+    for task in tails {
+        assert_eq!(task.await.unwrap(), events);
     }
     let written = std::fs::metadata(&path).unwrap().len() / 1_000_000;
     let appended = server.peak_rss_kib() / 1024;
     four_parallel_reads(&server, events).await;
     let peak = server.peak_rss_kib() / 1024;
     eprintln!(
-        "appended {written} MB ({events} events, peak {appended} MiB), 4 parallel reads, peak RSS {peak} MiB (limit {LIMIT_MIB})"
+        "appended {written} MB, 4 parallel reads, peak RSS {peak} MiB (limit {LIMIT_MIB}); {events} events by 4 writers while 4 readers followed the run: peak {appended} MiB, then 4 parallel reads of the whole run"
     );
     assert!(
         peak <= LIMIT_MIB,
