@@ -1,12 +1,15 @@
-//! The per-run index every local store decides appends with: for each run its events' sequences
-//! (positions in `events`), its keys with their sequence and digest, and what the store keeps of
-//! each event (`E`): the memory store the event itself (its memory is its data), the file store
-//! only where the event's record is on disk, so that its memory does not grow with event sizes
-//! (issue 30). Bytes per session and namespace are counted here too, for the quotas.
+//! The per-run index every local store decides appends with: for each run what the store keeps of
+//! each event (`E`, at position `sequence - 1`) and, per key, a 128-bit hash of the key with its
+//! sequence. The memory store keeps the event itself (its memory is its data); the file store only
+//! where the event's record is on disk, so that its memory does not grow with event sizes (issue
+//! 30), and per event costs about 50 bytes whatever its key (up to 200 characters) and digest: a
+//! key found here is confirmed, and its digest compared, against the stored event. Bytes per
+//! session and namespace are counted here too, for the quotas.
 
 use super::quota::Usage;
 use super::types::StoreError;
-use crate::model::{PreparedEvent, RunId};
+use crate::model::{PreparedEvent, RunId, StoredEvent};
+use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 
 /// What a store keeps per event; `bytes` is what the event costs against quotas and page bounds.
@@ -14,16 +17,23 @@ pub trait Kept: Clone {
     fn bytes(&self) -> u64;
 }
 
-/// Enough of a stored key to answer a retried append without the event.
-pub struct KeyEntry {
-    pub sequence: u64,
-    pub digest: Box<str>,
+/// What the index keeps of a key: the first 128 bits of its SHA-256. Two keys of one run with the
+/// same hash are not expected before 2^64 keys; [`check_existing`] would still refuse to answer one
+/// with the other's event.
+pub type KeyHash = u128;
+
+pub fn key_hash(key: &str) -> KeyHash {
+    let digest = Sha256::digest(key.as_bytes());
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&digest[..16]);
+    KeyHash::from_le_bytes(first)
 }
 
 pub struct RunLog<E> {
     /// Event `n` (sequence `n + 1`).
     pub events: Vec<E>,
-    pub by_key: HashMap<Box<str>, KeyEntry>,
+    /// Key hash -> sequence.
+    pub by_key: HashMap<KeyHash, u64>,
     /// Set when loading found this run damaged: reads and appends are refused.
     pub corrupt: Option<String>,
 }
@@ -40,7 +50,7 @@ impl<E> Default for RunLog<E> {
 
 /// What an append of a prepared event resolves to against the committed state.
 pub enum Decision {
-    /// Already stored, with the same digest, at this sequence.
+    /// Stored at this sequence: the caller loads the event and answers with [`check_existing`].
     Existing(u64),
     /// Not stored yet: append it at this sequence.
     New(u64),
@@ -77,15 +87,14 @@ impl<E: Kept> Index<E> {
         let Some(log) = self.runs.get(run.as_str()) else {
             return Ok(Decision::New(1 + pending as u64));
         };
-        if let Some(entry) = log.by_key.get(event.key.as_str()) {
-            same_or_conflict(run, entry.sequence, &entry.digest, event)?;
-            return Ok(Decision::Existing(entry.sequence));
+        if let Some(&sequence) = log.by_key.get(&key_hash(&event.key)) {
+            return Ok(Decision::Existing(sequence));
         }
         Ok(Decision::New(log.events.len() as u64 + 1 + pending as u64))
     }
 
     /// Adds a committed event. It must follow the run's last sequence.
-    pub fn insert(&mut self, run: &str, sequence: u64, key: &str, digest: &str, kept: E) {
+    pub fn insert(&mut self, run: &str, sequence: u64, key: &str, kept: E) {
         self.usage.add(run, kept.bytes());
         if !self.runs.contains_key(run) {
             self.runs.insert(run.to_string(), RunLog::default());
@@ -94,13 +103,7 @@ impl<E: Kept> Index<E> {
             return;
         };
         debug_assert_eq!(sequence, log.events.len() as u64 + 1);
-        log.by_key.insert(
-            key.into(),
-            KeyEntry {
-                sequence,
-                digest: digest.into(),
-            },
-        );
+        log.by_key.insert(key_hash(key), sequence);
         log.events.push(kept);
     }
 
@@ -154,6 +157,23 @@ impl<E: Kept> Index<E> {
         let more = start + page.len() < log.events.len();
         Ok((page, more))
     }
+}
+
+/// The answer to a retried key from the event stored under it: the event when the digest is the
+/// same, else a conflict.
+pub fn check_existing(
+    run: &RunId,
+    stored: StoredEvent,
+    event: &PreparedEvent,
+) -> Result<StoredEvent, StoreError> {
+    if stored.append_idempotency_key != event.key {
+        return Err(StoreError::Internal(format!(
+            "run {run}: keys {:?} and {:?} have the same hash",
+            stored.append_idempotency_key, event.key
+        )));
+    }
+    same_or_conflict(run, stored.sequence, &stored.digest, event)?;
+    Ok(stored)
 }
 
 /// The idempotency rule: same key and digest is the original event (at `sequence`); another

@@ -3,7 +3,7 @@
 //! memory is the byte quotas per session and namespace (`quota.rs`), the same as the other stores
 //! apply to their disk; run it with quotas that fit its memory limit.
 
-use super::index::{Decision, Index, Kept};
+use super::index::{check_existing, Decision, Index, Kept};
 use super::quota::{Quotas, Usage};
 use super::types::{AppendOutcome, StoreError};
 use crate::canonical::canonical_bytes;
@@ -49,7 +49,7 @@ impl MemoryStore {
                     StoreError::Internal(format!("memory store lost {run} at {sequence}"))
                 })?;
                 Ok(AppendOutcome {
-                    event: held.event.clone(),
+                    event: check_existing(run, held.event.clone(), &event)?,
                     created: false,
                 })
             }
@@ -65,7 +65,7 @@ impl MemoryStore {
                     event: stored.clone(),
                     bytes,
                 };
-                index.insert(run.as_str(), sequence, &event.key, &event.digest, held);
+                index.insert(run.as_str(), sequence, &event.key, held);
                 Ok(AppendOutcome {
                     event: stored,
                     created: true,

@@ -9,7 +9,7 @@
 
 use super::record;
 use super::shared::Position;
-use crate::store::index::Index;
+use crate::store::index::{key_hash, Index};
 use std::io::{self, BufRead, Read};
 
 /// Longest line read whole: far above any record the payload limit allows. A longer line is
@@ -124,7 +124,7 @@ fn index_record(loaded: &mut Loaded, lineno: usize, line: &[u8], at: Position) {
                 ))
             } else if log
                 .by_key
-                .contains_key(event.append_idempotency_key.as_str())
+                .contains_key(&key_hash(&event.append_idempotency_key))
             {
                 Some(format!(
                     "line {lineno}: appendIdempotencyKey {:?} stored twice",
@@ -144,7 +144,6 @@ fn index_record(loaded: &mut Loaded, lineno: usize, line: &[u8], at: Position) {
                     &event.run_id,
                     event.sequence,
                     &event.append_idempotency_key,
-                    &event.digest,
                     at,
                 ),
             }

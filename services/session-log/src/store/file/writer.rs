@@ -12,7 +12,7 @@
 use super::shared::{Position, Shared};
 use super::{reader, record};
 use crate::model::{PreparedEvent, RunId, StoredEvent};
-use crate::store::index::{same_or_conflict, Decision};
+use crate::store::index::{check_existing, same_or_conflict, Decision};
 use crate::store::quota::Usage;
 use crate::store::types::{AppendOutcome, StoreError};
 use std::collections::HashMap;
@@ -54,7 +54,7 @@ struct Plan {
     /// (reply, index into `events`, created)
     waiters: Vec<(Reply, usize, bool)>,
     /// Retries of keys stored before this batch: answered from their records on disk.
-    existing: Vec<(Reply, RunId, u64, Position)>,
+    existing: Vec<(Job, u64, Position)>,
     buf: Vec<u8>,
 }
 
@@ -86,13 +86,14 @@ impl Writer {
                 self.plan(&index, &mut plan, job);
             }
         }
-        for (reply, run, sequence, at) in plan.existing {
-            let answer =
-                reader::load(&self.shared.reader, &run, sequence, at).map(|event| AppendOutcome {
+        for (job, sequence, at) in plan.existing {
+            let answer = reader::load(&self.shared.reader, &job.run, sequence, at)
+                .and_then(|stored| check_existing(&job.run, stored, &job.event))
+                .map(|event| AppendOutcome {
                     event,
                     created: false,
                 });
-            let _ = reply.send(answer);
+            let _ = job.reply.send(answer);
         }
         if plan.events.is_empty() {
             return;
@@ -113,7 +114,6 @@ impl Writer {
                     &event.run_id,
                     event.sequence,
                     &event.append_idempotency_key,
-                    &event.digest,
                     *at,
                 );
             }
@@ -148,7 +148,7 @@ impl Writer {
             }
             Ok(Decision::Existing(sequence)) => {
                 match index.kept(&job.run, sequence) {
-                    Some(&at) => plan.existing.push((job.reply, job.run, sequence, at)),
+                    Some(&at) => plan.existing.push((job, sequence, at)),
                     None => {
                         let _ = job.reply.send(Err(StoreError::Internal(format!(
                             "file store index lost {} at {sequence}",
