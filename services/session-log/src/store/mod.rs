@@ -24,7 +24,7 @@ pub use file::fs::{FaultFs, FsOp, RealFs, SyncFs};
 pub use file::{FileStore, FileStoreOptions};
 pub use memory::MemoryStore;
 pub use postgres::PostgresStore;
-pub use quota::{Quotas, DEFAULT_MAX_NAMESPACE_BYTES, DEFAULT_MAX_SESSION_BYTES};
+pub use quota::{Quotas, DEFAULT_MAX_NAMESPACE_BYTES, DEFAULT_MAX_SESSION_BYTES, MIN_EVENT_BYTES};
 pub use types::{new_batch_histogram, AppendOutcome, StoreError};
 
 use crate::model::{PreparedEvent, RunId, StoredEvent};

@@ -7,14 +7,14 @@
 //! Runs are locked in sorted order so concurrent batches from several replicas cannot deadlock.
 //!
 //! Quotas: each run row counts the bytes of its events (`bytes`, the length of their stored
-//! JSON); a batch sums the rows of its runs' namespaces and refuses an append past its session's
+//! JSON, at least `MIN_EVENT_BYTES` each); a batch sums the rows of its runs' namespaces and refuses an append past its session's
 //! or namespace's quota. With several replicas, batches that touch different runs of one session
 //! at the same moment may together overshoot it by what they add (they lock only their own runs).
 //! Reads stop at the page's byte bound inside the query, so a page of big events is never
 //! fetched whole.
 
 use super::index::same_or_conflict;
-use super::quota::{namespace_of, Quotas, Usage};
+use super::quota::{charge, namespace_of, Quotas, Usage, MIN_EVENT_BYTES};
 use super::types::{AppendOutcome, StoreError};
 use crate::model::{PreparedEvent, RunId, StoredEvent};
 use anyhow::Context;
@@ -25,6 +25,11 @@ use tokio::sync::{mpsc, oneshot};
 
 const MAX_BATCH: usize = 1024;
 const POOL_SIZE: usize = 8;
+
+const _: () = assert!(
+    MIN_EVENT_BYTES == 1024,
+    "migration 2 charges events at least 1024 bytes"
+);
 
 /// Versioned schema changes, applied in order at start under an advisory lock.
 const MIGRATIONS: &[(i32, &str)] = &[
@@ -48,7 +53,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
         2,
         "ALTER TABLE kh_session_log_runs ADD COLUMN bytes bigint NOT NULL DEFAULT 0;
      UPDATE kh_session_log_runs r SET bytes = coalesce(
-         (SELECT sum(octet_length(e.event::text)) FROM kh_session_log_events e WHERE e.run_id = r.run_id), 0);
+         (SELECT sum(greatest(octet_length(e.event::text), 1024)) FROM kh_session_log_events e WHERE e.run_id = r.run_id), 0);
      CREATE INDEX kh_session_log_runs_namespace ON kh_session_log_runs (split_part(run_id, ':', 1));",
     ),
 ];
@@ -282,7 +287,7 @@ async fn commit_batch(
         )
         .await?
     {
-        usage.add(row.get(0), row.get::<_, i64>(1).max(0) as u64);
+        usage.add_charged(row.get(0), row.get::<_, i64>(1).max(0) as u64);
     }
     let mut pending = Usage::default();
     let mut added: HashMap<String, i64> = HashMap::new();
@@ -333,7 +338,7 @@ async fn commit_batch(
             continue;
         }
         pending.add(job.run.as_str(), bytes);
-        *added.entry(k.0.clone()).or_default() += bytes as i64;
+        *added.entry(k.0.clone()).or_default() += charge(bytes) as i64;
         last.insert(k.0.clone(), seq);
         planned_keys.insert(k, i);
         planned.insert(i, (stored, json));

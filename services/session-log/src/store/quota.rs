@@ -4,8 +4,9 @@
 //! A run id `NAMESPACE:UID[:…]` belongs to session `NAMESPACE:UID` (the scope of its session's
 //! token, `scope.rs`) and to namespace `NAMESPACE`; a run id without `:` is its own session and
 //! namespace. The bytes counted are the canonical JSON of the stored events (what a read returns),
-//! summed over every run of the session or namespace. They are rebuilt from the stored events
-//! when a store opens. A leaf: the stores use it, it uses nothing of theirs.
+//! summed over every run of the session or namespace, each event counting at least
+//! [`MIN_EVENT_BYTES`]. They are rebuilt from the stored events when a store opens. A leaf: the
+//! stores use it, it uses nothing of theirs.
 
 use super::types::StoreError;
 use std::collections::HashMap;
@@ -14,6 +15,16 @@ use std::collections::HashMap;
 pub const DEFAULT_MAX_SESSION_BYTES: u64 = 256 * 1024 * 1024;
 /// Default most bytes of events one namespace (all its sessions) may store.
 pub const DEFAULT_MAX_NAMESPACE_BYTES: u64 = 1024 * 1024 * 1024;
+
+/// What an event counts at least: the file store's index holds about 110 bytes per event in
+/// memory whatever its size, so a flood of tiny events must use up a quota too (a session's
+/// 256 MiB then holds at most 262,144 events, about 29 MiB of index).
+pub const MIN_EVENT_BYTES: u64 = 1024;
+
+/// What an event of `bytes` counts against the quotas.
+pub fn charge(bytes: u64) -> u64 {
+    bytes.max(MIN_EVENT_BYTES)
+}
 
 /// The limits in force.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,9 +63,16 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Counts an event of `bytes` (charged at least [`MIN_EVENT_BYTES`]).
     pub fn add(&mut self, run: &str, bytes: u64) {
-        add_to(&mut self.sessions, session_of(run), bytes);
-        add_to(&mut self.namespaces, namespace_of(run), bytes);
+        add_to(&mut self.sessions, session_of(run), charge(bytes));
+        add_to(&mut self.namespaces, namespace_of(run), charge(bytes));
+    }
+
+    /// Counts bytes already charged (a PostgreSQL run row's total).
+    pub fn add_charged(&mut self, run: &str, charged: u64) {
+        add_to(&mut self.sessions, session_of(run), charged);
+        add_to(&mut self.namespaces, namespace_of(run), charged);
     }
 
     pub fn session(&self, run: &str) -> u64 {
@@ -65,7 +83,7 @@ impl Usage {
         self.namespaces.get(namespace_of(run)).copied().unwrap_or(0)
     }
 
-    /// Whether `bytes` more for `run` stay within `quotas`, counting what is stored (`self`) and
+    /// Whether an event of `bytes` more for `run` stays within `quotas`, counting what is stored (`self`) and
     /// what is planned but not yet committed (`pending`).
     pub fn admit(
         &self,
@@ -74,6 +92,7 @@ impl Usage {
         run: &str,
         bytes: u64,
     ) -> Result<(), StoreError> {
+        let bytes = charge(bytes);
         let session = self.session(run) + pending.session(run);
         if session + bytes > quotas.session_bytes {
             return Err(StoreError::QuotaExceeded {
@@ -121,31 +140,41 @@ mod tests {
 
     #[test]
     fn a_session_past_its_quota_is_refused_and_others_are_not() {
+        let m = MIN_EVENT_BYTES;
         let quotas = Quotas {
-            session_bytes: 100,
-            namespace_bytes: 150,
+            session_bytes: 100 + 2 * m,
+            namespace_bytes: 150 + 3 * m,
+        };
+        let pending = Usage::default();
+        let refused = |usage: &Usage, run: &str, bytes: u64| match usage
+            .admit(&pending, &quotas, run, bytes)
+        {
+            Ok(()) => None,
+            Err(StoreError::QuotaExceeded { scope, .. }) => Some(scope),
+            Err(e) => panic!("{e}"),
         };
         let mut usage = Usage::default();
-        usage.add("ns:a", 60);
-        let pending = Usage::default();
-        assert!(usage.admit(&pending, &quotas, "ns:a:2", 40).is_ok());
-        let err = usage.admit(&pending, &quotas, "ns:a:2", 41).unwrap_err();
-        assert!(matches!(
-            err,
-            StoreError::QuotaExceeded {
-                scope: "session",
-                ..
-            }
-        ));
-        assert!(usage.admit(&pending, &quotas, "ns:b", 90).is_ok());
-        let err = usage.admit(&pending, &quotas, "ns:b", 91).unwrap_err();
-        assert!(matches!(
-            err,
-            StoreError::QuotaExceeded {
-                scope: "namespace",
-                ..
-            }
-        ));
-        assert!(usage.admit(&pending, &quotas, "other:b", 100).is_ok());
+        usage.add_charged("ns:a", 60);
+        assert_eq!(refused(&usage, "ns:a:2", 40 + 2 * m), None);
+        assert_eq!(refused(&usage, "ns:a:2", 41 + 2 * m), Some("session"));
+        assert_eq!(refused(&usage, "other:b", 100), None);
+        let mut usage = Usage::default();
+        usage.add_charged("ns:x", 60 + m);
+        assert_eq!(refused(&usage, "ns:b", 90 + 2 * m), None);
+        assert_eq!(refused(&usage, "ns:b", 91 + 2 * m), Some("namespace"));
+    }
+
+    #[test]
+    fn tiny_events_count_at_least_the_minimum() {
+        let quotas = Quotas {
+            session_bytes: 3 * MIN_EVENT_BYTES,
+            namespace_bytes: u64::MAX,
+        };
+        let mut usage = Usage::default();
+        for _ in 0..3 {
+            usage.admit(&Usage::default(), &quotas, "ns:a", 10).unwrap();
+            usage.add("ns:a", 10);
+        }
+        assert!(usage.admit(&Usage::default(), &quotas, "ns:a", 10).is_err());
     }
 }
