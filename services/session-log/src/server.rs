@@ -1,10 +1,10 @@
 //! The HTTP face of the session log (`lh.remote-session.v1`): routes, error mapping, metrics.
 
 use crate::model::{EventInput, PreparedEvent, RunId, ValidationError, DEFAULT_MAX_PAYLOAD_BYTES};
-use crate::reads::{ReadSlots, DEFAULT_READS_IN_FLIGHT};
+use crate::reads::{page_body, ReadSlot, ReadSlots, DEFAULT_READS_IN_FLIGHT};
 use crate::scope::{self, Access};
 use crate::store::{Store, StoreError, MAX_READ_LIMIT};
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Extension, Path, Query, Request, State};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
@@ -290,23 +290,6 @@ struct AppendResponse<'a> {
     event: &'a crate::model::StoredEvent,
 }
 
-/// `{"events": [...], "next": N | null}` (`next` is set when more events follow this page: it
-/// stopped at `limit` or at the page's byte bound; read again with `after=next`), serialized one
-/// event at a time as the body is sent, each event dropped once written: a page is held once, as
-/// events, not a second time as one JSON buffer (issue 30).
-fn page_body(events: Vec<crate::model::StoredEvent>, next: Option<u64>) -> Body {
-    let head = std::iter::once(Ok(Bytes::from_static(b"{\"events\":[")));
-    let items = events.into_iter().enumerate().map(|(i, event)| {
-        let mut buf = if i == 0 { Vec::new() } else { b",".to_vec() };
-        serde_json::to_writer(&mut buf, &event).map(|()| Bytes::from(buf))
-    });
-    let tail = std::iter::once_with(move || {
-        let next = next.map_or("null".to_string(), |n| n.to_string());
-        Ok(Bytes::from(format!("],\"next\":{next}}}")))
-    });
-    Body::from_stream(futures::stream::iter(head.chain(items).chain(tail)))
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ReadParams {
@@ -322,7 +305,7 @@ async fn read_events(
     query: Result<Query<ReadParams>, QueryRejection>,
 ) -> Response {
     let slot = state.reads.take().await;
-    let result = read_inner(&state, authorized_run(path, &access), query).await;
+    let result = read_inner(&state, authorized_run(path, &access), query, slot).await;
     let outcome = if result.is_ok() { "ok" } else { "error" };
     state
         .metrics
@@ -330,7 +313,7 @@ async fn read_events(
         .get_or_create(&OutcomeLabels { outcome })
         .inc();
     match result {
-        Ok(r) => slot.hold(r),
+        Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
@@ -339,6 +322,7 @@ async fn read_inner(
     state: &AppState,
     run: Result<RunId, ApiError>,
     query: Result<Query<ReadParams>, QueryRejection>,
+    slot: ReadSlot,
 ) -> Result<Response, ApiError> {
     let run = run?;
     let Query(params) = query.map_err(|e| {
@@ -369,7 +353,7 @@ async fn read_inner(
     };
     Ok((
         [(CONTENT_TYPE, "application/json")],
-        page_body(events, next),
+        page_body(events, next, slot),
     )
         .into_response())
 }
