@@ -168,3 +168,60 @@ async fn file_quotas_are_rebuilt_on_reopen() {
     let other = RunId::parse("ns:b").unwrap();
     assert!(store.append(&other, event("b1")).await.unwrap().created);
 }
+
+/// A database from before quotas (migration 1 only, events already stored): opening it fills
+/// each run's byte count from its events (migration 2), so a session already at its quota is
+/// refused at once, and its events stay readable.
+#[tokio::test]
+async fn postgres_quotas_count_events_stored_before_the_upgrade() {
+    let Some(db) = kube_harness_service_kit::testing::fresh_database("quota_upgrade").await else {
+        return;
+    };
+    let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(
+            "CREATE TABLE kh_session_log_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
+             INSERT INTO kh_session_log_migrations (version) VALUES (1);
+             CREATE TABLE kh_session_log_runs (run_id text PRIMARY KEY, last_sequence bigint NOT NULL CHECK (last_sequence >= 0));
+             CREATE TABLE kh_session_log_events (
+                 run_id text NOT NULL REFERENCES kh_session_log_runs (run_id),
+                 sequence bigint NOT NULL CHECK (sequence >= 1),
+                 idempotency_key text NOT NULL, digest text NOT NULL, event json NOT NULL,
+                 PRIMARY KEY (run_id, sequence), UNIQUE (run_id, idempotency_key));
+             INSERT INTO kh_session_log_runs VALUES ('ns:a', 3);",
+        )
+        .await
+        .unwrap();
+    for n in 1..=3i64 {
+        let event = json!({"runId": "ns:a", "sequence": n, "appendIdempotencyKey": format!("a{n}"),
+            "type": "t", "payload": {"text": "x".repeat(3000)}, "digest": "sha256:00", "recordedAtMs": 1});
+        client
+            .execute(
+                "INSERT INTO kh_session_log_events VALUES ('ns:a', $1, $2, 'sha256:00', $3::text::json)",
+                &[&n, &format!("a{n}"), &event.to_string()],
+            )
+            .await
+            .unwrap();
+    }
+    let spec = format!("postgres:{}", db.url).parse().unwrap();
+    let store = kube_harness_session_log::Store::open(&spec, options())
+        .await
+        .unwrap();
+    let server = super::common::serve_store(store).await;
+    let refused = append(&server, "ns:a", "a4").await;
+    assert_eq!(
+        refused,
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            json!("session_quota_exceeded")
+        )
+    );
+    assert_eq!(stored(&server, "ns:a").await, 3);
+    assert_eq!(
+        append(&server, "ns:b", "b1").await,
+        (StatusCode::OK, json!(1))
+    );
+}

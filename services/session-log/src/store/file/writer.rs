@@ -3,7 +3,9 @@
 //! Appends queue on a channel. The writer takes everything queued, assigns sequences, writes the
 //! records with one `write` and makes them durable with one `fdatasync`; only then does it publish
 //! them to readers and answer each caller. While it syncs, the next batch queues up, so the number
-//! of appends per sync grows with concurrency.
+//! of appends per sync grows with concurrency. An append that would take its session or namespace
+//! past its byte quota is refused while planning, before anything is written; a retried key is
+//! answered from its record on disk (the index keeps no events).
 //!
 //! If a write or sync fails the store is poisoned: that batch and every later append fail until
 //! the process restarts and re-verifies the file. An fsync is never retried and then acknowledged

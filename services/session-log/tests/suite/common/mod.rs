@@ -145,3 +145,15 @@ pub async fn server_with(kind: &str, test: &str, options: StoreOptions) -> Optio
         db,
     })
 }
+
+/// A server over an already opened `store`.
+pub async fn serve_store(store: Store) -> TestServer {
+    let (base_url, stop) = start_with(store.clone(), config()).await;
+    TestServer {
+        base_url,
+        store,
+        stop: Some(stop),
+        _dir: None,
+        db: None,
+    }
+}
