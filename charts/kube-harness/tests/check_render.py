@@ -292,6 +292,9 @@ class Checker:
         store = [] if pg else ["--store", f"file:/data/{component}"]
         want = [component, "serve"] + store + ["--listen", "0.0.0.0:8080",
                                                "--token-file", "/var/run/kube-harness/token/token"]
+        if component == "session-log":
+            want += ["--max-session-bytes", "268435456", "--max-namespace-bytes", "1073741824",
+                     "--max-reads-in-flight", "8"]
         self.check(c.get("args") == want, f"{name}: args {c.get('args')}\n  want {want}")
         env = {e["name"]: e for e in c.get("env", [])}
         if pg:

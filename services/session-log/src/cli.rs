@@ -2,7 +2,7 @@
 //! server binary so that crash tests kill exactly what users run.
 
 use crate::server::{app, ServerConfig};
-use crate::store::{new_batch_histogram, Store, StoreOptions};
+use crate::store::{new_batch_histogram, Quotas, Store, StoreOptions};
 use anyhow::Context;
 use clap::{ArgAction, Args, Subcommand};
 use kube_harness_service_kit::{
@@ -45,6 +45,17 @@ pub struct ServeArgs {
     /// Largest accepted payload, in bytes of canonical JSON (over it: 413).
     #[arg(long, default_value_t = crate::model::DEFAULT_MAX_PAYLOAD_BYTES)]
     pub max_payload_bytes: usize,
+    /// Most bytes of events one session (run `NS:UID` and runs `NS:UID:…`) may store; past it an
+    /// append is 413 session_quota_exceeded and nothing is written.
+    #[arg(long, default_value_t = crate::store::DEFAULT_MAX_SESSION_BYTES)]
+    pub max_session_bytes: u64,
+    /// Most bytes of events one namespace (runs `NS` and `NS:…`) may store; past it an append is
+    /// 413 namespace_quota_exceeded and nothing is written.
+    #[arg(long, default_value_t = crate::store::DEFAULT_MAX_NAMESPACE_BYTES)]
+    pub max_namespace_bytes: u64,
+    /// Reads served at once; each holds at most one page (4 MiB of events) until it is sent.
+    #[arg(long, default_value_t = crate::reads::DEFAULT_READS_IN_FLIGHT)]
+    pub max_reads_in_flight: usize,
     /// Header read and idle timeouts, connection limit (docs/session-log.md "Connections").
     #[command(flatten)]
     pub connections: ConnectionArgs,
@@ -85,12 +96,17 @@ pub async fn serve_session_log(args: ServeArgs) -> anyhow::Result<()> {
         StoreOptions {
             sync: args.sync,
             batch_sizes,
+            quotas: Quotas {
+                session_bytes: args.max_session_bytes,
+                namespace_bytes: args.max_namespace_bytes,
+            },
         },
     )
     .await
     .with_context(|| format!("cannot open store {}", args.store))?;
     let mut config = ServerConfig::new(auth);
     config.max_payload_bytes = args.max_payload_bytes;
+    config.reads_in_flight = args.max_reads_in_flight;
     let router = app(store.clone(), config, registry);
     let listener = bind(args.listen)
         .await

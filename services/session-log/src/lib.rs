@@ -9,6 +9,7 @@ pub mod canonical;
 pub mod cli;
 pub mod client;
 pub mod model;
+pub mod reads;
 pub mod replay;
 pub mod scope;
 pub mod server;

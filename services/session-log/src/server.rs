@@ -1,6 +1,7 @@
 //! The HTTP face of the session log (`lh.remote-session.v1`): routes, error mapping, metrics.
 
 use crate::model::{EventInput, PreparedEvent, RunId, ValidationError, DEFAULT_MAX_PAYLOAD_BYTES};
+use crate::reads::{page_body, ReadSlot, ReadSlots, DEFAULT_READS_IN_FLIGHT};
 use crate::scope::{self, Access};
 use crate::store::{Store, StoreError, MAX_READ_LIMIT};
 use axum::body::Body;
@@ -37,6 +38,8 @@ pub struct ServerConfig {
     pub auth: AuthConfig,
     /// Canonical payload size limit; over it: 413 and nothing written.
     pub max_payload_bytes: usize,
+    /// Reads served at once (`reads.rs`); more wait.
+    pub reads_in_flight: usize,
 }
 
 impl ServerConfig {
@@ -44,6 +47,7 @@ impl ServerConfig {
         Self {
             auth,
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            reads_in_flight: DEFAULT_READS_IN_FLIGHT,
         }
     }
 }
@@ -65,6 +69,7 @@ struct Metrics {
 struct AppState {
     store: Store,
     max_payload_bytes: usize,
+    reads: ReadSlots,
     metrics: Metrics,
 }
 
@@ -93,6 +98,7 @@ pub fn app(store: Store, config: ServerConfig, mut registry: Registry) -> Router
     let state = AppState {
         store,
         max_payload_bytes: config.max_payload_bytes,
+        reads: ReadSlots::new(config.reads_in_flight),
         metrics,
     };
     let api = Router::new()
@@ -181,6 +187,16 @@ fn store_error(e: StoreError) -> ApiError {
     let message = e.to_string();
     match e {
         StoreError::Conflict { .. } => ApiError::conflict("idempotency_conflict", message),
+        // 413, not 429: the session (or namespace) stays over its quota, so retrying cannot help.
+        StoreError::QuotaExceeded { scope, .. } => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            if scope == "namespace" {
+                "namespace_quota_exceeded"
+            } else {
+                "session_quota_exceeded"
+            },
+            message,
+        ),
         StoreError::RunCorrupt { .. } => ApiError::internal("run_corrupt", message),
         StoreError::Poisoned(_) => ApiError::unavailable("store_failed", message),
         StoreError::Unavailable(_) => ApiError::unavailable("store_unavailable", message),
@@ -288,7 +304,8 @@ async fn read_events(
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<ReadParams>, QueryRejection>,
 ) -> Response {
-    let result = read_inner(&state, authorized_run(path, &access), query).await;
+    let slot = state.reads.take().await;
+    let result = read_inner(&state, authorized_run(path, &access), query, slot).await;
     let outcome = if result.is_ok() { "ok" } else { "error" };
     state
         .metrics
@@ -305,6 +322,7 @@ async fn read_inner(
     state: &AppState,
     run: Result<RunId, ApiError>,
     query: Result<Query<ReadParams>, QueryRejection>,
+    slot: ReadSlot,
 ) -> Result<Response, ApiError> {
     let run = run?;
     let Query(params) = query.map_err(|e| {
@@ -333,5 +351,9 @@ async fn read_inner(
     } else {
         None
     };
-    Ok(Json(serde_json::json!({"events": events, "next": next})).into_response())
+    Ok((
+        [(CONTENT_TYPE, "application/json")],
+        page_body(events, next, slot),
+    )
+        .into_response())
 }

@@ -6,18 +6,25 @@
 //! - a key seen before with the same digest returns the original event and writes nothing; with
 //!   another digest it is a [`StoreError::Conflict`];
 //! - a read of a run whose stored records are damaged fails with [`StoreError::RunCorrupt`]
-//!   rather than returning a partial history.
+//!   rather than returning a partial history;
+//! - a read page holds at most [`MAX_READ_LIMIT`] events and, past its first event, at most
+//!   [`MAX_PAGE_BYTES`] of them, so that what a read costs does not grow with the run (issue 30);
+//! - an append that would take its session or namespace past its byte quota ([`Quotas`]) is
+//!   refused with [`StoreError::QuotaExceeded`] and writes nothing; a retried key already stored
+//!   is still answered.
 
 mod file;
 mod index;
 mod memory;
 mod postgres;
+mod quota;
 mod types;
 
 pub use file::fs::{FaultFs, FsOp, RealFs, SyncFs};
 pub use file::{FileStore, FileStoreOptions};
 pub use memory::MemoryStore;
 pub use postgres::PostgresStore;
+pub use quota::{Quotas, DEFAULT_MAX_NAMESPACE_BYTES, DEFAULT_MAX_SESSION_BYTES, MIN_EVENT_BYTES};
 pub use types::{new_batch_histogram, AppendOutcome, StoreError};
 
 use crate::model::{PreparedEvent, RunId, StoredEvent};
@@ -25,8 +32,11 @@ use kube_harness_service_kit::StoreSpec;
 use prometheus_client::metrics::histogram::Histogram;
 use std::sync::Arc;
 
-/// Largest page a read returns.
+/// Most events a read page holds.
 pub const MAX_READ_LIMIT: usize = 1000;
+/// Most bytes of events (their stored JSON) a read page holds past its first event: a page of
+/// 1,000 events of the largest payload would otherwise be 256 MB in memory, per read.
+pub const MAX_PAGE_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Settings shared by the stores.
 #[derive(Clone)]
@@ -35,6 +45,8 @@ pub struct StoreOptions {
     pub sync: bool,
     /// Records how many appends shared one commit (fsync or transaction).
     pub batch_sizes: Histogram,
+    /// Byte quotas per session and namespace.
+    pub quotas: Quotas,
 }
 
 impl Default for StoreOptions {
@@ -42,6 +54,7 @@ impl Default for StoreOptions {
         Self {
             sync: true,
             batch_sizes: new_batch_histogram(),
+            quotas: Quotas::default(),
         }
     }
 }
@@ -63,12 +76,13 @@ impl Store {
                 tracing::warn!(
                     "session log store: MEMORY. Events live only in this process and are lost when it exits; use --store file:PATH or postgres:URL for anything real"
                 );
-                Store::Memory(Arc::new(MemoryStore::new()))
+                Store::Memory(Arc::new(MemoryStore::with_quotas(options.quotas)))
             }
             StoreSpec::File(path) => {
                 let opts = FileStoreOptions {
                     sync: options.sync,
                     batch_sizes: options.batch_sizes.clone(),
+                    quotas: options.quotas,
                 };
                 let store = FileStore::open(path.clone(), opts, Arc::new(RealFs)).await?;
                 Store::File(Arc::new(store))
@@ -78,7 +92,7 @@ impl Store {
                     tracing::warn!("--sync=false has no effect on the PostgreSQL store (it commits transactions)");
                 }
                 Store::Postgres(Arc::new(
-                    PostgresStore::connect(url, options.batch_sizes).await?,
+                    PostgresStore::connect(url, options.batch_sizes, options.quotas).await?,
                 ))
             }
         })
@@ -115,8 +129,8 @@ impl Store {
         }
     }
 
-    /// Events of `run` with sequence > `after`, at most `limit` (capped at [`MAX_READ_LIMIT`]),
-    /// in order, and whether more follow.
+    /// Events of `run` with sequence > `after`, at most `limit` (capped at [`MAX_READ_LIMIT`])
+    /// and [`MAX_PAGE_BYTES`] (past the first), in order, and whether more follow.
     pub async fn read(
         &self,
         run: &RunId,
@@ -125,9 +139,9 @@ impl Store {
     ) -> Result<(Vec<StoredEvent>, bool), StoreError> {
         let limit = limit.clamp(1, MAX_READ_LIMIT);
         let (events, more) = match self {
-            Store::Memory(s) => s.read(run, after, limit),
-            Store::File(s) => s.read(run, after, limit),
-            Store::Postgres(s) => s.read(run, after, limit).await,
+            Store::Memory(s) => s.read(run, after, limit, MAX_PAGE_BYTES),
+            Store::File(s) => s.read(run, after, limit, MAX_PAGE_BYTES).await,
+            Store::Postgres(s) => s.read(run, after, limit, MAX_PAGE_BYTES).await,
         }?;
         // Belt and braces for every store: a page is contiguous from `after + 1`, or the run's
         // history is damaged and must not be replayed.

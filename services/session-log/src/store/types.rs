@@ -23,6 +23,15 @@ pub enum StoreError {
         stored_digest: String,
         request_digest: String,
     },
+    /// The append would take its session or namespace past its byte quota (`quota.rs`); nothing
+    /// was written, and retrying cannot succeed.
+    #[error("{scope} {name} stores {used} bytes of events; this append would take it past its quota of {limit} bytes (nothing was written; store large content as an artifact and reference it)")]
+    QuotaExceeded {
+        scope: &'static str,
+        name: String,
+        used: u64,
+        limit: u64,
+    },
     #[error("run {run} cannot be replayed: {reason}")]
     RunCorrupt { run: String, reason: String },
     #[error("store failed and refuses appends until restarted: {0}")]

@@ -237,6 +237,37 @@ async fn paging(server: TestServer) {
     assert_eq!(body["next"], Value::Null);
 }
 
+/// A page stops at its byte bound (4 MiB of events past the first) before its count, and `next`
+/// says where to go on: a read of big events costs a bounded page, never the run (issue 30).
+async fn pages_stop_at_their_byte_bound(server: TestServer) {
+    let client = server.client();
+    let text = "x".repeat(200 * 1024);
+    for i in 0..30 {
+        client
+            .append(
+                "big",
+                &NewEvent::new("t", obj(json!({"i": i, "text": text}))),
+            )
+            .await
+            .unwrap();
+    }
+    let page = client.read("big", 0, 1000).await.unwrap();
+    let bytes: usize = page
+        .events
+        .iter()
+        .map(|e| serde_json::to_vec(e).unwrap().len())
+        .sum();
+    assert!(
+        (10..30).contains(&page.events.len()) && bytes <= 4 * 1024 * 1024,
+        "{} events, {bytes} bytes in one page",
+        page.events.len()
+    );
+    assert_eq!(page.next, Some(page.events.len() as u64));
+    let all = client.read_all("big").await.unwrap();
+    let sequences: Vec<u64> = all.iter().map(|e| e.sequence).collect();
+    assert_eq!(sequences, (1..=30).collect::<Vec<_>>());
+}
+
 async fn bad_input_is_a_clear_4xx_and_writes_nothing(server: TestServer) {
     let ok = r#"{"appendIdempotencyKey":"k","type":"t","payload":{}}"#;
     let long_run = "x".repeat(201);
@@ -537,6 +568,7 @@ conformance!(
     concurrent_appends_serialize,
     concurrent_same_key_appends_store_once,
     paging,
+    pages_stop_at_their_byte_bound,
     bad_input_is_a_clear_4xx_and_writes_nothing,
     scoped_tokens_reach_their_own_runs_only,
     service_routes,

@@ -4,115 +4,20 @@
 //! acknowledged with, sequences must be gapless, and retrying an acknowledged key must return the
 //! original event.
 
-use super::common::{fast_retries, obj, TOKEN};
+use super::common::{obj, TOKEN};
+use super::process_support::ServerProcess;
 use kube_harness_session_log::client::NewEvent;
 use kube_harness_session_log::{ClientError, SessionLogClient, StoredEvent};
 use rand::Rng;
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_kh-session-log-test-server");
 const RUNS: [&str; 4] = ["run-0", "run-1", "run-2", "run-3"];
-
-struct ServerProcess {
-    child: Child,
-    args: Vec<String>,
-    log: PathBuf,
-    base_url: String,
-}
-
-impl ServerProcess {
-    async fn start(store: &str, dir: &Path, name: &str) -> Self {
-        let token_file = dir.join("token");
-        std::fs::write(&token_file, TOKEN).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let args = vec![
-            "--store".to_string(),
-            store.to_string(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-            "--token-file".into(),
-            token_file.display().to_string(),
-        ];
-        let log = dir.join(format!("{name}.log"));
-        let mut server = Self {
-            child: spawn(&args, &log),
-            args,
-            log,
-            base_url: format!("http://127.0.0.1:{port}"),
-        };
-        server.wait_healthy().await;
-        server
-    }
-
-    fn kill(&mut self) {
-        self.child.kill().unwrap(); // SIGKILL
-        self.child.wait().unwrap();
-    }
-
-    async fn restart(&mut self) {
-        self.child = spawn(&self.args, &self.log);
-        self.wait_healthy().await;
-    }
-
-    async fn wait_healthy(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let http = reqwest::Client::new();
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "server exited with {status}; log:\n{}",
-                    std::fs::read_to_string(&self.log).unwrap_or_default()
-                );
-            }
-            if let Ok(r) = http.get(format!("{}/healthz", self.base_url)).send().await {
-                if r.status().is_success() {
-                    return;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!(
-            "server not healthy in 20 s; log:\n{}",
-            std::fs::read_to_string(&self.log).unwrap_or_default()
-        );
-    }
-
-    fn client(&self) -> SessionLogClient {
-        SessionLogClient::new(&self.base_url, Some(TOKEN.into()), fast_retries()).unwrap()
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(args: &[String], log: &Path) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    Command::new(SERVER)
-        .args(args)
-        .env("KUBE_HARNESS_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("cannot start kh-session-log-test-server")
-}
 
 type Acked = Arc<Mutex<HashMap<(String, String), (NewEvent, StoredEvent)>>>;
 

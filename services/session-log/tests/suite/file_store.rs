@@ -27,7 +27,7 @@ async fn open(path: &Path, fs: Arc<dyn SyncFs>) -> anyhow::Result<FileStore> {
 }
 
 async fn keys(store: &FileStore, r: &str) -> Result<Vec<String>, StoreError> {
-    let (events, more) = store.read(&run(r), 0, 1000)?;
+    let (events, more) = store.read(&run(r), 0, 1000, u64::MAX).await?;
     assert!(!more);
     for (i, e) in events.iter().enumerate() {
         assert_eq!(e.sequence, i as u64 + 1);
@@ -391,4 +391,27 @@ async fn over_http_a_poisoned_store_answers_503_and_fails_its_health_check() {
     assert!(health.text().await.unwrap().contains("fdatasync"));
     let events = client.read_all("r").await.unwrap();
     assert_eq!(events.len(), 1, "acknowledged events stay readable");
+}
+
+/// Reads load their records from the file (the index holds positions, not events), so damage
+/// done to a record after the store opened is caught when it is read, as at open: RunCorrupt for
+/// that run, while other runs and retries of intact records are still served.
+#[tokio::test]
+async fn a_record_damaged_after_open_fails_its_read_not_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = data_path(&dir);
+    let store = open(&path, Arc::new(RealFs)).await.unwrap();
+    store.append(&run("a"), event("a1")).await.unwrap();
+    store.append(&run("b"), event("b1")).await.unwrap();
+    store.append(&run("a"), event("a2")).await.unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replacen("\"key\":\"a2\"", "\"key\":\"a3\"", 1)).unwrap();
+    let err = keys(&store, "a").await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::RunCorrupt { reason, .. } if reason.contains("checksum")),
+        "{err}"
+    );
+    assert_eq!(keys(&store, "b").await.unwrap(), ["b1"]);
+    let again = store.append(&run("a"), event("a1")).await.unwrap();
+    assert_eq!((again.event.sequence, again.created), (1, false));
 }

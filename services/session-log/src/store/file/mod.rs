@@ -2,9 +2,13 @@
 //!
 //! Layout: `PATH` is the data file; each line is one self-checking record (see [`record`]). An
 //! exclusive `flock` on it keeps a second server off the same file. At start the whole file is
-//! verified and indexed in memory (reads are served from that index); a torn final fragment is
-//! truncated; damaged runs are refused for replay. Appends go through one writer thread that
-//! group-commits them (see [`writer`]).
+//! verified and indexed, streamed one record at a time; a torn final fragment is truncated;
+//! damaged runs are refused for replay. The index keeps per event its sequence, key, digest and
+//! the position of its record, never its body: reads load their page's records from the file and
+//! verify them ([`reader`]), so memory does not grow with event sizes, and a reload after a crash
+//! needs no more than the index (issue 30). Appends go through one writer thread that
+//! group-commits them (see [`writer`]); past a session's or namespace's byte quota
+//! (`store/quota.rs`) an append is refused and nothing is written.
 //!
 //! Durability with `sync` on (the default): the file and its parent directory are fsynced at start
 //! (so a newly created file survives a crash), and every append is acknowledged only after the
@@ -12,11 +16,13 @@
 //! (fail closed).
 
 pub mod fs;
+mod reader;
 mod record;
 mod recovery;
 mod shared;
 mod writer;
 
+use super::quota::Quotas;
 use super::types::{new_batch_histogram, AppendOutcome, StoreError};
 use crate::model::{PreparedEvent, RunId, StoredEvent};
 use anyhow::{bail, Context};
@@ -24,7 +30,7 @@ use fs::SyncFs;
 use prometheus_client::metrics::histogram::Histogram;
 use shared::Shared;
 use std::fs::{File, OpenOptions};
-use std::io::Read;
+use std::io::BufReader;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -36,6 +42,8 @@ pub struct FileStoreOptions {
     /// fsync before acknowledging (default true). `false` gives up crash durability.
     pub sync: bool,
     pub batch_sizes: Histogram,
+    /// Byte quotas per session and namespace.
+    pub quotas: Quotas,
 }
 
 impl Default for FileStoreOptions {
@@ -43,6 +51,7 @@ impl Default for FileStoreOptions {
         Self {
             sync: true,
             batch_sizes: new_batch_histogram(),
+            quotas: Quotas::default(),
         }
     }
 }
@@ -94,7 +103,7 @@ impl FileStore {
                 parent.display()
             );
         }
-        let (mut file, created) = open_or_create(&path)?;
+        let (file, created) = open_or_create(&path)?;
         lock_exclusive(&file, &path)?;
         let refuse = |what: &str, e: std::io::Error| {
             anyhow::anyhow!(
@@ -108,11 +117,9 @@ impl FileStore {
             fs.sync_dir(&parent)
                 .map_err(|e| refuse(&format!("fsync of directory {}", parent.display()), e))?;
         }
-        let mut data = Vec::new();
-        file.read_to_end(&mut data)
+        let loaded = recovery::scan(BufReader::with_capacity(1 << 20, &file))
             .with_context(|| format!("cannot read file store {}", path.display()))?;
-        let loaded = recovery::scan(&data);
-        let torn = data.len() as u64 - loaded.complete_len;
+        let torn = loaded.file_len - loaded.complete_len;
         if torn > 0 {
             tracing::warn!(
                 path = %path.display(),
@@ -130,6 +137,9 @@ impl FileStore {
         }
         let runs = loaded.index.runs.len();
         let events: usize = loaded.index.runs.values().map(|r| r.events.len()).sum();
+        let reader = File::open(&path)
+            .with_context(|| format!("cannot open file store {} for reading", path.display()))?;
+        let end = loaded.complete_len;
         if options.sync {
             tracing::info!(path = %path.display(), created, runs, events, "file store open, sync on (fdatasync before every acknowledgement)");
         } else {
@@ -139,6 +149,8 @@ impl FileStore {
             path,
             fs,
             index: RwLock::new(loaded.index),
+            reader,
+            quotas: options.quotas,
             poisoned: Mutex::new(None),
             batch_sizes: options.batch_sizes,
         });
@@ -147,6 +159,7 @@ impl FileStore {
             shared: shared.clone(),
             file,
             sync: options.sync,
+            end,
         };
         let writer = std::thread::Builder::new()
             .name("session-log-file-writer".into())
@@ -185,17 +198,32 @@ impl FileStore {
             .map_err(|_| StoreError::Internal("file store writer dropped an append".into()))?
     }
 
-    pub fn read(
+    /// A page of `run` (see `Index::page` for `limit` and `max_bytes`): the positions are taken
+    /// under the index lock, the records are then loaded and verified off the async threads.
+    pub async fn read(
         &self,
         run: &RunId,
         after: u64,
         limit: usize,
+        max_bytes: u64,
     ) -> Result<(Vec<StoredEvent>, bool), StoreError> {
-        self.shared
+        let (positions, more) = self
+            .shared
             .index
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .read(run, after, limit)
+            .page(run, after, limit, max_bytes)?;
+        if positions.is_empty() {
+            return Ok((Vec::new(), more));
+        }
+        let shared = self.shared.clone();
+        let run = run.clone();
+        let events = tokio::task::spawn_blocking(move || {
+            reader::load_page(&shared.reader, &run, after + 1, &positions)
+        })
+        .await
+        .map_err(|e| StoreError::Internal(format!("file store read task failed: {e}")))??;
+        Ok((events, more))
     }
 
     /// The reason the store refuses appends, if it was poisoned by a failed write or sync.

@@ -119,3 +119,41 @@ pub fn obj(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
         other => panic!("not an object: {other}"),
     }
 }
+
+/// A server over a `kind` store ("memory", "file" or "postgres") opened with `options`, as
+/// `kube-harness session-log serve` opens it; `None` when PostgreSQL is explicitly skipped.
+pub async fn server_with(kind: &str, test: &str, options: StoreOptions) -> Option<TestServer> {
+    let (spec, dir, db) = match kind {
+        "memory" => ("memory".to_string(), None, None),
+        "file" => {
+            let dir = tempfile::tempdir().unwrap();
+            let spec = format!("file:{}", dir.path().join("log.ndjson").display());
+            (spec, Some(dir), None)
+        }
+        _ => {
+            let db = fresh_database(test).await?;
+            (format!("postgres:{}", db.url), None, Some(db))
+        }
+    };
+    let store = Store::open(&spec.parse().unwrap(), options).await.unwrap();
+    let (base_url, stop) = start_with(store.clone(), config()).await;
+    Some(TestServer {
+        base_url,
+        store,
+        stop: Some(stop),
+        _dir: dir,
+        db,
+    })
+}
+
+/// A server over an already opened `store`.
+pub async fn serve_store(store: Store) -> TestServer {
+    let (base_url, stop) = start_with(store.clone(), config()).await;
+    TestServer {
+        base_url,
+        store,
+        stop: Some(stop),
+        _dir: None,
+        db: None,
+    }
+}
