@@ -40,7 +40,7 @@ OPERATOR_CLUSTER_RULES = {
     for v in ["get", "list", "watch", "create", "patch", "delete"]
 } | {("", "services", v) for v in ["get", "create", "patch", "delete"]} | {
     ("events.k8s.io", "events", v) for v in ["create", "patch"]
-}
+} | {("", "namespaces", "get")}  # tier grants: a namespaceSelector other than {}
 
 OPERATOR_NAMESPACE_RULES = {
     ("coordination.k8s.io", "leases", v)
