@@ -29,6 +29,12 @@
 //!   unanswered): each real request takes the slot of one of them. Among equals, the connection
 //!   of the address holding the most goes first.
 //!
+//! - **send timeout**: a connection whose writes have been blocked (its client not reading its
+//!   answers) for [`ConnectionLimits::send_timeout`] is closed, whatever its phase; at the limit,
+//!   when no connection above is left to close, the one blocked longest makes room (issue 30: a
+//!   tenant's pods pipelined requests and never read the answers, so every slot was busy for as
+//!   long as they liked, and the liveness probe could not connect).
+//!
 //! A request whose head has arrived is answered, however long its handler takes: handlers bound
 //! their own work (body sizes, command timeouts), and every body keeps the pace of
 //! [`ConnectionLimits::body`], which the server stamps on each request ([`RequestTiming`],
@@ -60,6 +66,8 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// (reqwest's pool) keep an idle connection, so a client retires its connection before the server
 /// closes it under a request it is sending.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default [`ConnectionLimits::send_timeout`]: 30 s without a write going through.
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default [`ConnectionLimits::max_connections`]: 1024 (and never more than half the process's
 /// open-file limit).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
@@ -83,6 +91,9 @@ pub struct ConnectionLimits {
     /// The most requests one client identity may have in flight, where the service tells
     /// identities apart ([`RequestsPerClient`]; 429 past it).
     pub max_requests_per_client: usize,
+    /// How long a connection's writes may stay blocked (its client not reading) before it is
+    /// closed.
+    pub send_timeout: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -94,6 +105,7 @@ impl Default for ConnectionLimits {
             body: BodyPace::default(),
             max_connections_per_source: None,
             max_requests_per_client: DEFAULT_MAX_REQUESTS_PER_CLIENT,
+            send_timeout: DEFAULT_SEND_TIMEOUT,
         }
     }
 }
@@ -101,7 +113,10 @@ impl Default for ConnectionLimits {
 impl ConnectionLimits {
     /// Rejects zero timeouts and a zero connection limit (each would refuse every request).
     pub fn validate(&self) -> Result<(), String> {
-        if self.header_read_timeout.is_zero() || self.idle_timeout.is_zero() {
+        if self.header_read_timeout.is_zero()
+            || self.idle_timeout.is_zero()
+            || self.send_timeout.is_zero()
+        {
             return Err("the header read and idle timeouts must be above zero".into());
         }
         if self.max_connections == 0
@@ -535,16 +550,16 @@ struct Track {
     receiving: usize,
     /// When the client last sent a byte.
     last_read: Instant,
-    /// The last write to the socket did not go through (the client is not reading): bytes of a
-    /// response may still be waiting in the connection's buffer.
-    write_blocked: bool,
+    /// Since when writes to the socket have not gone through (the client is not reading):
+    /// bytes of a response may still be waiting in the connection's buffer.
+    write_blocked: Option<Instant>,
 }
 
 impl Track {
     /// Closing now loses nothing that was answered: no request in flight, no response bytes
     /// left to write (what shutdown closes at once).
     fn evictable(&self) -> bool {
-        self.phase != Phase::Busy && !self.write_blocked
+        self.phase != Phase::Busy && self.write_blocked.is_none()
     }
 
     /// Which connection makes room for a new one, lowest first; `None` for one that must not
@@ -557,14 +572,24 @@ impl Track {
             return Some((0, self.since));
         }
         let all_receiving = self.in_flight > 0 && self.receiving >= self.in_flight;
-        (all_receiving && !self.write_blocked).then_some((1, self.last_read))
+        if let Some(blocked) = self.write_blocked {
+            // Its client stopped reading: it loses what it did not read (an answered append
+            // is in the store; a retry with its key gets it back).
+            return Some((2, blocked));
+        }
+        all_receiving.then_some((1, self.last_read))
     }
 
     fn deadline(&self, limits: &ConnectionLimits) -> Option<Instant> {
-        match self.phase {
+        let phase = match self.phase {
             Phase::Head => Some(self.since + limits.header_read_timeout),
             Phase::Idle => Some(self.since + limits.idle_timeout),
             Phase::Busy => None,
+        };
+        let send = self.write_blocked.map(|since| since + limits.send_timeout);
+        match (phase, send) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 }
@@ -592,7 +617,7 @@ impl Conn {
                 in_flight: 0,
                 receiving: 0,
                 last_read: Instant::now(),
-                write_blocked: false,
+                write_blocked: None,
             }),
             evict: Notify::new(),
             retimed: Notify::new(),
@@ -614,7 +639,16 @@ impl Conn {
     }
 
     fn on_write(&self, blocked: bool) {
-        lock(&self.track).write_blocked = blocked;
+        let mut track = lock(&self.track);
+        match (blocked, track.write_blocked) {
+            (true, None) => {
+                track.write_blocked = Some(Instant::now());
+                // A deadline begins: the connection's timer must be set again.
+                self.retimed.notify_one();
+            }
+            (false, Some(_)) => track.write_blocked = None,
+            _ => {}
+        }
     }
 
     /// Marks a request in flight; returns when it began: the first byte of its head (the

@@ -353,3 +353,70 @@ async fn an_address_past_its_share_is_refused_while_another_is_served() {
         assert!(response(&mut s).await.ends_with("\r\n\r\nslow"));
     }
 }
+
+/// Opens a connection that asks for `/big` (1 MiB) `requests` times in one write and never reads
+/// an answer: its writes block once the socket's buffers are full.
+async fn not_reading(addr: SocketAddr, requests: usize) -> TcpStream {
+    // A small receive buffer, so the server's writes block soon.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut s = socket.connect(addr).await.unwrap();
+    let ask = b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n".repeat(requests);
+    s.write_all(&ask).await.unwrap();
+    s
+}
+
+/// Issue 30: a tenant's pods pipelined requests and never read the answers; every connection
+/// stayed busy, none made room, and the liveness probe could not connect. Now a connection whose
+/// writes are blocked makes room at the limit, and is closed after the send timeout anyway.
+#[tokio::test]
+async fn a_client_that_does_not_read_its_answers_makes_room_and_is_closed_after_the_send_timeout() {
+    let router = Router::new()
+        .route("/ok", get(|| async { "ok" }))
+        .route("/big", get(|| async { vec![b'x'; 1 << 20] }));
+    let listener = kube_harness_service_kit::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = ConnectionLimits {
+        max_connections: 4,
+        max_connections_per_source: Some(4),
+        send_timeout: Duration::from_secs(3),
+        ..ConnectionLimits::default()
+    };
+    tokio::spawn(serve_with(listener, router, limits, std::future::pending()));
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(not_reading(addr, 8).await);
+    }
+    // Let their writes block.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let mut probe = TcpStream::connect(addr).await.unwrap();
+    probe.write_all(REQUEST).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(2), response(&mut probe))
+        .await
+        .expect("a probe at the limit is answered while the others hold unread answers");
+    assert!(answer.ends_with("ok"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // The rest are closed once the send timeout has passed: reading then drains what was
+    // buffered, and ends (reading earlier would unblock them).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut closed = 0;
+    for mut s in held {
+        let drained = tokio::time::timeout(Duration::from_secs(8), async {
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        if drained.is_ok() {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 4, "every connection that did not read was closed");
+}
