@@ -29,6 +29,10 @@
 //!   unanswered): each real request takes the slot of one of them. Among equals, the connection
 //!   of the address holding the most goes first.
 //!
+//! - **requests per second per source address**: past
+//!   [`ConnectionLimits::max_request_rate_per_source`] (a burst of twice that), a request is
+//!   answered 429 and its connection closed before the router sees it (`rate.rs`; loopback is
+//!   never limited);
 //! - **send timeout**: a connection whose writes have been blocked (its client not reading its
 //!   answers) for [`ConnectionLimits::send_timeout`] is closed, whatever its phase; at the limit,
 //!   when no connection above is left to close, the one blocked longest makes room (issue 30: a
@@ -41,6 +45,7 @@
 //! enforced by the readers of [`crate::body`]), beside the bound of requests in flight per client
 //! identity ([`RequestsPerClient`], which a service applies once it knows who asks).
 
+mod rate;
 mod refuse;
 
 use crate::body::{BodyPace, RequestTiming};
@@ -66,6 +71,9 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// (reqwest's pool) keep an idle connection, so a client retires its connection before the server
 /// closes it under a request it is sending.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default [`ConnectionLimits::max_request_rate_per_source`]: 200 requests a second (a burst of
+/// 400): far above what a worker asks of a shared service, far below what a flood sends.
+pub const DEFAULT_MAX_REQUEST_RATE_PER_SOURCE: u32 = 200;
 /// Default [`ConnectionLimits::send_timeout`]: 30 s without a write going through.
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default [`ConnectionLimits::max_connections`]: 1024 (and never more than half the process's
@@ -94,6 +102,8 @@ pub struct ConnectionLimits {
     /// How long a connection's writes may stay blocked (its client not reading) before it is
     /// closed.
     pub send_timeout: Duration,
+    /// Requests a second one source address may send (twice that in a burst); 0: no limit.
+    pub max_request_rate_per_source: u32,
 }
 
 impl Default for ConnectionLimits {
@@ -106,6 +116,7 @@ impl Default for ConnectionLimits {
             max_connections_per_source: None,
             max_requests_per_client: DEFAULT_MAX_REQUESTS_PER_CLIENT,
             send_timeout: DEFAULT_SEND_TIMEOUT,
+            max_request_rate_per_source: DEFAULT_MAX_REQUEST_RATE_PER_SOURCE,
         }
     }
 }
@@ -181,6 +192,10 @@ pub struct ConnectionArgs {
     /// log's token scope) may have in flight; past it, 429 with Retry-After.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REQUESTS_PER_CLIENT)]
     pub max_requests_per_client: usize,
+    /// Requests a second one source address may send (twice that in a burst; loopback is not
+    /// limited); past it, 429 and the connection is closed. 0: no limit.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REQUEST_RATE_PER_SOURCE)]
+    pub max_request_rate_per_source: u32,
 }
 
 impl Default for ConnectionArgs {
@@ -197,6 +212,7 @@ impl From<ConnectionLimits> for ConnectionArgs {
             max_connections: limits.max_connections,
             max_connections_per_source: limits.max_connections_per_source,
             max_requests_per_client: limits.max_requests_per_client,
+            max_request_rate_per_source: limits.max_request_rate_per_source,
         }
     }
 }
@@ -210,6 +226,7 @@ impl ConnectionArgs {
             max_connections: self.max_connections,
             max_connections_per_source: self.max_connections_per_source,
             max_requests_per_client: self.max_requests_per_client,
+            max_request_rate_per_source: self.max_request_rate_per_source,
             ..ConnectionLimits::default()
         };
         limits.validate().map_err(|e| {
@@ -283,6 +300,7 @@ pub async fn serve_with(
         next_id: AtomicU64::new(0),
         last_warning: Mutex::new(None),
         refusals: refuse::Refusals::default(),
+        rate: rate::SourceRate::new(limits.max_request_rate_per_source).map(Arc::new),
     });
     let clients = RequestsPerClient::new(limits.max_requests_per_client);
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -441,6 +459,7 @@ struct Shared {
     next_id: AtomicU64,
     last_warning: Mutex<Option<Instant>>,
     refusals: refuse::Refusals,
+    rate: Option<Arc<rate::SourceRate>>,
 }
 
 /// The open connections, and how many each source address holds.
@@ -715,6 +734,7 @@ async fn run_connection(
         pace: limits.body,
         clients,
         peer,
+        rate: shared.rate.clone(),
     };
     let http = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
@@ -831,6 +851,7 @@ struct ConnService {
     /// The client's address, for handlers that key on it (`ConnectInfo<SocketAddr>`, as
     /// axum's own `into_make_service_with_connect_info` would give them).
     peer: std::net::SocketAddr,
+    rate: Option<Arc<rate::SourceRate>>,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -843,6 +864,17 @@ impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for Con
     fn call(&self, request: axum::http::Request<hyper::body::Incoming>) -> Self::Future {
         let started = self.conn.begin_request();
         let guard = InFlight(self.conn.clone());
+        if let Some(rate) = &self.rate {
+            if !rate.admit(self.conn.source) {
+                let refused = rate::refusal(rate.per_second());
+                return Box::pin(async move {
+                    Ok(refused.map(|body| TrackedBody {
+                        body,
+                        _in_flight: guard,
+                    }))
+                });
+            }
+        }
         let mut router = self.router.clone();
         let conn = self.conn.clone();
         let mut request = request.map(|body| axum::body::Body::new(ReceivingBody::new(body, conn)));
