@@ -407,6 +407,38 @@ async fn a_worker_pod_refused_by_the_namespaces_quota_is_a_condition_with_its_me
     );
 }
 
+/// Security model B (issue 30): a worker pod the API server refuses as invalid (422, a skill
+/// path the checks let through) is a `WorkerFailing` condition saying `InvalidSpec` and the API
+/// server's message (Failed, Stalled), not an error the reconcile retries forever.
+#[tokio::test]
+async fn a_worker_pod_refused_as_invalid_is_an_invalid_spec_condition() {
+    let (client, mut server) = super::support::client();
+    let base = format!("/api/v1/namespaces/{NS}");
+    let (run, _) = a_cold_start_up_to_its_pod(client, &mut server).await;
+    let invalid = "Pod \"demo-worker\" is invalid: spec.volumes[3].configMap.items[0].path: Invalid value: \"..data/SKILL.md\": must not start with '..'";
+    expect(&mut server, "POST", &format!("{base}/pods"), 422, json!({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid", "code": 422,
+        "message": invalid
+    }))
+    .await;
+    let written = patch_session_status(&mut server).await;
+    let status = &written.body["status"];
+    assert_eq!(status["phase"], "Failed");
+    for type_ in ["Ready", "Degraded", "Stalled"] {
+        let c = condition(status, type_);
+        assert_eq!(c["reason"], reasons::WORKER_FAILING, "{c}");
+        let message = c["message"].as_str().unwrap();
+        assert!(message.contains(reasons::INVALID_SPEC), "{c}");
+        assert!(message.contains(invalid), "{c}");
+    }
+    drain_events(&mut server, NS, 2).await;
+    tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .expect("the reconcile ends")
+        .unwrap()
+        .expect("an invalid pod is reported, not an error");
+}
+
 #[tokio::test]
 async fn a_missing_worker_tier_is_reported_degraded_without_creating_anything() {
     let (client, mut server) = super::support::client();
