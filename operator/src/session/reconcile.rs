@@ -674,9 +674,7 @@ async fn ensure(
         let uid = if claim == own_claim {
             resources::worker_uid(session)
         } else {
-            let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-            warm::adopt::claim_uid(claims.get_opt(&claim).await?.as_ref())
-                .unwrap_or_else(|| resources::worker_uid(session))
+            warm::adopt::claim_uid(&claim).unwrap_or_else(|| resources::worker_uid(session))
         };
         let pod = match existing {
             Some(pod) if stale(&pod, &desired(&claim, uid)) => {

@@ -439,6 +439,64 @@ async fn a_worker_pod_refused_as_invalid_is_an_invalid_spec_condition() {
         .expect("an invalid pod is reported, not an error");
 }
 
+/// Security model T4 (worker uid): a session that adopted a warm pod keeps its claim
+/// (`kh-warm-abc-workspace`); its next worker pod runs as the warm pod's uid, taken from the
+/// claim's name. The claim's `kubeharness.dev/uid` annotation, which the tenant may set to `-7`,
+/// `65532` or another session's uid, is not even read: the next request after the children is
+/// the pod's create, never a read of the claim.
+#[tokio::test]
+async fn an_adopted_claims_next_worker_runs_as_the_warm_pods_uid_never_the_claims_annotation() {
+    use kube_harness_operator::warm::objects;
+    let (client, mut server) = super::support::client();
+    let mut status = ready_status();
+    status["workerPod"] = json!("kh-warm-abc");
+    status["workspaceClaim"] = json!("kh-warm-abc-workspace");
+    let obj = session_obj(json!({
+        "metadata": {"finalizers": ["kubeharness.dev/cleanup"], "generation": 3},
+        "status": status,
+    }));
+    let run = tokio::spawn(session::reconcile(Arc::new(obj), context(client)));
+    read_tier0(&mut server).await;
+    expect(
+        &mut server,
+        "GET",
+        &format!("/api/v1/namespaces/{NS}/pods/kh-warm-abc"),
+        404,
+        not_found("pods", "kh-warm-abc"),
+    )
+    .await;
+    expect_all(
+        &mut server,
+        vec![
+            Want::new(
+                "POST",
+                format!("/api/v1/namespaces/{NS}/secrets"),
+                201,
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-token", "namespace": NS}}),
+            ),
+            apply_worker_policy(),
+            apply_worker_service(),
+        ],
+    )
+    .await;
+    let pod = create_worker_pod(&mut server).await;
+    let spec = &pod.body["spec"];
+    let want = objects::pod_uid("kh-warm-abc");
+    assert_eq!(spec["securityContext"]["runAsUser"].as_i64(), Some(want));
+    assert_eq!(
+        spec["containers"][0]["securityContext"]["runAsUser"].as_i64(),
+        Some(want)
+    );
+    let claims: Vec<&str> = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["persistentVolumeClaim"]["claimName"].as_str())
+        .collect();
+    assert_eq!(claims, ["kh-warm-abc-workspace"]);
+    run.abort();
+}
+
 #[tokio::test]
 async fn a_missing_worker_tier_is_reported_degraded_without_creating_anything() {
     let (client, mut server) = super::support::client();
