@@ -186,10 +186,11 @@ impl Default for Workspace {
 /// CEL over `workspace.skills`: every skill's directory is its own.
 const SKILL_DIRS_RULE: &str = "self.all(s, self.exists_one(t, (has(t.path) ? t.path : t.configMap) == (has(s.path) ? s.path : s.configMap))) && self.all(s, self.all(t, !(has(t.path) ? t.path : t.configMap).startsWith((has(s.path) ? s.path : s.configMap) + '/')))";
 
-/// CEL: `self` is a relative path of plain names (letters, digits, '.', '_', '-'), no `.` or
-/// `..` segment, no empty segment: canonical, and under the directory it is relative to.
+/// CEL: `self` is a relative path of plain names (letters, digits, '.', '_', '-'), no `.`
+/// segment, none starting with `..` (`..data` too: a ConfigMap volume item path may not), no
+/// empty segment: canonical, and under the directory it is relative to.
 pub const RELATIVE_PATH_RULE: &str =
-    "self.matches('^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$') && !self.matches('(^|/)[.][.]?(/|$)')";
+    "self.matches('^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$') && !self.matches('(^|/)([.](/|$)|[.][.])')";
 
 fn default_size() -> String {
     "1Gi".into()
@@ -286,9 +287,10 @@ pub struct Skill {
     #[schemars(length(max = 253))]
     pub config_map: String,
     /// Directory under /.agents (defaults to the ConfigMap name): a relative path of plain names
-    /// (letters, digits, '.', '_', '-'), no '.' or '..' segment, so it stays under /.agents.
+    /// (letters, digits, '.', '_', '-'), no '.' segment and none starting with '..', so it stays
+    /// under /.agents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = kube::core::Rule::new(RELATIVE_PATH_RULE).message("path must be a relative path of plain names under /.agents (no '.', '..', empty segments or leading '/')"))]
+    #[x_kube(validation = kube::core::Rule::new(RELATIVE_PATH_RULE).message("path must be a relative path of plain names under /.agents (no '.' segment, none starting with '..', no empty segments or leading '/')"))]
     #[schemars(length(max = 253))]
     pub path: Option<String>,
 }

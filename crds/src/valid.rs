@@ -26,14 +26,16 @@ fn dns_label_part(part: &str) -> bool {
             .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase() || *c == b'-')
 }
 
-/// A relative path of plain names, none `.` or `..` (a skill's directory under /.agents).
+/// A relative path of plain names, none `.` and none starting with `..` (a skill's directory
+/// under /.agents; it becomes a ConfigMap volume item path, which the API server refuses with a
+/// `..` at the start of any element, `..data` included).
 pub fn relative_path(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.split('/').all(|seg| {
             !seg.is_empty()
                 && seg != "."
-                && seg != ".."
+                && !seg.starts_with("..")
                 && seg
                     .bytes()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
@@ -183,7 +185,7 @@ mod tests {
         ] {
             assert!(!dns_subdomain(bad), "{bad}");
         }
-        for ok in ["skills", "a/b", "my.skill", "a_b-c"] {
+        for ok in ["skills", "a/b", "my.skill", "a_b-c", ".a", "a..b", "a/.b"] {
             assert!(relative_path(ok), "{ok}");
         }
         for bad in [
@@ -196,6 +198,9 @@ mod tests {
             "a/",
             "a b",
             "a/.",
+            "..data",
+            "a/..data",
+            "..a/b",
         ] {
             assert!(!relative_path(bad), "{bad}");
         }

@@ -268,6 +268,22 @@ fn a_real_api_server_refuses_what_becomes_a_bad_name_path_flag_or_label() {
             "path",
         ),
         (
+            "a skill path with an element starting with '..' (no ConfigMap volume item path)",
+            session(
+                "s1b",
+                serde_json::json!({"workspace": {"skills": [{"configMap": "c", "path": "..data"}]}}),
+            ),
+            "path",
+        ),
+        (
+            "a skill path with a later element starting with '..'",
+            session(
+                "s1c",
+                serde_json::json!({"workspace": {"skills": [{"configMap": "c", "path": "a/..b"}]}}),
+            ),
+            "path",
+        ),
+        (
             "an absolute skill path",
             session(
                 "s2",

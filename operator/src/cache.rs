@@ -7,12 +7,14 @@
 //!
 //! A store may lag behind the API server or be empty (before its first list, in tests): every
 //! reader falls back to a request on a miss, and a stale hit is one the next watch event corrects.
-//! Cached pods keep their metadata and status only (the reconcile reads nothing else of an existing
-//! pod); cached objects lose their managedFields. Secrets are not watched (the operator may not
+//! Cached pods keep their status and the operator's own labels and annotations only (the
+//! reconcile reads nothing else of an existing pod; a tenant may put anything else on a pod in its
+//! namespace, see [`slim_pod`]); cached objects lose their managedFields. Secrets are not watched (the operator may not
 //! list them: that would be every Secret of the cluster), so a session's tokens are remembered
 //! from the read or create that made them. Services are not watched either (no list permission);
 //! like every applied child, an unchanged one is applied again after [`APPLIED_TTL`] anyway.
 
+use crate::labels;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
@@ -357,10 +359,51 @@ pub fn slim<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
-/// What a cached pod keeps: its metadata and status.
+/// The labels a cached pod keeps: the ones the operator reads or selects on.
+const POD_LABELS: &[&str] = &[
+    labels::SESSION,
+    labels::ROLE,
+    labels::POOL,
+    labels::CLAIMED,
+    labels::TEMPLATE_HASH,
+    labels::TIER,
+    labels::MANAGED_BY.0,
+    labels::NAME_WORKER.0,
+];
+
+/// The annotations a cached pod keeps: the ones the operator reads.
+const POD_ANNOTATIONS: &[&str] = &[
+    labels::SPEC_HASH,
+    crate::warm::objects::ADOPTED,
+    crate::warm::objects::POOL_TIER,
+    crate::origin::ANNOTATION,
+];
+
+/// The longest annotation value a cached pod keeps: every one the operator writes is a hash, a
+/// name or a number.
+pub const MAX_KEPT_ANNOTATION: usize = 1024;
+
+/// What a cached pod keeps: its status and the metadata the operator reads. Labels, annotations,
+/// owner references and finalizers are a tenant's to write on a pod in its namespace (8,000
+/// labels and a 250 KB annotation on each of ~110 pods took the operator from 36 MB to OOM,
+/// docs/security-model.md T4): only the operator's own keys stay, and only the controller
+/// reference (there is at most one).
 pub fn slim_pod(pod: &mut Pod) {
     slim(pod);
     pod.spec = None;
+    let meta = &mut pod.metadata;
+    if let Some(labels) = &mut meta.labels {
+        labels.retain(|k, _| POD_LABELS.contains(&k.as_str()));
+    }
+    if let Some(annotations) = &mut meta.annotations {
+        annotations
+            .retain(|k, v| POD_ANNOTATIONS.contains(&k.as_str()) && v.len() <= MAX_KEPT_ANNOTATION);
+    }
+    if let Some(owners) = &mut meta.owner_references {
+        owners.retain(|o| o.controller == Some(true));
+        owners.truncate(1);
+    }
+    meta.finalizers = None;
 }
 
 /// The name of a child object (for a [`ChildKey`]).
@@ -493,6 +536,66 @@ mod tests {
         );
         c.forget_session("k");
         assert!(c.newer_status("k", Some("4")).is_none());
+    }
+
+    #[test]
+    fn a_cached_pod_keeps_only_the_operators_labels_and_annotations() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        use std::collections::BTreeMap;
+        let mut labels: BTreeMap<String, String> = (0..8_000)
+            .map(|i| (format!("tenant.example/l{i}"), "x".repeat(63)))
+            .collect();
+        let ours = [
+            (labels::SESSION, "s1"),
+            (labels::ROLE, labels::ROLE_WORKER),
+            (labels::POOL, "pool"),
+            (labels::TEMPLATE_HASH, "abc"),
+            (labels::MANAGED_BY.0, labels::MANAGED_BY.1),
+        ];
+        for (k, v) in ours {
+            labels.insert(k.into(), v.into());
+        }
+        let origin = "f".repeat(64);
+        let annotations = BTreeMap::from([
+            ("tenant.example/fat".to_string(), "a".repeat(250_000)),
+            (labels::SPEC_HASH.to_string(), "hash".to_string()),
+            (crate::origin::ANNOTATION.to_string(), origin.clone()),
+            (
+                crate::warm::objects::ADOPTED.to_string(),
+                "b".repeat(250_000),
+            ),
+        ]);
+        let owner = |controller| OwnerReference {
+            controller: Some(controller),
+            kind: "HarnessSession".into(),
+            uid: "u".into(),
+            ..OwnerReference::default()
+        };
+        let mut pod = Pod::default();
+        pod.metadata.labels = Some(labels);
+        pod.metadata.annotations = Some(annotations);
+        pod.metadata.owner_references = Some(vec![owner(false), owner(true), owner(false)]);
+        pod.metadata.finalizers = Some(vec!["tenant.example/f".into(); 1000]);
+        slim_pod(&mut pod);
+        let kept: Vec<(&str, &str)> = pod
+            .labels()
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let mut want = ours.to_vec();
+        want.sort();
+        assert_eq!(kept, want, "only the operator's labels");
+        let kept: Vec<&str> = pod.annotations().keys().map(String::as_str).collect();
+        assert_eq!(
+            kept,
+            [crate::origin::ANNOTATION, labels::SPEC_HASH],
+            "only the operator's annotations, none over {MAX_KEPT_ANNOTATION} bytes"
+        );
+        assert_eq!(pod.annotations()[crate::origin::ANNOTATION], origin);
+        assert_eq!(pod.owner_references(), [owner(true)]);
+        assert!(pod.finalizers().is_empty());
+        let size = serde_json::to_vec(&pod).unwrap().len();
+        assert!(size < 2_000, "{size} bytes kept");
     }
 
     #[test]

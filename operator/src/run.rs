@@ -118,7 +118,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         }
     });
 
-    let managed = watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
+    let managed = paged().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
     let writers = ctx
         .caches
         .take_writers()
@@ -129,12 +129,9 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         .modify(cache::slim_pod)
         .reflect(writers.pods)
         .touched_objects();
-    let mut sessions = Controller::new(
-        Api::<HarnessSession>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .with_config(ControllerConfig::default().concurrency(SESSION_RECONCILES))
-    .owns_stream(worker_pods);
+    let mut sessions = Controller::new(Api::<HarnessSession>::all(client.clone()), paged())
+        .with_config(ControllerConfig::default().concurrency(SESSION_RECONCILES))
+        .owns_stream(worker_pods);
     if let Some(polled) = ctx.take_poll_triggers() {
         sessions = sessions.reconcile_on(tokio_stream_of(polled));
     }
@@ -147,15 +144,12 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
             }
         });
     // The tiers the reconcile reads, and the applied children whose changes it must not miss.
-    let tier_cache = watcher(
-        Api::<SandboxTier>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .modify(cache::slim)
-    .reflect(writers.tiers)
-    .take_until(stopped(stop_rx.clone()))
-    .for_each(|_| async {});
+    let tier_cache = watcher(Api::<SandboxTier>::all(client.clone()), paged())
+        .default_backoff()
+        .modify(cache::slim)
+        .reflect(writers.tiers)
+        .take_until(stopped(stop_rx.clone()))
+        .for_each(|_| async {});
     let claims = child_watch::<PersistentVolumeClaim>(
         &ctx,
         "PersistentVolumeClaim",
@@ -166,43 +160,40 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         child_watch::<NetworkPolicy>(&ctx, "NetworkPolicy", &managed, stopped(stop_rx.clone()));
     // Tier-1 pods (pool pods and serving ones, in the namespaces they serve) requeue their tier:
     // a pool refills as soon as a pod is claimed, becomes ready or goes away.
-    let tier1_pods = watcher::Config::default().labels(&format!(
+    let tier1_pods = paged().labels(&format!(
         "{}={}",
         crate::labels::ROLE,
         crate::labels::ROLE_TIER1
     ));
-    let tiers = Controller::new(
-        Api::<SandboxTier>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .watches(Api::<Pod>::all(client.clone()), tier1_pods, |pod: Pod| {
-        pod.labels()
-            .get(crate::labels::TIER)
-            .map(|t| ObjectRef::<SandboxTier>::new(t))
-    })
-    // Level-0 warm pods (in the namespaces their pools serve) requeue their tier, idle or just
-    // claimed (a claim empties a place in the pool).
-    .watches(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default().labels(&format!(
-            "{},{}={}",
-            crate::labels::POOL,
-            crate::labels::ROLE,
-            crate::labels::ROLE_WORKER
-        )),
-        |pod: Pod| {
-            pod.annotations()
-                .get(crate::warm::objects::POOL_TIER)
+    let tiers = Controller::new(Api::<SandboxTier>::all(client.clone()), paged())
+        .watches(Api::<Pod>::all(client.clone()), tier1_pods, |pod: Pod| {
+            pod.labels()
+                .get(crate::labels::TIER)
                 .map(|t| ObjectRef::<SandboxTier>::new(t))
-        },
-    )
-    .graceful_shutdown_on(stopped(stop_rx.clone()))
-    .run(tier::reconcile, tier::error_policy, ctx.clone())
-    .for_each(|r| async move {
-        if let Err(e) = r {
-            tracing::debug!(error = %e, "tier reconcile");
-        }
-    });
+        })
+        // Level-0 warm pods (in the namespaces their pools serve) requeue their tier, idle or just
+        // claimed (a claim empties a place in the pool).
+        .watches(
+            Api::<Pod>::all(client.clone()),
+            paged().labels(&format!(
+                "{},{}={}",
+                crate::labels::POOL,
+                crate::labels::ROLE,
+                crate::labels::ROLE_WORKER
+            )),
+            |pod: Pod| {
+                pod.annotations()
+                    .get(crate::warm::objects::POOL_TIER)
+                    .map(|t| ObjectRef::<SandboxTier>::new(t))
+            },
+        )
+        .graceful_shutdown_on(stopped(stop_rx.clone()))
+        .run(tier::reconcile, tier::error_policy, ctx.clone())
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "tier reconcile");
+            }
+        });
     let sweep = tier1::sweep::run(ctx.clone(), stopped(stop_rx.clone()));
     futures::join!(sessions, tiers, sweep, tier_cache, claims, policies);
     ctx.metrics.leader.set(0);
@@ -218,6 +209,15 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         anyhow::bail!("lost the Lease");
     }
     Ok(())
+}
+
+/// Objects per page of a watch's list: a tenant can make the pods (and sessions) of its namespace
+/// megabytes each, and one page is held whole while it is read (docs/security-model.md, T4).
+pub const WATCH_PAGE_SIZE: u32 = 50;
+
+/// A watch configuration listing [`WATCH_PAGE_SIZE`] objects a page (kube's default: 500).
+pub fn paged() -> watcher::Config {
+    watcher::Config::default().page_size(WATCH_PAGE_SIZE)
 }
 
 /// Sessions sent on `rx`, as a stream.

@@ -367,6 +367,16 @@ async fn apply(
         .unwrap_or_else(Action::await_change))
 }
 
+/// A worker pod the API server refuses as invalid (422): the session asked for something the
+/// pod cannot be (a check the CRD and `kube_harness_crds::valid` missed), reported as a failing
+/// worker (`InvalidSpec` and the API server's message) instead of an error retried forever.
+fn invalid_pod(error: &kube::Error) -> Option<(&'static str, String)> {
+    match error {
+        kube::Error::Api(e) if e.code == 422 => Some((reasons::INVALID_SPEC, e.message.clone())),
+        _ => None,
+    }
+}
+
 /// A child write's outcome: `Some((reason, message))` when admission refused it (see
 /// [`admission_refusal`]), any other error as it was.
 fn refusal(written: Result<()>) -> Result<Option<(&'static str, String)>> {
@@ -664,9 +674,7 @@ async fn ensure(
         let uid = if claim == own_claim {
             resources::worker_uid(session)
         } else {
-            let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-            warm::adopt::claim_uid(claims.get_opt(&claim).await?.as_ref())
-                .unwrap_or_else(|| resources::worker_uid(session))
+            warm::adopt::claim_uid(&claim).unwrap_or_else(|| resources::worker_uid(session))
         };
         let pod = match existing {
             Some(pod) if stale(&pod, &desired(&claim, uid)) => {
@@ -744,7 +752,11 @@ async fn ensure(
                                     created
                                 }
                                 Err(e) => {
-                                    refused = Some(admission_refusal(&e).ok_or(e)?);
+                                    refused = Some(
+                                        admission_refusal(&e)
+                                            .or_else(|| invalid_pod(&e))
+                                            .ok_or(e)?,
+                                    );
                                     None
                                 }
                             }

@@ -5,7 +5,7 @@
 //! same adoption digest (checked by the session reconcile). Any miss starts the session cold,
 //! with its reason counted.
 
-use super::objects::{self, ADOPTED, CLAIM_UID, POOL_WORKSPACE_SIZE};
+use super::objects::{self, ADOPTED, POOL_WORKSPACE_SIZE};
 use crate::context::Context;
 use crate::error::Result;
 use crate::kube_util::{delete_if_present, pod_condition, secret_token};
@@ -392,8 +392,16 @@ async fn bind_worker(
     Ok(())
 }
 
-/// The uid the worker pods of `claim` run as: the warm pod's that first used it, or the
-/// session's own for its own claim.
-pub fn claim_uid(claim: Option<&PersistentVolumeClaim>) -> Option<i64> {
-    claim?.annotations().get(CLAIM_UID)?.parse().ok()
+/// The uid the worker pods of the warm pod's claim `claim` (a name) run as: the warm pod's that
+/// first used it ([`objects::pod_uid`] of the pod the claim is named after), the uid its files
+/// belong to. `None` for a claim no warm pod's name makes (the session's own: its own uid).
+///
+/// Never the claim's [`objects::CLAIM_UID`] annotation: the claim is in the tenant's namespace and the
+/// tenant may write it (`-7` made the pod invalid and the reconcile loop on the error, `65532`
+/// ran the worker as the shared services' uid, another session's uid shares that session's
+/// per-uid kernel limits; docs/security-model.md, T4). The operator wrote nothing there that
+/// the name does not say already.
+pub fn claim_uid(claim: &str) -> Option<i64> {
+    let pod = claim.strip_suffix(&objects::claim_name(""))?;
+    (!pod.is_empty() && objects::claim_name(pod) == claim).then(|| objects::pod_uid(pod))
 }

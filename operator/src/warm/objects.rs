@@ -27,6 +27,8 @@ use std::collections::BTreeMap;
 pub const POOL_TOKEN_DIR: &str = "/var/run/kube-harness/pool";
 /// Annotation on a pool PVC (and so on an adopted session's claim): the uid the pod that first
 /// used it ran as, which every later worker pod of the claim runs as (its files are that uid's).
+/// For people reading the claim only: the tenant may write it, so the operator never reads it
+/// back (`warm::adopt::claim_uid` takes the uid from the claim's name).
 pub const CLAIM_UID: &str = "kubeharness.dev/uid";
 /// Annotation on an adopted pod: the digest of its adoption
 /// (`worker_api::adoption_settings`), which the worker must report before the session is Ready.

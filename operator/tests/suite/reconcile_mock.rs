@@ -407,6 +407,96 @@ async fn a_worker_pod_refused_by_the_namespaces_quota_is_a_condition_with_its_me
     );
 }
 
+/// Security model B (issue 30): a worker pod the API server refuses as invalid (422, a skill
+/// path the checks let through) is a `WorkerFailing` condition saying `InvalidSpec` and the API
+/// server's message (Failed, Stalled), not an error the reconcile retries forever.
+#[tokio::test]
+async fn a_worker_pod_refused_as_invalid_is_an_invalid_spec_condition() {
+    let (client, mut server) = super::support::client();
+    let base = format!("/api/v1/namespaces/{NS}");
+    let (run, _) = a_cold_start_up_to_its_pod(client, &mut server).await;
+    let invalid = "Pod \"demo-worker\" is invalid: spec.volumes[3].configMap.items[0].path: Invalid value: \"..data/SKILL.md\": must not start with '..'";
+    expect(&mut server, "POST", &format!("{base}/pods"), 422, json!({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid", "code": 422,
+        "message": invalid
+    }))
+    .await;
+    let written = patch_session_status(&mut server).await;
+    let status = &written.body["status"];
+    assert_eq!(status["phase"], "Failed");
+    for type_ in ["Ready", "Degraded", "Stalled"] {
+        let c = condition(status, type_);
+        assert_eq!(c["reason"], reasons::WORKER_FAILING, "{c}");
+        let message = c["message"].as_str().unwrap();
+        assert!(message.contains(reasons::INVALID_SPEC), "{c}");
+        assert!(message.contains(invalid), "{c}");
+    }
+    drain_events(&mut server, NS, 2).await;
+    tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .expect("the reconcile ends")
+        .unwrap()
+        .expect("an invalid pod is reported, not an error");
+}
+
+/// Security model T4 (worker uid): a session that adopted a warm pod keeps its claim
+/// (`kh-warm-abc-workspace`); its next worker pod runs as the warm pod's uid, taken from the
+/// claim's name. The claim's `kubeharness.dev/uid` annotation, which the tenant may set to `-7`,
+/// `65532` or another session's uid, is not even read: the next request after the children is
+/// the pod's create, never a read of the claim.
+#[tokio::test]
+async fn an_adopted_claims_next_worker_runs_as_the_warm_pods_uid_never_the_claims_annotation() {
+    use kube_harness_operator::warm::objects;
+    let (client, mut server) = super::support::client();
+    let mut status = ready_status();
+    status["workerPod"] = json!("kh-warm-abc");
+    status["workspaceClaim"] = json!("kh-warm-abc-workspace");
+    let obj = session_obj(json!({
+        "metadata": {"finalizers": ["kubeharness.dev/cleanup"], "generation": 3},
+        "status": status,
+    }));
+    let run = tokio::spawn(session::reconcile(Arc::new(obj), context(client)));
+    read_tier0(&mut server).await;
+    expect(
+        &mut server,
+        "GET",
+        &format!("/api/v1/namespaces/{NS}/pods/kh-warm-abc"),
+        404,
+        not_found("pods", "kh-warm-abc"),
+    )
+    .await;
+    expect_all(
+        &mut server,
+        vec![
+            Want::new(
+                "POST",
+                format!("/api/v1/namespaces/{NS}/secrets"),
+                201,
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-token", "namespace": NS}}),
+            ),
+            apply_worker_policy(),
+            apply_worker_service(),
+        ],
+    )
+    .await;
+    let pod = create_worker_pod(&mut server).await;
+    let spec = &pod.body["spec"];
+    let want = objects::pod_uid("kh-warm-abc");
+    assert_eq!(spec["securityContext"]["runAsUser"].as_i64(), Some(want));
+    assert_eq!(
+        spec["containers"][0]["securityContext"]["runAsUser"].as_i64(),
+        Some(want)
+    );
+    let claims: Vec<&str> = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["persistentVolumeClaim"]["claimName"].as_str())
+        .collect();
+    assert_eq!(claims, ["kh-warm-abc-workspace"]);
+    run.abort();
+}
+
 #[tokio::test]
 async fn a_missing_worker_tier_is_reported_degraded_without_creating_anything() {
     let (client, mut server) = super::support::client();

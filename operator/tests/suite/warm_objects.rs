@@ -135,7 +135,7 @@ fn the_claim_records_the_uid_and_is_owned_by_its_pod() {
         objects::pod_uid("kh-warm-abc").to_string()
     );
     assert_eq!(
-        kube_harness_operator::warm::adopt::claim_uid(Some(&claim)),
+        kube_harness_operator::warm::adopt::claim_uid("kh-warm-abc-workspace"),
         Some(objects::pod_uid("kh-warm-abc"))
     );
     let owner = &claim.metadata.owner_references.as_ref().unwrap()[0];
@@ -190,4 +190,34 @@ fn a_template_change_makes_warm_pods_stale_and_long_names_still_label() {
     let label = objects::pool_label(&long);
     assert!(label.len() <= 63 && label.starts_with("h-"), "{label}");
     assert_eq!(objects::pool_label("tier0"), "tier0");
+}
+
+/// Security model T4 (worker uid): the claim's uid annotation is the tenant's to write (its
+/// namespace); whatever it says, an adopted claim's later worker pods run as the warm pod's uid,
+/// the one the claim's files belong to, and the session's own claim as the session's.
+#[test]
+fn a_tenant_written_uid_annotation_on_the_claim_never_becomes_the_worker_uid() {
+    use kube_harness_operator::warm::adopt::claim_uid;
+    let config = OperatorConfig::for_namespace("kh");
+    let t = level0();
+    let warm = objects::pool_pod(&t, "kh-warm-abc", "team-a", &config);
+    let mut claim = objects::pool_claim(&t, &warm);
+    let name = claim.metadata.name.clone().unwrap();
+    let other = objects::pod_uid("kh-warm-other");
+    for forged in ["-7".to_string(), "65532".to_string(), other.to_string()] {
+        claim
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(objects::CLAIM_UID.into(), forged.clone());
+        let uid = claim_uid(&name).unwrap();
+        assert_eq!(uid, objects::pod_uid("kh-warm-abc"), "{forged}");
+        assert_ne!(uid.to_string(), forged);
+        assert!((resources::WORKER_UID_BASE
+            ..resources::WORKER_UID_BASE + resources::WORKER_UID_SPAN)
+            .contains(&uid));
+    }
+    assert_eq!(claim_uid("kh-warm-abc"), None, "not a claim name");
+    assert_eq!(claim_uid("-workspace"), None);
 }
