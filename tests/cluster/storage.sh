@@ -3,7 +3,7 @@
 # PersistentVolumes (the cluster has no dynamic provisioner; a PVC binds to a free PV of the pool).
 # Each PV directory is mode 0777 so a non-root pod (the worker runs as 65532) can write, and the
 # sub-directories the kubelet creates for subPath mounts inherit that mode. Test-cluster only: on
-# kind the local-path provisioner does this job. Env: KH_PV_COUNT (default 64).
+# kind the local-path provisioner does this job. Env: KH_PV_COUNT (default 128: the e2e suites together create about 70 claims, and a released PV is not reused).
 # `storage.sh recycle`: makes every Released PV of the pool Available again (its directory emptied,
 # its claimRef dropped), for benchmarks that create and delete more PVCs than the pool holds.
 . "$(dirname "$0")/lib.sh"
@@ -22,7 +22,7 @@ if [[ ${1:-} == recycle ]]; then
   exit 0
 fi
 
-count=${KH_PV_COUNT:-64}
+count=${KH_PV_COUNT:-128}
 root="$KH_STATE/pv"
 mkdir -p "$root"
 {
