@@ -39,3 +39,13 @@ pub fn worker_pod_name(session: &HarnessSession) -> String {
         .and_then(|s| s.worker_pod.clone())
         .unwrap_or_else(|| labels::worker_pod(&session.name_any()))
 }
+
+/// The session's key in the operator's caches, metrics and error backoff:
+/// `session/<namespace>/<name>`.
+pub fn session_key(session: &HarnessSession) -> String {
+    format!(
+        "session/{}/{}",
+        session.namespace().unwrap_or_default(),
+        session.name_any()
+    )
+}

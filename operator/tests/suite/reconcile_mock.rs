@@ -996,3 +996,44 @@ async fn an_expired_session_with_ttl_action_delete_is_deleted() {
         .unwrap()
         .expect("reconcile");
 }
+
+/// A session whose TTL (ttlAction Delete) passed before its first reconcile: the finalizer is
+/// added first, so that its cleanup stops the worker, and only then is the session deleted.
+#[tokio::test]
+async fn a_session_the_ttl_deletes_before_it_has_the_finalizer_gets_it_first() {
+    let (client, mut server) = super::support::client();
+    let obj = session_obj(json!({
+        "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"lifetime": {"ttlSeconds": 60, "ttlAction": "Delete"}},
+    }));
+    let run = tokio::spawn(session::reconcile(Arc::new(obj), context(client)));
+    let seen = expect(
+        &mut server,
+        "PATCH",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+        200,
+        json!(session_obj(
+            json!({"metadata": {"finalizers": ["kubeharness.dev/cleanup"], "resourceVersion": "11"}})
+        )),
+    )
+    .await;
+    assert!(
+        seen.body.to_string().contains("kubeharness.dev/cleanup"),
+        "{}",
+        seen.body
+    );
+    drain_events(&mut server, NS, 1).await;
+    expect(
+        &mut server,
+        "DELETE",
+        &format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnesssessions/demo"),
+        200,
+        json!(session_obj(json!({}))),
+    )
+    .await;
+    tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .expect("nothing else is asked")
+        .unwrap()
+        .expect("reconcile");
+}
