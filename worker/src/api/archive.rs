@@ -15,11 +15,9 @@
 //! placed, each file through a new file renamed over its name, never through a symlink. A refused
 //! archive writes nothing.
 
+use super::error::WorkerError;
 use super::files::{self, Target};
-use super::model::code;
-use super::refusal::Refusal;
 use axum::body::Bytes;
-use axum::http::StatusCode;
 use kube_harness_workspace::safe_fs::{self, WalkError};
 use kube_harness_workspace::{ChangeKind, EntryKind, FileChange};
 use std::collections::{BTreeMap, BTreeSet};
@@ -189,7 +187,7 @@ pub struct Extracted {
 /// Checks a spooled archive against itself and the session's tree below `target`, then places
 /// it (blocking: run it off the async threads; the caller holds the session). Returns the changes
 /// and the modes it could not keep.
-pub fn extract(target: &Target, mut spool: std::fs::File) -> Result<Extracted, Refusal> {
+pub fn extract(target: &Target, mut spool: std::fs::File) -> Result<Extracted, WorkerError> {
     let plan = plan(target, &mut spool)?;
     let created = files::missing_dirs(target, &target.rel)?;
     let root = safe_fs::open_root(&target.mount.backing_path)
@@ -263,7 +261,10 @@ fn mode_warning(
     ))
 }
 
-fn plan(target: &Target, spool: &mut std::fs::File) -> Result<BTreeMap<PathBuf, Planned>, Refusal> {
+fn plan(
+    target: &Target,
+    spool: &mut std::fs::File,
+) -> Result<BTreeMap<PathBuf, Planned>, WorkerError> {
     let spool_len = spool
         .seek(SeekFrom::End(0))
         .and_then(|len| spool.seek(SeekFrom::Start(0)).map(|_| len))
@@ -415,7 +416,7 @@ fn check_existing(
     base: &OwnedFd,
     rel: &Path,
     entry: &Planned,
-) -> Result<(), Refusal> {
+) -> Result<(), WorkerError> {
     let Some((parent, name)) = safe_fs::split_last(rel) else {
         return Ok(());
     };
@@ -433,14 +434,10 @@ fn check_existing(
     let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
     match (entry, is_dir) {
         (Planned::Dir { .. }, false) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => {
-            Err(Refusal::new(
-                StatusCode::BAD_REQUEST,
-                code::BAD_PATH,
-                format!(
-                    "{}: a symlink is in the session where the archive has a directory",
-                    shown(target, rel)
-                ),
-            ))
+            Err(WorkerError::BadPath(format!(
+                "{}: a symlink is in the session where the archive has a directory",
+                shown(target, rel)
+            )))
         }
         (Planned::Dir { .. }, false) => Err(conflict(
             target,
@@ -464,7 +461,7 @@ fn place(
     rel: &Path,
     entry: &Planned,
     spool: &mut std::fs::File,
-) -> Result<(Option<FileChange>, Option<u32>), Refusal> {
+) -> Result<(Option<FileChange>, Option<u32>), WorkerError> {
     let harness = target.harness.join(rel);
     let Some((parent_rel, name)) = safe_fs::split_last(rel) else {
         return Ok((None, None));
@@ -563,41 +560,28 @@ fn shown(target: &Target, rel: &Path) -> String {
     target.harness.join(rel).display().to_string()
 }
 
-fn walk_refusal(target: &Target, rel: &Path, e: WalkError) -> Refusal {
+fn walk_refusal(target: &Target, rel: &Path, e: WalkError) -> WorkerError {
     match e {
-        WalkError::Blocked => Refusal::new(
-            StatusCode::BAD_REQUEST,
-            code::BAD_PATH,
-            format!(
-                "{}: a directory on the way is a symlink, which is not followed",
-                shown(target, rel)
-            ),
-        ),
+        WalkError::Blocked => WorkerError::BadPath(format!(
+            "{}: a directory on the way is a symlink, which is not followed",
+            shown(target, rel)
+        )),
         WalkError::NotDir => conflict(target, rel, "something on the way is not a directory"),
         other => io_failed(target, "opening a directory", &other.into_io()),
     }
 }
 
-fn conflict(target: &Target, rel: &Path, why: &str) -> Refusal {
-    Refusal::new(
-        StatusCode::CONFLICT,
-        code::NOT_A_FILE,
-        format!("{}: {why}; nothing was written", shown(target, rel)),
-    )
+fn conflict(target: &Target, rel: &Path, why: &str) -> WorkerError {
+    WorkerError::KindConflict(format!(
+        "{}: {why}; nothing was written",
+        shown(target, rel)
+    ))
 }
 
-fn bad_archive(why: &str) -> Refusal {
-    Refusal::new(
-        StatusCode::BAD_REQUEST,
-        code::BAD_ARCHIVE,
-        format!("the archive is refused, nothing was written: {why}"),
-    )
+fn bad_archive(why: &str) -> WorkerError {
+    WorkerError::BadArchive(why.to_string())
 }
 
-fn io_failed(target: &Target, what: &str, e: &std::io::Error) -> Refusal {
-    Refusal::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        code::IO_FAILED,
-        format!("{what} under {}: {e}", target.harness.display()),
-    )
+fn io_failed(target: &Target, what: &str, e: &std::io::Error) -> WorkerError {
+    WorkerError::Io(format!("{what} under {}: {e}", target.harness.display()))
 }
