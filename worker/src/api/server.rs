@@ -6,7 +6,7 @@
 //! Commands run in their own task, so a client that disconnects (or a server that stops waiting)
 //! does not cut a command off: it finishes, and its events still reach the session log.
 
-use super::error::NotReady;
+use super::error::WorkerError;
 use super::model::{
     code, CommitRequest, EndTurnRequest, ExecRequest, Health, MAX_KEY_LEN, MAX_SCRIPT_BYTES, NDJSON,
 };
@@ -102,13 +102,8 @@ async fn readyz(State(worker): State<Arc<Worker>>) -> Response {
             reason: None,
         })
         .into_response(),
-        Err(NotReady::Broken(broken)) => broken.refusal().into_response(),
-        Err(why) => Refusal::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            code::NOT_READY,
-            why.to_string(),
-        )
-        .into_response(),
+        // 503: `worker-broken` with the reason when broken, `not-ready` otherwise.
+        Err(why) => WorkerError::from(why).into_response(),
     }
 }
 
