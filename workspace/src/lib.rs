@@ -33,11 +33,17 @@ pub use entry::{Entry, EntryKind};
 pub use error::{EntryRejection, WorkspaceError};
 pub use manifest::{ArchiveKind, Deleted, Limits, Manifest, FORMAT, MANIFEST_NAME};
 pub use merge::{apply, ApplyOptions, ApplyReport, RejectReason, Rejected};
-pub use pack::{changes_since, pack, pack_with_cache, ChangesReport, PackOptions, PackReport};
+pub use pack::{
+    changes_since, pack, pack_tree, pack_with_cache, ChangesReport, PackOptions, PackReport,
+    TreeLimits,
+};
 pub use paths::Exclude;
 pub use snapshot::{
     diff, snapshot, snapshot_since, snapshot_with, ChangeKind, FileChange, HashBudget, Snapshot,
     RACY_MARGIN_NS,
 };
 pub use spec::{Mount, WorkspaceSpec};
-pub use unpack::{rehome, unpack, UnpackOptions, UnpackReport, STAGING_NAME};
+pub use unpack::{
+    plan_tree, rehome, unpack, TreeError, TreeOptions, TreePlan, TreeUnpacked, UnpackOptions,
+    UnpackReport, STAGING_NAME,
+};

@@ -5,6 +5,10 @@
 //! digest can be the first entry and the size limit is checked before a byte is written), then
 //! the content, re-hashed while streaming. A file that changed between the passes fails the pack
 //! with `ChangedDuringPack` instead of producing an archive that disagrees with its manifest.
+//!
+//! Also the sending side of a directory's plain tar (the worker's `GET /v1/archive`):
+//! [`pack_tree`] walks the tree fd-relative without following a symlink. Every entry of either
+//! goes into the tar with the same header ([`header`]).
 
 use super::entry::{Entry, EntryKind};
 use super::error::WorkspaceError;
@@ -12,12 +16,13 @@ use super::manifest::{
     bounded_left_out, ArchiveKind, Deleted, DigestBuilder, Limits, Manifest, FORMAT, MANIFEST_NAME,
 };
 use super::paths::{archive_name, check_symlink_target, Exclude};
-use super::safe_fs;
+use super::safe_fs::{self, WalkError};
 use super::snapshot::{diff, snapshot_with, ChangeKind, FileChange, HashBudget, Snapshot};
 use super::spec::WorkspaceSpec;
 use super::walk::ParentCache;
 use sha2::{Digest, Sha256};
 use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 /// Options of the sending side.
@@ -329,7 +334,7 @@ fn write_archive<W: Write>(
         let mtime = u64::try_from(e.mtime_ns.max(0).div_euclid(1_000_000_000)).unwrap_or(0);
         match e.kind {
             EntryKind::Dir => {
-                let mut h = header(tar::EntryType::Directory, e.mode, mtime, 0);
+                let mut h = header(tar::EntryType::Directory, e.mode & 0o777, mtime, 0);
                 tar.append_data(&mut h, &p.name, io::empty())
                     .map_err(io_err)?;
             }
@@ -344,7 +349,7 @@ fn write_archive<W: Write>(
                 let dir = parents.open(&p.root, parent).map_err(|_| changed())?;
                 let file = safe_fs::open_regular_at(dir, name).map_err(|_| changed())?;
                 let mut reader = Verifying::new(file, e.size, e.sha256.clone().unwrap_or_default());
-                let mut h = header(tar::EntryType::Regular, e.mode, mtime, e.size);
+                let mut h = header(tar::EntryType::Regular, e.mode & 0o777, mtime, e.size);
                 match tar.append_data(&mut h, &p.name, &mut reader) {
                     Ok(()) => {}
                     Err(_) if reader.mismatch => return Err(changed()),
@@ -368,10 +373,11 @@ impl Entry {
     }
 }
 
+/// The header of every entry either side writes: GNU, owned by 0:0, `mode` as given.
 fn header(kind: tar::EntryType, mode: u32, mtime: u64, size: u64) -> tar::Header {
     let mut h = tar::Header::new_gnu();
     h.set_entry_type(kind);
-    h.set_mode(mode & 0o777);
+    h.set_mode(mode);
     h.set_mtime(mtime);
     h.set_uid(0);
     h.set_gid(0);
@@ -418,4 +424,100 @@ impl Read for Verifying {
         }
         Ok(n)
     }
+}
+
+/// Bounds of a directory's tar, either way ([`pack_tree`], `unpack::plan_tree`): a bound on
+/// the work one request can cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeLimits {
+    /// Entries one archive may hold.
+    pub max_entries: usize,
+    /// Directory depth below the archive's root.
+    pub max_depth: usize,
+}
+
+impl Default for TreeLimits {
+    fn default() -> Self {
+        TreeLimits {
+            max_entries: 200_000,
+            max_depth: 256,
+        }
+    }
+}
+
+/// Writes the tree below `dir` (opened without following a symlink) as a plain tar into `out`:
+/// walked fd-relative, never through a symlink (a symlink goes in as a symlink, its target as
+/// data), regular files and directories with their modes (setuid, setgid and sticky bits too)
+/// and times; special files are left out. A file that changes meanwhile goes in cut or
+/// zero-padded to the size it had. Past `limits` it fails; an error after the first byte leaves
+/// `out` a truncated tar.
+pub fn pack_tree<W: Write>(dir: &OwnedFd, out: W, limits: TreeLimits) -> io::Result<()> {
+    let mut builder = tar::Builder::new(out);
+    builder.follow_symlinks(false);
+    let mut count = 0usize;
+    walk_tree(&mut builder, dir, Path::new(""), 0, &mut count, limits)?;
+    builder.finish()?;
+    builder.get_mut().flush()
+}
+
+fn walk_tree<W: Write>(
+    builder: &mut tar::Builder<W>,
+    dir: &OwnedFd,
+    rel: &Path,
+    depth: usize,
+    count: &mut usize,
+    limits: TreeLimits,
+) -> io::Result<()> {
+    if depth > limits.max_depth {
+        return Err(io::Error::other(format!(
+            "the tree is deeper than {} levels",
+            limits.max_depth
+        )));
+    }
+    for name in safe_fs::list_dir(dir)? {
+        *count = count.saturating_add(1);
+        if *count > limits.max_entries {
+            return Err(io::Error::other(format!(
+                "the tree has more than {} entries",
+                limits.max_entries
+            )));
+        }
+        let Some(st) = safe_fs::stat_at(dir, &name)? else {
+            continue; // gone meanwhile
+        };
+        let path = rel.join(&name);
+        let mode = st.st_mode & 0o7777;
+        let mtime = u64::try_from(st.st_mtime).unwrap_or(0);
+        match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+            rustix::fs::FileType::Directory => {
+                let mut h = header(tar::EntryType::Directory, mode, mtime, 0);
+                builder.append_data(&mut h, &path, io::empty())?;
+                let child = safe_fs::open_dir_at(dir, &name).map_err(WalkError::into_io)?;
+                walk_tree(
+                    builder,
+                    &child,
+                    &path,
+                    depth.saturating_add(1),
+                    count,
+                    limits,
+                )?;
+            }
+            rustix::fs::FileType::RegularFile => {
+                let file = safe_fs::open_regular_at(dir, &name)?;
+                let size = file.metadata()?.len();
+                let mut h = header(tar::EntryType::Regular, mode, mtime, size);
+                // Exactly `size` bytes whatever the file does meanwhile (cut or zero-padded).
+                let data = file.take(size).chain(io::repeat(0).take(size));
+                builder.append_data(&mut h, &path, data.take(size))?;
+            }
+            rustix::fs::FileType::Symlink => {
+                let target = safe_fs::read_link_at(dir, &name)?;
+                let mut h = header(tar::EntryType::Symlink, mode, mtime, 0);
+                builder.append_link(&mut h, &path, Path::new(&target))?;
+            }
+            // Fifos, sockets, devices: not files to hand out.
+            _ => {}
+        }
+    }
+    Ok(())
 }

@@ -6,6 +6,8 @@
 //! not block its own children), and only after the manifest's count, bytes and digest check out
 //! are the mount directories renamed into `<root>`. A rejected archive leaves `<root>` exactly as
 //! it was (empty, or absent if we created it); nothing is ever written outside `<root>`.
+//!
+//! The receiving side of a directory's plain tar (the worker's `PUT /v1/archive`) is `tree`.
 
 use super::entry::{Entry, EntryKind};
 use super::error::{EntryRejection, WorkspaceError};
@@ -21,6 +23,10 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+
+mod tree;
+
+pub use tree::{plan_tree, TreeError, TreeOptions, TreePlan, TreeUnpacked};
 
 /// Scratch directory inside the target while an archive is being unpacked.
 pub const STAGING_NAME: &str = ".kube-harness-staging";

@@ -10,10 +10,8 @@
 //! a random name) and renamed over the name ([`place`]): a symlink planted at the name is
 //! replaced, never written through. Past the size limit the answer is 413 and nothing is written.
 
-use super::model::code;
-use super::refusal::Refusal;
+use super::error::WorkerError;
 use axum::body::Body;
-use axum::http::StatusCode;
 use kube_harness_service_kit::body::{self, BodyError, BodyHead, Receiving};
 use kube_harness_workspace::safe_fs::{self, WalkError};
 use kube_harness_workspace::{ChangeKind, EntryKind, FileChange, Mount, WorkspaceSpec};
@@ -45,23 +43,17 @@ pub struct Target {
 
 /// Checks `path` against the mount table: absolute, normal components only, under a mount, not
 /// the mount's root. 400 otherwise.
-pub fn resolve(spec: &WorkspaceSpec, path: &str) -> Result<Target, Refusal> {
+pub fn resolve(spec: &WorkspaceSpec, path: &str) -> Result<Target, WorkerError> {
     resolve_in(spec, path, false)
 }
 
 /// [`resolve`] for a directory: a mount's root is allowed (`/session` itself).
-pub fn resolve_dir(spec: &WorkspaceSpec, path: &str) -> Result<Target, Refusal> {
+pub fn resolve_dir(spec: &WorkspaceSpec, path: &str) -> Result<Target, WorkerError> {
     resolve_in(spec, path, true)
 }
 
-fn resolve_in(spec: &WorkspaceSpec, path: &str, root_ok: bool) -> Result<Target, Refusal> {
-    let bad = |why: &str| {
-        Refusal::new(
-            StatusCode::BAD_REQUEST,
-            code::BAD_PATH,
-            format!("path {path:?}: {why}"),
-        )
-    };
+fn resolve_in(spec: &WorkspaceSpec, path: &str, root_ok: bool) -> Result<Target, WorkerError> {
+    let bad = |why: &str| WorkerError::BadPath(format!("path {path:?}: {why}"));
     if path.is_empty() || path.contains('\0') {
         return Err(bad("empty or with a NUL byte"));
     }
@@ -136,32 +128,16 @@ pub async fn spool(
     body: Body,
     limit: u64,
     flag: &str,
-) -> Result<Spooled, Refusal> {
+) -> Result<Spooled, WorkerError> {
     let refused = |e: BodyError| match e {
-        BodyError::TooLarge { .. } => Refusal::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            code::PAYLOAD_TOO_LARGE,
-            format!("the body is over the limit of {limit} bytes ({flag})"),
-        ),
-        BodyError::TooSlow { .. } => Refusal::new(
-            StatusCode::REQUEST_TIMEOUT,
-            code::BODY_TIMEOUT,
-            format!("{e}; nothing was written"),
-        ),
-        other => Refusal::new(
-            StatusCode::BAD_REQUEST,
-            code::BAD_REQUEST,
-            format!("reading the request body: {other}"),
-        ),
+        BodyError::TooLarge { .. } => WorkerError::TooLarge(format!(
+            "the body is over the limit of {limit} bytes ({flag})"
+        )),
+        BodyError::TooSlow { .. } => WorkerError::BodyTimeout(format!("{e}; nothing was written")),
+        other => WorkerError::BadRequest(format!("reading the request body: {other}")),
     };
     let mut receiving = Receiving::start(head, body, limit).await.map_err(refused)?;
-    let io = |e: std::io::Error| {
-        Refusal::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            code::IO_FAILED,
-            format!("spooling the upload: {e}"),
-        )
-    };
+    let io = |e: std::io::Error| WorkerError::Io(format!("spooling the upload: {e}"));
     let file = tempfile::tempfile().map_err(io)?;
     let mut out = tokio::fs::File::from_std(file.try_clone().map_err(io)?);
     while let Some(chunk) = receiving.next().await.map_err(refused)? {
@@ -177,7 +153,7 @@ pub async fn spool(
 /// Checks the directories on the way to `target` that exist (none may be a symlink or a file)
 /// and returns those that do not, shallowest first: what a `place` creates, and removes again if
 /// it then fails. Cheap enough to run before the body is read, so a bad path is refused at once.
-pub fn missing_parents(target: &Target) -> Result<Vec<PathBuf>, Refusal> {
+pub fn missing_parents(target: &Target) -> Result<Vec<PathBuf>, WorkerError> {
     let Some((parent_rel, _)) = safe_fs::split_last(&target.rel) else {
         return Err(not_a_file(target));
     };
@@ -186,7 +162,7 @@ pub fn missing_parents(target: &Target) -> Result<Vec<PathBuf>, Refusal> {
 
 /// The directories of `dir` (relative to the target's mount) that do not exist, shallowest
 /// first; 400 when one that exists is a symlink or not a directory.
-pub fn missing_dirs(target: &Target, dir: &Path) -> Result<Vec<PathBuf>, Refusal> {
+pub fn missing_dirs(target: &Target, dir: &Path) -> Result<Vec<PathBuf>, WorkerError> {
     let root = safe_fs::open_root(&target.mount.backing_path)
         .map_err(|e| io_failed(target, "opening its mount", &e))?;
     let mut prefix = PathBuf::new();
@@ -228,7 +204,7 @@ pub async fn discard(head: &BodyHead, body: Body) {
 /// Puts a spooled body at `target` (blocking: run it off the async threads). The caller holds
 /// the session (no command runs) and has checked that the mount table allows the write. The
 /// body is copied to a new file beside the target, synced, and renamed over the name.
-pub fn place(target: &Target, spooled: Spooled) -> Result<Written, Refusal> {
+pub fn place(target: &Target, spooled: Spooled) -> Result<Written, WorkerError> {
     let Spooled { mut file, bytes } = spooled;
     let created = missing_parents(target)?;
     let placed = (|| {
@@ -286,7 +262,7 @@ pub fn place(target: &Target, spooled: Spooled) -> Result<Written, Refusal> {
 
 /// Opens `target` for reading: a regular file, reached without following a symlink. 404 when
 /// it does not exist, 400 `not-a-file` for a directory, a symlink or anything else.
-pub fn open(target: &Target) -> Result<(std::fs::File, u64), Refusal> {
+pub fn open(target: &Target) -> Result<(std::fs::File, u64), WorkerError> {
     let (parent, name) = open_parent(target, false)?;
     match safe_fs::stat_at(&parent, &name) {
         Ok(None) => return Err(not_found(target)),
@@ -311,32 +287,27 @@ pub fn open(target: &Target) -> Result<(std::fs::File, u64), Refusal> {
 
 /// `target` must be a directory, reached without following a symlink: 404 when missing, 400
 /// otherwise.
-pub fn require_dir(target: &Target) -> Result<(), Refusal> {
+pub fn require_dir(target: &Target) -> Result<(), WorkerError> {
     let root = safe_fs::open_root(&target.mount.backing_path)
         .map_err(|e| io_failed(target, "opening its mount", &e))?;
     match safe_fs::open_dir_beneath(&root, &target.rel) {
         Ok(_) => Ok(()),
         Err(WalkError::Missing) => Err(not_found(target)),
-        Err(WalkError::Blocked) => Err(Refusal::new(
-            StatusCode::BAD_REQUEST,
-            code::BAD_PATH,
-            format!(
-                "path {}: a symlink on the way is not followed",
-                target.harness.display()
-            ),
-        )),
-        Err(WalkError::NotDir) => Err(Refusal::new(
-            StatusCode::BAD_REQUEST,
-            code::NOT_A_FILE,
-            format!("{} is not a directory", target.harness.display()),
-        )),
+        Err(WalkError::Blocked) => Err(WorkerError::BadPath(format!(
+            "path {}: a symlink on the way is not followed",
+            target.harness.display()
+        ))),
+        Err(WalkError::NotDir) => Err(WorkerError::NotAFile(format!(
+            "{} is not a directory",
+            target.harness.display()
+        ))),
         Err(other) => Err(io_failed(target, "opening it", &other.into_io())),
     }
 }
 
 /// The directory that holds `target`, opened beneath its mount's root without following a
 /// symlink (created where missing when `create`), and the file's name in it.
-fn open_parent(target: &Target, create: bool) -> Result<(OwnedFd, OsString), Refusal> {
+fn open_parent(target: &Target, create: bool) -> Result<(OwnedFd, OsString), WorkerError> {
     let Some((parent_rel, name)) = safe_fs::split_last(&target.rel) else {
         return Err(not_a_file(target));
     };
@@ -357,7 +328,7 @@ fn existing_file(
     parent: &OwnedFd,
     name: &OsString,
     target: &Target,
-) -> Result<Option<u32>, Refusal> {
+) -> Result<Option<u32>, WorkerError> {
     match safe_fs::stat_at(parent, name) {
         Ok(None) => Ok(None),
         Ok(Some(st)) => match st.st_mode & libc::S_IFMT {
@@ -381,60 +352,36 @@ pub(crate) fn temp_name(name: &std::ffi::OsStr) -> OsString {
     temp
 }
 
-fn walk_refusal(target: &Target, e: WalkError) -> Refusal {
+fn walk_refusal(target: &Target, e: WalkError) -> WorkerError {
     match e {
         WalkError::Missing => not_found(target),
-        WalkError::Blocked => Refusal::new(
-            StatusCode::BAD_REQUEST,
-            code::BAD_PATH,
-            format!(
-                "path {}: a directory on the way is a symlink, which is not followed",
-                target.harness.display()
-            ),
-        ),
-        WalkError::NotDir => Refusal::new(
-            StatusCode::BAD_REQUEST,
-            code::BAD_PATH,
-            format!(
-                "path {}: something on the way is not a directory",
-                target.harness.display()
-            ),
-        ),
+        WalkError::Blocked => WorkerError::BadPath(format!(
+            "path {}: a directory on the way is a symlink, which is not followed",
+            target.harness.display()
+        )),
+        WalkError::NotDir => WorkerError::BadPath(format!(
+            "path {}: something on the way is not a directory",
+            target.harness.display()
+        )),
         other => io_failed(target, "opening its directory", &other.into_io()),
     }
 }
 
-fn not_found(target: &Target) -> Refusal {
-    Refusal::new(
-        StatusCode::NOT_FOUND,
-        code::NOT_FOUND,
-        format!("{} does not exist", target.harness.display()),
-    )
+fn not_found(target: &Target) -> WorkerError {
+    WorkerError::NotFound(format!("{} does not exist", target.harness.display()))
 }
 
-fn not_a_file(target: &Target) -> Refusal {
-    Refusal::new(
-        StatusCode::BAD_REQUEST,
-        code::NOT_A_FILE,
-        format!(
-            "{} is not a regular file (a directory, a symlink or a special file)",
-            target.harness.display()
-        ),
-    )
+fn not_a_file(target: &Target) -> WorkerError {
+    WorkerError::NotAFile(format!(
+        "{} is not a regular file (a directory, a symlink or a special file)",
+        target.harness.display()
+    ))
 }
 
-fn is_a_directory(target: &Target) -> Refusal {
-    Refusal::new(
-        StatusCode::CONFLICT,
-        code::NOT_A_FILE,
-        format!("{} is a directory", target.harness.display()),
-    )
+fn is_a_directory(target: &Target) -> WorkerError {
+    WorkerError::KindConflict(format!("{} is a directory", target.harness.display()))
 }
 
-fn io_failed(target: &Target, what: &str, e: &std::io::Error) -> Refusal {
-    Refusal::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        code::IO_FAILED,
-        format!("{what} {}: {e}", target.harness.display()),
-    )
+fn io_failed(target: &Target, what: &str, e: &std::io::Error) -> WorkerError {
+    WorkerError::Io(format!("{what} {}: {e}", target.harness.display()))
 }

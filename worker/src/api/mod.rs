@@ -11,6 +11,7 @@ pub mod adopt;
 pub mod adopt_files;
 pub mod archive;
 pub mod config;
+pub mod error;
 pub mod escalation;
 pub mod files;
 pub mod log;
@@ -25,6 +26,7 @@ mod stream;
 pub mod tier0;
 
 pub use config::{SameSession, SessionLogConfig, WorkerConfig};
+pub use error::{Broken, NotReady, StartError, WorkerError};
 /// The wire and its client are the protocol's, kept reachable here under their old names.
 pub use kube_harness_protocol::{client, worker_api as model};
 pub use kube_harness_protocol::{WorkerClient, WorkerClientError};
@@ -34,6 +36,6 @@ pub use kube_harness_service_kit::{
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
 };
 pub use server::{router, serve};
-pub use state::{Broken, NotReady, StartError, Worker};
+pub use state::Worker;
 
 pub(crate) use kube_harness_runtime::relock;

@@ -6,11 +6,12 @@
 //! Commands run in their own task, so a client that disconnects (or a server that stops waiting)
 //! does not cut a command off: it finishes, and its events still reach the session log.
 
+use super::error::WorkerError;
 use super::model::{
     code, CommitRequest, EndTurnRequest, ExecRequest, Health, MAX_KEY_LEN, MAX_SCRIPT_BYTES, NDJSON,
 };
 use super::refusal::Refusal;
-use super::state::{NotReady, Worker};
+use super::state::Worker;
 use axum::body::{Body, Bytes};
 use axum::extract::{RawQuery, Request, State};
 use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
@@ -101,13 +102,8 @@ async fn readyz(State(worker): State<Arc<Worker>>) -> Response {
             reason: None,
         })
         .into_response(),
-        Err(NotReady::Broken(broken)) => broken.refusal().into_response(),
-        Err(why) => Refusal::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            code::NOT_READY,
-            why.to_string(),
-        )
-        .into_response(),
+        // 503: `worker-broken` with the reason when broken, `not-ready` otherwise.
+        Err(why) => WorkerError::from(why).into_response(),
     }
 }
 

@@ -1,0 +1,85 @@
+//! The session-log wiring: which run a request's events go to, what is flushed before a command
+//! may start, a replayed step answered from the log, and the events appended after the fact.
+
+use super::super::error::WorkerError;
+use super::super::log::LogForwarder;
+use super::super::metrics::LogFailure;
+use super::super::model::ExecResponse;
+use super::super::replay::{self, Replay};
+use super::Worker;
+use kube_harness_session_log::client::NewEvent;
+use kube_harness_session_log::RunId;
+
+impl Worker {
+    /// The session-log run a request's `runId` names (see
+    /// [`super::super::SessionLogConfig::run_scope`]); 400 when the scoped name is not a valid
+    /// run id (too long).
+    pub(super) fn log_run(&self, requested: Option<&str>) -> Result<String, WorkerError> {
+        let scope = self
+            .config
+            .session_log
+            .as_ref()
+            .and_then(|l| l.run_scope.as_deref());
+        let run = match (scope, requested) {
+            (None, requested) => requested.unwrap_or(&self.config.session).to_string(),
+            (Some(scope), None) => scope.to_string(),
+            (Some(scope), Some(run)) => format!("{scope}:{run}"),
+        };
+        RunId::parse(&run).map_err(|e| {
+            let scoped = if scope.is_some() {
+                " (this session's runs are scoped)"
+            } else {
+                ""
+            };
+            WorkerError::BadRequest(format!("runId {run:?}{scoped}: {}", e.message))
+        })?;
+        Ok(run)
+    }
+
+    /// Before a command: what earlier commands left pending is appended first (503 when the log
+    /// does not take it), then a step already recorded is answered from the log (`Some`), one
+    /// that started and never completed refused (409 `step-incomplete`); `None`: run it.
+    pub(super) async fn before_command(
+        &self,
+        log: &LogForwarder,
+        run: &str,
+        step_key: Option<&str>,
+    ) -> Result<Option<ExecResponse>, WorkerError> {
+        log.flush_pending().await.map_err(|e| {
+            self.metrics.log_failed(LogFailure::Start);
+            log_down(e)
+        })?;
+        let Some(step) = step_key else {
+            return Ok(None);
+        };
+        match replay::lookup(log, &self.spec, run, step)
+            .await
+            .map_err(log_down)?
+        {
+            Replay::Recorded(response) => Ok(Some(*response)),
+            Replay::Incomplete(started) => Err(WorkerError::StepIncomplete(format!(
+                "step {step:?} of run {run:?} started (session log sequence {}) and never completed: the worker stopped mid-command, so its effects are unknown; it is not run again",
+                started.sequence
+            ))),
+            Replay::Run => Ok(None),
+        }
+    }
+
+    /// Appends events that record what was done already (queued when the log does not take
+    /// them now, and counted in the metrics); how many wait in the queue. 0 without a log.
+    pub(super) async fn record(&self, events: Vec<(String, NewEvent)>) -> usize {
+        let Some(log) = &self.log else {
+            return 0;
+        };
+        let pending = log.enqueue_and_flush(events).await;
+        if pending > 0 {
+            self.metrics.log_failed(LogFailure::Queued);
+        }
+        pending
+    }
+}
+
+/// 503 `session-log-unavailable`.
+pub(super) fn log_down(e: kube_harness_session_log::ClientError) -> WorkerError {
+    WorkerError::LogDown(format!("session log: {e}"))
+}
