@@ -8,11 +8,12 @@
 //! expected, as after an operator, `(`, a newline or the `)` of an `if`/`while`/`for` condition,
 //! and is a division after an operand), then reads the command expression next to each `system`,
 //! `|` and `|&`. A command is literal only when that expression is made of string constants;
-//! anything else is [`Hidden::Dynamic`], and so is a program the scan cannot tokenise.
+//! anything else is [`Inner::Dynamic`], and so is a program the scan cannot tokenise.
 
 use super::args::c_string;
-use super::found::{too_many, Hidden};
-use super::getopt::{getopt, Arg, Ev, Has, Spec};
+use super::found::too_many;
+use crate::parser::getopt::{getopt, Arg, Ev, Has, Spec};
+use crate::parser::inner::{Inner, Seen};
 
 pub fn is_awk(name: &str) -> bool {
     matches!(name, "awk" | "gawk" | "mawk" | "nawk" | "original-awk")
@@ -55,11 +56,12 @@ const SPEC: Spec = Spec {
         ("use-lc-numeric", Has::No),
         ("version", Has::No),
     ],
+    exact_long: false,
     stop_at_operand: true,
     w_is_long: true,
 };
 
-pub fn find(tool: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
+pub fn find(tool: &str, args: &[Option<String>], out: &mut Vec<Inner>) {
     let mut has_source = false;
     let mut texts: Vec<&str> = Vec::new();
     let mut first_operand = None;
@@ -74,7 +76,7 @@ pub fn find(tool: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
                 has_source = true;
                 match v {
                     Some(Arg::Lit(text)) => texts.push(text),
-                    _ => out.push(Hidden::dynamic(
+                    _ => out.push(Inner::dynamic(
                         "the awk program text is only known at run time",
                     )),
                 }
@@ -92,14 +94,12 @@ pub fn find(tool: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
             "--debug" => format!("{tool} --debug (debugger commands)"),
             _ => format!("{tool} {what} {value}"),
         };
-        out.push(Hidden::Opaque(described));
+        out.push(Inner::Opaque(described));
     });
     if !has_source {
         match first_operand {
             Some(Arg::Lit(text)) => texts.push(text),
-            Some(Arg::Dyn) => {
-                out.push(Hidden::dynamic("the awk program is only known at run time"))
-            }
+            Some(Arg::Dyn) => out.push(Inner::dynamic("the awk program is only known at run time")),
             None => {}
         }
     }
@@ -109,13 +109,13 @@ pub fn find(tool: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
 }
 
 /// Finds the commands an awk program would run.
-pub fn scan(program: &str, out: &mut Vec<Hidden>) {
+pub fn scan(program: &str, out: &mut Vec<Inner>) {
     // Every way to start a command needs one of these; most programs have none.
     if !program.contains("system") && !program.contains(['|', '@']) {
         return;
     }
     let Ok(toks) = lex(program.as_bytes()) else {
-        out.push(Hidden::dynamic(
+        out.push(Inner::dynamic(
             "an awk program the classifier could not read",
         ));
         return;
@@ -127,14 +127,12 @@ pub fn scan(program: &str, out: &mut Vec<Hidden>) {
         match tok {
             Tok::Name(name) if unqualified(name) == "system" => {
                 if toks.get(i + 1) != Some(&Tok::Op(b"(")) {
-                    out.push(Hidden::dynamic("awk `system` without a call"));
+                    out.push(Inner::dynamic("awk `system` without a call"));
                     continue;
                 }
                 match closing_paren(&toks, i + 1) {
                     Some(end) => out.push(command(&toks[i + 2..end], "system()")),
-                    None => out.push(Hidden::dynamic(
-                        "awk system() the classifier could not read",
-                    )),
+                    None => out.push(Inner::dynamic("awk system() the classifier could not read")),
                 }
             }
             Tok::Op(b"|") | Tok::Op(b"|&") => {
@@ -157,9 +155,9 @@ pub fn scan(program: &str, out: &mut Vec<Hidden>) {
                         Some(Tok::Str(value, _)) => c_string(value),
                         _ => "<run-time value>".into(),
                     };
-                    out.push(Hidden::Opaque(format!("awk @{name} {file}")));
+                    out.push(Inner::Opaque(format!("awk @{name} {file}")));
                 }
-                _ => out.push(Hidden::dynamic(
+                _ => out.push(Inner::dynamic(
                     "a gawk indirect function call (it can call system)",
                 )),
             },
@@ -175,7 +173,7 @@ fn unqualified(name: &str) -> &str {
 
 /// The command an expression stands for: literal when it is only string constants (and
 /// parentheses), which awk concatenates.
-fn command(expr: &[Tok], context: &str) -> Hidden {
+fn command(expr: &[Tok], context: &str) -> Inner {
     let mut value = Vec::new();
     let mut literal = true;
     let mut fragments = Vec::new();
@@ -191,11 +189,11 @@ fn command(expr: &[Tok], context: &str) -> Hidden {
         }
     }
     if literal && !value.is_empty() {
-        return Hidden::Shell(c_string(&value));
+        return Inner::Shell(c_string(&value));
     }
-    Hidden::Dynamic {
+    Inner::Dynamic {
         detail: format!("awk {context} with a command only known at run time"),
-        fragments,
+        seen: Seen::Pieces(fragments),
     }
 }
 
@@ -526,14 +524,14 @@ mod tests {
     use super::super::args::test_args as args;
     use super::*;
 
-    fn found(program: &str) -> Vec<Hidden> {
+    fn found(program: &str) -> Vec<Inner> {
         let mut out = Vec::new();
         scan(program, &mut out);
         out
     }
 
-    fn shell(s: &str) -> Hidden {
-        Hidden::Shell(s.into())
+    fn shell(s: &str) -> Inner {
+        Inner::Shell(s.into())
     }
 
     #[test]
@@ -582,13 +580,13 @@ mod tests {
         ] {
             let got = found(program);
             assert!(
-                matches!(got.as_slice(), [Hidden::Dynamic { .. }]),
+                matches!(got.as_slice(), [Inner::Dynamic { .. }]),
                 "{program}: {got:?}"
             );
         }
         let got = found(r#"{ system("git add " $1) }"#);
         assert!(
-            matches!(&got[0], Hidden::Dynamic { fragments, .. } if fragments == &["git add "]),
+            matches!(&got[0], Inner::Dynamic { seen: Seen::Pieces(fragments), .. } if fragments == &["git add "]),
             "{got:?}"
         );
     }
@@ -616,15 +614,15 @@ mod tests {
     fn includes_and_extensions_are_opaque() {
         assert_eq!(
             found(r#"@include "lib.awk"; BEGIN { f() }"#),
-            vec![Hidden::Opaque("awk @include lib.awk".into())]
+            vec![Inner::Opaque("awk @include lib.awk".into())]
         );
         assert_eq!(
             found(r#"@load "fork""#),
-            vec![Hidden::Opaque("awk @load fork".into())]
+            vec![Inner::Opaque("awk @load fork".into())]
         );
     }
 
-    fn run(tool: &str, words: &[&str]) -> Vec<Hidden> {
+    fn run(tool: &str, words: &[&str]) -> Vec<Inner> {
         let mut out = Vec::new();
         find(tool, &args(words), &mut out);
         out
@@ -654,23 +652,23 @@ mod tests {
         assert_eq!(run("awk", &["-e", "{print}", prog]), vec![]);
         assert_eq!(
             run("awk", &["-f", "prog.awk", prog]),
-            vec![Hidden::Opaque("awk -f prog.awk".into())]
+            vec![Inner::Opaque("awk -f prog.awk".into())]
         );
         assert!(matches!(
             run("awk", &["$"]).as_slice(),
-            [Hidden::Dynamic { .. }]
+            [Inner::Dynamic { .. }]
         ));
         assert!(matches!(
             run("awk", &["-e", "$"]).as_slice(),
-            [Hidden::Dynamic { .. }]
+            [Inner::Dynamic { .. }]
         ));
         assert_eq!(
             run("mawk", &["-W", "exec", "x.awk"]),
-            vec![Hidden::Opaque("mawk --exec x.awk".into())]
+            vec![Inner::Opaque("mawk --exec x.awk".into())]
         );
         assert_eq!(
             run("gawk", &["-l", "ext", "{print}"]),
-            vec![Hidden::Opaque("gawk --load ext".into())]
+            vec![Inner::Opaque("gawk --load ext".into())]
         );
         assert_eq!(run("awk", &["-F", "$", "{print $1}"]), vec![]);
     }

@@ -1,8 +1,8 @@
 //! tar, sort, split, rg, and the bash builtins that run or evaluate code given as arguments.
 
 use super::args::split_run_time;
-use super::found::Hidden;
-use super::getopt::{resolve, Arg, Has};
+use crate::parser::getopt::{resolve, Arg, Has};
+use crate::parser::inner::Inner;
 
 /// How a tool runs the value of one of its options.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -15,20 +15,20 @@ enum Runs {
     CheckpointExec,
 }
 
-fn run_value(out: &mut Vec<Hidden>, what: &str, runs: Runs, value: Option<Arg>) {
+fn run_value(out: &mut Vec<Inner>, what: &str, runs: Runs, value: Option<Arg>) {
     match (runs, value) {
         (_, None) => {}
-        (_, Some(Arg::Dyn)) => out.push(Hidden::dynamic(format!(
+        (_, Some(Arg::Dyn)) => out.push(Inner::dynamic(format!(
             "{what} runs a command only known at run time"
         ))),
-        (Runs::Shell, Some(Arg::Lit(cmd))) => out.push(Hidden::Shell(cmd.to_string())),
+        (Runs::Shell, Some(Arg::Lit(cmd))) => out.push(Inner::Shell(cmd.to_string())),
         (Runs::Program, Some(Arg::Lit(cmd))) if !cmd.is_empty() => {
-            out.push(Hidden::Program(cmd.to_string()))
+            out.push(Inner::Program(cmd.to_string()))
         }
         (Runs::Program, _) => {}
         (Runs::CheckpointExec, Some(Arg::Lit(action))) => {
             if let Some(cmd) = action.strip_prefix("exec=") {
-                out.push(Hidden::Shell(cmd.to_string()));
+                out.push(Inner::Shell(cmd.to_string()));
             }
         }
     }
@@ -60,12 +60,12 @@ fn tar_runs(option: &str) -> Runs {
 /// `--rmt-command`, and a remote archive (`-f host:file`), which starts the remote shell. Every
 /// literal word is read as an option where it could be one: a value mistaken for an option only
 /// costs an escalation.
-pub fn tar(args: &[Option<String>], out: &mut Vec<Hidden>) {
+pub fn tar(args: &[Option<String>], out: &mut Vec<Inner>) {
     let mut archives: Vec<&str> = Vec::new();
     let mut force_local = false;
     let mut rsh_given = false;
     let mut i = 0;
-    let short = |letter: char, value: Option<Arg<'_>>, out: &mut Vec<Hidden>| match letter {
+    let short = |letter: char, value: Option<Arg<'_>>, out: &mut Vec<Inner>| match letter {
         'I' => run_value(out, "tar -I", Runs::Shell, value),
         'F' => run_value(out, "tar -F", Runs::Shell, value),
         _ => {}
@@ -159,7 +159,7 @@ pub fn tar(args: &[Option<String>], out: &mut Vec<Hidden>) {
     }
     if !force_local && !rsh_given && archives.iter().any(|a| is_remote(a)) {
         // GNU tar's default remote shell (`tar --show-defaults`).
-        out.push(Hidden::Program("rsh".into()));
+        out.push(Inner::Program("rsh".into()));
     }
 }
 
@@ -213,21 +213,21 @@ fn long_values<'a>(
 }
 
 /// sort: `--compress-program=PROG` runs PROG (without a shell) for temporary files.
-pub fn sort(args: &[Option<String>], out: &mut Vec<Hidden>) {
+pub fn sort(args: &[Option<String>], out: &mut Vec<Inner>) {
     long_values(args, "compress-program", false, |v| {
         run_value(out, "sort --compress-program", Runs::Program, v)
     });
 }
 
 /// split: `--filter=COMMAND` runs COMMAND through the shell for each piece.
-pub fn split(args: &[Option<String>], out: &mut Vec<Hidden>) {
+pub fn split(args: &[Option<String>], out: &mut Vec<Inner>) {
     long_values(args, "filter", false, |v| {
         run_value(out, "split --filter", Runs::Shell, v)
     });
 }
 
 /// ripgrep: `--pre COMMAND` runs COMMAND (without a shell) on every file searched.
-pub fn rg(args: &[Option<String>], out: &mut Vec<Hidden>) {
+pub fn rg(args: &[Option<String>], out: &mut Vec<Inner>) {
     long_values(args, "pre", true, |v| {
         run_value(out, "rg --pre", Runs::Program, v)
     });
@@ -262,15 +262,15 @@ fn short_values<'a>(args: &'a [Option<String>], letter: char, mut f: impl FnMut(
 /// bash evaluates an array subscript in a variable name as arithmetic, and arithmetic expands
 /// `$(…)` and backquotes: `unset 'a[$(git)]'` runs git. The text is classified as the argument of
 /// `:`, so its substitutions are found.
-fn subscript(out: &mut Vec<Hidden>, value: Option<Arg>) {
+fn subscript(out: &mut Vec<Inner>, value: Option<Arg>) {
     if let Some(Arg::Lit(text)) = value {
         if text.contains("$(") || text.contains('`') {
-            out.push(Hidden::SameShell(format!(": {text}")));
+            out.push(Inner::SameShell(format!(": {text}")));
         }
     }
 }
 
-pub fn builtin(name: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
+pub fn builtin(name: &str, args: &[Option<String>], out: &mut Vec<Inner>) {
     match name {
         "trap" => {
             let operands: Vec<&Option<String>> = args
@@ -290,8 +290,8 @@ pub fn builtin(name: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
             match operands[0] {
                 Some(action) if action.is_empty() || action == "-" => {}
                 Some(action) if action.bytes().all(|b| b.is_ascii_digit()) => {}
-                Some(action) => out.push(Hidden::SameShell(action.clone())),
-                None => out.push(Hidden::dynamic("a trap action only known at run time")),
+                Some(action) => out.push(Inner::SameShell(action.clone())),
+                None => out.push(Inner::dynamic("a trap action only known at run time")),
             }
         }
         "alias" => {
@@ -300,11 +300,11 @@ pub fn builtin(name: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
                     Some(def) => {
                         if let Some((_, value)) = def.split_once('=') {
                             if !value.trim().is_empty() {
-                                out.push(Hidden::SameShell(value.to_string()));
+                                out.push(Inner::SameShell(value.to_string()));
                             }
                         }
                     }
-                    None => out.push(Hidden::dynamic("an alias only known at run time")),
+                    None => out.push(Inner::dynamic("an alias only known at run time")),
                 }
             }
         }
@@ -313,13 +313,13 @@ pub fn builtin(name: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
         // `enable -f FILE NAME` loads a builtin from a shared object.
         "enable" => short_values(args, 'f', |v| {
             let file = v.map_or("", Arg::show);
-            out.push(Hidden::Opaque(format!("enable -f {file}")));
+            out.push(Inner::Opaque(format!("enable -f {file}")));
         }),
         "mapfile" | "readarray" => {
             short_values(args, 'C', |v| match v {
-                Some(Arg::Lit(callback)) => out.push(Hidden::SameShell(callback.to_string())),
+                Some(Arg::Lit(callback)) => out.push(Inner::SameShell(callback.to_string())),
                 Some(Arg::Dyn) => {
-                    out.push(Hidden::dynamic("a mapfile callback only known at run time"))
+                    out.push(Inner::dynamic("a mapfile callback only known at run time"))
                 }
                 None => {}
             });
@@ -342,11 +342,11 @@ mod tests {
     use super::super::args::test_args as args;
     use super::*;
 
-    fn shell(s: &str) -> Hidden {
-        Hidden::Shell(s.into())
+    fn shell(s: &str) -> Inner {
+        Inner::Shell(s.into())
     }
 
-    fn tar_of(words: &[&str]) -> Vec<Hidden> {
+    fn tar_of(words: &[&str]) -> Vec<Inner> {
         let mut out = Vec::new();
         tar(&args(words), &mut out);
         out
@@ -400,23 +400,23 @@ mod tests {
         );
         assert_eq!(
             tar_of(&["--rsh-command=/usr/bin/git", "-cf", "h:x", "."]),
-            vec![Hidden::Program("/usr/bin/git".into())]
+            vec![Inner::Program("/usr/bin/git".into())]
         );
         assert_eq!(
             tar_of(&["-cf", "host:x.tar", "."]),
-            vec![Hidden::Program("rsh".into())]
+            vec![Inner::Program("rsh".into())]
         );
         assert!(matches!(
             tar_of(&["--to-command", "$", "-xf", "a"]).as_slice(),
-            [Hidden::Dynamic { .. }]
+            [Inner::Dynamic { .. }]
         ));
         assert!(matches!(
             tar_of(&["--to-command=\0", "-xf", "a"]).as_slice(),
-            [Hidden::Dynamic { .. }]
+            [Inner::Dynamic { .. }]
         ));
         assert!(matches!(
             tar_of(&["-xI\0", "-f", "a"]).as_slice(),
-            [Hidden::Dynamic { .. }]
+            [Inner::Dynamic { .. }]
         ));
         assert_eq!(tar_of(&["-xf", "a", "--\0"]), vec![]);
     }
@@ -440,18 +440,18 @@ mod tests {
 
     #[test]
     fn sort_split_rg() {
-        let run = |f: fn(&[Option<String>], &mut Vec<Hidden>), words: &[&str]| {
+        let run = |f: fn(&[Option<String>], &mut Vec<Inner>), words: &[&str]| {
             let mut out = Vec::new();
             f(&args(words), &mut out);
             out
         };
         assert_eq!(
             run(sort, &["--compress-program=git", "f"]),
-            vec![Hidden::Program("git".into())]
+            vec![Inner::Program("git".into())]
         );
         assert_eq!(
             run(sort, &["--compress", "git", "f"]),
-            vec![Hidden::Program("git".into())]
+            vec![Inner::Program("git".into())]
         );
         assert_eq!(run(sort, &["-u", "-k2", "f"]), vec![]);
         assert_eq!(
@@ -461,17 +461,17 @@ mod tests {
         assert_eq!(run(split, &["-l", "100", "f", "part_"]), vec![]);
         assert_eq!(
             run(rg, &["--pre", "git", "x"]),
-            vec![Hidden::Program("git".into())]
+            vec![Inner::Program("git".into())]
         );
         assert_eq!(
             run(rg, &["--pre=git", "x"]),
-            vec![Hidden::Program("git".into())]
+            vec![Inner::Program("git".into())]
         );
         assert_eq!(run(rg, &["--pre-glob=*.pdf", "x"]), vec![]);
         assert_eq!(run(rg, &["-n", "--", "--pre=git"]), vec![]);
     }
 
-    fn builtin_of(name: &str, words: &[&str]) -> Vec<Hidden> {
+    fn builtin_of(name: &str, words: &[&str]) -> Vec<Inner> {
         let mut out = Vec::new();
         builtin(name, &args(words), &mut out);
         out
@@ -479,7 +479,7 @@ mod tests {
 
     #[test]
     fn builtins_that_evaluate_code() {
-        let same = |s: &str| Hidden::SameShell(s.into());
+        let same = |s: &str| Inner::SameShell(s.into());
         assert_eq!(
             builtin_of("trap", &["git status", "EXIT"]),
             vec![same("git status")]
@@ -494,17 +494,17 @@ mod tests {
         assert_eq!(builtin_of("trap", &["", "INT"]), vec![]);
         assert!(matches!(
             builtin_of("trap", &["$", "EXIT"]).as_slice(),
-            [Hidden::Dynamic { .. }]
+            [Inner::Dynamic { .. }]
         ));
         assert_eq!(builtin_of("alias", &["ll=ls -l"]), vec![same("ls -l")]);
         assert_eq!(
             builtin_of("hash", &["-p", "/usr/bin/git", "ls"]),
-            vec![Hidden::Program("/usr/bin/git".into())]
+            vec![Inner::Program("/usr/bin/git".into())]
         );
         assert_eq!(builtin_of("hash", &["-r"]), vec![]);
         assert_eq!(
             builtin_of("enable", &["-f", "./x.so", "x"]),
-            vec![Hidden::Opaque("enable -f ./x.so".into())]
+            vec![Inner::Opaque("enable -f ./x.so".into())]
         );
         assert_eq!(
             builtin_of("mapfile", &["-t", "-C", "git", "-c", "1", "a"]),
