@@ -22,6 +22,7 @@ pub fn custom(wrapper: &str, args: &[Option<String>]) -> Vec<Inner> {
         // `flock [OPTS] FILE CMD …`, `flock [OPTS] FILE -c TEXT`, `flock [OPTS] FD`.
         "flock" => {
             let spec = Wrapper {
+                names: &["flock"],
                 options: Spec {
                     short_req: "wE",
                     long: &[

@@ -16,6 +16,8 @@ pub enum NoCommand {
 
 /// A wrapper's command line.
 pub struct Wrapper {
+    /// The commands read with this row.
+    pub names: &'static [&'static str],
     /// Its options, read by the one option reader (exact long names, options up to the command):
     /// a long option listed with [`Has::No`] is one that means "do not run a command" (`--list`,
     /// `--pid`); other flags need no row.
@@ -48,6 +50,7 @@ pub const OPTIONS: Spec = Spec {
 };
 
 pub const BASE: Wrapper = Wrapper {
+    names: &[],
     options: OPTIONS,
     short_no_exec: "",
     skips_assignments: false,
