@@ -359,4 +359,39 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn the_reader_gives_each_event_its_word_and_knows_where_options_ended() {
+        let spec = Spec {
+            exact_long: true,
+            ..SPEC
+        };
+        let args: Vec<Option<String>> = ["-nf", "x", "--ex", "--expression", "y", "op", "--", "-e"]
+            .iter()
+            .map(|w| Some(w.to_string()))
+            .collect();
+        let mut reader = Reader::new(&spec, &args);
+        let mut got = Vec::new();
+        while let Some((word, ev)) = reader.next() {
+            got.push((
+                word,
+                format!("{ev:?}"),
+                reader.next_index(),
+                reader.after_dash_dash(),
+            ));
+        }
+        let expected = [
+            (0, "Short('n', None)", 2, false),
+            (0, "Short('f', Some(Lit(\"x\")))", 2, false),
+            // Exact names only: `--ex` is an unknown flag, reported as nothing.
+            (3, "Long(\"expression\", Some(Lit(\"y\")))", 5, false),
+            (5, "Operand(Lit(\"op\"))", 6, false),
+            (7, "Operand(Lit(\"-e\"))", 8, true),
+        ];
+        let expected: Vec<_> = expected
+            .iter()
+            .map(|(w, e, n, d)| (*w, e.to_string(), *n, *d))
+            .collect();
+        assert_eq!(got, expected);
+    }
 }

@@ -5,7 +5,7 @@
 use crate::parser::getopt::{Arg, Ev, Has, Reader, Spec};
 use crate::parser::inner::Inner;
 
-/// How a wrapper reads a `-` operand and what it does without a command.
+/// What a wrapper does without a command.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum NoCommand {
     /// Nothing runs.
