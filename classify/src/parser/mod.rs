@@ -1,6 +1,8 @@
 //! Classifying a script: tree-sitter-bash parses it, the walk judges every command it would run.
 
+mod getopt;
 mod hidden;
+mod inner;
 mod kinds;
 mod literal;
 mod parse;
@@ -31,7 +33,7 @@ pub fn classify(script: &str, options: &ClassifyOptions) -> Classification {
     };
     let walked = catch_unwind(AssertUnwindSafe(|| {
         let mut walker = walk::Walker::new(matrix, options);
-        walker.script(script, 0, &[]);
+        walker.script(script, walk::Scope::TOP);
         walker.finish()
     }));
     let reasons = walked.unwrap_or_else(|_| {

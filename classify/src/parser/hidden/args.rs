@@ -1,5 +1,6 @@
 //! The arguments a tool reader gets from the walk, and the text helpers every reader shares.
-//! A leaf: the readers (awk.rs, sed.rs, …) and mod.rs, which dispatches to them, all use it.
+//! A leaf: the readers (`awk/`, `sed.rs`, …), mod.rs, which dispatches to them, and the option
+//! reader (`parser/getopt.rs`, for [`split_run_time`]) all use it.
 
 /// Ends the literal beginning of a run-time argument in the arguments the tools get:
 /// `--to-command="$C"` arrives as `--to-command=` followed by this, so the option is known and

@@ -5,8 +5,9 @@
 //! line, custom delimiters, bracket expressions), because an `e` inside text, a file name or a
 //! regular expression runs nothing.
 
-use super::found::{too_many, Hidden, MAX_FOUND};
-use super::getopt::{getopt, Arg, Ev, Has, Spec};
+use super::found::{too_many, MAX_FOUND};
+use crate::parser::getopt::{getopt, Arg, Ev, Has, Spec};
+use crate::parser::inner::{Inner, Seen};
 
 const SPEC: Spec = Spec {
     short_req: "efl",
@@ -31,11 +32,12 @@ const SPEC: Spec = Spec {
         ("version", Has::No),
         ("zero-terminated", Has::No),
     ],
+    exact_long: false,
     stop_at_operand: false,
     w_is_long: false,
 };
 
-pub fn find(tool: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
+pub fn find(tool: &str, args: &[Option<String>], out: &mut Vec<Inner>) {
     let mut pieces: Vec<&str> = Vec::new();
     let mut has_script = false;
     let mut dynamic = false;
@@ -51,7 +53,7 @@ pub fn find(tool: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
         Ev::Short('f', v) | Ev::Long("file", v) => {
             has_script = true;
             let file = v.map_or("", Arg::show);
-            out.push(Hidden::Opaque(format!("{tool} -f {file}")));
+            out.push(Inner::Opaque(format!("{tool} -f {file}")));
         }
         Ev::Operand(arg) => {
             first_operand.get_or_insert(arg);
@@ -66,7 +68,7 @@ pub fn find(tool: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
         }
     }
     if dynamic {
-        out.push(Hidden::dynamic("the sed script is only known at run time"));
+        out.push(Inner::dynamic("the sed script is only known at run time"));
     }
     // GNU sed joins the -e pieces with newlines into one script.
     let script = pieces.join("\n");
@@ -74,7 +76,7 @@ pub fn find(tool: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
 }
 
 /// Finds what a sed script would run.
-pub fn scan(script: &str, out: &mut Vec<Hidden>) {
+pub fn scan(script: &str, out: &mut Vec<Inner>) {
     // The `e` command and the `e` flag both need the letter.
     if !script.contains('e') {
         return;
@@ -87,9 +89,7 @@ pub fn scan(script: &str, out: &mut Vec<Hidden>) {
     let mut found = Vec::new();
     let complete = p.script(&mut found).is_ok();
     if !complete || p.uncertain {
-        out.push(Hidden::dynamic(
-            "a sed script the classifier could not read",
-        ));
+        out.push(Inner::dynamic("a sed script the classifier could not read"));
     }
     if found.len() > MAX_FOUND {
         found.truncate(MAX_FOUND);
@@ -133,7 +133,7 @@ impl Parser<'_> {
         &self.src[start..self.i]
     }
 
-    fn script(&mut self, found: &mut Vec<Hidden>) -> Res<()> {
+    fn script(&mut self, found: &mut Vec<Inner>) -> Res<()> {
         loop {
             while matches!(self.peek(), Some(b' ' | b'\t' | b'\r' | b'\n' | b';')) {
                 self.i += 1;
@@ -190,9 +190,9 @@ impl Parser<'_> {
                     self.skip_blanks();
                     let command = String::from_utf8_lossy(self.rest_of_line()).into_owned();
                     found.push(if command.trim().is_empty() {
-                        Hidden::dynamic("sed `e` runs the pattern space as a command")
+                        Inner::dynamic("sed `e` runs the pattern space as a command")
                     } else {
-                        Hidden::Shell(command)
+                        Inner::Shell(command)
                     });
                     continue;
                 }
@@ -299,7 +299,7 @@ impl Parser<'_> {
     }
 
     /// `s/re/replacement/flags`; returns true when a `w FILE` flag consumed the line.
-    fn substitute(&mut self, found: &mut Vec<Hidden>) -> Res<bool> {
+    fn substitute(&mut self, found: &mut Vec<Inner>) -> Res<bool> {
         let delim = self.delimiter()?;
         let regex = self.part(delim, true)?.to_vec();
         let replacement = self.part(delim, false)?.to_vec();
@@ -353,16 +353,16 @@ impl Parser<'_> {
 
 /// What `s/re/replacement/e` runs: the replacement itself when the regexp matches the whole
 /// pattern space and the replacement has no `&` or escape, else a run-time command.
-fn substituted_command(regex: &[u8], replacement: &[u8]) -> Hidden {
+fn substituted_command(regex: &[u8], replacement: &[u8]) -> Inner {
     let whole = matches!(regex, b".*" | b"^.*" | b".*$" | b"^.*$");
     let plain = !replacement.contains(&b'&') && !replacement.contains(&b'\\');
     let text = String::from_utf8_lossy(replacement).into_owned();
     if whole && plain && !text.trim().is_empty() {
-        return Hidden::Shell(text);
+        return Inner::Shell(text);
     }
-    Hidden::Dynamic {
+    Inner::Dynamic {
         detail: "sed s///e runs the substituted pattern space as a command".into(),
-        fragments: vec![text],
+        seen: Seen::Pieces(vec![text]),
     }
 }
 
@@ -371,14 +371,14 @@ mod tests {
     use super::super::args::test_args as args;
     use super::*;
 
-    fn found(script: &str) -> Vec<Hidden> {
+    fn found(script: &str) -> Vec<Inner> {
         let mut out = Vec::new();
         scan(script, &mut out);
         out
     }
 
-    fn shell(s: &str) -> Vec<Hidden> {
-        vec![Hidden::Shell(s.into())]
+    fn shell(s: &str) -> Vec<Inner> {
+        vec![Inner::Shell(s.into())]
     }
 
     #[test]
@@ -394,15 +394,15 @@ mod tests {
         assert_eq!(found("1 s/.*/git/ge"), shell("git"));
         assert_eq!(
             found("sxaxgitxe"),
-            vec![Hidden::Dynamic {
+            vec![Inner::Dynamic {
                 detail: "sed s///e runs the substituted pattern space as a command".into(),
-                fragments: vec!["git".into()],
+                seen: Seen::Pieces(vec!["git".into()]),
             }]
         );
         for script in ["e", "1e", "s/x/y/e", "s/.*/& x/e", "\\,x,e"] {
             let got = found(script);
             assert!(
-                got.iter().any(|h| matches!(h, Hidden::Dynamic { .. })),
+                got.iter().any(|h| matches!(h, Inner::Dynamic { .. })),
                 "{script}: {got:?}"
             );
         }
@@ -433,11 +433,11 @@ mod tests {
         ] {
             let got = found(script);
             assert!(
-                !got.iter().any(|h| matches!(h, Hidden::Shell(_))),
+                !got.iter().any(|h| matches!(h, Inner::Shell(_))),
                 "{script}: {got:?}"
             );
             assert!(
-                !got.iter().any(|h| matches!(h, Hidden::Dynamic { .. })),
+                !got.iter().any(|h| matches!(h, Inner::Dynamic { .. })),
                 "{script}: {got:?}"
             );
         }
@@ -448,13 +448,13 @@ mod tests {
         for script in ["s/e", "k e", "s/[/]/x/e"] {
             let got = found(script);
             assert!(
-                got.iter().any(|h| matches!(h, Hidden::Dynamic { .. })),
+                got.iter().any(|h| matches!(h, Inner::Dynamic { .. })),
                 "{script}: {got:?}"
             );
         }
     }
 
-    fn run(words: &[&str]) -> Vec<Hidden> {
+    fn run(words: &[&str]) -> Vec<Inner> {
         let mut out = Vec::new();
         find("sed", &args(words), &mut out);
         out
@@ -473,15 +473,15 @@ mod tests {
         assert_eq!(run(&["s/e/x/", "e-file"]), vec![]);
         assert_eq!(
             run(&["-f", "s.sed", "x"]),
-            vec![Hidden::Opaque("sed -f s.sed".into())]
+            vec![Inner::Opaque("sed -f s.sed".into())]
         );
         assert!(matches!(
             run(&["$", "f"]).as_slice(),
-            [Hidden::Dynamic { .. }]
+            [Inner::Dynamic { .. }]
         ));
         assert!(matches!(
             run(&["-e", "$"]).as_slice(),
-            [Hidden::Dynamic { .. }]
+            [Inner::Dynamic { .. }]
         ));
     }
 }

@@ -1,8 +1,8 @@
 //! tar, sort, split, rg, and the bash builtins that run or evaluate code given as arguments.
 
 use super::args::split_run_time;
-use super::found::Hidden;
-use super::getopt::{resolve, Arg, Has};
+use crate::parser::getopt::{resolve, Arg, Has};
+use crate::parser::inner::Inner;
 
 /// How a tool runs the value of one of its options.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -15,20 +15,20 @@ enum Runs {
     CheckpointExec,
 }
 
-fn run_value(out: &mut Vec<Hidden>, what: &str, runs: Runs, value: Option<Arg>) {
+fn run_value(out: &mut Vec<Inner>, what: &str, runs: Runs, value: Option<Arg>) {
     match (runs, value) {
         (_, None) => {}
-        (_, Some(Arg::Dyn)) => out.push(Hidden::dynamic(format!(
+        (_, Some(Arg::Dyn)) => out.push(Inner::dynamic(format!(
             "{what} runs a command only known at run time"
         ))),
-        (Runs::Shell, Some(Arg::Lit(cmd))) => out.push(Hidden::Shell(cmd.to_string())),
+        (Runs::Shell, Some(Arg::Lit(cmd))) => out.push(Inner::Shell(cmd.to_string())),
         (Runs::Program, Some(Arg::Lit(cmd))) if !cmd.is_empty() => {
-            out.push(Hidden::Program(cmd.to_string()))
+            out.push(Inner::Program(cmd.to_string()))
         }
         (Runs::Program, _) => {}
         (Runs::CheckpointExec, Some(Arg::Lit(action))) => {
             if let Some(cmd) = action.strip_prefix("exec=") {
-                out.push(Hidden::Shell(cmd.to_string()));
+                out.push(Inner::Shell(cmd.to_string()));
             }
         }
     }
@@ -60,12 +60,12 @@ fn tar_runs(option: &str) -> Runs {
 /// `--rmt-command`, and a remote archive (`-f host:file`), which starts the remote shell. Every
 /// literal word is read as an option where it could be one: a value mistaken for an option only
 /// costs an escalation.
-pub fn tar(args: &[Option<String>], out: &mut Vec<Hidden>) {
+pub fn tar(args: &[Option<String>], out: &mut Vec<Inner>) {
     let mut archives: Vec<&str> = Vec::new();
     let mut force_local = false;
     let mut rsh_given = false;
     let mut i = 0;
-    let short = |letter: char, value: Option<Arg<'_>>, out: &mut Vec<Hidden>| match letter {
+    let short = |letter: char, value: Option<Arg<'_>>, out: &mut Vec<Inner>| match letter {
         'I' => run_value(out, "tar -I", Runs::Shell, value),
         'F' => run_value(out, "tar -F", Runs::Shell, value),
         _ => {}
@@ -159,7 +159,7 @@ pub fn tar(args: &[Option<String>], out: &mut Vec<Hidden>) {
     }
     if !force_local && !rsh_given && archives.iter().any(|a| is_remote(a)) {
         // GNU tar's default remote shell (`tar --show-defaults`).
-        out.push(Hidden::Program("rsh".into()));
+        out.push(Inner::Program("rsh".into()));
     }
 }
 
@@ -213,21 +213,21 @@ fn long_values<'a>(
 }
 
 /// sort: `--compress-program=PROG` runs PROG (without a shell) for temporary files.
-pub fn sort(args: &[Option<String>], out: &mut Vec<Hidden>) {
+pub fn sort(args: &[Option<String>], out: &mut Vec<Inner>) {
     long_values(args, "compress-program", false, |v| {
         run_value(out, "sort --compress-program", Runs::Program, v)
     });
 }
 
 /// split: `--filter=COMMAND` runs COMMAND through the shell for each piece.
-pub fn split(args: &[Option<String>], out: &mut Vec<Hidden>) {
+pub fn split(args: &[Option<String>], out: &mut Vec<Inner>) {
     long_values(args, "filter", false, |v| {
         run_value(out, "split --filter", Runs::Shell, v)
     });
 }
 
 /// ripgrep: `--pre COMMAND` runs COMMAND (without a shell) on every file searched.
-pub fn rg(args: &[Option<String>], out: &mut Vec<Hidden>) {
+pub fn rg(args: &[Option<String>], out: &mut Vec<Inner>) {
     long_values(args, "pre", true, |v| {
         run_value(out, "rg --pre", Runs::Program, v)
     });
@@ -262,15 +262,15 @@ fn short_values<'a>(args: &'a [Option<String>], letter: char, mut f: impl FnMut(
 /// bash evaluates an array subscript in a variable name as arithmetic, and arithmetic expands
 /// `$(…)` and backquotes: `unset 'a[$(git)]'` runs git. The text is classified as the argument of
 /// `:`, so its substitutions are found.
-fn subscript(out: &mut Vec<Hidden>, value: Option<Arg>) {
+fn subscript(out: &mut Vec<Inner>, value: Option<Arg>) {
     if let Some(Arg::Lit(text)) = value {
         if text.contains("$(") || text.contains('`') {
-            out.push(Hidden::SameShell(format!(": {text}")));
+            out.push(Inner::SameShell(format!(": {text}")));
         }
     }
 }
 
-pub fn builtin(name: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
+pub fn builtin(name: &str, args: &[Option<String>], out: &mut Vec<Inner>) {
     match name {
         "trap" => {
             let operands: Vec<&Option<String>> = args
@@ -290,8 +290,8 @@ pub fn builtin(name: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
             match operands[0] {
                 Some(action) if action.is_empty() || action == "-" => {}
                 Some(action) if action.bytes().all(|b| b.is_ascii_digit()) => {}
-                Some(action) => out.push(Hidden::SameShell(action.clone())),
-                None => out.push(Hidden::dynamic("a trap action only known at run time")),
+                Some(action) => out.push(Inner::SameShell(action.clone())),
+                None => out.push(Inner::dynamic("a trap action only known at run time")),
             }
         }
         "alias" => {
@@ -300,11 +300,11 @@ pub fn builtin(name: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
                     Some(def) => {
                         if let Some((_, value)) = def.split_once('=') {
                             if !value.trim().is_empty() {
-                                out.push(Hidden::SameShell(value.to_string()));
+                                out.push(Inner::SameShell(value.to_string()));
                             }
                         }
                     }
-                    None => out.push(Hidden::dynamic("an alias only known at run time")),
+                    None => out.push(Inner::dynamic("an alias only known at run time")),
                 }
             }
         }
@@ -313,13 +313,13 @@ pub fn builtin(name: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
         // `enable -f FILE NAME` loads a builtin from a shared object.
         "enable" => short_values(args, 'f', |v| {
             let file = v.map_or("", Arg::show);
-            out.push(Hidden::Opaque(format!("enable -f {file}")));
+            out.push(Inner::Opaque(format!("enable -f {file}")));
         }),
         "mapfile" | "readarray" => {
             short_values(args, 'C', |v| match v {
-                Some(Arg::Lit(callback)) => out.push(Hidden::SameShell(callback.to_string())),
+                Some(Arg::Lit(callback)) => out.push(Inner::SameShell(callback.to_string())),
                 Some(Arg::Dyn) => {
-                    out.push(Hidden::dynamic("a mapfile callback only known at run time"))
+                    out.push(Inner::dynamic("a mapfile callback only known at run time"))
                 }
                 None => {}
             });
@@ -338,191 +338,4 @@ pub fn builtin(name: &str, args: &[Option<String>], out: &mut Vec<Hidden>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::args::test_args as args;
-    use super::*;
-
-    fn shell(s: &str) -> Hidden {
-        Hidden::Shell(s.into())
-    }
-
-    fn tar_of(words: &[&str]) -> Vec<Hidden> {
-        let mut out = Vec::new();
-        tar(&args(words), &mut out);
-        out
-    }
-
-    #[test]
-    fn tar_options_that_run_commands() {
-        assert_eq!(
-            tar_of(&["-xf", "a.tar", "--to-command=git apply"]),
-            vec![shell("git apply")]
-        );
-        assert_eq!(
-            tar_of(&["-xf", "a.tar", "--to-command", "git"]),
-            vec![shell("git")]
-        );
-        assert_eq!(tar_of(&["--to-c=git", "-xf", "a.tar"]), vec![shell("git")]);
-        assert_eq!(
-            tar_of(&[
-                "-cf",
-                "x",
-                "--checkpoint=1",
-                "--checkpoint-action=exec=git status",
-                "."
-            ]),
-            vec![shell("git status")]
-        );
-        assert_eq!(
-            tar_of(&["--checkpoint-act=exec=git", "-cf", "x", "."]),
-            vec![shell("git")]
-        );
-        assert_eq!(
-            tar_of(&["--checkpoint-action=dot", "-cf", "x", "."]),
-            vec![]
-        );
-        assert_eq!(tar_of(&["-I", "git", "-cf", "x", "."]), vec![shell("git")]);
-        assert_eq!(tar_of(&["-cIgit", "-f", "x", "."]), vec![shell("git")]);
-        assert_eq!(tar_of(&["-cvI", "git", "-f", "x", "."]), vec![shell("git")]);
-        assert_eq!(
-            tar_of(&["--use-compress-program=zstd -19", "-cf", "x", "."]),
-            vec![shell("zstd -19")]
-        );
-        assert_eq!(tar_of(&["cIf", "git", "x.tar", "."]), vec![shell("git")]);
-        assert_eq!(tar_of(&["-F", "git", "-cf", "x", "."]), vec![shell("git")]);
-        assert_eq!(
-            tar_of(&["--info-script=git", "-cf", "x", "."]),
-            vec![shell("git")]
-        );
-        assert_eq!(
-            tar_of(&["--new-volume-script", "git", "-cf", "x"]),
-            vec![shell("git")]
-        );
-        assert_eq!(
-            tar_of(&["--rsh-command=/usr/bin/git", "-cf", "h:x", "."]),
-            vec![Hidden::Program("/usr/bin/git".into())]
-        );
-        assert_eq!(
-            tar_of(&["-cf", "host:x.tar", "."]),
-            vec![Hidden::Program("rsh".into())]
-        );
-        assert!(matches!(
-            tar_of(&["--to-command", "$", "-xf", "a"]).as_slice(),
-            [Hidden::Dynamic { .. }]
-        ));
-        assert!(matches!(
-            tar_of(&["--to-command=\0", "-xf", "a"]).as_slice(),
-            [Hidden::Dynamic { .. }]
-        ));
-        assert!(matches!(
-            tar_of(&["-xI\0", "-f", "a"]).as_slice(),
-            [Hidden::Dynamic { .. }]
-        ));
-        assert_eq!(tar_of(&["-xf", "a", "--\0"]), vec![]);
-    }
-
-    #[test]
-    fn ordinary_tar_runs_nothing() {
-        for words in [
-            vec!["-xzf", "a.tgz"],
-            vec!["-czf", "/artifacts/s.tgz", "-C", "/session", "."],
-            vec!["xzf", "a.tgz", "-C", "out"],
-            vec!["-tvf", "a.tar"],
-            vec!["-cf", "x.tar", "--force-local", "back:up.tar"],
-            vec!["-cf", "./a:b.tar", "."],
-            vec!["-cf", "x.tar", "--", "--to-command=git"],
-            vec!["-xf", "a.tar", "--checkpoint=10", "--to-stdout"],
-            vec!["-cf", "x.tar", "-C", "$", "."],
-        ] {
-            assert_eq!(tar_of(&words), vec![], "{words:?}");
-        }
-    }
-
-    #[test]
-    fn sort_split_rg() {
-        let run = |f: fn(&[Option<String>], &mut Vec<Hidden>), words: &[&str]| {
-            let mut out = Vec::new();
-            f(&args(words), &mut out);
-            out
-        };
-        assert_eq!(
-            run(sort, &["--compress-program=git", "f"]),
-            vec![Hidden::Program("git".into())]
-        );
-        assert_eq!(
-            run(sort, &["--compress", "git", "f"]),
-            vec![Hidden::Program("git".into())]
-        );
-        assert_eq!(run(sort, &["-u", "-k2", "f"]), vec![]);
-        assert_eq!(
-            run(split, &["--filter=git apply", "f"]),
-            vec![shell("git apply")]
-        );
-        assert_eq!(run(split, &["-l", "100", "f", "part_"]), vec![]);
-        assert_eq!(
-            run(rg, &["--pre", "git", "x"]),
-            vec![Hidden::Program("git".into())]
-        );
-        assert_eq!(
-            run(rg, &["--pre=git", "x"]),
-            vec![Hidden::Program("git".into())]
-        );
-        assert_eq!(run(rg, &["--pre-glob=*.pdf", "x"]), vec![]);
-        assert_eq!(run(rg, &["-n", "--", "--pre=git"]), vec![]);
-    }
-
-    fn builtin_of(name: &str, words: &[&str]) -> Vec<Hidden> {
-        let mut out = Vec::new();
-        builtin(name, &args(words), &mut out);
-        out
-    }
-
-    #[test]
-    fn builtins_that_evaluate_code() {
-        let same = |s: &str| Hidden::SameShell(s.into());
-        assert_eq!(
-            builtin_of("trap", &["git status", "EXIT"]),
-            vec![same("git status")]
-        );
-        assert_eq!(
-            builtin_of("trap", &["--", "git", "INT", "TERM"]),
-            vec![same("git")]
-        );
-        assert_eq!(builtin_of("trap", &["-", "EXIT"]), vec![]);
-        assert_eq!(builtin_of("trap", &["EXIT"]), vec![]);
-        assert_eq!(builtin_of("trap", &["-p"]), vec![]);
-        assert_eq!(builtin_of("trap", &["", "INT"]), vec![]);
-        assert!(matches!(
-            builtin_of("trap", &["$", "EXIT"]).as_slice(),
-            [Hidden::Dynamic { .. }]
-        ));
-        assert_eq!(builtin_of("alias", &["ll=ls -l"]), vec![same("ls -l")]);
-        assert_eq!(
-            builtin_of("hash", &["-p", "/usr/bin/git", "ls"]),
-            vec![Hidden::Program("/usr/bin/git".into())]
-        );
-        assert_eq!(builtin_of("hash", &["-r"]), vec![]);
-        assert_eq!(
-            builtin_of("enable", &["-f", "./x.so", "x"]),
-            vec![Hidden::Opaque("enable -f ./x.so".into())]
-        );
-        assert_eq!(
-            builtin_of("mapfile", &["-t", "-C", "git", "-c", "1", "a"]),
-            vec![same("git")]
-        );
-        assert_eq!(
-            builtin_of("unset", &["a[$(git)]"]),
-            vec![same(": a[$(git)]")]
-        );
-        assert_eq!(
-            builtin_of("let", &["x=a[`git`]"]),
-            vec![same(": x=a[`git`]")]
-        );
-        assert_eq!(
-            builtin_of("printf", &["-v", "a[$(git)]", "%s", "x"]),
-            vec![same(": a[$(git)]")]
-        );
-        assert_eq!(builtin_of("printf", &["%s\\n", "$(not run)"]), vec![]);
-        assert_eq!(builtin_of("read", &["-r", "line"]), vec![]);
-    }
-}
+mod tests;

@@ -10,8 +10,9 @@
 //! literal heredoc or here-string.
 
 use super::args::{c_string, Stdin};
-use super::found::{too_many, Hidden};
-use super::getopt::Arg;
+use super::found::too_many;
+use crate::parser::getopt::Arg;
+use crate::parser::inner::{Inner, Seen};
 
 /// Options whose value is the next argument (`-lookaside` and `-pagecache` take two).
 const WITH_VALUE: &[&str] = &[
@@ -30,7 +31,7 @@ const WITH_VALUE: &[&str] = &[
     "pagecache",
 ];
 
-pub fn find(args: &[Option<String>], stdin: Stdin, out: &mut Vec<Hidden>) {
+pub fn find(args: &[Option<String>], stdin: Stdin, out: &mut Vec<Inner>) {
     let mut database_seen = false;
     let mut reads_stdin = true;
     let mut i = 0;
@@ -39,7 +40,7 @@ pub fn find(args: &[Option<String>], stdin: Stdin, out: &mut Vec<Hidden>) {
         let Some(text) = arg else {
             if database_seen {
                 reads_stdin = false;
-                out.push(Hidden::dynamic(
+                out.push(Inner::dynamic(
                     "sqlite3 SQL or dot-command only known at run time",
                 ));
             }
@@ -61,13 +62,13 @@ pub fn find(args: &[Option<String>], stdin: Stdin, out: &mut Vec<Hidden>) {
             "A" => return,
             "init" => {
                 let file = args.get(i).map_or("", |a| Arg::of(a).show());
-                out.push(Hidden::Opaque(format!("sqlite3 -init {file}")));
+                out.push(Inner::Opaque(format!("sqlite3 -init {file}")));
                 i += 1;
             }
             "cmd" => {
                 match args.get(i) {
                     Some(Some(text)) => command(text, out),
-                    Some(None) => out.push(Hidden::dynamic("sqlite3 -cmd only known at run time")),
+                    Some(None) => out.push(Inner::dynamic("sqlite3 -cmd only known at run time")),
                     None => {}
                 }
                 i += 1;
@@ -80,16 +81,16 @@ pub fn find(args: &[Option<String>], stdin: Stdin, out: &mut Vec<Hidden>) {
     if reads_stdin {
         match stdin() {
             Some(Some(text)) => input(&text, out),
-            Some(None) => out.push(Hidden::dynamic(
+            Some(None) => out.push(Inner::dynamic(
                 "sqlite3 commands on stdin only known at run time",
             )),
-            None => out.push(Hidden::Opaque("sqlite3 (commands on stdin)".into())),
+            None => out.push(Inner::Opaque("sqlite3 (commands on stdin)".into())),
         }
     }
 }
 
 /// Text read as sqlite3's input: lines starting with `.` are dot-commands; all of it is SQL.
-fn input(text: &str, out: &mut Vec<Hidden>) {
+fn input(text: &str, out: &mut Vec<Inner>) {
     for line in text.lines() {
         if too_many(out) {
             return;
@@ -103,7 +104,7 @@ fn input(text: &str, out: &mut Vec<Hidden>) {
 }
 
 /// One SQL-or-dot-command argument.
-fn command(text: &str, out: &mut Vec<Hidden>) {
+fn command(text: &str, out: &mut Vec<Inner>) {
     if text.starts_with('.') {
         dot(text, out);
     }
@@ -115,7 +116,7 @@ const SPAWNING: &[&str] = &[
     "shell", "system", "once", "output", "read", "import", "excel", "www", "load", "selftest",
 ];
 
-fn dot(line: &str, out: &mut Vec<Hidden>) {
+fn dot(line: &str, out: &mut Vec<Inner>) {
     let words = tokenize(&line[1..]);
     let Some(typed) = words.first() else {
         return;
@@ -138,20 +139,20 @@ fn dot(line: &str, out: &mut Vec<Hidden>) {
                     })
                     .collect();
                 if !joined.is_empty() {
-                    out.push(Hidden::Shell(joined.join(" ")));
+                    out.push(Inner::Shell(joined.join(" ")));
                 }
             }
             "once" | "output" => {
                 for (i, arg) in args.iter().enumerate() {
                     match arg.as_str() {
-                        "-x" | "-e" => out.push(Hidden::Program("xdg-open".into())),
+                        "-x" | "-e" => out.push(Inner::Program("xdg-open".into())),
                         a if a.starts_with('-') => {}
                         a => {
                             // `|cmd` takes the rest of the line's arguments with it.
                             if let Some(cmd) = a.strip_prefix('|') {
                                 let rest = args[i + 1..].iter().map(String::as_str);
                                 let words: Vec<&str> = std::iter::once(cmd).chain(rest).collect();
-                                out.push(Hidden::Shell(words.join(" ")));
+                                out.push(Inner::Shell(words.join(" ")));
                             }
                             break;
                         }
@@ -161,8 +162,8 @@ fn dot(line: &str, out: &mut Vec<Hidden>) {
             "read" => {
                 if let Some(a) = args.first() {
                     match a.strip_prefix('|') {
-                        Some(cmd) => out.push(Hidden::Shell(cmd.to_string())),
-                        None => out.push(Hidden::Opaque(format!("sqlite3 .read {a}"))),
+                        Some(cmd) => out.push(Inner::Shell(cmd.to_string())),
+                        None => out.push(Inner::Opaque(format!("sqlite3 .read {a}"))),
                     }
                 }
             }
@@ -176,19 +177,19 @@ fn dot(line: &str, out: &mut Vec<Hidden>) {
                         a if a.starts_with('-') => {}
                         a => {
                             if let Some(cmd) = a.strip_prefix('|') {
-                                out.push(Hidden::Shell(cmd.to_string()));
+                                out.push(Inner::Shell(cmd.to_string()));
                             }
                             break;
                         }
                     }
                 }
             }
-            "excel" | "www" => out.push(Hidden::Program("xdg-open".into())),
+            "excel" | "www" => out.push(Inner::Program("xdg-open".into())),
             "load" => {
                 let file = args.first().map_or("", String::as_str);
-                out.push(Hidden::Opaque(format!("sqlite3 .load {file}")));
+                out.push(Inner::Opaque(format!("sqlite3 .load {file}")));
             }
-            _ => out.push(Hidden::dynamic(
+            _ => out.push(Inner::dynamic(
                 "sqlite3 .selftest runs SQL stored in the database",
             )),
         }
@@ -278,7 +279,7 @@ fn unescape(raw: &[u8]) -> Vec<u8> {
 
 /// SQL functions of the sqlite3 shell that start programs or load code: `edit(text, editor)` and
 /// `load_extension(file)`. Strings, quoted identifiers and comments are skipped.
-fn sql(text: &str, out: &mut Vec<Hidden>) {
+fn sql(text: &str, out: &mut Vec<Inner>) {
     let lower = text.to_ascii_lowercase();
     if !lower.contains("edit") && !lower.contains("load_extension") {
         return;
@@ -295,7 +296,7 @@ fn sql(text: &str, out: &mut Vec<Hidden>) {
             continue;
         }
         if name.eq_ignore_ascii_case("load_extension") {
-            out.push(Hidden::Opaque("sqlite3 load_extension()".into()));
+            out.push(Inner::Opaque("sqlite3 load_extension()".into()));
         } else if name.eq_ignore_ascii_case("edit") {
             out.push(edit(&toks[i + 2..]));
         }
@@ -304,7 +305,7 @@ fn sql(text: &str, out: &mut Vec<Hidden>) {
 
 /// `edit(text, 'editor')` runs `editor "TEMPFILE"` through `system()`; with one argument it runs
 /// `$VISUAL`.
-fn edit(after_paren: &[SqlTok]) -> Hidden {
+fn edit(after_paren: &[SqlTok]) -> Inner {
     let mut depth = 0usize;
     let mut args: Vec<Vec<&SqlTok>> = vec![Vec::new()];
     for tok in after_paren {
@@ -324,7 +325,7 @@ fn edit(after_paren: &[SqlTok]) -> Hidden {
     }
     if let [_, editor] = args.as_slice() {
         if let [SqlTok::Str(editor)] = editor.as_slice() {
-            return Hidden::Shell(format!("{editor} \"/tmp/sqlite-edit\""));
+            return Inner::Shell(format!("{editor} \"/tmp/sqlite-edit\""));
         }
     }
     let fragments = args
@@ -335,9 +336,9 @@ fn edit(after_paren: &[SqlTok]) -> Hidden {
             _ => None,
         })
         .collect();
-    Hidden::Dynamic {
+    Inner::Dynamic {
         detail: "sqlite3 edit() runs an editor only known at run time".into(),
-        fragments,
+        seen: Seen::Pieces(fragments),
     }
 }
 
@@ -415,130 +416,4 @@ fn sql_tokens(b: &[u8]) -> Vec<SqlTok> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::args::test_args as args;
-    use super::*;
-
-    fn run_with(words: &[&str], stdin: Option<Option<String>>) -> Vec<Hidden> {
-        let mut out = Vec::new();
-        let stdin = move || stdin.clone();
-        find(&args(words), &stdin, &mut out);
-        out
-    }
-
-    fn run(words: &[&str]) -> Vec<Hidden> {
-        run_with(words, None)
-    }
-
-    fn shell(s: &str) -> Hidden {
-        Hidden::Shell(s.into())
-    }
-
-    #[test]
-    fn dot_commands_that_start_programs() {
-        assert_eq!(
-            run(&["db", ".shell git --version"]),
-            vec![shell("git --version")]
-        );
-        assert_eq!(
-            run(&["db", ".system git status"]),
-            vec![shell("git status")]
-        );
-        assert_eq!(run(&["db", ".sh git"]), vec![shell("git")]);
-        assert_eq!(run(&["db", ".shell 'git log'"]), vec![shell("\"git log\"")]);
-        assert_eq!(
-            run(&[":memory:", ".once |git hash-object --stdin", "select 1"]),
-            vec![shell("git hash-object --stdin")]
-        );
-        assert_eq!(
-            run(&["db", ".output '|git apply'"]),
-            vec![shell("git apply")]
-        );
-        assert_eq!(run(&["db", ".read '|git show'"]), vec![shell("git show")]);
-        assert_eq!(
-            run(&["db", ".import --csv '|git log' t"]),
-            vec![shell("git log")]
-        );
-        assert_eq!(
-            run(&["db", ".excel"]),
-            vec![Hidden::Program("xdg-open".into())]
-        );
-        assert_eq!(
-            run(&["-cmd", ".shell git", "db", "select 1"]),
-            vec![shell("git")]
-        );
-        assert_eq!(
-            run(&["--cmd", ".shell git", "db", "select 1"]),
-            vec![shell("git")]
-        );
-        assert_eq!(
-            run(&["db", "select edit('x', 'git commit -F')"]),
-            vec![shell("git commit -F \"/tmp/sqlite-edit\"")]
-        );
-        assert_eq!(
-            run(&["db", "select \"EDIT\"('x', 'git')"]),
-            vec![shell("git \"/tmp/sqlite-edit\"")]
-        );
-        assert_eq!(
-            run_with(&["db"], Some(Some("select 1;\n.shell git\n".into()))),
-            vec![shell("git")]
-        );
-    }
-
-    #[test]
-    fn files_extensions_and_stdin_are_opaque() {
-        assert_eq!(
-            run(&["db", ".read x.sql"]),
-            vec![Hidden::Opaque("sqlite3 .read x.sql".into())]
-        );
-        assert_eq!(
-            run(&["-init", "x.sql", "db", "select 1"]),
-            vec![Hidden::Opaque("sqlite3 -init x.sql".into())]
-        );
-        assert_eq!(
-            run(&["db", ".load ./x.so"]),
-            vec![Hidden::Opaque("sqlite3 .load ./x.so".into())]
-        );
-        assert_eq!(
-            run(&["db", "select load_extension('x')"]),
-            vec![Hidden::Opaque("sqlite3 load_extension()".into())]
-        );
-        assert_eq!(
-            run(&["db"]),
-            vec![Hidden::Opaque("sqlite3 (commands on stdin)".into())]
-        );
-        assert!(matches!(
-            run_with(&["db"], Some(None)).as_slice(),
-            [Hidden::Dynamic { .. }]
-        ));
-        assert!(matches!(
-            run(&["db", "$"]).as_slice(),
-            [Hidden::Dynamic { .. }]
-        ));
-        assert!(matches!(
-            run(&["db", "select edit(x)"]).as_slice(),
-            [Hidden::Dynamic { .. }]
-        ));
-    }
-
-    #[test]
-    fn plain_sql_runs_nothing() {
-        for words in [
-            vec!["db", "select 1"],
-            vec!["db", ".tables"],
-            vec!["-json", "db", "select * from t limit 5"],
-            vec![
-                "db",
-                "select 'edit(1, ''git'')', \"credit\" from t -- edit('x','git')",
-            ],
-            vec!["db", "update t set edited = 1 /* edit('a','git') */"],
-            vec!["db", ".open other.db", ".once out.txt", "select 1"],
-            vec!["-separator", ".shell git", "db", "select 1"],
-            vec!["-version"],
-            vec!["db", ".mode csv", ".import data.csv t"],
-            vec!["-A", "db", "-x", ".shell git"],
-        ] {
-            assert_eq!(run(&words), vec![], "{words:?}");
-        }
-    }
-}
+mod tests;
