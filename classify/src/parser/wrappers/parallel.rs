@@ -99,6 +99,8 @@ pub fn parallel(args: &[Option<String>], out: &mut Vec<Inner>) {
         }
         i += 1;
     }
+    // An option that takes a value may be the last word (`parallel -j`): nothing follows it.
+    let mut i = i.min(args.len());
     if matches!(args.get(i), Some(None)) {
         out.push(Inner::wrapped_at_run_time());
         return;

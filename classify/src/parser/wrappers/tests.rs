@@ -113,6 +113,9 @@ fn finds_inner_commands() {
         ("parallel", &["{}", "x", ":::", "git"], vec![shell("git x")]),
         ("parallel", &["gzip"], vec![Joined(0, 1)]),
         ("parallel", &[], vec![dynamic()]),
+        // An option's value missing at the end: commands come from stdin (it once panicked).
+        ("parallel", &["-j"], vec![dynamic()]),
+        ("parallel", &["--jobs", "2", "-S"], vec![dynamic()]),
         ("busybox", &["git"], vec![At(0)]),
         ("busybox", &["--list"], vec![]),
         ("strace", &["-f", "-o", "log", "git"], vec![At(3)]),
