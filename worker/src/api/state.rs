@@ -24,7 +24,7 @@ use kube_harness_runtime::{
     WorkspaceTracker,
 };
 use kube_harness_service_kit::body::BodyHead;
-use kube_harness_session_log::RunId;
+use kube_harness_session_log_client::RunId;
 use kube_harness_workspace::FileChange;
 use kube_harness_workspace::WorkspaceSpec;
 use std::collections::{BTreeMap, BTreeSet};
@@ -54,7 +54,7 @@ pub enum NotReady {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("session log client: {0}")]
-    SessionLog(#[source] kube_harness_session_log::ClientError),
+    SessionLog(#[source] kube_harness_session_log_client::ClientError),
 }
 
 /// A broken internal invariant: why the worker takes no commands although its sandbox is fine.
@@ -202,12 +202,12 @@ impl Worker {
         }
         let log = match &config.session_log {
             Some(cfg) => {
-                let client = kube_harness_session_log::SessionLogClient::new(
+                let client = kube_harness_session_log_client::SessionLogClient::new(
                     &cfg.url,
                     cfg.token.clone(),
                     // Commands wait on the log (fail-closed): bound each attempt well below
                     // the default 30 s so a dead log costs a caller seconds, not minutes.
-                    kube_harness_session_log::ClientOptions {
+                    kube_harness_session_log_client::ClientOptions {
                         timeout: Duration::from_secs(5),
                         ..Default::default()
                     },
@@ -1140,7 +1140,7 @@ fn escalated() -> Refusal {
     )
 }
 
-fn log_down(e: kube_harness_session_log::ClientError) -> Refusal {
+fn log_down(e: kube_harness_session_log_client::ClientError) -> Refusal {
     log_down_msg(format!("session log: {e}"))
 }
 
