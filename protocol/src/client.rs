@@ -8,7 +8,7 @@ use crate::worker_api::{
     ArchiveWritten, CommitRequest, EndTurnRequest, EndTurnResponse, ErrorBody, ExecRequest,
     ExecResponse, ExecStreamLine, FileWritten, Health, PersistentCommit, Status, NDJSON,
 };
-use kube_harness_service_kit::body::{self, chain, BodyError};
+use kube_harness_bounds::body::{self, chain, BodyError};
 use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use std::time::Duration;

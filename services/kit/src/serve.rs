@@ -65,20 +65,16 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-/// Default [`ConnectionLimits::header_read_timeout`]: 10 s.
-pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default [`ConnectionLimits::idle_timeout`]: 120 s, longer than the 90 s for which our clients
-/// (reqwest's pool) keep an idle connection, so a client retires its connection before the server
-/// closes it under a request it is sending.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Defaults of [`ConnectionLimits::header_read_timeout`], [`ConnectionLimits::idle_timeout`] and
+/// [`ConnectionLimits::max_connections`], defined with the bounds a worker's settings share.
+pub use kube_harness_bounds::connection::{
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+};
 /// Default [`ConnectionLimits::max_request_rate_per_source`]: 200 requests a second (a burst of
 /// 400): far above what a worker asks of a shared service, far below what a flood sends.
 pub const DEFAULT_MAX_REQUEST_RATE_PER_SOURCE: u32 = 200;
 /// Default [`ConnectionLimits::send_timeout`]: 30 s without a write going through.
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
-/// Default [`ConnectionLimits::max_connections`]: 1024 (and never more than half the process's
-/// open-file limit).
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 /// What one client connection may hold; see the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

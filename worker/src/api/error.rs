@@ -152,7 +152,7 @@ impl From<NotReady> for WorkerError {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("session log client: {0}")]
-    SessionLog(#[source] kube_harness_session_log::ClientError),
+    SessionLog(#[source] kube_harness_session_log_client::ClientError),
 }
 
 /// A broken internal invariant: why the worker takes no commands although its sandbox is fine.

@@ -14,8 +14,8 @@
 use super::relock;
 use async_trait::async_trait;
 use kube_harness_runtime::{EventSink, NotRun, StartGate, TraceEvent};
-use kube_harness_session_log::client::NewEvent;
-use kube_harness_session_log::{ClientError, SessionLogClient};
+use kube_harness_session_log_client::client::NewEvent;
+use kube_harness_session_log_client::{ClientError, SessionLogClient};
 use serde_json::Value;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;

@@ -22,7 +22,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use kube_harness_service_kit::body::{file_chunks, read_request, BodyError, BodyHead};
 use kube_harness_service_kit::AuthConfig;
-use kube_harness_session_log::RunId;
+use kube_harness_session_log_client::RunId;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

@@ -148,7 +148,7 @@ async fn ensure_secret_uncached(
         Some(server_token) => {
             let scope = resources::run_scope(session).ok_or(Error::MissingField("metadata.uid"))?;
             Some(
-                kube_harness_session_log::scope::mint(&server_token, &scope)
+                kube_harness_session_log_client::scope::mint(&server_token, &scope)
                     .map_err(Error::SessionLogToken)?,
             )
         }

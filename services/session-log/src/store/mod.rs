@@ -32,8 +32,8 @@ use kube_harness_service_kit::StoreSpec;
 use prometheus_client::metrics::histogram::Histogram;
 use std::sync::Arc;
 
-/// Most events a read page holds.
-pub const MAX_READ_LIMIT: usize = 1000;
+/// Most events a read page holds (the wire's limit, defined with the model).
+pub use crate::model::MAX_READ_LIMIT;
 /// Most bytes of events (their stored JSON) a read page holds past its first event: a page of
 /// 1,000 events of the largest payload would otherwise be 256 MB in memory, per read.
 pub const MAX_PAGE_BYTES: u64 = 4 * 1024 * 1024;

@@ -7,8 +7,8 @@ use super::super::metrics::LogFailure;
 use super::super::model::ExecResponse;
 use super::super::replay::{self, Replay};
 use super::Worker;
-use kube_harness_session_log::client::NewEvent;
-use kube_harness_session_log::RunId;
+use kube_harness_session_log_client::client::NewEvent;
+use kube_harness_session_log_client::RunId;
 
 impl Worker {
     /// The session-log run a request's `runId` names (see
@@ -80,6 +80,6 @@ impl Worker {
 }
 
 /// 503 `session-log-unavailable`.
-pub(super) fn log_down(e: kube_harness_session_log::ClientError) -> WorkerError {
+pub(super) fn log_down(e: kube_harness_session_log_client::ClientError) -> WorkerError {
     WorkerError::LogDown(format!("session log: {e}"))
 }

@@ -101,12 +101,12 @@ impl Worker {
         }
         let log = match &config.session_log {
             Some(cfg) => {
-                let client = kube_harness_session_log::SessionLogClient::new(
+                let client = kube_harness_session_log_client::SessionLogClient::new(
                     &cfg.url,
                     cfg.token.clone(),
                     // Commands wait on the log (fail-closed): bound each attempt well below
                     // the default 30 s so a dead log costs a caller seconds, not minutes.
-                    kube_harness_session_log::ClientOptions {
+                    kube_harness_session_log_client::ClientOptions {
                         timeout: Duration::from_secs(5),
                         ..Default::default()
                     },

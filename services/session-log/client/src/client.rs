@@ -6,7 +6,7 @@
 //! (connection errors, timeouts, 429, 5xx); other 4xx are the caller's mistake and are returned at
 //! once. An append that did not commit returns an error: nothing is dropped silently.
 
-use crate::model::StoredEvent;
+use crate::model::{StoredEvent, MAX_READ_LIMIT};
 use rand::Rng;
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -242,7 +242,7 @@ impl SessionLogClient {
         let mut all = Vec::new();
         let mut after = 0;
         loop {
-            let page = self.read(run, after, crate::store::MAX_READ_LIMIT).await?;
+            let page = self.read(run, after, MAX_READ_LIMIT).await?;
             all.extend(page.events);
             match page.next {
                 Some(next) => after = next,

@@ -12,6 +12,8 @@ pub const MAX_ID_LEN: usize = 200;
 /// Default limit on a payload's canonical size. Larger content belongs in an immutable artifact
 /// referenced from the payload (`contentRef`), not in the log.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 256 * 1024;
+/// Most events a read page holds (`limit` of `GET /v1/runs/{runId}/events` is 1..=this).
+pub const MAX_READ_LIMIT: usize = 1000;
 
 /// A validated run id: 1..=200 characters of `[A-Za-z0-9._:-]`, starting with a letter or digit,
 /// with no `..`.
