@@ -7,6 +7,7 @@
 //! once. An append that did not commit returns an error: nothing is dropped silently.
 
 use crate::model::StoredEvent;
+use kube_harness_service_kit::ErrorBody;
 use rand::Rng;
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -112,16 +113,6 @@ pub struct Page {
     pub events: Vec<StoredEvent>,
     /// Pass as `after` to get the next page; `None` at the end.
     pub next: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct ErrorBody {
-    error: ErrorDetail,
-}
-#[derive(Deserialize)]
-struct ErrorDetail {
-    code: String,
-    message: String,
 }
 
 #[derive(Clone)]
