@@ -2,6 +2,7 @@
 
 use crate::error::ClientError;
 use crate::tunnel::Tunnel;
+use backon::{ConstantBuilder, Retryable};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
@@ -11,12 +12,24 @@ use kube_harness_crds::session::WAKE_ANNOTATION;
 use kube_harness_crds::{HarnessSession, Phase};
 use kube_harness_protocol::WorkerClient;
 use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a missing Persistent Dir source must stay reported before [`SessionHandle::ready`]
 /// gives up: longer than the operator's 10 s recheck, so a source created just before the call
 /// is seen.
 pub const SOURCE_RECHECK: Duration = Duration::from_secs(12);
+
+/// How often [`SessionHandle::ready`] looks at the session.
+const POLL: Duration = Duration::from_millis(250);
+
+/// Why one look at the session did not end [`SessionHandle::ready`]: not Ready yet (with the
+/// status seen, for the timeout's message), or an answer no wait would change.
+enum Wait {
+    Pending(kube_harness_crds::session::HarnessSessionStatus),
+    Failed(ClientError),
+}
 
 /// Port of the worker API in the worker pod.
 pub const WORKER_PORT: u16 = 8080;
@@ -127,27 +140,31 @@ impl SessionHandle {
     /// Waits until the session is Ready, waking it first if it is hibernated. A suspended
     /// session (`spec.suspend`) is [`ClientError::Suspended`] and an expired one
     /// [`ClientError::Expired`] at once: no wait would help.
+    ///
+    /// It polls `get` every 250 ms (backon) rather than watching (`kube::runtime::wait::
+    /// await_condition`): a pod that reaches its session at the address needs only `get` on
+    /// harnesssessions (docs/operator.md), and a watch would need `list` and `watch` too.
     pub async fn ready(&self, timeout: Duration) -> Result<HarnessSession, ClientError> {
         let deadline = Instant::now() + timeout;
-        let mut woke = false;
+        let woke = AtomicBool::new(false);
         // When this call first saw a missing Persistent Dir source: the operator checks again
         // every 10 s, so a source created a moment ago may still be reported missing.
-        let mut missing_since: Option<Instant> = None;
-        loop {
-            let session = self.get().await?;
+        let missing_since: Mutex<Option<Instant>> = Mutex::new(None);
+        let look = || async {
+            let session = self.get().await.map_err(Wait::Failed)?;
             let status = session.status.clone().unwrap_or_default();
             if session.spec.suspend {
                 // Waking it would go against its spec: the operator would suspend it again.
-                return Err(ClientError::Suspended {
+                return Err(Wait::Failed(ClientError::Suspended {
                     name: self.name.clone(),
-                });
+                }));
             }
             if status.phase == Some(Phase::Expired)
                 && status.observed_generation == session.metadata.generation
             {
-                return Err(ClientError::Expired {
+                return Err(Wait::Failed(ClientError::Expired {
                     name: self.name.clone(),
-                });
+                }));
             }
             if is_true(&status.conditions, types::READY) && status.worker_pod.is_some() {
                 return Ok(session);
@@ -158,42 +175,55 @@ impl SessionHandle {
                 .find(|c| c.type_ == types::READY && c.status == "False");
             let missing =
                 not_ready.is_some_and(|c| c.reason == reasons::PERSISTENT_DIR_SOURCE_MISSING);
-            missing_since = if missing {
-                missing_since.or(Some(Instant::now()))
-            } else {
-                None
+            let since = {
+                let mut since = missing_since.lock().unwrap_or_else(|e| e.into_inner());
+                *since = if missing {
+                    since.or(Some(Instant::now()))
+                } else {
+                    None
+                };
+                *since
             };
             if let Some(refused) = not_ready.filter(|c| {
                 c.reason == reasons::QUOTA_EXCEEDED
                     || c.reason == reasons::ADMISSION_REFUSED
-                    || missing_since.is_some_and(|t| t.elapsed() >= SOURCE_RECHECK)
+                    || since.is_some_and(|t| t.elapsed() >= SOURCE_RECHECK)
             }) {
-                return Err(ClientError::Refused {
+                return Err(Wait::Failed(ClientError::Refused {
                     name: self.name.clone(),
                     reason: refused.reason.clone(),
                     message: refused.message.clone(),
-                });
+                }));
             }
-            if status.phase == Some(Phase::Hibernated) && !woke {
-                self.wake().await?;
-                woke = true;
+            if status.phase == Some(Phase::Hibernated) && !woke.load(Ordering::Relaxed) {
+                self.wake().await.map_err(Wait::Failed)?;
+                woke.store(true, Ordering::Relaxed);
             }
-            if Instant::now() >= deadline {
+            Err(Wait::Pending(status))
+        };
+        let polled = look
+            .retry(ConstantBuilder::default().with_delay(POLL).without_max_times())
+            .sleep(tokio::time::sleep)
+            .when(|e| matches!(e, Wait::Pending(_)))
+            .adjust(|_, delay| delay.filter(|_| Instant::now() < deadline))
+            .await;
+        polled.map_err(|e| match e {
+            Wait::Failed(e) => e,
+            Wait::Pending(status) => {
                 let reason = status
                     .conditions
                     .iter()
                     .find(|c| c.type_ == types::READY)
                     .map(|c| format!("{}: {}", c.reason, c.message))
                     .unwrap_or_else(|| "no Ready condition yet".into());
-                return Err(ClientError::NotReady {
+                ClientError::NotReady {
                     name: self.name.clone(),
                     seconds: timeout.as_secs(),
                     phase: status.phase.map_or("none", |p| p.as_str()).into(),
                     reason,
-                });
+                }
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        })
     }
 
     /// The worker API token from the session's Secret.
