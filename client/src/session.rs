@@ -202,7 +202,11 @@ impl SessionHandle {
             Err(Wait::Pending(status))
         };
         let polled = look
-            .retry(ConstantBuilder::default().with_delay(POLL).without_max_times())
+            .retry(
+                ConstantBuilder::default()
+                    .with_delay(POLL)
+                    .without_max_times(),
+            )
             .sleep(tokio::time::sleep)
             .when(|e| matches!(e, Wait::Pending(_)))
             .adjust(|_, delay| delay.filter(|_| Instant::now() < deadline))

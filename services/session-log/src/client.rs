@@ -7,8 +7,8 @@
 //! once. An append that did not commit returns an error: nothing is dropped silently.
 
 use crate::model::StoredEvent;
-use kube_harness_service_kit::ErrorBody;
 use backon::{ExponentialBuilder, Retryable};
+use kube_harness_service_kit::ErrorBody;
 use rand::Rng;
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -202,9 +202,9 @@ impl SessionLogClient {
             match status {
                 StatusCode::OK => serde_json::from_slice(&bytes)
                     .map_err(|e| Attempt::Done(ClientError::Decode(e.to_string()))),
-                s if retryable(s) && s != StatusCode::INTERNAL_SERVER_ERROR => Err(
-                    Attempt::Again(format!("{s}: {}", String::from_utf8_lossy(&bytes))),
-                ),
+                s if retryable(s) && s != StatusCode::INTERNAL_SERVER_ERROR => Err(Attempt::Again(
+                    format!("{s}: {}", String::from_utf8_lossy(&bytes)),
+                )),
                 // A 500 on read is a damaged run (run-corrupt): retrying cannot fix it.
                 s => Err(Attempt::Done(rejected(s, &bytes))),
             }
@@ -238,7 +238,10 @@ impl SessionLogClient {
             .adjust(|_, delay| delay.map(|d| d.mul_f64(rand::thread_rng().gen_range(0.5..1.5))))
             .notify(|e, delay| {
                 if let Attempt::Again(last) = e {
-                    tracing::debug!(run, "session log {what} failed, retrying in {delay:?}: {last}");
+                    tracing::debug!(
+                        run,
+                        "session log {what} failed, retrying in {delay:?}: {last}"
+                    );
                 }
             })
             .await

@@ -38,7 +38,11 @@ where
         }
     };
     let polled = attempt
-        .retry(ConstantBuilder::default().with_delay(POLL).without_max_times())
+        .retry(
+            ConstantBuilder::default()
+                .with_delay(POLL)
+                .without_max_times(),
+        )
         .sleep(tokio::time::sleep)
         .when(|e| matches!(e, Wait::Pending(_)))
         .adjust(|_, delay| delay.filter(|_| tokio::time::Instant::now() < deadline))
