@@ -6,6 +6,7 @@
 //! bash grammar.
 
 pub mod client;
+pub mod error;
 pub mod outcome;
 pub mod tier1;
 pub mod toggles;

@@ -252,17 +252,8 @@ pub struct Health {
     pub reason: Option<String>,
 }
 
-/// Every error: `{"error": {"code", "message"}}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ErrorDetail {
-    pub code: String,
-    pub message: String,
-}
+/// Every error: `{"error": {"code", "message"}}`: the one body type of every service, the kit's.
+pub use crate::error::{ErrorBody, ErrorDetail};
 
 /// Stable error codes (clients branch on them).
 pub mod code {

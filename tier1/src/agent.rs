@@ -188,13 +188,13 @@ impl Agent {
         let mut state = self
             .bind
             .try_lock()
-            .map_err(|_| conflict("bind_in_progress", "another workspace bind is in progress"))?;
+            .map_err(|_| conflict("bind-in-progress", "another workspace bind is in progress"))?;
         match &*state {
             BindState::Unbound => {}
             BindState::Bound(_) if replace => {}
             BindState::Bound(_) => {
                 return Err(conflict(
-                    "already_bound",
+                    "already-bound",
                     "a workspace is already bound to this agent (a bind is one use; a kept pod's next turn replaces it with ?replace=true)",
                 ))
             }
@@ -233,7 +233,7 @@ impl Agent {
                 // Half of the last workspace may be left: never served.
                 let reason = format!("replacing the workspace: {why}");
                 *state = BindState::Broken(reason.clone());
-                return Err(ApiError::internal("bind_failed", reason));
+                return Err(ApiError::internal("bind-failed", reason));
             }
             *state = BindState::Unbound;
             tracing::debug!(
@@ -255,7 +255,7 @@ impl Agent {
             Err(e) => {
                 let reason = format!("the bind task failed ({e})");
                 *state = BindState::Broken(reason.clone());
-                return Err(ApiError::internal("bind_failed", reason));
+                return Err(ApiError::internal("bind-failed", reason));
             }
         };
         drop(spool);
@@ -271,25 +271,25 @@ impl Agent {
                 self.ran.store(false, Ordering::SeqCst);
                 Ok(bound.report)
             }
-            Err(BindError::BadArchive(m)) => Err(ApiError::bad_request("bad_archive", m)),
-            Err(BindError::NotEmpty(m)) => Err(conflict("workspace_not_empty", m)),
-            Err(BindError::Io(m)) => Err(ApiError::internal("bind_failed", m)),
+            Err(BindError::BadArchive(m)) => Err(ApiError::bad_request("bad-archive", m)),
+            Err(BindError::NotEmpty(m)) => Err(conflict("workspace-not-empty", m)),
+            Err(BindError::Io(m)) => Err(ApiError::internal("bind-failed", m)),
             Err(BindError::HalfBound(m)) => {
                 *state = BindState::Broken(m.clone());
-                Err(ApiError::internal("bind_failed", m))
+                Err(ApiError::internal("bind-failed", m))
             }
         }
     }
 
     /// `PUT /v1/skills`: installs the session's skills (a skills archive, `skills.rs`),
     /// replacing what `/.agents` showed. Only while no command runs and none has run since the
-    /// last bind (409 `busy`, `commands_ran`): the worker sends them after the bind, before the
+    /// last bind (409 `busy`, `commands-ran`): the worker sends them after the bind, before the
     /// turn's first command.
     pub async fn put_skills(&self, head: &BodyHead, body: Body) -> Result<BindReport, ApiError> {
         let state = self
             .bind
             .try_lock()
-            .map_err(|_| conflict("bind_in_progress", "a workspace bind is in progress"))?;
+            .map_err(|_| conflict("bind-in-progress", "a workspace bind is in progress"))?;
         if let BindState::Broken(reason) = &*state {
             return Err(conflict(
                 "broken",
@@ -305,7 +305,7 @@ impl Agent {
         })?;
         if self.ran.load(Ordering::SeqCst) {
             return Err(conflict(
-                "commands_ran",
+                "commands-ran",
                 "skills are installed before the turn's first command, and a command has run since the last bind",
             ));
         }
@@ -313,7 +313,7 @@ impl Agent {
             .spool(head, body, MAX_SKILLS_ARCHIVE_BYTES, "skills")
             .await?;
         let installed = self.skills.install(spool.reopen().map_err(|e| {
-            ApiError::internal("skills_failed", format!("reading the spooled skills: {e}"))
+            ApiError::internal("skills-failed", format!("reading the spooled skills: {e}"))
         })?);
         let report = installed.await?;
         tracing::info!(
@@ -326,7 +326,7 @@ impl Agent {
 
     /// Streams a request body into a spool file, refusing it past `limit` (413: at once when its
     /// Content-Length says so, else the moment the count passes the limit) or when it does not
-    /// keep its pace (408 `body_timeout`, `ConnectionLimits::body`); the partial spool is removed
+    /// keep its pace (408 `body-timeout`, `ConnectionLimits::body`); the partial spool is removed
     /// with the error.
     async fn spool(
         &self,
@@ -341,12 +341,12 @@ impl Agent {
             )),
             BodyError::TooSlow { .. } => body_timeout(&e),
             other => {
-                ApiError::bad_request("bad_body", format!("reading the request body: {other}"))
+                ApiError::bad_request("bad-body", format!("reading the request body: {other}"))
             }
         };
         let mut receiving = Receiving::start(head, body, limit).await.map_err(refused)?;
         let io = |e: std::io::Error| {
-            ApiError::internal("spool_failed", format!("spooling the archive: {e}"))
+            ApiError::internal("spool-failed", format!("spooling the archive: {e}"))
         };
         let mut file = tempfile::NamedTempFile::new_in(self.scratch.path()).map_err(io)?;
         while let Some(chunk) = receiving.next().await.map_err(refused)? {
@@ -360,7 +360,7 @@ impl Agent {
         match &*self.bind.lock().await {
             BindState::Bound(base) => Ok(base.clone()),
             BindState::Unbound => Err(conflict(
-                "not_bound",
+                "not-bound",
                 "no workspace is bound yet: PUT /v1/workspace first",
             )),
             BindState::Broken(reason) => Err(conflict(
@@ -451,7 +451,7 @@ impl Agent {
     }
 
     fn validate(&self, req: &AgentExec) -> Result<Duration, ApiError> {
-        let bad = |m: String| ApiError::bad_request("bad_request", m);
+        let bad = |m: String| ApiError::bad_request("bad-request", m);
         if matches!(self.view, View::Direct) && req.script.len() > MAX_SCRIPT_BYTES {
             return Err(ApiError::too_large(format!(
                 "script is {} bytes, over the limit of {MAX_SCRIPT_BYTES}",
@@ -492,7 +492,7 @@ impl Agent {
         let limit = self.config.max_archive_bytes;
         tokio::task::spawn_blocking(move || {
             let io = |e: std::io::Error| {
-                ApiError::internal("changes_failed", format!("spooling the changes: {e}"))
+                ApiError::internal("changes-failed", format!("spooling the changes: {e}"))
             };
             let file = tempfile::tempfile_in(&dir).map_err(io)?;
             let mut out = Capped::new(
@@ -502,12 +502,12 @@ impl Agent {
             let packed = workspace::changes_since(&spec, &base, &PackOptions::default(), &mut out);
             if out.over {
                 return Err(ApiError::internal(
-                    "changes_too_large",
+                    "changes-too-large",
                     format!("the change archive is over the limit of {limit} bytes"),
                 ));
             }
             packed.map_err(|e| {
-                ApiError::internal("changes_failed", format!("packing the changes: {e}"))
+                ApiError::internal("changes-failed", format!("packing the changes: {e}"))
             })?;
             let length = out.written;
             let mut file = out.inner.into_inner().map_err(|e| io(e.into_error()))?;
@@ -541,12 +541,12 @@ impl Agent {
     }
 }
 
-/// 408 `body_timeout`: a request body that did not keep its pace (or deadline); nothing was done
+/// 408 `body-timeout`: a request body that did not keep its pace (or deadline); nothing was done
 /// with the request.
 pub(crate) fn body_timeout(e: &BodyError) -> ApiError {
     ApiError::new(
         axum::http::StatusCode::REQUEST_TIMEOUT,
-        "body_timeout",
+        "body-timeout",
         format!("{e}; nothing was done"),
     )
 }

@@ -23,7 +23,7 @@ use tokio::net::TcpListener;
 
 pub fn router(agent: Arc<Agent>, auth: AuthConfig) -> Router {
     // Every body is read as it arrives with the agent's own limits (413 past them) and held to
-    // the server's pace (408 `body_timeout`): the archives into a spool, the exec request into
+    // the server's pace (408 `body-timeout`): the archives into a spool, the exec request into
     // memory (within the JSON deadline too).
     let api = Router::new()
         .route("/v1/workspace", put(bind))
@@ -37,14 +37,14 @@ pub fn router(agent: Arc<Agent>, auth: AuthConfig) -> Router {
         .merge(api)
         .fallback(|| async {
             ApiError::not_found(
-                "not_found",
+                "not-found",
                 "no such route: the Tier-1 agent serves PUT /v1/workspace, PUT /v1/skills, POST /v1/exec, GET /v1/changes, GET /healthz, GET /readyz",
             )
         })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
                 StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
+                "method-not-allowed",
                 "method not allowed on this route",
             )
         })
@@ -77,7 +77,7 @@ async fn bind(
             "replace=false" => replace = false,
             other => {
                 return Err(ApiError::bad_request(
-                    "bad_request",
+                    "bad-request",
                     format!(
                         "unknown query {other:?}: the bind takes replace=true or replace=false"
                     ),
@@ -117,11 +117,11 @@ async fn exec(
             }
             body::BodyError::TooSlow { .. } => super::agent::body_timeout(&e),
             other => {
-                ApiError::bad_request("bad_body", format!("cannot read the request body: {other}"))
+                ApiError::bad_request("bad-body", format!("cannot read the request body: {other}"))
             }
         })?;
     let req: AgentExec = serde_json::from_slice(&raw)
-        .map_err(|e| ApiError::bad_request("bad_request", format!("invalid exec request: {e}")))?;
+        .map_err(|e| ApiError::bad_request("bad-request", format!("invalid exec request: {e}")))?;
     agent.exec(req).await.map(|r| Json(r).into_response())
 }
 

@@ -29,14 +29,14 @@ impl SkillsSink {
     /// Installs the spooled skills archive, replacing what was shown (on a blocking thread).
     pub async fn install(&self, mut archive: std::fs::File) -> Result<BindReport, ApiError> {
         let io = |e: std::io::Error| {
-            ApiError::internal("skills_failed", format!("reading the spooled skills: {e}"))
+            ApiError::internal("skills-failed", format!("reading the spooled skills: {e}"))
         };
         archive.seek(SeekFrom::Start(0)).map_err(io)?;
         let len = archive.metadata().map_err(io)?.len();
         let work: Box<dyn FnOnce() -> Result<BindReport, InstallError> + Send> = match self {
             SkillsSink::None => {
                 return Err(ApiError::conflict(
-                    "no_skills",
+                    "no-skills",
                     "this agent shows no /.agents (its pod has no skills keeper)",
                 ))
             }
@@ -51,10 +51,10 @@ impl SkillsSink {
         };
         let installed = tokio::task::spawn_blocking(work)
             .await
-            .map_err(|e| ApiError::internal("skills_failed", format!("the install task: {e}")))?;
+            .map_err(|e| ApiError::internal("skills-failed", format!("the install task: {e}")))?;
         installed.map_err(|e| match e {
-            InstallError::BadArchive(m) => ApiError::bad_request("bad_archive", m),
-            InstallError::Io(m) => ApiError::internal("skills_failed", m),
+            InstallError::BadArchive(m) => ApiError::bad_request("bad-archive", m),
+            InstallError::Io(m) => ApiError::internal("skills-failed", m),
         })
     }
 }

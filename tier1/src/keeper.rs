@@ -16,7 +16,7 @@
 //!
 //! Wire: a request is an 8-byte big-endian length and that many bytes of skills archive; the
 //! answer a 4-byte big-endian length and JSON, `{"files", "bytes"}` or `{"error": {"code",
-//! "message"}}` (`bad_archive` or `install_failed`).
+//! "message"}}` (`bad-archive` or `install-failed`).
 #![deny(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -93,9 +93,9 @@ fn answer(conn: &mut TcpStream, result: &Result<BindReport, InstallError>) -> io
     let body = match result {
         Ok(r) => json!(r),
         Err(InstallError::BadArchive(m)) => {
-            json!({"error": {"code": "bad_archive", "message": m}})
+            json!({"error": {"code": "bad-archive", "message": m}})
         }
-        Err(InstallError::Io(m)) => json!({"error": {"code": "install_failed", "message": m}}),
+        Err(InstallError::Io(m)) => json!({"error": {"code": "install-failed", "message": m}}),
     };
     let bytes = serde_json::to_vec(&body).map_err(io::Error::other)?;
     let len = u32::try_from(bytes.len()).map_err(io::Error::other)?;
@@ -193,7 +193,7 @@ fn exchange(
     if let Some(err) = v.get("error") {
         let message = err["message"].as_str().unwrap_or_default().to_string();
         return Ok(Err(match err["code"].as_str() {
-            Some("bad_archive") => InstallError::BadArchive(message),
+            Some("bad-archive") => InstallError::BadArchive(message),
             _ => InstallError::Io(message),
         }));
     }

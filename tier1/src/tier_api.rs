@@ -8,6 +8,7 @@
     clippy::arithmetic_side_effects
 )]
 
+use backon::{ExponentialBuilder, Retryable};
 use kube_harness_protocol::tier1::{OpenSandbox, Sandbox};
 use kube_harness_service_kit::body;
 use reqwest::StatusCode;
@@ -88,11 +89,7 @@ impl TierApi {
     /// Ends the sandbox; a few attempts, as a leftover pod costs until the operator's own
     /// garbage collection finds it.
     pub async fn delete(&self, turn: &str) -> Result<(), TierApiError> {
-        let mut last = String::new();
-        for attempt in 0..4u32 {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(250 << attempt)).await;
-            }
+        let attempt = || async {
             let sent = self
                 .http
                 .delete(format!("{}/{turn}", self.base))
@@ -101,23 +98,30 @@ impl TierApi {
                 .send()
                 .await;
             match sent {
-                Ok(r) if r.status().is_success() || r.status() == StatusCode::NOT_FOUND => {
-                    return Ok(())
-                }
-                Ok(r) if r.status().is_server_error() => {
-                    last = format!("{} {}", r.status(), error_text(r).await)
-                }
-                Ok(r) => {
-                    return Err(TierApiError::Refused(format!(
-                        "{} {}",
-                        r.status(),
-                        error_text(r).await
-                    )))
-                }
-                Err(e) => last = e.to_string(),
+                Ok(r) if r.status().is_success() || r.status() == StatusCode::NOT_FOUND => Ok(()),
+                Ok(r) if r.status().is_server_error() => Err(TierApiError::Retryable(format!(
+                    "{} {}",
+                    r.status(),
+                    error_text(r).await
+                ))),
+                Ok(r) => Err(TierApiError::Refused(format!(
+                    "{} {}",
+                    r.status(),
+                    error_text(r).await
+                ))),
+                Err(e) => Err(TierApiError::Retryable(e.to_string())),
             }
-        }
-        Err(TierApiError::Retryable(last))
+        };
+        // Four attempts, 0.5, 1 and 2 s apart.
+        let policy = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(500))
+            .with_factor(2.0)
+            .with_max_times(3);
+        attempt
+            .retry(policy)
+            .sleep(tokio::time::sleep)
+            .when(|e| matches!(e, TierApiError::Retryable(_)))
+            .await
     }
 
     async fn sandbox(

@@ -171,7 +171,7 @@ impl http_body::Body for Held {
     }
 }
 
-/// A client at its bound of requests in flight; answered as 429 `too_many_requests` with
+/// A client at its bound of requests in flight; answered as 429 `too-many-requests` with
 /// `Retry-After`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TooMany {
@@ -187,10 +187,14 @@ impl IntoResponse for TooMany {
     }
 }
 
-/// 429 `too_many_requests` with `Retry-After`.
+/// 429 `too-many-requests` with `Retry-After`.
 pub fn too_many(message: String) -> Response {
-    let mut response =
-        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", message).into_response();
+    let mut response = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        crate::error::code::TOO_MANY_REQUESTS,
+        message,
+    )
+    .into_response();
     response
         .headers_mut()
         .insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));

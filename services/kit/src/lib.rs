@@ -25,7 +25,7 @@ pub mod testing;
 
 pub use auth::{require_bearer, AuthConfig};
 pub use clients::{ClientPermit, RequestsPerClient};
-pub use error::ApiError;
+pub use error::{ApiError, ErrorBody, ErrorDetail};
 pub use routes::{with_health_and_metrics, with_health_check, HealthCheck};
 pub use serve::{
     bind, serve, serve_with, shutdown_signal, ConnectionArgs, ConnectionLimits,

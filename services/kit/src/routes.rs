@@ -32,7 +32,8 @@ pub fn with_health_check(api: Router, registry: Arc<Registry>, check: HealthChec
                 match check() {
                     Ok(()) => "ok\n".into_response(),
                     Err(reason) => {
-                        crate::ApiError::unavailable("unhealthy", reason).into_response()
+                        crate::ApiError::unavailable(crate::error::code::UNHEALTHY, reason)
+                            .into_response()
                     }
                 }
             }
@@ -53,6 +54,7 @@ async fn metrics(registry: Arc<Registry>) -> impl IntoResponse {
             body,
         )
             .into_response(),
-        Err(e) => crate::ApiError::internal("metrics_encoding", e.to_string()).into_response(),
+        Err(e) => crate::ApiError::internal(crate::error::code::METRICS_ENCODING, e.to_string())
+            .into_response(),
     }
 }

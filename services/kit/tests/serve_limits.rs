@@ -344,7 +344,7 @@ async fn an_address_past_its_share_is_refused_while_another_is_served() {
     let refused = response(&mut third).await;
     assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
     assert!(refused.contains("retry-after: 1"), "{refused}");
-    assert!(refused.contains("too_many_connections"), "{refused}");
+    assert!(refused.contains("too-many-connections"), "{refused}");
     // Another address is served at once.
     let mut other = from(3).await;
     other.write_all(REQUEST).await.unwrap();

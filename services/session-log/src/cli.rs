@@ -46,11 +46,11 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = crate::model::DEFAULT_MAX_PAYLOAD_BYTES)]
     pub max_payload_bytes: usize,
     /// Most bytes of events one session (run `NS:UID` and runs `NS:UID:…`) may store; past it an
-    /// append is 413 session_quota_exceeded and nothing is written.
+    /// append is 413 `session-quota-exceeded` and nothing is written.
     #[arg(long, default_value_t = crate::store::DEFAULT_MAX_SESSION_BYTES)]
     pub max_session_bytes: u64,
     /// Most bytes of events one namespace (runs `NS` and `NS:…`) may store; past it an append is
-    /// 413 namespace_quota_exceeded and nothing is written.
+    /// 413 `namespace-quota-exceeded` and nothing is written.
     #[arg(long, default_value_t = crate::store::DEFAULT_MAX_NAMESPACE_BYTES)]
     pub max_namespace_bytes: u64,
     /// Reads served at once; each holds at most one page (4 MiB of events) until it is sent.

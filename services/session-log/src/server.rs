@@ -109,7 +109,7 @@ pub fn app(store: Store, config: ServerConfig, mut registry: Registry) -> Router
         .route_layer(axum::middleware::from_fn_with_state(config.auth, authorize))
         .route("/v1/openapi.json", get(openapi))
         .fallback(|| async {
-            ApiError::not_found("not_found", "no such route; see GET /v1/openapi.json")
+            ApiError::not_found("not-found", "no such route; see GET /v1/openapi.json")
         })
         .with_state(state);
     with_health_check(api, Arc::new(registry), health)
@@ -159,7 +159,7 @@ fn authorized_run(
     let run = run_id(path)?;
     if !access.allows(&run) {
         return Err(ApiError::forbidden(
-            "run_out_of_scope",
+            "run-out-of-scope",
             format!("this token is scoped to other runs than {run}"),
         ));
     }
@@ -171,12 +171,12 @@ async fn openapi() -> Response {
 }
 
 fn run_id(path: Result<Path<String>, PathRejection>) -> Result<RunId, ApiError> {
-    let Path(raw) = path.map_err(|e| ApiError::bad_request("invalid_run_id", e.body_text()))?;
+    let Path(raw) = path.map_err(|e| ApiError::bad_request("invalid-run-id", e.body_text()))?;
     RunId::parse(&raw).map_err(validation)
 }
 
 fn validation(e: ValidationError) -> ApiError {
-    if e.code == "payload_too_large" {
+    if e.code == "payload-too-large" {
         ApiError::too_large(e.message)
     } else {
         ApiError::bad_request(e.code, e.message)
@@ -186,20 +186,20 @@ fn validation(e: ValidationError) -> ApiError {
 fn store_error(e: StoreError) -> ApiError {
     let message = e.to_string();
     match e {
-        StoreError::Conflict { .. } => ApiError::conflict("idempotency_conflict", message),
+        StoreError::Conflict { .. } => ApiError::conflict("idempotency-conflict", message),
         // 413, not 429: the session (or namespace) stays over its quota, so retrying cannot help.
         StoreError::QuotaExceeded { scope, .. } => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             if scope == "namespace" {
-                "namespace_quota_exceeded"
+                "namespace-quota-exceeded"
             } else {
-                "session_quota_exceeded"
+                "session-quota-exceeded"
             },
             message,
         ),
-        StoreError::RunCorrupt { .. } => ApiError::internal("run_corrupt", message),
-        StoreError::Poisoned(_) => ApiError::unavailable("store_failed", message),
-        StoreError::Unavailable(_) => ApiError::unavailable("store_unavailable", message),
+        StoreError::RunCorrupt { .. } => ApiError::internal("run-corrupt", message),
+        StoreError::Poisoned(_) => ApiError::unavailable("store-failed", message),
+        StoreError::Unavailable(_) => ApiError::unavailable("store-unavailable", message),
         StoreError::Internal(_) => ApiError::internal("internal", message),
     }
 }
@@ -237,7 +237,7 @@ async fn append_event(
 }
 
 /// The run is checked (400, 403) before the body is read; the body is read by the kit's paced
-/// reader (`ConnectionLimits::body`: 408 `body_timeout` for a body that does not keep its pace,
+/// reader (`ConnectionLimits::body`: 408 `body-timeout` for a body that does not keep its pace,
 /// 413 past the limit), so nothing is done with an append whose body did not arrive in time.
 async fn append_inner(
     state: &AppState,
@@ -253,18 +253,18 @@ async fn append_inner(
         )),
         BodyError::TooSlow { .. } => ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
-            "body_timeout",
+            "body-timeout",
             format!("{e}; nothing was written"),
         ),
-        other => ApiError::bad_request("invalid_body", other.to_string()),
+        other => ApiError::bad_request("invalid-body", other.to_string()),
     })?;
     let input: EventInput = serde_json::from_slice(&body).map_err(|e| {
         use serde_json::error::Category;
         match e.classify() {
             Category::Syntax | Category::Eof | Category::Io => {
-                ApiError::bad_request("malformed_json", format!("body is not valid JSON: {e}"))
+                ApiError::bad_request("malformed-json", format!("body is not valid JSON: {e}"))
             }
-            Category::Data => ApiError::bad_request("invalid_event", format!("{e}")),
+            Category::Data => ApiError::bad_request("invalid-event", format!("{e}")),
         }
     })?;
     let prepared = PreparedEvent::new(input, state.max_payload_bytes).map_err(validation)?;
@@ -327,7 +327,7 @@ async fn read_inner(
     let run = run?;
     let Query(params) = query.map_err(|e| {
         ApiError::bad_request(
-            "invalid_query",
+            "invalid-query",
             format!(
                 "{}; expected after=N (>= 0) and limit=M (1..={MAX_READ_LIMIT})",
                 e.body_text()
@@ -337,7 +337,7 @@ async fn read_inner(
     let limit = params.limit.unwrap_or(DEFAULT_READ_LIMIT);
     if !(1..=MAX_READ_LIMIT).contains(&limit) {
         return Err(ApiError::bad_request(
-            "invalid_query",
+            "invalid-query",
             format!("limit must be 1..={MAX_READ_LIMIT}"),
         ));
     }

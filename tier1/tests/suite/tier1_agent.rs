@@ -178,7 +178,7 @@ async fn bind_is_one_use_and_input_errors_are_clear_4xx() {
     .await;
     assert_eq!(
         (status, v["error"]["code"].as_str()),
-        (409, Some("not_bound"))
+        (409, Some("not-bound"))
     );
     assert!(!agent.host("/session/ran").exists());
 
@@ -190,7 +190,7 @@ async fn bind_is_one_use_and_input_errors_are_clear_4xx() {
         let (status, v) = put(&agent.url, bad).await;
         assert_eq!(
             (status, v["error"]["code"].as_str()),
-            (400, Some("bad_archive")),
+            (400, Some("bad-archive")),
             "{v}"
         );
         for m in ["session", "artifacts", "persistent"] {
@@ -209,7 +209,7 @@ async fn bind_is_one_use_and_input_errors_are_clear_4xx() {
     let (status, v) = put(&agent.url, archive).await;
     assert_eq!(
         (status, v["error"]["code"].as_str()),
-        (409, Some("already_bound"))
+        (409, Some("already-bound"))
     );
 
     // Bad exec requests.
@@ -462,6 +462,6 @@ async fn a_replacing_bind_serves_the_next_turn_with_nothing_of_the_last_workspac
     let (status, v) = put(&agent.url, archive2).await;
     assert_eq!(
         (status, v["error"]["code"].as_str()),
-        (409, Some("already_bound"))
+        (409, Some("already-bound"))
     );
 }

@@ -162,7 +162,7 @@ async fn skills_are_taken_only_between_a_bind_and_the_turns_first_command() {
     let (status, v) = put(&agent, "/v1/skills", archive.clone()).await;
     assert_eq!(
         (status, v["error"]["code"].as_str()),
-        (409, Some("commands_ran")),
+        (409, Some("commands-ran")),
         "{v}"
     );
     // The next turn on a kept pod binds anew, then its skills replace the last ones whole.
@@ -342,7 +342,7 @@ async fn hostile_skills_archives_are_refused_and_change_nothing() {
         let (status, v) = put(&agent, "/v1/skills", body).await;
         assert_eq!(
             (status, v["error"]["code"].as_str()),
-            (400, Some("bad_archive")),
+            (400, Some("bad-archive")),
             "{what}: {v}"
         );
         let message = v["error"]["message"].as_str().unwrap();

@@ -1,7 +1,7 @@
 //! An error answered to a client: status, stable code (`model::code`), message; as JSON
 //! `{"error": {"code", "message"}}`. A leaf every part of the API answers with.
 
-use super::model::{ErrorBody, ErrorDetail};
+use super::model::ErrorBody;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -28,12 +28,7 @@ impl IntoResponse for Refusal {
         if self.status.is_server_error() {
             tracing::warn!(code = self.code, "{}", self.message);
         }
-        let body = ErrorBody {
-            error: ErrorDetail {
-                code: self.code.to_string(),
-                message: self.message,
-            },
-        };
+        let body = ErrorBody::new(self.code, self.message);
         (self.status, Json(body)).into_response()
     }
 }

@@ -472,7 +472,7 @@ async fn the_agent_answers_413_to_oversized_archives_and_json_and_serves_the_nex
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
         assert_eq!(
             body["error"],
-            json!({"code": "payload_too_large", "message": format!("the workspace archive is over the limit of {LIMIT} bytes")})
+            json!({"code": "payload-too-large", "message": format!("the workspace archive is over the limit of {LIMIT} bytes")})
         );
         let (status, body) = send_big(
             &http,
@@ -484,7 +484,7 @@ async fn the_agent_answers_413_to_oversized_archives_and_json_and_serves_the_nex
         )
         .await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
-        assert_eq!(body["error"]["code"], "payload_too_large", "{body}");
+        assert_eq!(body["error"]["code"], "payload-too-large", "{body}");
         let r = http
             .get(format!("{}/readyz", agent.url))
             .send()

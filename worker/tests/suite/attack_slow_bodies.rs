@@ -280,7 +280,7 @@ async fn drip_all(
 }
 
 /// The Tier-1 agent's routes keep the same pace: its exec (JSON), the workspace bind and the
-/// skills (uploads). Each dripped body is 408 `body_timeout`, and the agent is still unbound
+/// skills (uploads). Each dripped body is 408 `body-timeout`, and the agent is still unbound
 /// and ready (nothing was done).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_tier1_agents_bodies_keep_the_same_pace() {
@@ -309,7 +309,7 @@ async fn the_tier1_agents_bodies_keep_the_same_pace() {
     answers.extend(drip_all(addr.clone(), &["PUT /v1/skills"]).await);
     for (head, status, body) in answers {
         assert_eq!(status, 408, "{head}: {body}");
-        assert!(body.contains("body_timeout"), "{head}: {body}");
+        assert!(body.contains("body-timeout"), "{head}: {body}");
     }
     assert!(!agent.is_bound());
     assert!(agent.broken().is_none());

@@ -159,7 +159,7 @@ async fn bind_clamps_a_base256_mtime_of_2_pow_64_minus_1() {
 
 /// A handoff archive with a 2300 mtime on its first file and a header that breaks the digest
 /// after it: the bind used to panic on the mtime (500) and leave `.kube-harness-bind-*` behind,
-/// so every later bind got `workspace_not_empty`. Now: 400 with the exact reason, nothing left
+/// so every later bind got `workspace-not-empty`. Now: 400 with the exact reason, nothing left
 /// behind, and a good archive binds next.
 #[tokio::test]
 async fn a_refused_bind_after_a_2300_mtime_leaves_nothing_and_the_next_bind_works() {
@@ -174,7 +174,7 @@ async fn a_refused_bind_after_a_2300_mtime_leaves_nothing_and_the_next_bind_work
     let message = v["error"]["message"].as_str().unwrap_or_default();
     assert_eq!(
         (status, v["error"]["code"].as_str()),
-        (400, Some("bad_archive")),
+        (400, Some("bad-archive")),
         "{v}"
     );
     assert!(

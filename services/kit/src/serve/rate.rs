@@ -2,7 +2,7 @@
 //! requests per connection to the tier API, each answered at once, and the operator's CPU went to
 //! them while other sessions' escalations took 40 s). Past
 //! [`super::ConnectionLimits::max_request_rate_per_source`] (with a burst of twice that), a
-//! request is answered 429 `too_many_requests` with `Retry-After` and its connection is closed,
+//! request is answered 429 `too-many-requests` with `Retry-After` and its connection is closed,
 //! before the router sees it: a flood costs its sender a new connection per refused request.
 //!
 //! Loopback is never limited: it is the server's own pod (or, on a workstation, its own user),

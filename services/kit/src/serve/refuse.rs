@@ -40,7 +40,7 @@ impl Refusals {
 
 async fn answer(stream: &mut TcpStream, source: IpAddr) {
     let body = format!(
-        "{{\"error\":{{\"code\":\"too_many_connections\",\"message\":\"{source} holds its share of this server's connections (--max-connections-per-source), all answering requests; retry after {RETRY_AFTER_SECS} s\"}}}}"
+        "{{\"error\":{{\"code\":\"too-many-connections\",\"message\":\"{source} holds its share of this server's connections (--max-connections-per-source), all answering requests; retry after {RETRY_AFTER_SECS} s\"}}}}"
     );
     let head = format!(
         "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: {RETRY_AFTER_SECS}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",

@@ -40,11 +40,6 @@ fn seg(segment: &str) -> LedgerResult<String> {
     Ok(enc(segment))
 }
 
-#[derive(serde::Deserialize)]
-struct ErrorEnvelope {
-    error: ErrorBody,
-}
-
 impl LedgerClient {
     /// `base` like `http://127.0.0.1:8080`; `token` is the bearer token (None for an
     /// `--insecure-no-auth` server).
@@ -99,8 +94,8 @@ impl LedgerClient {
                 .map_err(|e| LedgerError::Transport(format!("bad response body: {e}")))?;
             return Ok((status, value));
         }
-        match serde_json::from_slice::<ErrorEnvelope>(&bytes) {
-            Ok(env) => Err(LedgerError::from_wire(status.as_u16(), env.error)),
+        match serde_json::from_slice::<ErrorBody>(&bytes) {
+            Ok(body) => Err(LedgerError::from_wire(status.as_u16(), body)),
             Err(_) => Err(LedgerError::Transport(format!(
                 "HTTP {status}: {}",
                 String::from_utf8_lossy(&bytes)

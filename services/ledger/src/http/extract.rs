@@ -10,8 +10,8 @@ use kube_harness_service_kit::ApiError;
 use serde::de::DeserializeOwned;
 
 /// A JSON request body, read by the kit's paced reader (`ConnectionLimits::body`) within
-/// [`super::MAX_BODY_BYTES`]: 408 `body_timeout` for a body that does not keep its pace (issue 30:
-/// axum's extractor waited for a dripping body forever), 413 `too_large` past the limit. Bearer
+/// [`super::MAX_BODY_BYTES`]: 408 `body-timeout` for a body that does not keep its pace (issue 30:
+/// axum's extractor waited for a dripping body forever), 413 `too-large` past the limit. Bearer
 /// auth is a route layer, so it has answered on the head before this reads a byte.
 pub struct Body<T>(pub T);
 
@@ -23,7 +23,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
         if !is_json(&parts.headers) {
             return Err(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
+                "unsupported-media-type",
                 "Expected request with `Content-Type: application/json`",
             ));
         }
@@ -33,21 +33,21 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
             .map_err(|e| match e {
                 BodyError::TooLarge { limit } => ApiError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,
-                    "too_large",
+                    "too-large",
                     format!("request body over the limit of {limit} bytes"),
                 ),
                 BodyError::TooSlow { .. } => ApiError::new(
                     StatusCode::REQUEST_TIMEOUT,
-                    "body_timeout",
+                    "body-timeout",
                     format!("{e}; nothing was done"),
                 ),
-                other => ApiError::bad_request("invalid_body", other.to_string()),
+                other => ApiError::bad_request("invalid-body", other.to_string()),
             })?;
         let value = serde_json::from_slice(&bytes).map_err(|e| match e.classify() {
             serde_json::error::Category::Data => {
-                ApiError::bad_request("invalid_input", format!("invalid request body: {e}"))
+                ApiError::bad_request("invalid-input", format!("invalid request body: {e}"))
             }
-            _ => ApiError::bad_request("malformed_json", format!("body is not valid JSON: {e}")),
+            _ => ApiError::bad_request("malformed-json", format!("body is not valid JSON: {e}")),
         })?;
         Ok(Body(value))
     }
@@ -81,7 +81,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Params<
 }
 
 fn path_rejection(rejection: PathRejection) -> ApiError {
-    ApiError::bad_request("invalid_path", rejection.body_text())
+    ApiError::bad_request("invalid-path", rejection.body_text())
 }
 
 /// Query-string parameters.
@@ -94,7 +94,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T>
         match axum::extract::Query::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Query(value)) => Ok(QueryParams(value)),
             Err(rejection) => Err(ApiError::bad_request(
-                "invalid_query",
+                "invalid-query",
                 rejection.body_text(),
             )),
         }

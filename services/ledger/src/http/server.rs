@@ -98,7 +98,7 @@ pub fn router(services: OrchestrationServices, auth: AuthConfig, mut registry: R
             "/v1/openapi.json",
             get(move || async move { Json(doc.as_ref().clone()) }),
         )
-        .fallback(|| async { ApiError::not_found("no_route", "no such route") });
+        .fallback(|| async { ApiError::not_found("no-route", "no such route") });
     with_health_and_metrics(api, Arc::new(registry))
 }
 

@@ -3,7 +3,6 @@
 
 use crate::key::KeyError;
 use crate::store::StoreError;
-use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -34,24 +33,21 @@ pub enum LedgerError {
     Unauthorized(String),
 }
 
-/// The wire form of an error: `{"error": {"code", "message"}}`, as every kube-harness service.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ErrorBody {
-    pub code: String,
-    pub message: String,
-}
+/// The wire form of an error: `{"error": {"code", "message"}}`, as every kube-harness service
+/// (the kit's one type).
+pub use kube_harness_service_kit::error::{ErrorBody, ErrorDetail};
 
 impl LedgerError {
     /// Stable machine-readable code, used on the wire and as a metric label.
     pub fn code(&self) -> &'static str {
         match self {
-            LedgerError::InvalidInput(_) => "invalid_input",
-            LedgerError::InvalidKey(_) => "invalid_key",
-            LedgerError::TooLarge(_) => "too_large",
-            LedgerError::NotFound(_) => "not_found",
+            LedgerError::InvalidInput(_) => "invalid-input",
+            LedgerError::InvalidKey(_) => "invalid-key",
+            LedgerError::TooLarge(_) => "too-large",
+            LedgerError::NotFound(_) => "not-found",
             LedgerError::Conflict(_) => "conflict",
-            LedgerError::LeaseLost(_) => "lease_lost",
-            LedgerError::AlreadyResumed(_) => "already_resumed",
+            LedgerError::LeaseLost(_) => "lease-lost",
+            LedgerError::AlreadyResumed(_) => "already-resumed",
             LedgerError::Store(_) => "store",
             LedgerError::Transport(_) => "transport",
             LedgerError::Unauthorized(_) => "unauthorized",
@@ -75,15 +71,15 @@ impl LedgerError {
 
     /// Rebuilds an error from its wire form (client side).
     pub fn from_wire(status: u16, body: ErrorBody) -> LedgerError {
-        let m = body.message;
-        match body.code.as_str() {
-            "invalid_input" | "bad_request" => LedgerError::InvalidInput(m),
-            "invalid_key" => LedgerError::InvalidInput(m),
-            "too_large" => LedgerError::TooLarge(m),
-            "not_found" => LedgerError::NotFound(m),
+        let ErrorDetail { code, message: m } = body.error;
+        match code.as_str() {
+            "invalid-input" | "bad-request" => LedgerError::InvalidInput(m),
+            "invalid-key" => LedgerError::InvalidInput(m),
+            "too-large" => LedgerError::TooLarge(m),
+            "not-found" => LedgerError::NotFound(m),
             "conflict" => LedgerError::Conflict(m),
-            "lease_lost" => LedgerError::LeaseLost(m),
-            "already_resumed" => LedgerError::AlreadyResumed(m),
+            "lease-lost" => LedgerError::LeaseLost(m),
+            "already-resumed" => LedgerError::AlreadyResumed(m),
             "store" | "internal" => LedgerError::Store(m),
             "unauthorized" => LedgerError::Unauthorized(m),
             other => LedgerError::Transport(format!("HTTP {status} {other}: {m}")),

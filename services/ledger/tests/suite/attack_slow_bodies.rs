@@ -1,6 +1,6 @@
 //! Issue 30, item 1, on the ledger: a body dripped a byte at a time held its connection for as
 //! long as the client liked (axum's extractor has no pace). Now every body is read by the kit's
-//! paced reader: 408 `body_timeout` with nothing done, and a wrong token is answered on the head,
+//! paced reader: 408 `body-timeout` with nothing done, and a wrong token is answered on the head,
 //! before any body byte. The pace is shortened for the test; the rule is the kit's.
 
 use super::common::{open_store, Backend, TOKEN};
@@ -66,7 +66,7 @@ async fn a_dripping_body_is_refused_for_its_pace_and_a_wrong_token_on_its_head()
         answer.starts_with("HTTP/1.1 408"),
         "{answer:?} after {took:?}"
     );
-    assert!(answer.contains("body_timeout"), "{answer}");
+    assert!(answer.contains("body-timeout"), "{answer}");
     assert!(services.tasks.list().await.unwrap().is_empty());
     fixture.cleanup().await;
 }

@@ -132,7 +132,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             b"{\"payload\": ".to_vec(),
             400,
-            "malformed_json",
+            "malformed-json",
         ),
         (
             "POST",
@@ -140,7 +140,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             b"not json".to_vec(),
             400,
-            "malformed_json",
+            "malformed-json",
         ),
         (
             "POST",
@@ -148,7 +148,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             br#"{"max_attempts": "three"}"#.to_vec(),
             400,
-            "invalid_input",
+            "invalid-input",
         ),
         (
             "POST",
@@ -156,7 +156,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![AUTH],
             task.to_vec(),
             415,
-            "unsupported_media_type",
+            "unsupported-media-type",
         ),
         (
             "POST",
@@ -164,7 +164,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             br#"{"id": "..", "payload": 1}"#.to_vec(),
             400,
-            "invalid_key",
+            "invalid-key",
         ),
         (
             "POST",
@@ -172,7 +172,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             br#"{"id": "a/b", "payload": 1}"#.to_vec(),
             400,
-            "invalid_key",
+            "invalid-key",
         ),
         (
             "POST",
@@ -180,7 +180,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             br#"{"id": "a\u0000b", "payload": 1}"#.to_vec(),
             400,
-            "invalid_key",
+            "invalid-key",
         ),
         (
             "POST",
@@ -188,7 +188,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             br#"{"payload": 1, "max_attempts": 0}"#.to_vec(),
             400,
-            "invalid_input",
+            "invalid-input",
         ),
         (
             "PUT",
@@ -196,7 +196,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             br#"{"value": 1}"#.to_vec(),
             400,
-            "invalid_key",
+            "invalid-key",
         ),
         (
             "PUT",
@@ -204,7 +204,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             br#"{"value": 1}"#.to_vec(),
             400,
-            "invalid_key",
+            "invalid-key",
         ),
         (
             "PUT",
@@ -212,7 +212,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             br#"{"value": 1}"#.to_vec(),
             400,
-            "invalid_key",
+            "invalid-key",
         ),
         (
             "PUT",
@@ -220,7 +220,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             br#"{"value": 1}"#.to_vec(),
             400,
-            "invalid_key",
+            "invalid-key",
         ),
         (
             "PUT",
@@ -228,7 +228,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             br#"{"value": 1}"#.to_vec(),
             400,
-            "invalid_key",
+            "invalid-key",
         ),
         (
             "PUT",
@@ -236,7 +236,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             br#"{"value": 1}"#.to_vec(),
             400,
-            "invalid_path",
+            "invalid-path",
         ),
         (
             "PUT",
@@ -244,7 +244,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             br#"{"payload": 1}"#.to_vec(),
             400,
-            "invalid_key",
+            "invalid-key",
         ),
         (
             "PUT",
@@ -252,7 +252,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             br#"{"payload": 1}"#.to_vec(),
             400,
-            "invalid_key",
+            "invalid-key",
         ),
         (
             "POST",
@@ -260,7 +260,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             br#"{"payload": 1}"#.to_vec(),
             400,
-            "invalid_key",
+            "invalid-key",
         ),
         (
             "POST",
@@ -268,7 +268,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             br#"{"owner": "w", "lease_ms": 0}"#.to_vec(),
             400,
-            "invalid_input",
+            "invalid-input",
         ),
         (
             "POST",
@@ -276,7 +276,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![JSON, AUTH],
             br#"{"owner": "w"}"#.to_vec(),
             400,
-            "invalid_input",
+            "invalid-input",
         ),
         (
             "GET",
@@ -284,7 +284,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![AUTH],
             vec![],
             400,
-            "invalid_query",
+            "invalid-query",
         ),
         (
             "GET",
@@ -292,7 +292,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
             vec![AUTH],
             vec![],
             404,
-            "no_route",
+            "no-route",
         ),
     ];
     for (method, path, headers, body, status, want) in &cases {
@@ -308,7 +308,7 @@ async fn bad_input_is_refused_with_4xx_and_writes_nothing() {
     let doc = serde_json::to_vec(&json!({"value": "x".repeat(MAX_DOCUMENT_BYTES)})).unwrap();
     assert!(doc.len() < MAX_BODY_BYTES);
     let (s, resp) = raw(&base, "PUT", "/v1/results/big", &[JSON, AUTH], &doc).await;
-    assert_eq!((s, code(&resp).as_str()), (413, "too_large"), "{resp}");
+    assert_eq!((s, code(&resp).as_str()), (413, "too-large"), "{resp}");
     let huge = serde_json::to_vec(&json!({"payload": "x".repeat(MAX_BODY_BYTES)})).unwrap();
     let (s, resp) = raw(&base, "POST", "/v1/tasks", &[JSON, AUTH], &huge).await;
     assert_eq!(s, 413, "{resp}");

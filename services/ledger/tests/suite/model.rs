@@ -159,7 +159,7 @@ impl TaskModel {
         let t = self.tasks.get_mut(&self.claims[claim_no]).unwrap();
         match (t.state, t.lease) {
             (TaskState::Running, Some((c, exp))) if c == claim_no && now < exp => Ok(t),
-            _ => Err("lease_lost"),
+            _ => Err("lease-lost"),
         }
     }
 }
@@ -317,8 +317,8 @@ async fn run_continuations(backend: Backend, ops: Vec<ContOp>) {
             }
             ContOp::Resume { s, k } => {
                 let want: Out = match m.get_mut(&(s, k)) {
-                    None => Err("not_found"),
-                    Some((_, true)) => Err("already_resumed"),
+                    None => Err("not-found"),
+                    Some((_, true)) => Err("already-resumed"),
                     Some((p, resumed)) => {
                         *resumed = true;
                         Ok(format!("payload {p}"))
@@ -456,8 +456,8 @@ async fn run_wakeups(backend: Backend, ops: Vec<WakeOp>) {
                 let c = claim % claims.len();
                 let id = claims[c].0.clone();
                 let want: Out = match open.get(&id) {
-                    None if done.contains_key(&id) => Err("lease_lost"),
-                    None => Err("not_found"),
+                    None if done.contains_key(&id) => Err("lease-lost"),
+                    None => Err("not-found"),
                     Some(w) => match w.lease {
                         Some((lc, exp))
                             if w.state == WakeupState::Claimed && lc == c && now < exp =>
@@ -468,7 +468,7 @@ async fn run_wakeups(backend: Backend, ops: Vec<WakeOp>) {
                             done.insert(id.clone(), w);
                             Ok("Done".into())
                         }
-                        _ => Err("lease_lost"),
+                        _ => Err("lease-lost"),
                     },
                 };
                 let got = out(l.wakeups.complete(&id, &claims[c].1).await, |w| {
@@ -591,12 +591,12 @@ async fn run_queues(backend: Backend, ops: Vec<QueueOp>) {
                 let d = delivery % deliveries.len();
                 let i = deliveries[d].0;
                 let want: Out = match live.get(&i) {
-                    None => Err("not_found"),
+                    None => Err("not-found"),
                     Some(m) if m.receipt == Some(d) && now < m.visible_at => {
                         live.remove(&i);
                         Ok("acked".into())
                     }
-                    Some(_) => Err("lease_lost"),
+                    Some(_) => Err("lease-lost"),
                 };
                 let got = out(l.queues.ack("q", &ids[i], &deliveries[d].1).await, |_| {
                     "acked".into()

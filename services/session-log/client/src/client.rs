@@ -7,6 +7,8 @@
 //! once. An append that did not commit returns an error: nothing is dropped silently.
 
 use crate::model::{StoredEvent, MAX_READ_LIMIT};
+use backon::{ExponentialBuilder, Retryable};
+use kube_harness_protocol::error::ErrorBody;
 use rand::Rng;
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -114,16 +116,6 @@ pub struct Page {
     pub next: Option<u64>,
 }
 
-#[derive(Deserialize)]
-struct ErrorBody {
-    error: ErrorDetail,
-}
-#[derive(Deserialize)]
-struct ErrorDetail {
-    code: String,
-    message: String,
-}
-
 #[derive(Clone)]
 pub struct SessionLogClient {
     http: reqwest::Client,
@@ -155,12 +147,7 @@ impl SessionLogClient {
     pub async fn append(&self, run: &str, event: &NewEvent) -> Result<Appended, ClientError> {
         let body = serde_json::to_vec(event).map_err(|e| ClientError::Request(e.to_string()))?;
         let url = format!("{}/v1/runs/{}/events", self.base_url, encode_segment(run));
-        let attempts = self.options.max_append_attempts.max(1);
-        let mut last = String::new();
-        for attempt in 1..=attempts {
-            if attempt > 1 {
-                tokio::time::sleep(self.backoff(attempt - 1)).await;
-            }
+        let attempt = || async {
             let mut request = self
                 .http
                 .post(&url)
@@ -169,31 +156,26 @@ impl SessionLogClient {
             if let Some(token) = &self.token {
                 request = request.bearer_auth(token);
             }
-            match request.send().await {
-                Err(e) => last = format!("transport: {e}"),
-                Ok(response) => {
-                    let status = response.status();
-                    let bytes = response.bytes().await;
-                    match (status, bytes) {
-                        (_, Err(e)) => last = format!("reading response: {e}"),
-                        (StatusCode::OK, Ok(bytes)) => {
-                            return serde_json::from_slice(&bytes)
-                                .map_err(|e| ClientError::Decode(e.to_string()))
-                        }
-                        (s, Ok(bytes)) if retryable(s) => {
-                            last = format!("{s}: {}", String::from_utf8_lossy(&bytes))
-                        }
-                        (s, Ok(bytes)) => return Err(rejected(s, &bytes)),
-                    }
-                }
+            let response = request
+                .send()
+                .await
+                .map_err(|e| Attempt::Again(format!("transport: {e}")))?;
+            let status = response.status();
+            let bytes = response
+                .bytes()
+                .await
+                .map_err(|e| Attempt::Again(format!("reading response: {e}")))?;
+            match status {
+                StatusCode::OK => serde_json::from_slice(&bytes)
+                    .map_err(|e| Attempt::Done(ClientError::Decode(e.to_string()))),
+                s if retryable(s) => Err(Attempt::Again(format!(
+                    "{s}: {}",
+                    String::from_utf8_lossy(&bytes)
+                ))),
+                s => Err(Attempt::Done(rejected(s, &bytes))),
             }
-            tracing::debug!(
-                run,
-                attempt,
-                "session log append failed, will retry: {last}"
-            );
-        }
-        Err(ClientError::Exhausted { attempts, last })
+        };
+        self.with_retries(run, "append", attempt).await
     }
 
     /// One page of `run`'s events after sequence `after`.
@@ -203,38 +185,70 @@ impl SessionLogClient {
             self.base_url,
             encode_segment(run)
         );
-        let attempts = self.options.max_append_attempts.max(1);
-        let mut last = String::new();
-        for attempt in 1..=attempts {
-            if attempt > 1 {
-                tokio::time::sleep(self.backoff(attempt - 1)).await;
-            }
+        let attempt = || async {
             let mut request = self.http.get(&url);
             if let Some(token) = &self.token {
                 request = request.bearer_auth(token);
             }
-            match request.send().await {
-                Err(e) => last = format!("transport: {e}"),
-                Ok(response) => {
-                    let status = response.status();
-                    match response.bytes().await {
-                        Err(e) => last = format!("reading response: {e}"),
-                        Ok(bytes) if status == StatusCode::OK => {
-                            return serde_json::from_slice(&bytes)
-                                .map_err(|e| ClientError::Decode(e.to_string()))
-                        }
-                        Ok(bytes)
-                            if retryable(status) && status != StatusCode::INTERNAL_SERVER_ERROR =>
-                        {
-                            last = format!("{status}: {}", String::from_utf8_lossy(&bytes))
-                        }
-                        // A 500 on read is a damaged run (run_corrupt): retrying cannot fix it.
-                        Ok(bytes) => return Err(rejected(status, &bytes)),
-                    }
-                }
+            let response = request
+                .send()
+                .await
+                .map_err(|e| Attempt::Again(format!("transport: {e}")))?;
+            let status = response.status();
+            let bytes = response
+                .bytes()
+                .await
+                .map_err(|e| Attempt::Again(format!("reading response: {e}")))?;
+            match status {
+                StatusCode::OK => serde_json::from_slice(&bytes)
+                    .map_err(|e| Attempt::Done(ClientError::Decode(e.to_string()))),
+                s if retryable(s) && s != StatusCode::INTERNAL_SERVER_ERROR => Err(Attempt::Again(
+                    format!("{s}: {}", String::from_utf8_lossy(&bytes)),
+                )),
+                // A 500 on read is a damaged run (run-corrupt): retrying cannot fix it.
+                s => Err(Attempt::Done(rejected(s, &bytes))),
             }
-        }
-        Err(ClientError::Exhausted { attempts, last })
+        };
+        self.with_retries(run, "read", attempt).await
+    }
+
+    /// Runs `attempt` up to `max_append_attempts` times (the first included) while it fails with
+    /// [`Attempt::Again`], sleeping between attempts: `backoff` doubling up to `max_backoff`, each
+    /// sleep with ±50 % jitter.
+    async fn with_retries<T, F, Fut>(
+        &self,
+        run: &str,
+        what: &str,
+        attempt: F,
+    ) -> Result<T, ClientError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, Attempt>>,
+    {
+        let attempts = self.options.max_append_attempts.max(1);
+        let policy = ExponentialBuilder::default()
+            .with_min_delay(self.options.backoff)
+            .with_max_delay(self.options.max_backoff)
+            .with_factor(2.0)
+            .with_max_times(attempts as usize - 1);
+        attempt
+            .retry(policy)
+            .sleep(tokio::time::sleep)
+            .when(|e| matches!(e, Attempt::Again(_)))
+            .adjust(|_, delay| delay.map(|d| d.mul_f64(rand::thread_rng().gen_range(0.5..1.5))))
+            .notify(|e, delay| {
+                if let Attempt::Again(last) = e {
+                    tracing::debug!(
+                        run,
+                        "session log {what} failed, retrying in {delay:?}: {last}"
+                    );
+                }
+            })
+            .await
+            .map_err(|e| match e {
+                Attempt::Again(last) => ClientError::Exhausted { attempts, last },
+                Attempt::Done(e) => e,
+            })
     }
 
     /// Every event of `run`, following pages to the end.
@@ -250,15 +264,13 @@ impl SessionLogClient {
             }
         }
     }
+}
 
-    fn backoff(&self, retry: u32) -> Duration {
-        let base = self
-            .options
-            .backoff
-            .saturating_mul(1u32 << retry.min(16).saturating_sub(1))
-            .min(self.options.max_backoff);
-        base.mul_f64(rand::thread_rng().gen_range(0.5..1.5))
-    }
+/// How one attempt failed: worth another ([`ClientError::Exhausted`] with it after the last), or
+/// final.
+enum Attempt {
+    Again(String),
+    Done(ClientError),
 }
 
 fn retryable(status: StatusCode) -> bool {

@@ -31,7 +31,7 @@ impl RunId {
         let id = Self::parse_stored(raw)?;
         if raw.contains("..") {
             return Err(ValidationError::new(
-                "invalid_run_id",
+                "invalid-run-id",
                 "runId must not contain \"..\"".to_string(),
             ));
         }
@@ -50,7 +50,7 @@ impl RunId {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
         if raw.is_empty() || raw.len() > MAX_ID_LEN || !ok_first || !ok_rest {
             return Err(ValidationError::new(
-                "invalid_run_id",
+                "invalid-run-id",
                 format!(
                     "runId must be 1..={MAX_ID_LEN} characters of [A-Za-z0-9._:-] starting with a letter or digit"
                 ),
@@ -125,15 +125,15 @@ impl PreparedEvent {
         check_id("type", &input.event_type)?;
         let Value::Object(payload) = input.payload else {
             return Err(ValidationError::new(
-                "invalid_event",
+                "invalid-event",
                 "payload is required and must be a JSON object",
             ));
         };
         let payload_bytes = canonical::canonical_bytes(&payload)
-            .map_err(|e| ValidationError::new("invalid_event", e))?;
+            .map_err(|e| ValidationError::new("invalid-event", e))?;
         if payload_bytes.len() > max_payload_bytes {
             return Err(ValidationError::new(
-                "payload_too_large",
+                "payload-too-large",
                 format!(
                     "payload is {} bytes (canonical JSON), over the limit of {max_payload_bytes}; store large content as an immutable artifact and put its reference (contentRef) in the payload",
                     payload_bytes.len()
@@ -141,7 +141,7 @@ impl PreparedEvent {
             ));
         }
         let digest = content_digest(input.occurrence_id.as_deref(), &input.event_type, &payload)
-            .map_err(|e| ValidationError::new("invalid_event", e))?;
+            .map_err(|e| ValidationError::new("invalid-event", e))?;
         Ok(Self {
             key: input.append_idempotency_key,
             occurrence_id: input.occurrence_id,
@@ -192,7 +192,7 @@ fn check_id(field: &str, value: &str) -> Result<(), ValidationError> {
     if value.is_empty() || value.chars().count() > MAX_ID_LEN || value.chars().any(char::is_control)
     {
         return Err(ValidationError::new(
-            "invalid_event",
+            "invalid-event",
             format!("{field} must be 1..={MAX_ID_LEN} characters without control characters"),
         ));
     }
@@ -251,7 +251,7 @@ mod tests {
         ] {
             assert_eq!(
                 RunId::parse(bad).unwrap_err().code,
-                "invalid_run_id",
+                "invalid-run-id",
                 "{bad}"
             );
         }
@@ -262,14 +262,14 @@ mod tests {
         let missing = input(json!({"appendIdempotencyKey": "k", "type": "t"}));
         assert_eq!(
             PreparedEvent::new(missing, 100).unwrap_err().code,
-            "invalid_event"
+            "invalid-event"
         );
         let big = input(
             json!({"appendIdempotencyKey": "k", "type": "t", "payload": {"s": "x".repeat(200)}}),
         );
         assert_eq!(
             PreparedEvent::new(big, 100).unwrap_err().code,
-            "payload_too_large"
+            "payload-too-large"
         );
         let ok = input(json!({"appendIdempotencyKey": "k", "type": "t", "payload": {"s": 1}}));
         assert!(PreparedEvent::new(ok, 100).is_ok());

@@ -1,7 +1,7 @@
 //! Issue 30, item 3: one tenant could append without bound (70 MB/s took the session log from 19
 //! to 131 MiB, and about 400 MB would have put it past its limit for good). Now each session
 //! (run `NS:UID` and runs `NS:UID:…`) and each namespace has a byte quota: past it an append is
-//! 413 `session_quota_exceeded` / `namespace_quota_exceeded`, nothing is written, a retry of an
+//! 413 `session-quota-exceeded` / `namespace-quota-exceeded`, nothing is written, a retry of an
 //! event already stored is still answered, and other sessions and namespaces are unaffected. The
 //! counts are rebuilt when the store is opened again. Every store.
 
@@ -63,7 +63,7 @@ async fn quotas_refuse_past_the_limit_and_spare_others(server: TestServer) {
         refused,
         (
             StatusCode::PAYLOAD_TOO_LARGE,
-            json!("session_quota_exceeded")
+            json!("session-quota-exceeded")
         )
     );
     // Another run of the same session counts against the same quota.
@@ -72,7 +72,7 @@ async fn quotas_refuse_past_the_limit_and_spare_others(server: TestServer) {
         refused,
         (
             StatusCode::PAYLOAD_TOO_LARGE,
-            json!("session_quota_exceeded")
+            json!("session-quota-exceeded")
         )
     );
     assert_eq!(
@@ -96,7 +96,7 @@ async fn quotas_refuse_past_the_limit_and_spare_others(server: TestServer) {
         refused,
         (
             StatusCode::PAYLOAD_TOO_LARGE,
-            json!("namespace_quota_exceeded")
+            json!("namespace-quota-exceeded")
         )
     );
     assert_eq!(stored(&server, "ns:c").await, 0);
@@ -216,7 +216,7 @@ async fn postgres_quotas_count_events_stored_before_the_upgrade() {
         refused,
         (
             StatusCode::PAYLOAD_TOO_LARGE,
-            json!("session_quota_exceeded")
+            json!("session-quota-exceeded")
         )
     );
     assert_eq!(stored(&server, "ns:a").await, 3);

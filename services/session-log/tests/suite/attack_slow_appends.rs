@@ -46,7 +46,7 @@ async fn a_dripping_append_is_refused_for_its_pace_and_nothing_is_written() {
     let got = answer.await;
     let (status, text) = got.expect("the dripping append was never answered");
     assert_eq!(status, 408, "{text}");
-    assert!(text.contains("body_timeout"), "{text}");
+    assert!(text.contains("body-timeout"), "{text}");
     let (events, _) = server
         .store
         .read(

@@ -129,7 +129,7 @@ async fn same_key_other_content_conflicts(server: TestServer) {
                 message,
             } => {
                 assert_eq!(*status, 409);
-                assert_eq!(code, "idempotency_conflict");
+                assert_eq!(code, "idempotency-conflict");
                 assert!(
                     message.contains("k1") && message.contains("sequence 1"),
                     "{message}"
@@ -277,49 +277,49 @@ async fn bad_input_is_a_clear_4xx_and_writes_nothing(server: TestServer) {
             "{not json".into(),
             Some(TOKEN),
             StatusCode::BAD_REQUEST,
-            "malformed_json",
+            "malformed-json",
         ),
         (
             "r",
             "".into(),
             Some(TOKEN),
             StatusCode::BAD_REQUEST,
-            "malformed_json",
+            "malformed-json",
         ),
         (
             "r",
             r#"{"type":"t","payload":{}}"#.into(),
             Some(TOKEN),
             StatusCode::BAD_REQUEST,
-            "invalid_event",
+            "invalid-event",
         ),
         (
             "r",
             r#"{"appendIdempotencyKey":"k","type":"t"}"#.into(),
             Some(TOKEN),
             StatusCode::BAD_REQUEST,
-            "invalid_event",
+            "invalid-event",
         ),
         (
             "r",
             r#"{"appendIdempotencyKey":"k","type":"t","payload":[1]}"#.into(),
             Some(TOKEN),
             StatusCode::BAD_REQUEST,
-            "invalid_event",
+            "invalid-event",
         ),
         (
             "r",
             r#"{"appendIdempotencyKey":"","type":"t","payload":{}}"#.into(),
             Some(TOKEN),
             StatusCode::BAD_REQUEST,
-            "invalid_event",
+            "invalid-event",
         ),
         (
             "r",
             r#"{"appendIdempotencyKey":"k","type":"t","payload":{},"sequence":9}"#.into(),
             Some(TOKEN),
             StatusCode::BAD_REQUEST,
-            "invalid_event",
+            "invalid-event",
         ),
         (
             "r",
@@ -329,7 +329,7 @@ async fn bad_input_is_a_clear_4xx_and_writes_nothing(server: TestServer) {
             ),
             Some(TOKEN),
             StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
+            "payload-too-large",
         ),
         (
             "r",
@@ -339,35 +339,35 @@ async fn bad_input_is_a_clear_4xx_and_writes_nothing(server: TestServer) {
             ),
             Some(TOKEN),
             StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
+            "payload-too-large",
         ),
         (
             "a%2Fb",
             ok.into(),
             Some(TOKEN),
             StatusCode::BAD_REQUEST,
-            "invalid_run_id",
+            "invalid-run-id",
         ),
         (
             "..%2Fetc",
             ok.into(),
             Some(TOKEN),
             StatusCode::BAD_REQUEST,
-            "invalid_run_id",
+            "invalid-run-id",
         ),
         (
             "a%20b",
             ok.into(),
             Some(TOKEN),
             StatusCode::BAD_REQUEST,
-            "invalid_run_id",
+            "invalid-run-id",
         ),
         (
             long_run.as_str(),
             ok.into(),
             Some(TOKEN),
             StatusCode::BAD_REQUEST,
-            "invalid_run_id",
+            "invalid-run-id",
         ),
         (
             "r",
@@ -404,12 +404,12 @@ async fn bad_input_is_a_clear_4xx_and_writes_nothing(server: TestServer) {
     }
     // Reads refuse bad parameters and bad tokens too.
     for (q, code) in [
-        ("/v1/runs/r/events?limit=0", "invalid_query"),
-        ("/v1/runs/r/events?limit=1001", "invalid_query"),
-        ("/v1/runs/r/events?after=-1", "invalid_query"),
-        ("/v1/runs/r/events?after=x", "invalid_query"),
-        ("/v1/runs/r/events?bogus=1", "invalid_query"),
-        ("/v1/runs/a%2Fb/events", "invalid_run_id"),
+        ("/v1/runs/r/events?limit=0", "invalid-query"),
+        ("/v1/runs/r/events?limit=1001", "invalid-query"),
+        ("/v1/runs/r/events?after=-1", "invalid-query"),
+        ("/v1/runs/r/events?after=x", "invalid-query"),
+        ("/v1/runs/r/events?bogus=1", "invalid-query"),
+        ("/v1/runs/a%2Fb/events", "invalid-run-id"),
     ] {
         let (status, body) = get_raw(&server, q).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{q}: {body}");
@@ -460,7 +460,7 @@ async fn scoped_tokens_reach_their_own_runs_only(server: TestServer) {
         .await;
         assert_eq!(
             (status, body["error"]["code"].as_str()),
-            (StatusCode::FORBIDDEN, Some("run_out_of_scope")),
+            (StatusCode::FORBIDDEN, Some("run-out-of-scope")),
             "{run}: {body}"
         );
         let read = reqwest::Client::new()

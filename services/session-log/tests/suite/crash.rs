@@ -101,7 +101,7 @@ async fn verify(client: &SessionLogClient, acked: &Acked) -> usize {
         changed.payload.insert("changed".into(), json!(true));
         assert_eq!(
             client.append(run, &changed).await.unwrap_err().code(),
-            Some("idempotency_conflict")
+            Some("idempotency-conflict")
         );
     }
     total
@@ -202,7 +202,7 @@ async fn restart_truncates_a_torn_tail_and_refuses_a_damaged_run() {
         .unwrap();
     assert_eq!(resp.status(), 500);
     let body: serde_json::Value = resp.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "run_corrupt");
+    assert_eq!(body["error"]["code"], "run-corrupt");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("line 3") && message.contains("checksum mismatch"),
@@ -211,7 +211,7 @@ async fn restart_truncates_a_torn_tail_and_refuses_a_damaged_run() {
     let err = client.read_all("a").await.unwrap_err();
     assert_eq!(
         err.code(),
-        Some("run_corrupt"),
+        Some("run-corrupt"),
         "the client reports it, not an empty history"
     );
     assert_eq!(

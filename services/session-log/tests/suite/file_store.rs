@@ -379,7 +379,7 @@ async fn over_http_a_poisoned_store_answers_503_and_fails_its_health_check() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("store_failed") && err.contains("fdatasync"),
+        err.contains("store-failed") && err.contains("fdatasync"),
         "{err}"
     );
     let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
