@@ -977,10 +977,11 @@ async fn an_uncertain_claim_is_503_and_creates_nothing() {
     let (code, body) = reply.await.unwrap();
     assert_eq!(code, 503, "{body}");
     assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .contains("uncertain claim of warm pod t1-aaa"),
+        body["error"]["code"] == "unavailable"
+            && body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("uncertain claim of warm pod t1-aaa"),
         "{body}"
     );
     // Nothing further was asked of the API server.
@@ -1180,7 +1181,8 @@ async fn a_bad_or_missing_token_is_401_and_no_escalation_tier_is_409() {
     session_token(&mut server).await;
     let (code, body) = reply.await.unwrap();
     assert_eq!(code, 401, "{body}");
-    assert!(body["error"].is_string());
+    assert_eq!(body["error"]["code"], "unauthorized", "{body}");
+    assert!(body["error"]["message"].is_string());
 
     // An unknown session has no token Secret: 401 as well, revealing nothing.
     let (base, mut server) = start().await;
@@ -1244,7 +1246,8 @@ async fn a_session_opening_too_fast_is_429_before_anything_is_written() {
         .unwrap();
     assert!((1..=5).contains(&retry), "Retry-After {retry}");
     let body: Value = answer.json().await.unwrap();
-    let message = body["error"].as_str().unwrap();
+    assert_eq!(body["error"]["code"], "too-many-opens", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("try again in"), "{message}");
     // Nothing after the reads: no tier read, no record, no pod.
     let more = tokio::time::timeout(std::time::Duration::from_millis(300), server.next_request());

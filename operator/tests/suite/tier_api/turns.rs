@@ -169,8 +169,12 @@ async fn an_open_that_completes_after_its_turn_ended_deletes_what_it_made() {
     pod_deleted(&mut server, &name).await;
     let (code, body) = reply.await.unwrap();
     assert_eq!(code, 409, "{body}");
+    assert_eq!(body["error"]["code"], "turn-ended", "{body}");
     assert!(
-        body["error"].as_str().unwrap().contains("has ended"),
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("has ended"),
         "{body}"
     );
     nothing_more(&mut server).await;
