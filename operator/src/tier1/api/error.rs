@@ -1,19 +1,21 @@
-//! The tier API's error answer: `{"error": {"code", "message"}}`, the shape every HTTP service of
-//! the project answers with (docs/errors.md), with `Retry-After` when the caller may try again.
+//! The tier API's error answer: [`ErrorBody`], the `{"error": {"code", "message"}}` every HTTP
+//! service of the project answers with (docs/worker-api.md#errors), with `Retry-After` when the
+//! caller may try again.
 
 use crate::tier1::auth::Refused;
 use crate::tier1::open::OpenError;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use kube_harness_protocol::error::ErrorBody;
 use std::time::Duration;
 
-/// The stable codes of the tier API's errors (docs/errors.md): clients branch on these, the
+/// The stable codes of the tier API's errors (docs/worker-api.md#errors): clients branch on these, the
 /// message is for people.
 pub mod code {
-    /// 401: no bearer, a wrong one, or an unknown session (the same answer for each).
-    pub const UNAUTHORIZED: &str = "unauthorized";
+    /// 401 `unauthorized` (no bearer, a wrong one, or an unknown session: the same answer for
+    /// each), 408 `body-timeout` and 413 `payload-too-large`: the kit's codes.
+    pub use kube_harness_service_kit::error::code::{BODY_TIMEOUT, PAYLOAD_TOO_LARGE, UNAUTHORIZED};
     /// 429: this client failed too many token checks; `Retry-After` says when to try again.
     pub const TOO_MANY_FAILED_CHECKS: &str = "too-many-failed-checks";
     /// 429: the session opened too many new turns; `Retry-After` says when to try again.
@@ -22,10 +24,6 @@ pub mod code {
     pub const INVALID_NAME: &str = "invalid-name";
     /// 400: the open request's body is not the request.
     pub const BAD_REQUEST: &str = "bad-request";
-    /// 408: the body came too slowly.
-    pub const BODY_TIMEOUT: &str = "body-timeout";
-    /// 413: the body is over its bound.
-    pub const PAYLOAD_TOO_LARGE: &str = "payload-too-large";
     /// 404: no such (live) HarnessSession.
     pub const SESSION_NOT_FOUND: &str = "session-not-found";
     /// 404: no sandbox for the turn (yet).
@@ -100,7 +98,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let body = ErrorBody::new(self.code, self.message);
         let mut response = (self.status, Json(body)).into_response();
         if let Some(wait) = self.retry {
             let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
