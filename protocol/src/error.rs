@@ -43,4 +43,3 @@ pub fn is_kebab_case(code: &str) -> bool {
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
         })
 }
-

@@ -78,7 +78,11 @@ pub(super) async fn read_session(
 }
 
 /// The session as read: 404 when it is gone or going.
-pub(super) fn live_session(read: Option<HarnessSession>, ns: &str, session: &str) -> Result<HarnessSession> {
+pub(super) fn live_session(
+    read: Option<HarnessSession>,
+    ns: &str,
+    session: &str,
+) -> Result<HarnessSession> {
     match read {
         Some(s) if s.metadata.deletion_timestamp.is_none() => Ok(s),
         _ => Err(ApiError::new(
@@ -106,7 +110,11 @@ pub(super) fn escalation_tier(s: &HarnessSession, ns: &str, session: &str) -> Re
 
 /// The escalation tier as read and granted to the session's namespace (`crate::grant`): 409 when
 /// it is missing or not granted (the same words either way) or not level 1 or more.
-pub(super) fn escalation_level(read: Option<SandboxTier>, name: &str, ns: &str) -> Result<SandboxTier> {
+pub(super) fn escalation_level(
+    read: Option<SandboxTier>,
+    name: &str,
+    ns: &str,
+) -> Result<SandboxTier> {
     let conflict = |m: String| ApiError::new(StatusCode::CONFLICT, code::TIER_NOT_USABLE, m);
     match read {
         Some(t) if t.spec.level >= 1 => Ok(t),
@@ -147,16 +155,19 @@ pub(super) async fn open_request(parts: &Parts, body: Body) -> Result<OpenReques
         .await
         .map_err(|e| {
             let (status, code) = match e {
-                BodyError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, code::PAYLOAD_TOO_LARGE),
+                BodyError::TooLarge { .. } => {
+                    (StatusCode::PAYLOAD_TOO_LARGE, code::PAYLOAD_TOO_LARGE)
+                }
                 BodyError::TooSlow { .. } => (StatusCode::REQUEST_TIMEOUT, code::BODY_TIMEOUT),
                 _ => (StatusCode::BAD_REQUEST, code::BAD_REQUEST),
             };
             ApiError::new(status, code, e.to_string())
         })?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::new(
+    serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::new(
             StatusCode::BAD_REQUEST,
             code::BAD_REQUEST,
             format!("the open request: {e}"),
-        ))
+        )
+    })
 }

@@ -15,7 +15,9 @@ use std::time::Duration;
 pub mod code {
     /// 401 `unauthorized` (no bearer, a wrong one, or an unknown session: the same answer for
     /// each), 408 `body-timeout` and 413 `payload-too-large`: the kit's codes.
-    pub use kube_harness_service_kit::error::code::{BODY_TIMEOUT, PAYLOAD_TOO_LARGE, UNAUTHORIZED};
+    pub use kube_harness_service_kit::error::code::{
+        BODY_TIMEOUT, PAYLOAD_TOO_LARGE, UNAUTHORIZED,
+    };
     /// 429: this client failed too many token checks; `Retry-After` says when to try again.
     pub const TOO_MANY_FAILED_CHECKS: &str = "too-many-failed-checks";
     /// 429: the session opened too many new turns; `Retry-After` says when to try again.

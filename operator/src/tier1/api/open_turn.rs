@@ -173,7 +173,9 @@ pub(super) async fn open(
         Some(read) => read?,
         None => workers.get_opt(&worker_name).await?,
     };
-    serving.worker_uid = worker.as_ref().and_then(crate::tier1::sweep::worker_identity);
+    serving.worker_uid = worker
+        .as_ref()
+        .and_then(crate::tier1::sweep::worker_identity);
     let mut miss = None;
     let mut known = Known::default();
     let mut chosen: Option<Pod> = None;
