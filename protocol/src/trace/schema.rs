@@ -64,6 +64,13 @@ pub fn trace_schema() -> Value {
             )),
         );
         root.insert("title".into(), json!(format!("{TRACE_SCHEMA} trace event")));
+        // Every type at the top as well, where a reader finds the list without walking `oneOf`.
+        if let Some(Value::Object(properties)) = root.get_mut("properties") {
+            properties.insert(
+                "type".into(),
+                json!({"description": "The event type: one of the variants below.", "enum": Payload::kinds()}),
+            );
+        }
         root.insert(
             "description".into(),
             json!("One line of trace.ndjson and of the session log: every tier emits the same shapes because one shell runtime emits them all. Generated from protocol/src/trace (do not edit)."),

@@ -49,7 +49,7 @@ pub struct Field {
 }
 
 /// The definitions of both schemas, by name (the trace schema's root is `TraceEvent`, which the
-/// worker API's schema defines too: they must agree).
+/// worker API's schema defines too: they must agree, but for the root's list of types).
 pub fn definitions(trace: &Value, worker: &Value) -> BTreeMap<String, (Ty, Option<String>)> {
     let mut defs: BTreeMap<String, Value> = BTreeMap::new();
     for schema in [trace, worker] {
@@ -62,6 +62,10 @@ pub fn definitions(trace: &Value, worker: &Value) -> BTreeMap<String, (Ty, Optio
     let mut root = trace.as_object().cloned().unwrap_or_default();
     for k in ["$schema", "$id", "$defs", "title", "description"] {
         root.remove(k);
+    }
+    // The root also lists every `type` at the top (the variants say the same).
+    if let Some(Value::Object(properties)) = root.get_mut("properties") {
+        properties.remove("type");
     }
     let mut event = defs["TraceEvent"].as_object().cloned().unwrap_or_default();
     event.remove("description");
