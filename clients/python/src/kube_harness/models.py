@@ -6,6 +6,7 @@ generated::`); do not edit."""
 from typing import Any, Dict, List, Literal, NotRequired, Optional, TypedDict, Union
 
 
+
 class AdoptRequest(TypedDict):
     """`POST /v1/adopt`: binds a pooled worker (started with `--adopt-token-file`, before any session existed) to one session, once. The bearer is the pool's token, never a session's. Everything session-specific travels here; the worker then runs exactly as one started with these arguments and files (docs/operator.md "Warm pool")."""
 
@@ -18,11 +19,13 @@ class AdoptRequest(TypedDict):
     #: The session's skills, written under `/.agents` before the first command.
     skills: NotRequired[List["SkillFile"]]
 
+
 class AdoptResponse(TypedDict):
     """`POST /v1/adopt`'s answer: the session now served and [`adoption_settings`] of the request."""
 
     session: str
     settings: str
+
 
 class ArchiveWritten(TypedDict):
     """The answer to `PUT /v1/archive?path=…`: how many entries were placed, and their events."""
@@ -37,12 +40,14 @@ class ArchiveWritten(TypedDict):
     #: Entries whose mode was not set as the archive has it, one line each (the setuid, setgid and sticky bits are never set; a directory stays open to its owner; a directory that was there keeps its mode): at most 100, then a line counting the rest. Absent when none.
     warnings: NotRequired[List[str]]
 
+
 class Classification(TypedDict):
     """The classifier's answer for one script (an explained exec's `classification`)."""
 
     decision: "Decision"
     matrixVersion: str
     reasons: List["Reason"]
+
 
 class CommandCompleted(TypedDict):
     """`harness.runtime.command.completed`: the result. Output is inline (`stdout`, `stderr`, cut and flagged `…Truncated` when it could not be stored) or a reference to a file under `/artifacts/trace/` (`stdoutRef`, `stderrRef`)."""
@@ -66,9 +71,11 @@ class CommandCompleted(TypedDict):
     #: The caller's step key (see `command.started`).
     stepKey: NotRequired[Optional[str]]
 
+
 class CommandCounts(TypedDict):
     tier0: int
     tier1: int
+
 
 class CommandStarted(TypedDict):
     """`harness.runtime.command.started`: emitted before the command runs (and, with a session log, made durable first)."""
@@ -79,11 +86,13 @@ class CommandStarted(TypedDict):
     #: The caller's step key (worker exec with runId and stepKey): replay finds a step's started and completed events by it.
     stepKey: NotRequired[Optional[str]]
 
+
 class CommitRequest(TypedDict):
     """`POST /v1/persistent/commit`: write a kept turn of a dir to its source."""
 
     dir: str
     turnId: str
+
 
 class ContentRef(TypedDict):
     """Output stored under `/artifacts/trace/`; replay returns it only if it still matches."""
@@ -93,11 +102,13 @@ class ContentRef(TypedDict):
     #: SHA-256 of the payload (lowercase hex). Replay returns the file only if it still matches; refs recorded before it was added have none.
     sha256: NotRequired[Optional[str]]
 
+
 class DisposeFailed(TypedDict):
     """`harness.runtime.dispose.failed`: releasing a tier (or part of its merge-back) failed."""
 
     error: str
     tier: int
+
 
 class EmulationGap(TypedDict):
     """An emulation gap found in a finished Tier-0 run: a command or an option Tier-0 lacks."""
@@ -107,25 +118,30 @@ class EmulationGap(TypedDict):
     signal: "GapSignal"
     option: NotRequired[Optional[str]]
 
+
 class EndTurnRequest(TypedDict):
     """`POST /v1/turns/end` (body optional)."""
 
     #: The run the turn's closing events (usage, dispose failures) go to; default: the session.
     runId: NotRequired[Optional[str]]
 
+
 class EndTurnResponse(TypedDict):
     """The answer to `POST /v1/turns/end`. `turn` is `None` when no turn was open."""
 
     turn: NotRequired[Optional["TurnSummary"]]
+
 
 class ErrorBody(TypedDict):
     """Every error: `{"error": {"code", "message"}}`."""
 
     error: "ErrorDetail"
 
+
 class ErrorDetail(TypedDict):
     code: str
     message: str
+
 
 class ExecRequest(TypedDict):
     """`POST /v1/exec`."""
@@ -139,6 +155,7 @@ class ExecRequest(TypedDict):
     stepKey: NotRequired[Optional[str]]
     #: Wall-clock limit of this command; at most the worker's `--max-timeout`.
     timeoutMs: NotRequired[Optional[int]]
+
 
 class ExecResponse(TypedDict):
     """The answer to `POST /v1/exec`: the command's outcome and the trace events it emitted."""
@@ -167,10 +184,12 @@ class ExecResponse(TypedDict):
     #: Streamed exec only: the file holding all of stdout, when it outgrew the result's cap.
     stdoutFile: NotRequired[Optional["OutputFile"]]
 
+
 class FileChangeSummary(TypedDict):
     #: `created`, `modified` or `deleted`.
     change: str
     path: str
+
 
 class FileEvent(TypedDict):
     """`harness.file.created`, `.modified` or `.deleted` (the variant says which)."""
@@ -183,6 +202,7 @@ class FileEvent(TypedDict):
     source: "FileSource"
     tier: int
 
+
 class FileTruncated(TypedDict):
     """`harness.file.truncated`: stands for the file events of one command (or one merge-back) past the emitter's limits (a count, and a budget of path bytes); emitted after the last listed one. `byteLimit` and `listedBytes` are there when the byte budget, not the count, stopped the listing."""
 
@@ -193,6 +213,7 @@ class FileTruncated(TypedDict):
     tier: int
     byteLimit: NotRequired[Optional[int]]
     listedBytes: NotRequired[Optional[int]]
+
 
 class FileWritten(TypedDict):
     """The answer to `PUT /v1/files?path=…`: what was written and the file event it made."""
@@ -206,11 +227,13 @@ class FileWritten(TypedDict):
     #: Events of this worker not yet in the session log.
     logPending: NotRequired[int]
 
+
 class Health(TypedDict):
     """`GET /healthz` and `GET /readyz`."""
 
     status: str
     reason: NotRequired[Optional[str]]
+
 
 class LocalUsage(TypedDict):
     """The local host's Tier-1 usage of one turn."""
@@ -221,6 +244,7 @@ class LocalUsage(TypedDict):
     durationMs: int
     provisionMs: int
 
+
 class OmittedFiles(TypedDict):
     """How many file events of each change were left out."""
 
@@ -228,6 +252,7 @@ class OmittedFiles(TypedDict):
     deleted: int
     modified: int
     total: int
+
 
 class OutputFile(TypedDict):
     """A stream's whole output, kept under `/artifacts/trace/` when it outgrew the result's cap."""
@@ -241,6 +266,7 @@ class OutputFile(TypedDict):
     #: SHA-256 of the file's bytes, hex.
     sha256: str
 
+
 class PersistentCommit(TypedDict):
     """One Persistent Dir at the end of a turn, or answering `POST /v1/persistent/commit`."""
 
@@ -251,6 +277,7 @@ class PersistentCommit(TypedDict):
     turnId: str
     #: Why, for `conflict` and `failed`.
     message: NotRequired[Optional[str]]
+
 
 class PodUsage(TypedDict):
     """A Tier-1 pod's usage of one turn."""
@@ -268,6 +295,7 @@ class PodUsage(TypedDict):
     #: As in the escalation's `sandbox`.
     source: NotRequired[Optional["SandboxSource"]]
 
+
 class SandboxOrigin(TypedDict):
     """Where a higher tier's sandbox came from, as the tier reports it when it opens."""
 
@@ -279,11 +307,13 @@ class SandboxOrigin(TypedDict):
     #: `prepared` (the tier's warm pool) or `ordinary`; null when the tier did not say.
     source: NotRequired[Optional["SandboxSource"]]
 
+
 class SkillFile(TypedDict):
     """One file under `/.agents`: `path` relative to it (plain names, no `..`), content base64."""
 
     contentBase64: str
     path: str
+
 
 class Status(TypedDict):
     """`GET /v1/status`: what the operator copies into the HarnessSession status."""
@@ -306,6 +336,7 @@ class Status(TypedDict):
     #: RFC 3339, UTC: when this worker process started.
     startedAt: NotRequired[Optional[str]]
 
+
 class TierEscalated(TypedDict):
     """`harness.tier.escalated`, and one entry of the turn usage's `escalations`."""
 
@@ -317,11 +348,13 @@ class TierEscalated(TypedDict):
     #: The sandbox that serves the rest of the turn (Tier-1 pods): where it came from, reported before its first command runs.
     sandbox: NotRequired[Optional["SandboxOrigin"]]
 
+
 class TierFigures(TypedDict):
     """Commands run on a tier and their summed duration."""
 
     commands: int
     durationMs: int
+
 
 class TierRefused(TypedDict):
     """`harness.tier.refused`: a command not run (exit code 126). A policy refusal carries the classifier's `reasons`; a failed retry after an emulation gap carries `signal` and `gap`."""
@@ -335,11 +368,13 @@ class TierRefused(TypedDict):
     #: The caller's step key (see `command.started`).
     stepKey: NotRequired[Optional[str]]
 
+
 class TrackingSkipped(TypedDict):
     """What the file tracking newly could not follow after a command (names that are not UTF-8, trees too deep, special files): how many, and the first 20."""
 
     count: int
     first: List[str]
+
 
 class TurnSummary(TypedDict):
     """A finished turn: the runtime's usage report and the files its commands changed."""
@@ -357,6 +392,7 @@ class TurnSummary(TypedDict):
     #: What became of each writable Persistent Dir at the turn's end (none without them).
     persistent: NotRequired[List["PersistentCommit"]]
 
+
 class TurnUsage(TypedDict):
     """`harness.turn.usage`: closes the turn."""
 
@@ -367,122 +403,156 @@ class TurnUsage(TypedDict):
     #: The higher tier's usage as it reports it, `null` when the turn stayed on Tier-0.
     higherTier: NotRequired[Optional["HigherTierUsage"]]
 
+
 #: `committed`: the source now holds the turn's version. `unchanged`: an `after-turn` dir the turn did not change (its file events name nothing under it): nothing was copied. `kept`: kept for a manual commit (a `manual` dir, or an `after-turn` dir in `conflict`). `conflict`: another session committed the source after this one loaded it, so this turn's version was kept instead of written (first commit wins; `POST /v1/persistent/commit` writes it anyway). `failed`: nothing was written (the message says why).
 CommitOutcome = Literal["committed", "unchanged", "kept", "conflict", "failed"]
+
 
 #: What the tiered runtime does with a script.
 Decision = Literal["tier0", "escalate", "refuse"]
 
+
 #: What an escalation acted on: the classifier's reasons, or the gap a Tier-0 run showed.
 EscalationDetail = Union[List["Reason"], "EmulationGap"]
 
+
 #: Why a turn escalated to a higher tier.
 EscalationSignal = Literal["classification", "emulation-gap"]
+
 
 class ExecStreamLineStdout(TypedDict):
     data: str
     type: Literal["stdout"]
 
+
 class ExecStreamLineStderr(TypedDict):
     data: str
     type: Literal["stderr"]
 
+
 class ExecStreamLineKeepalive(TypedDict):
     type: Literal["keepalive"]
 
+
 class ExecStreamLineResult(ExecResponse):
     type: Literal["result"]
+
 
 class ExecStreamLineError(TypedDict):
     error: "ErrorDetail"
     status: int
     type: Literal["error"]
 
+
 #: One line of a streamed exec: output while the command runs, a `keepalive` during silences (so that a client that went away is noticed and its command cancelled), then exactly one `result` (the exec response, its fields beside `type`) or `error` line, the last.
 ExecStreamLine = Union["ExecStreamLineStdout", "ExecStreamLineStderr", "ExecStreamLineKeepalive", "ExecStreamLineResult", "ExecStreamLineError"]
 
+
 FileKind = Literal["file", "dir", "symlink"]
+
 
 #: Where a file change was seen: after a Tier-0 command, in a higher tier's merge-back, or in a file written through the worker API (`PUT /v1/files`).
 FileSource = Literal["command", "merge", "upload"]
 
+
 #: Always `"emulation-gap"` (the seed's `kind` of a gap).
 GapKind = Literal["emulation-gap"]
+
 
 #: What kind of emulation gap stderr shows.
 GapSignal = Literal["command-not-found", "unsupported-option"]
 
+
 class HigherTierUsagePod(PodUsage):
     provider: Literal["pod"]
 
+
 class HigherTierUsageLocalHost(LocalUsage):
     provider: Literal["local-host"]
+
 
 class HigherTierUsageUnknown(TypedDict):
     commands: int
     durationMs: int
     provider: Literal["unknown"]
 
+
 #: A higher tier's usage of one turn, by `provider`.
 HigherTierUsage = Union["HigherTierUsagePod", "HigherTierUsageLocalHost", "HigherTierUsageUnknown"]
 
+
 #: Why a command needs a real execution tier.
 RealExecReason = Literal["version-control", "containers", "build-toolchain", "package-manager", "network-client"]
+
 
 class ReasonTier0Supported(TypedDict):
     commands: List[str]
     kind: Literal["tier0-supported"]
 
+
 class ReasonEmptyScript(TypedDict):
     kind: Literal["empty-script"]
+
 
 class ReasonUnknownCommand(TypedDict):
     command: str
     kind: Literal["unknown-command"]
+
 
 class ReasonNeedsRealExec(TypedDict):
     command: str
     kind: Literal["needs-real-exec"]
     reason: "RealExecReason"
 
+
 class ReasonCapabilityDisabled(TypedDict):
     command: str
     kind: Literal["capability-disabled"]
     toggle: "Toggle"
+
 
 class ReasonPolicyBlocked(TypedDict):
     command: str
     kind: Literal["policy-blocked"]
     rule: str
 
+
 class ReasonDynamicCommand(TypedDict):
     command: str
     detail: str
     kind: Literal["dynamic-command"]
 
+
 class ReasonOpaqueScript(TypedDict):
     command: str
     kind: Literal["opaque-script"]
+
 
 class ReasonParseFailed(TypedDict):
     detail: str
     kind: Literal["parse-failed"]
 
+
 class ReasonClassifierUnavailable(TypedDict):
     detail: str
     kind: Literal["classifier-unavailable"]
 
+
 #: One finding about the script. `kind` is the JSON tag.
 Reason = Union["ReasonTier0Supported", "ReasonEmptyScript", "ReasonUnknownCommand", "ReasonNeedsRealExec", "ReasonCapabilityDisabled", "ReasonPolicyBlocked", "ReasonDynamicCommand", "ReasonOpaqueScript", "ReasonParseFailed", "ReasonClassifierUnavailable"]
+
 
 #: The schema of [`Source`] (defined with the tier API, whose `unknown` reads any other value).
 SandboxSource = Literal["prepared", "ordinary", "unknown"]
 
+
 #: Always `lh.trace.v2`.
 SchemaName = Literal["lh.trace.v2"]
 
+
 #: A runtime toggle that gates a Tier-0 command.
 Toggle = Literal["network", "python", "javascript"]
+
 
 class TraceEventHarnessRuntimeCommandStarted(TypedDict):
     #: Milliseconds since the Unix epoch.
@@ -495,6 +565,7 @@ class TraceEventHarnessRuntimeCommandStarted(TypedDict):
     data: "CommandStarted"
     type: Literal["harness.runtime.command.started"]
 
+
 class TraceEventHarnessRuntimeCommandCompleted(TypedDict):
     #: Milliseconds since the Unix epoch.
     atMs: int
@@ -505,6 +576,7 @@ class TraceEventHarnessRuntimeCommandCompleted(TypedDict):
     turnId: str
     data: "CommandCompleted"
     type: Literal["harness.runtime.command.completed"]
+
 
 class TraceEventHarnessRuntimeDisposeFailed(TypedDict):
     #: Milliseconds since the Unix epoch.
@@ -517,6 +589,7 @@ class TraceEventHarnessRuntimeDisposeFailed(TypedDict):
     data: "DisposeFailed"
     type: Literal["harness.runtime.dispose.failed"]
 
+
 class TraceEventHarnessFileCreated(TypedDict):
     #: Milliseconds since the Unix epoch.
     atMs: int
@@ -527,6 +600,7 @@ class TraceEventHarnessFileCreated(TypedDict):
     turnId: str
     data: "FileEvent"
     type: Literal["harness.file.created"]
+
 
 class TraceEventHarnessFileModified(TypedDict):
     #: Milliseconds since the Unix epoch.
@@ -539,6 +613,7 @@ class TraceEventHarnessFileModified(TypedDict):
     data: "FileEvent"
     type: Literal["harness.file.modified"]
 
+
 class TraceEventHarnessFileDeleted(TypedDict):
     #: Milliseconds since the Unix epoch.
     atMs: int
@@ -549,6 +624,7 @@ class TraceEventHarnessFileDeleted(TypedDict):
     turnId: str
     data: "FileEvent"
     type: Literal["harness.file.deleted"]
+
 
 class TraceEventHarnessFileTruncated(TypedDict):
     #: Milliseconds since the Unix epoch.
@@ -561,6 +637,7 @@ class TraceEventHarnessFileTruncated(TypedDict):
     data: "FileTruncated"
     type: Literal["harness.file.truncated"]
 
+
 class TraceEventHarnessTierEscalated(TypedDict):
     #: Milliseconds since the Unix epoch.
     atMs: int
@@ -571,6 +648,7 @@ class TraceEventHarnessTierEscalated(TypedDict):
     turnId: str
     data: "TierEscalated"
     type: Literal["harness.tier.escalated"]
+
 
 class TraceEventHarnessTierRefused(TypedDict):
     #: Milliseconds since the Unix epoch.
@@ -583,6 +661,7 @@ class TraceEventHarnessTierRefused(TypedDict):
     data: "TierRefused"
     type: Literal["harness.tier.refused"]
 
+
 class TraceEventHarnessTurnUsage(TypedDict):
     #: Milliseconds since the Unix epoch.
     atMs: int
@@ -593,6 +672,7 @@ class TraceEventHarnessTurnUsage(TypedDict):
     turnId: str
     data: "TurnUsage"
     type: Literal["harness.turn.usage"]
+
 
 #: One line of `trace.ndjson` and of the session log, as the schema describes it: the envelope of [`TraceEvent`] around a typed [`Payload`] (`type` and `data`).
 TraceEvent = Union["TraceEventHarnessRuntimeCommandStarted", "TraceEventHarnessRuntimeCommandCompleted", "TraceEventHarnessRuntimeDisposeFailed", "TraceEventHarnessFileCreated", "TraceEventHarnessFileModified", "TraceEventHarnessFileDeleted", "TraceEventHarnessFileTruncated", "TraceEventHarnessTierEscalated", "TraceEventHarnessTierRefused", "TraceEventHarnessTurnUsage"]

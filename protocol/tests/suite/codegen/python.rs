@@ -46,7 +46,7 @@ pub fn python(trace: &Value, worker: &Value) -> String {
     }
     let mut s = HEADER.to_string();
     for item in out.items {
-        s.push('\n');
+        s.push_str("\n\n");
         s.push_str(&item);
     }
     s
