@@ -123,11 +123,12 @@ export interface EndTurnResponse {
   turn?: TurnSummary | null;
 }
 
-/** Every error: `{"error": {"code", "message"}}`. */
+/** Every error body of every service: `{"error": {"code", "message"}}`. The worker's `Refusal`, the kit's [`ApiError`] and the clients that read them all use this one type. */
 export interface ErrorBody {
   error: ErrorDetail;
 }
 
+/** The inside of an [`ErrorBody`]. */
 export interface ErrorDetail {
   code: string;
   message: string;

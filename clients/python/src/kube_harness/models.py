@@ -133,12 +133,14 @@ class EndTurnResponse(TypedDict):
 
 
 class ErrorBody(TypedDict):
-    """Every error: `{"error": {"code", "message"}}`."""
+    """Every error body of every service: `{"error": {"code", "message"}}`. The worker's `Refusal`, the kit's [`ApiError`] and the clients that read them all use this one type."""
 
     error: "ErrorDetail"
 
 
 class ErrorDetail(TypedDict):
+    """The inside of an [`ErrorBody`]."""
+
     code: str
     message: str
 
