@@ -1,6 +1,6 @@
 """Client of a Kube Harness session: run shell commands in it (whole or streamed), move files in
-and out, end its turns. The worker's wire protocol is docs/worker-api.md; `models` types its JSON (generated from the
-protocol's schemas)."""
+and out, end its turns. The worker's wire protocol is docs/worker-api.md; `models` types its JSON
+(generated from the protocol's schemas)."""
 
 from ._errors import (
     ApiError,
