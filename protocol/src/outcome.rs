@@ -1,9 +1,10 @@
 //! What one command produced, as every tier reports it and the worker API returns it.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// What the agent gets back for one command.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CommandOutcome {
     pub stdout: String,

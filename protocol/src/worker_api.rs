@@ -1,7 +1,9 @@
 //! The wire model of the worker API, shared by the server and [`crate::WorkerClient`] so
 //! the two cannot drift apart. Field names are camelCase on the wire.
 
+use crate::trace::{Classification, TurnUsage};
 use crate::{CommandOutcome, TraceEvent};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -13,7 +15,7 @@ pub const MAX_KEY_LEN: usize = 128;
 pub const MAX_SCRIPT_BYTES: usize = 120 * 1024;
 
 /// `POST /v1/exec`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExecRequest {
     pub script: String,
@@ -51,14 +53,19 @@ impl ExecRequest {
 }
 
 /// The answer to `POST /v1/exec`: the command's outcome and the trace events it emitted.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecResponse {
     /// stdout, stderr, exitCode, tier, timedOut, truncated: at the top level of the JSON.
     #[serde(flatten)]
     pub outcome: CommandOutcome,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub classification: Option<Value>,
+    /// With `explain`: the classifier's decision and reasons.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "sorted_keys"
+    )]
+    pub classification: Option<Classification>,
     /// Events of this command (empty for a replayed step: they are in the session log already).
     pub events: Vec<TraceEvent>,
     /// The result was read from the session log; nothing ran.
@@ -84,7 +91,7 @@ pub struct ExecResponse {
 }
 
 /// A stream's whole output, kept under `/artifacts/trace/` when it outgrew the result's cap.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OutputFile {
     /// Harness path of the file (`/artifacts/trace/<id>.stdout.txt`).
@@ -104,7 +111,7 @@ pub const NDJSON: &str = "application/x-ndjson";
 /// One line of a streamed exec: output while the command runs, a `keepalive` during silences
 /// (so that a client that went away is noticed and its command cancelled), then exactly one
 /// `result` (the exec response, its fields beside `type`) or `error` line, the last.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ExecStreamLine {
     /// Output as the command wrote it (UTF-8; a character split between reads is kept whole,
@@ -125,7 +132,7 @@ pub enum ExecStreamLine {
 }
 
 /// `POST /v1/turns/end` (body optional).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EndTurnRequest {
     /// The run the turn's closing events (usage, dispose failures) go to; default: the session.
@@ -134,19 +141,22 @@ pub struct EndTurnRequest {
 }
 
 /// The answer to `POST /v1/turns/end`. `turn` is `None` when no turn was open.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EndTurnResponse {
     pub turn: Option<TurnSummary>,
 }
 
 /// A finished turn: the runtime's usage report and the files its commands changed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnSummary {
     pub turn_id: String,
     pub commands: u64,
-    /// `Turn::end`'s value: stayedOnTier0, tier0 figures, higherTier, escalations, refusals.
+    /// `Turn::end`'s value, the data of the turn's `harness.turn.usage` event: stayedOnTier0,
+    /// tier0 figures, higherTier, escalations, refusals. Kept as the runtime returns it (the
+    /// readers index it); its schema is [`TurnUsage`].
+    #[schemars(with = "TurnUsage")]
     pub usage: Value,
     /// Last change per harness path during the turn, sorted by path; at most the worker's
     /// `--max-file-events` paths.
@@ -164,7 +174,7 @@ pub struct TurnSummary {
 }
 
 /// One Persistent Dir at the end of a turn, or answering `POST /v1/persistent/commit`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PersistentCommit {
     /// The dir's name (`/persistent/<dir>`).
@@ -183,7 +193,7 @@ pub struct PersistentCommit {
 /// the source after this one loaded it, so this turn's version was kept instead of written
 /// (first commit wins; `POST /v1/persistent/commit` writes it anyway). `failed`: nothing was
 /// written (the message says why).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum CommitOutcome {
     Committed,
@@ -194,14 +204,14 @@ pub enum CommitOutcome {
 }
 
 /// `POST /v1/persistent/commit`: write a kept turn of a dir to its source.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CommitRequest {
     pub dir: String,
     pub turn_id: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FileChangeSummary {
     pub path: String,
@@ -210,7 +220,7 @@ pub struct FileChangeSummary {
 }
 
 /// `GET /v1/status`: what the operator copies into the HarnessSession status.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     pub session: String,
@@ -238,14 +248,14 @@ pub struct Status {
     pub started_at: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CommandCounts {
     pub tier0: u64,
     pub tier1: u64,
 }
 
 /// `GET /healthz` and `GET /readyz`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Health {
     pub status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -296,7 +306,7 @@ pub mod code {
 }
 
 /// The answer to `PUT /v1/archive?path=…`: how many entries were placed, and their events.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ArchiveWritten {
     pub path: String,
@@ -316,7 +326,7 @@ pub struct ArchiveWritten {
 }
 
 /// The answer to `PUT /v1/files?path=…`: what was written and the file event it made.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FileWritten {
     pub path: String,
@@ -334,11 +344,19 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+/// Writes a value as a `serde_json::Value` would be written: object keys sorted (serde_json keeps
+/// its maps ordered by key), as this body's untyped field was before it was typed.
+fn sorted_keys<T: Serialize, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+    serde_json::to_value(value)
+        .map_err(serde::ser::Error::custom)?
+        .serialize(s)
+}
+
 /// `POST /v1/adopt`: binds a pooled worker (started with `--adopt-token-file`, before any session
 /// existed) to one session, once. The bearer is the pool's token, never a session's. Everything
 /// session-specific travels here; the worker then runs exactly as one started with these
 /// arguments and files (docs/operator.md "Warm pool").
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AdoptRequest {
     /// `kube-harness worker` arguments for the session (`WorkerArgs::to_args`); `--listen`,
@@ -370,7 +388,7 @@ impl std::fmt::Debug for AdoptRequest {
 }
 
 /// One file under `/.agents`: `path` relative to it (plain names, no `..`), content base64.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SkillFile {
     pub path: String,
@@ -378,7 +396,7 @@ pub struct SkillFile {
 }
 
 /// `POST /v1/adopt`'s answer: the session now served and [`adoption_settings`] of the request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AdoptResponse {
     pub session: String,

@@ -2,7 +2,7 @@
 //! failing; and release itself at the end of the turn.
 
 use async_trait::async_trait;
-use serde_json::Value;
+use kube_harness_protocol::trace::{HigherTierUsage, SandboxOrigin};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -55,7 +55,7 @@ pub struct DisposeReport {
     /// Changes merged back into the session's tracked mounts (higher tiers only).
     pub file_changes: Vec<kube_harness_workspace::FileChange>,
     /// The tier's own usage figures, when it measures any.
-    pub usage: Option<Value>,
+    pub usage: Option<HigherTierUsage>,
     /// Partial failures (a merge that applied some changes and rejected others): each becomes a
     /// `harness.runtime.dispose.failed` event after the file events of what was applied.
     pub problems: Vec<String>,
@@ -69,8 +69,8 @@ pub trait CommandExecutor: Send + Sync {
     /// Runs one command. Must not panic or hang past `req.timeout` (plus cleanup).
     async fn execute(&self, req: ExecRequest) -> ExecResult;
     /// What the tier reports about itself when it opens, before its first command runs (a pod:
-    /// `{"source", "missReason", "pod"}`); it goes into the `harness.tier.escalated` record.
-    fn opened(&self) -> Option<Value> {
+    /// where it came from); it goes into the `harness.tier.escalated` record.
+    fn opened(&self) -> Option<SandboxOrigin> {
         None
     }
     /// Releases the tier at the end of the turn; an error becomes `harness.runtime.dispose.failed`.

@@ -16,6 +16,7 @@ pub mod tier0;
 pub mod trace_file;
 pub mod tracker;
 pub mod turn;
+pub mod wire;
 
 pub use event::{Collector, Emitter, EventSink, TraceEvent};
 pub use executor::{

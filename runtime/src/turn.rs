@@ -4,14 +4,16 @@
 
 use super::event::{Emitter, Payload};
 use super::executor::{CommandExecutor, ExecRequest, NextTier, TierError};
+use super::wire;
 use super::{file_event, state, CommandOutcome, Tracker, REFUSED_EXIT_CODE};
 use kube_harness_classify::{self as classify, ClassifyOptions, Decision, UNJUDGED};
 use kube_harness_protocol::trace::{
-    CommandCompleted, CommandStarted, ContentRef, DisposeFailed, EscalationSignal, FileSource,
-    TierEscalated, TierFigures, TierRefused, TrackingSkipped, TurnUsage,
+    CommandCompleted, CommandStarted, ContentRef, DisposeFailed, EscalationDetail,
+    EscalationSignal, FileSource, HigherTierUsage, Reason, TierEscalated, TierFigures, TierRefused,
+    TrackingSkipped, TurnUsage,
 };
 use kube_harness_workspace::{FileChange, WorkspaceSpec};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -218,13 +220,14 @@ impl Turn {
                 step_key,
                 current_tier,
                 &reason,
-                json!(classification.reasons),
+                wire::reasons(&classification.reasons),
             ));
         }
         if st.higher.is_none() && classification.decision == Decision::Escalate {
-            let reasons = serde_json::to_value(&classification.reasons).unwrap_or(Value::Null);
+            let reasons = wire::reasons(&classification.reasons);
+            let detail = EscalationDetail::Reasons(reasons.clone());
             if let Err(reason) = self
-                .escalate(st, EscalationSignal::Classification, reasons.clone())
+                .escalate(st, EscalationSignal::Classification, detail)
                 .await
             {
                 return Ok(self.refuse(st, script, step_key, 0, &reason.to_string(), reasons));
@@ -241,9 +244,10 @@ impl Turn {
                 }
                 // The only retry: stderr is script-writable, so one escalation per command, and a
                 // command on the higher tier is never retried again.
-                let gap = serde_json::to_value(&gap).unwrap_or(Value::Null);
+                let gap = wire::gap(&gap);
+                let detail = EscalationDetail::Gap(gap.clone());
                 match self
-                    .escalate(st, EscalationSignal::EmulationGap, gap.clone())
+                    .escalate(st, EscalationSignal::EmulationGap, detail)
                     .await
                 {
                     Ok(()) => {
@@ -285,7 +289,7 @@ impl Turn {
         &self,
         classification: &classify::Classification,
         stderr: &str,
-    ) -> Option<(String, Value)> {
+    ) -> Option<(String, Vec<Reason>)> {
         let options = &self.config.classify;
         let mut named: Vec<String> = Vec::new();
         for line in stderr.lines() {
@@ -301,13 +305,13 @@ impl Turn {
                 let reason = format!(
                     "refused by policy: {command} (named by an emulation gap; not retried on a higher tier)"
                 );
-                return Some((reason, json!(verdict.reasons)));
+                return Some((reason, wire::reasons(&verdict.reasons)));
             }
         }
         let has_policy = !options.policy.deny_commands.is_empty() || options.policy.rule.is_some();
         has_policy.then(|| {
             let reason = "not retried on a higher tier under a deny policy: the retry would run the whole script again where classification cannot check what it runs".to_string();
-            (reason, json!(classification.reasons))
+            (reason, wire::reasons(&classification.reasons))
         })
     }
 
@@ -347,9 +351,7 @@ impl Turn {
             Some(match higher_usage {
                 Some(usage) => usage,
                 // A tier that reports no usage of its own is measured from its command durations.
-                None => {
-                    json!({"provider": "unknown", "commands": st.higher_figures.commands, "durationMs": st.higher_figures.duration_ms})
-                }
+                None => HigherTierUsage::Unknown(st.higher_figures.clone()),
             })
         } else {
             None
@@ -373,7 +375,7 @@ impl Turn {
         step_key: Option<&str>,
         tier: u8,
         reason: &str,
-        reasons: Value,
+        reasons: Vec<Reason>,
     ) -> CommandOutcome {
         st.refusals = st.refusals.saturating_add(1);
         self.emitter.emit(Payload::TierRefused(TierRefused {
@@ -394,7 +396,7 @@ impl Turn {
         &self,
         st: &mut TurnState,
         signal: EscalationSignal,
-        detail: Value,
+        detail: EscalationDetail,
     ) -> Result<(), EscalateError> {
         let Some(next) = &self.next_tier else {
             return Err(EscalateError::NoHigherTier);

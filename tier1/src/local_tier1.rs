@@ -9,13 +9,13 @@ use crate::error::Tier1Error;
 use crate::shell::{self, ShellCommand, ShellLimits, View};
 use crate::skills;
 use async_trait::async_trait;
+use kube_harness_protocol::trace::{HigherTierUsage, LocalUsage};
 use kube_harness_runtime::executor::{
     CommandExecutor, DisposeReport, ExecRequest, ExecResult, NextTier, TierError,
 };
 use kube_harness_workspace::{
     self as workspace, ApplyOptions, PackOptions, Snapshot, UnpackOptions, WorkspaceSpec,
 };
-use serde_json::json;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -242,13 +242,12 @@ impl HostShell {
         Ok(DisposeReport {
             problems,
             file_changes: report.applied,
-            usage: Some(json!({
-                "provider": "local-host",
-                "commands": self.commands.load(Ordering::Relaxed),
-                "durationMs": self.busy_ms.load(Ordering::Relaxed),
-                "provisionMs": self.provisioned.as_millis() as u64,
-                "bytesHandedOver": self.handed_over_bytes,
-                "bytesReturned": returned,
+            usage: Some(HigherTierUsage::LocalHost(LocalUsage {
+                commands: self.commands.load(Ordering::Relaxed),
+                duration_ms: self.busy_ms.load(Ordering::Relaxed),
+                provision_ms: self.provisioned.as_millis() as u64,
+                bytes_handed_over: self.handed_over_bytes,
+                bytes_returned: returned,
             })),
         })
     }

@@ -19,10 +19,10 @@ use super::skills::{self, MAX_SKILLS_ARCHIVE_BYTES};
 use super::tier_api::{TierApi, TierApiError};
 use async_trait::async_trait;
 use kube_harness_protocol::tier1::{BindReport, Phase, Sandbox};
+use kube_harness_protocol::trace::SandboxOrigin;
 use kube_harness_runtime::{CommandExecutor, NextTier, TierError};
 use kube_harness_service_kit::body::{self, Capped};
 use kube_harness_workspace::{self as workspace, PackOptions, PackReport, WorkspaceSpec};
-use serde_json::json;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -336,13 +336,11 @@ impl PodTier1 {
                 .trim_end_matches('/')
                 .to_string(),
             token: sb.token.clone().unwrap_or_default(),
-            opened: {
-                let mut opened =
-                    json!({"source": sb.source, "missReason": sb.miss_reason, "pod": sb.pod});
-                if sb.reused {
-                    opened["reused"] = json!(true);
-                }
-                opened
+            opened: SandboxOrigin {
+                source: sb.source,
+                miss_reason: sb.miss_reason.clone(),
+                pod: sb.pod.clone(),
+                reused: sb.reused,
             },
             pod,
             turn,

@@ -13,11 +13,11 @@ use super::tier_api::TierApi;
 use async_trait::async_trait;
 use base64::Engine;
 use kube_harness_protocol::tier1::{AgentExec, AgentExecResult};
+use kube_harness_protocol::trace::{HigherTierUsage, PodUsage, SandboxOrigin};
 use kube_harness_runtime::relock;
 use kube_harness_runtime::{CommandExecutor, DisposeReport, ExecRequest, ExecResult, TierError};
 use kube_harness_service_kit::body::{self, BodyError};
 use kube_harness_workspace::{self as workspace, ApplyOptions, Snapshot, WorkspaceSpec};
-use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -31,7 +31,7 @@ pub struct PodShell {
     pub(super) token: String,
     pub(super) pod: String,
     pub(super) turn: String,
-    pub(super) opened: Value,
+    pub(super) opened: SandboxOrigin,
     pub(super) worker_spec: WorkspaceSpec,
     /// The worker's snapshot at handoff: the merge's base.
     pub(super) worker_base: Snapshot,
@@ -208,7 +208,7 @@ impl CommandExecutor for PodShell {
         1
     }
 
-    fn opened(&self) -> Option<Value> {
+    fn opened(&self) -> Option<SandboxOrigin> {
         Some(self.opened.clone())
     }
 
@@ -259,17 +259,16 @@ impl CommandExecutor for PodShell {
                 self.pod
             ));
         }
-        report.usage = Some(json!({
-            "provider": "pod",
-            "pod": self.pod,
-            "source": self.opened["source"],
-            "missReason": self.opened["missReason"],
-            "podMs": pod_ms,
-            "provisionMs": self.provisioned.as_millis() as u64,
-            "commands": self.commands.load(Ordering::Relaxed),
-            "durationMs": self.busy_ms.load(Ordering::Relaxed),
-            "bytesHandedOver": self.handed_over,
-            "bytesReturned": returned,
+        report.usage = Some(HigherTierUsage::Pod(PodUsage {
+            pod: self.pod.clone(),
+            source: self.opened.source,
+            miss_reason: self.opened.miss_reason.clone(),
+            pod_ms,
+            provision_ms: self.provisioned.as_millis() as u64,
+            commands: self.commands.load(Ordering::Relaxed),
+            duration_ms: self.busy_ms.load(Ordering::Relaxed),
+            bytes_handed_over: self.handed_over,
+            bytes_returned: returned,
         }));
         Ok(report)
     }

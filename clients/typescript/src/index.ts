@@ -7,6 +7,18 @@
  * safe (the worker answers a completed step from its session log).
  */
 
+import type {
+  Classification,
+  FileWritten as WireFileWritten,
+  OutputFile as WireOutputFile,
+  TraceEvent,
+  TurnSummary as WireTurnSummary,
+} from "./models.js";
+
+/** The worker's JSON, typed (generated from the protocol's schemas: src/models.ts). */
+export type * as models from "./models.js";
+export type { Classification, TraceEvent, TurnUsage } from "./models.js";
+
 export const NDJSON = "application/x-ndjson";
 
 /** One command's outcome, whatever its exit code. */
@@ -20,8 +32,8 @@ export interface ExecResult {
   truncated: boolean;
   runId: string;
   replayed: boolean;
-  events: unknown[];
-  classification?: unknown;
+  events: TraceEvent[];
+  classification?: Classification;
   /** Streamed exec only: where all of stdout went when it outgrew the result's 1 MiB cap. */
   stdoutFile?: OutputFile;
   /** The same for stderr. */
@@ -30,14 +42,11 @@ export interface ExecResult {
   outputProblems?: string[];
 }
 
-/** A stream's whole output, kept under /artifacts/trace/ (read it with readFile). */
-export interface OutputFile {
-  path: string;
-  bytes: number;
-  sha256: string;
-  /** False when the file stopped at the worker's --max-file-bytes or a write failed. */
-  complete: boolean;
-}
+/**
+ * A stream's whole output, kept under /artifacts/trace/ (read it with readFile); `complete` is
+ * false when the file stopped at the worker's --max-file-bytes or a write failed.
+ */
+export type OutputFile = WireOutputFile;
 
 /** Output of a streamed command as it was written. */
 export interface Chunk {
@@ -52,20 +61,10 @@ export interface ExecOptions {
   stepKey?: string;
 }
 
-export interface FileWritten {
-  path: string;
-  change: "created" | "modified";
-  bytes: number;
-  events: unknown[];
-}
+export type FileWritten = WireFileWritten & { change: "created" | "modified" };
 
-export interface TurnSummary {
-  turnId: string;
-  commands: number;
-  usage: unknown;
-  fileChanges: { path: string; change: string }[];
-  events: unknown[];
-}
+/** A finished turn: its usage (`harness.turn.usage`'s data), changed files and closing events. */
+export type TurnSummary = WireTurnSummary;
 
 export class KubeHarnessError extends Error {}
 

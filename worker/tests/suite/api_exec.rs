@@ -178,7 +178,10 @@ async fn escalation_and_denied_commands_are_refused_with_126() {
     let mut req = ExecRequest::new("echo ok");
     req.explain = true;
     let r = c.exec(&req).await.unwrap();
-    assert_eq!(r.classification.unwrap()["decision"], "tier0");
+    assert_eq!(
+        r.classification.unwrap().decision,
+        kube_harness_protocol::trace::Decision::Tier0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

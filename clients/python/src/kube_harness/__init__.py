@@ -1,5 +1,6 @@
 """Client of a Kube Harness session: run shell commands in it (whole or streamed), move files in
-and out, end its turns. The worker's wire protocol is docs/worker-api.md."""
+and out, end its turns. The worker's wire protocol is docs/worker-api.md; `models` types its JSON
+(generated from the protocol's schemas)."""
 
 from ._errors import (
     ApiError,
@@ -18,6 +19,7 @@ from ._errors import (
     TurnEscalated,
     Unauthorized,
 )
+from . import models
 from ._models import Chunk, ExecResult, FileWritten, TurnSummary
 from ._session import AsyncSession, Session
 
@@ -43,4 +45,5 @@ __all__ = [
     "TurnEscalated",
     "TurnSummary",
     "Unauthorized",
+    "models",
 ]

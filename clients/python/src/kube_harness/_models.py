@@ -1,7 +1,10 @@
-"""What the worker answers, as small immutable records (the JSON's camelCase in snake_case)."""
+"""What the worker answers, as small immutable records (the JSON's camelCase in snake_case). The
+JSON inside them (events, classification, usage) is typed by the generated `models`."""
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, cast
+
+from .models import Classification, FileChangeSummary, OutputFile, TraceEvent, TurnUsage
 
 
 @dataclass(frozen=True)
@@ -24,12 +27,12 @@ class ExecResult:
     truncated: bool
     run_id: str = ""
     replayed: bool = False
-    events: List[Dict[str, Any]] = field(default_factory=list)
-    classification: Optional[Dict[str, Any]] = None
+    events: List[TraceEvent] = field(default_factory=list)
+    classification: Optional[Classification] = None
     #: Streamed exec only: where all of stdout (stderr) went when it outgrew the result's 1 MiB
     #: cap: {"path": "/artifacts/trace/…", "bytes": n, "sha256": hex, "complete": bool}.
-    stdout_file: Optional[Dict[str, Any]] = None
-    stderr_file: Optional[Dict[str, Any]] = None
+    stdout_file: Optional[OutputFile] = None
+    stderr_file: Optional[OutputFile] = None
     #: Why output past the cap was not (wholly) kept.
     output_problems: List[str] = field(default_factory=list)
     type: str = "result"
@@ -58,7 +61,7 @@ class FileWritten:
     path: str
     change: str
     bytes: int
-    events: List[Dict[str, Any]] = field(default_factory=list)
+    events: List[TraceEvent] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, body: Dict[str, Any]) -> "FileWritten":
@@ -69,16 +72,16 @@ class FileWritten:
 class TurnSummary:
     turn_id: str
     commands: int
-    usage: Dict[str, Any]
-    file_changes: List[Dict[str, Any]]
-    events: List[Dict[str, Any]]
+    usage: TurnUsage
+    file_changes: List[FileChangeSummary]
+    events: List[TraceEvent]
 
     @classmethod
     def from_json(cls, body: Dict[str, Any]) -> "TurnSummary":
         return cls(
             turn_id=body["turnId"],
             commands=body["commands"],
-            usage=body.get("usage") or {},
+            usage=cast(TurnUsage, body.get("usage") or {}),
             file_changes=body.get("fileChanges", []),
             events=body.get("events", []),
         )

@@ -124,7 +124,7 @@ impl Worker {
             outcome: executed.outcome,
             classification: req
                 .explain
-                .then(|| serde_json::to_value(&executed.classification).unwrap_or_default()),
+                .then(|| kube_harness_runtime::wire::classification(&executed.classification)),
             events,
             replayed: false,
             run_id: run,

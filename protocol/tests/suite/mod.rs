@@ -1,0 +1,2 @@
+mod codegen;
+mod generated;
