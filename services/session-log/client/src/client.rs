@@ -147,33 +147,13 @@ impl SessionLogClient {
     pub async fn append(&self, run: &str, event: &NewEvent) -> Result<Appended, ClientError> {
         let body = serde_json::to_vec(event).map_err(|e| ClientError::Request(e.to_string()))?;
         let url = format!("{}/v1/runs/{}/events", self.base_url, encode_segment(run));
-        let attempt = || async {
-            let mut request = self
+        let attempt = || {
+            let request = self
                 .http
                 .post(&url)
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(body.clone());
-            if let Some(token) = &self.token {
-                request = request.bearer_auth(token);
-            }
-            let response = request
-                .send()
-                .await
-                .map_err(|e| Attempt::Again(format!("transport: {e}")))?;
-            let status = response.status();
-            let bytes = response
-                .bytes()
-                .await
-                .map_err(|e| Attempt::Again(format!("reading response: {e}")))?;
-            match status {
-                StatusCode::OK => serde_json::from_slice(&bytes)
-                    .map_err(|e| Attempt::Done(ClientError::Decode(e.to_string()))),
-                s if retryable(s) => Err(Attempt::Again(format!(
-                    "{s}: {}",
-                    String::from_utf8_lossy(&bytes)
-                ))),
-                s => Err(Attempt::Done(rejected(s, &bytes))),
-            }
+            self.attempt(request, retryable)
         };
         self.with_retries(run, "append", attempt).await
     }
@@ -185,31 +165,40 @@ impl SessionLogClient {
             self.base_url,
             encode_segment(run)
         );
-        let attempt = || async {
-            let mut request = self.http.get(&url);
-            if let Some(token) = &self.token {
-                request = request.bearer_auth(token);
-            }
-            let response = request
-                .send()
-                .await
-                .map_err(|e| Attempt::Again(format!("transport: {e}")))?;
-            let status = response.status();
-            let bytes = response
-                .bytes()
-                .await
-                .map_err(|e| Attempt::Again(format!("reading response: {e}")))?;
-            match status {
-                StatusCode::OK => serde_json::from_slice(&bytes)
-                    .map_err(|e| Attempt::Done(ClientError::Decode(e.to_string()))),
-                s if retryable(s) && s != StatusCode::INTERNAL_SERVER_ERROR => Err(Attempt::Again(
-                    format!("{s}: {}", String::from_utf8_lossy(&bytes)),
-                )),
-                // A 500 on read is a damaged run (run-corrupt): retrying cannot fix it.
-                s => Err(Attempt::Done(rejected(s, &bytes))),
-            }
-        };
+        // A 500 on read is a damaged run (run-corrupt): retrying cannot fix it.
+        let again = |s: StatusCode| retryable(s) && s != StatusCode::INTERNAL_SERVER_ERROR;
+        let attempt = || self.attempt(self.http.get(&url), again);
         self.with_retries(run, "read", attempt).await
+    }
+
+    /// One request with the token: its JSON answer on 200; [`Attempt::Again`] on a transport
+    /// failure or a status `again` says may pass; else the refusal, for good.
+    async fn attempt<T: serde::de::DeserializeOwned>(
+        &self,
+        mut request: reqwest::RequestBuilder,
+        again: impl Fn(StatusCode) -> bool,
+    ) -> Result<T, Attempt> {
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| Attempt::Again(format!("transport: {e}")))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| Attempt::Again(format!("reading response: {e}")))?;
+        match status {
+            StatusCode::OK => serde_json::from_slice(&bytes)
+                .map_err(|e| Attempt::Done(ClientError::Decode(e.to_string()))),
+            s if again(s) => Err(Attempt::Again(format!(
+                "{s}: {}",
+                String::from_utf8_lossy(&bytes)
+            ))),
+            s => Err(Attempt::Done(rejected(s, &bytes))),
+        }
     }
 
     /// Runs `attempt` up to `max_append_attempts` times (the first included) while it fails with
