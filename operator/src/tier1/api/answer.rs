@@ -12,6 +12,7 @@ use kube_harness_crds::condition::reasons;
 use kube_harness_crds::{HarnessSession, SandboxTier};
 use kube_harness_protocol::tier1::{Phase, Sandbox};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What an answer may reuse instead of asking the API server again: the pod's token and the
 /// session, read beside the claim, and the open's Event, published with the answer's.
@@ -90,6 +91,14 @@ pub(super) async fn answer(
     // handed out (and so the workspace): one planted or made again under the turn's pod's name
     // is deleted, and the turn is Pending; the worker's next open makes the turn's ordinary pod
     // again, or finds the recorded pod gone.
+    let settled;
+    let pod = match proven(ctx, pod).await? {
+        Some(p) => {
+            settled = p;
+            &settled
+        }
+        None => pod,
+    };
     if !ctx.origin.proves(pod) {
         crate::origin::guard::refuse(ctx, pod, "a Tier-1 pod").await?;
         let mut view = state::sandbox(pod, turn, None);
@@ -146,6 +155,47 @@ pub(super) async fn answer(
     }
     publish_after(ctx, announce);
     Ok(Json(view))
+}
+
+/// How young an unproven pod may be and still be waited for: the open that creates a turn's
+/// ordinary pod writes its proof just after the create (the proof covers the pod's uid, which
+/// exists only then), so a racing open or a poll of the same turn can read the pod in between.
+const PROOF_GRACE: Duration = Duration::from_secs(10);
+/// How long such a pod is waited for, in re-reads [`PROOF_POLL`] apart.
+const PROOF_WAIT: Duration = Duration::from_secs(2);
+const PROOF_POLL: Duration = Duration::from_millis(100);
+
+/// `pod` as it reads once proven: at once when it carries the proof; when it does not and was
+/// created less than [`PROOF_GRACE`] ago, the same pod (its uid) read again until the proof
+/// arrives, for at most [`PROOF_WAIT`]. `None`: unproven (a planted pod never gets a proof, and
+/// is refused after the wait), gone, or made again.
+async fn proven(ctx: &Context, pod: &Pod) -> std::result::Result<Option<Pod>, kube::Error> {
+    if ctx.origin.proves(pod) {
+        return Ok(Some(pod.clone()));
+    }
+    let young = pod.metadata.creation_timestamp.as_ref().is_some_and(|t| {
+        k8s_openapi::jiff::Timestamp::now()
+            .duration_since(t.0)
+            .as_secs_f64()
+            < PROOF_GRACE.as_secs_f64()
+    });
+    if !young {
+        return Ok(None);
+    }
+    let pods: Api<Pod> = open::in_namespace_of(ctx, pod);
+    let deadline = tokio::time::Instant::now() + PROOF_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(PROOF_POLL).await;
+        match pods.get_opt(&pod.name_any()).await? {
+            Some(again) if again.metadata.uid == pod.metadata.uid => {
+                if ctx.origin.proves(&again) {
+                    return Ok(Some(again));
+                }
+            }
+            _ => return Ok(None),
+        }
+    }
+    Ok(None)
 }
 
 /// The answer to an open whose pod (or its Secret) the namespace's admission refused: a quota

@@ -118,3 +118,69 @@ async fn a_turn_pod_made_again_under_its_recorded_name_is_never_answered() {
         "{body}"
     );
 }
+
+/// Two opens of one turn race for its ordinary pod: the one whose create is refused (409, the
+/// other made it) reads the pod before the other wrote its proof. A pod created a moment ago is
+/// read again until the proof arrives: the turn's own pod is answered, never deleted (the
+/// Tier-1 e2e `racing_opens_of_one_turn_claim_one_pod` lost its pod this way).
+#[tokio::test]
+async fn a_racing_open_waits_for_the_proof_of_a_pod_created_a_moment_ago() {
+    use super::super::support::{already_exists, expect};
+    use super::{create_record, read_record, secret, tier_policy};
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    new_turn(&mut server, tier(0, false)).await;
+    let name = pod::ordinary_name(NS, "demo", "turn-1");
+    create_record(&mut server, &name).await;
+    tier_policy(&mut server).await;
+    let secrets = format!("/api/v1/namespaces/{NS}/secrets");
+    expect(
+        &mut server,
+        "POST",
+        &secrets,
+        201,
+        secret(NS, &name, "t1-token"),
+    )
+    .await;
+    let pods = format!("/api/v1/namespaces/{NS}/pods");
+    expect(
+        &mut server,
+        "POST",
+        &pods,
+        409,
+        already_exists("pods", &name),
+    )
+    .await;
+    let mut proven = t1_pod(
+        &name,
+        turn_labels(json!({"kubeharness.dev/tier": "rust"})),
+        json!({"kubeharness.dev/tier-level": "1"}),
+        json!({}),
+        "1",
+    );
+    proven["metadata"]["creationTimestamp"] = json!(k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string());
+    let mut unproven = proven.clone();
+    unproven["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove(ANNOTATION);
+    let this_pod = format!("{pods}/{name}");
+    expect(&mut server, "GET", &this_pod, 200, unproven).await;
+    read_record(&mut server, Some(&name)).await;
+    // Read again (the other open's proof has landed by now): no DELETE.
+    expect(&mut server, "GET", &this_pod, 200, proven).await;
+    super::super::support::drain_events(&mut server, NS, 1).await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        (
+            body["pod"].as_str(),
+            body["phase"].as_str(),
+            &body["reason"]
+        ),
+        (Some(name.as_str()), Some("Pending"), &Value::Null),
+        "{body}"
+    );
+}
