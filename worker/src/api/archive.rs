@@ -24,6 +24,7 @@ use kube_harness_workspace::safe_fs::{self, WalkError};
 use kube_harness_workspace::{FileChange, TreeError, TreeLimits, TreeOptions};
 use std::io::Write;
 use std::os::fd::OwnedFd;
+use std::path::Path;
 use tokio::sync::mpsc;
 
 /// Entries one archive may hold, in or out (a bound on the work one request can cause).
@@ -103,13 +104,28 @@ pub struct Extracted {
 /// Checks a spooled archive against itself and the session's tree below `target`, then places
 /// it (blocking: run it off the async threads; the caller holds the session). Returns the changes
 /// and the modes it could not keep.
-pub fn extract(target: &Target, mut spool: std::fs::File) -> Result<Extracted, WorkerError> {
+pub fn extract(
+    target: &Target,
+    mut spool: std::fs::File,
+    writable: impl Fn(&Path) -> bool,
+) -> Result<Extracted, WorkerError> {
     let opts = TreeOptions {
         limits: limits(),
         harness_root: target.harness.clone(),
         temp_name: files::temp_name,
     };
     let plan = kube_harness_workspace::plan_tree(&mut spool, &opts).map_err(refused)?;
+    // The target directory is writable (checked before the body was read), but a read-only
+    // prefix may lie below it: every entry is checked, and one there refuses the whole archive.
+    if let Some(rel) = plan
+        .paths()
+        .find(|rel| !writable(&target.harness.join(rel)))
+    {
+        return Err(WorkerError::ReadOnly(format!(
+            "{} is read-only in this session",
+            target.harness.join(rel).display()
+        )));
+    }
     let created = files::missing_dirs(target, &target.rel)?;
     let root = safe_fs::open_root(&target.mount.backing_path).map_err(|e| {
         WorkerError::Io(format!(

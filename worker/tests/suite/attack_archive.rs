@@ -350,3 +350,153 @@ async fn modes_that_are_not_kept_are_said_in_the_answer() {
     assert!(of("/session/up/d/suid").contains("4755"));
     assert!(of("/session/up/ro").contains("0555") && of("/session/up/ro").contains("owner"));
 }
+
+/// A read-only prefix below the target directory (an attacker found it): an archive uploaded to
+/// `/persistent` with an entry `ro/x` wrote into the read-only `/persistent/ro`, which `PUT` to
+/// `/persistent/ro` itself refuses. Every entry is checked: one at or below a read-only prefix
+/// refuses the whole archive (403 `read-only`), and nothing is written.
+#[tokio::test]
+async fn an_archive_cannot_write_below_a_read_only_prefix_of_its_directory() {
+    let (tmp, mut cfg) = config();
+    cfg.read_only_prefixes = vec!["/persistent/ro".into()];
+    let w = start_with(tmp, cfg).await;
+    std::fs::create_dir_all(w.host("/persistent/ro")).unwrap();
+    std::fs::write(w.host("/persistent/ro/policy.md"), "keep").unwrap();
+    let before = tree(&w.host("/persistent"));
+    let fine: RawEntry = (b"fine.txt", tar::EntryType::Regular, b"", b"fine");
+    for (what, bad) in [
+        (
+            "a new file",
+            (&b"ro/x"[..], tar::EntryType::Regular, &b""[..], &b"x"[..]),
+        ),
+        (
+            "an existing file",
+            (b"ro/policy.md", tar::EntryType::Regular, b"", b"gone"),
+        ),
+        (
+            "a symlink",
+            (b"ro/link", tar::EntryType::Symlink, b"/etc", b""),
+        ),
+        (
+            "a directory",
+            (b"ro/sub", tar::EntryType::Directory, b"", b""),
+        ),
+    ] {
+        let e = w
+            .client
+            .write_archive("/persistent", raw_tar(&[fine, bad]))
+            .await
+            .expect_err(what);
+        assert_eq!(api_code(&e), (403, code::READ_ONLY), "{what}: {e}");
+        assert_eq!(
+            tree(&w.host("/persistent")),
+            before,
+            "{what} wrote something"
+        );
+    }
+    // The same archive without the entry below the prefix is placed.
+    w.client
+        .write_archive("/persistent", raw_tar(&[fine]))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(w.host("/persistent/fine.txt")).unwrap(),
+        b"fine"
+    );
+}
+
+/// One PAX record, `"<len> key=value\n"`, its length counting itself.
+fn pax_record(key: &str, value: &[u8]) -> Vec<u8> {
+    let body = [b" ", key.as_bytes(), b"=", value, b"\n"].concat();
+    let mut len = body.len() + 1;
+    while len.to_string().len() + body.len() != len {
+        len += 1;
+    }
+    [len.to_string().as_bytes(), &body].concat()
+}
+
+/// A symlink whose target (a PAX `linkpath`) holds a NUL passed the checks and failed while being
+/// placed (500 `io-failed`), leaving the archive's new directory and file behind (an attacker
+/// found it). It is refused with the archive (400 `bad-archive`), and nothing is written.
+#[tokio::test]
+async fn a_symlink_target_with_a_nul_is_refused_before_anything_is_written() {
+    let w = start().await;
+    let before = tree(&w.host("/session"));
+    // ustar headers: the reader applies a PAX header only to a ustar entry.
+    let mut b = tar::Builder::new(Vec::new());
+    let pax = pax_record("linkpath", b"a\0b");
+    for (name, kind, link, data) in [
+        ("new/a.txt", tar::EntryType::Regular, "", &b"a"[..]),
+        ("PaxHeader", tar::EntryType::XHeader, "", &pax),
+        ("new/l", tar::EntryType::Symlink, "harmless", b""),
+    ] {
+        let mut h = tar::Header::new_ustar();
+        h.set_path(name).unwrap();
+        if !link.is_empty() {
+            h.set_link_name(link).unwrap();
+        }
+        h.set_entry_type(kind);
+        h.set_mode(0o644);
+        h.set_size(data.len() as u64);
+        h.set_cksum();
+        b.append(&h, data).unwrap();
+    }
+    let tar_bytes = b.into_inner().unwrap();
+    let e = w
+        .client
+        .write_archive("/session/up", tar_bytes)
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(&e), (400, code::BAD_ARCHIVE), "{e}");
+    assert_eq!(
+        tree(&w.host("/session")),
+        before,
+        "the refused archive wrote"
+    );
+}
+
+/// A PAX record or GNU long name is read whole into memory by the tar reader, bounded only by
+/// `--max-archive-bytes` (1 GiB by default): an attacker's 50 MiB long name aborted the worker.
+/// Such records over 64 KiB are refused before the reader sees them (400 `bad-archive`), with an
+/// answer that does not echo the name back, and nothing is written.
+#[tokio::test]
+async fn a_huge_pax_or_long_name_header_is_refused_before_it_is_read() {
+    let w = start().await;
+    let before = tree(&w.host("/session"));
+    let big = vec![b'a'; 1 << 20];
+    let pax = pax_record("path", &big);
+    for (what, kind, name, data) in [
+        (
+            "a GNU long name",
+            tar::EntryType::GNULongName,
+            "././@LongLink",
+            &big,
+        ),
+        ("a PAX path", tar::EntryType::XHeader, "PaxHeader", &pax),
+    ] {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, kind, data) in [
+            (name, kind, &data[..]),
+            ("f.txt", tar::EntryType::Regular, &b"x"[..]),
+        ] {
+            let mut h = tar::Header::new_gnu();
+            h.set_path(name).unwrap();
+            h.set_entry_type(kind);
+            h.set_mode(0o644);
+            h.set_size(data.len() as u64);
+            h.set_cksum();
+            b.append(&h, data).unwrap();
+        }
+        let e = w
+            .client
+            .write_archive("/session/up", b.into_inner().unwrap())
+            .await
+            .expect_err(what);
+        assert_eq!(api_code(&e), (400, code::BAD_ARCHIVE), "{what}: {e}");
+        assert!(
+            e.to_string().len() < 4096,
+            "{what}: the answer echoes the name"
+        );
+        assert_eq!(tree(&w.host("/session")), before, "{what} wrote");
+    }
+}

@@ -84,6 +84,75 @@ enum TreeEntry {
     },
 }
 
+/// The largest PAX or GNU long-name/long-link record a directory tar may carry. The tar reader
+/// holds such a record whole in memory, and only `--max-archive-bytes` (1 GiB by default) bounds
+/// the spool: an attacker's 50 MiB long name took the worker past 300 MB and aborted it.
+pub const MAX_METADATA: u64 = 64 << 10;
+
+enum Scan {
+    Io(io::Error),
+    /// The record's kind and its declared size.
+    TooLarge(&'static str, u64),
+}
+
+/// Walks the spool's 512-byte headers (skipping each entry's data by its declared size) and
+/// refuses a PAX (`x`, `g`) or GNU long-name (`L`, `K`) record over [`MAX_METADATA`] before the
+/// tar reader would read it into memory. Anything else (a bad checksum, a truncated entry) is
+/// left to the reader, which refuses it; the walk stops at the first zero block or past the end.
+fn metadata_bounded(spool: &mut File, len: u64) -> Result<(), Scan> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut offset = 0u64;
+    let mut header = [0u8; 512];
+    while offset.saturating_add(512) <= len {
+        spool.seek(SeekFrom::Start(offset)).map_err(Scan::Io)?;
+        spool.read_exact(&mut header).map_err(Scan::Io)?;
+        if header.iter().all(|&b| b == 0) {
+            return Ok(());
+        }
+        let size = header_size(&header[124..136]);
+        let kind = match header[156] {
+            b'x' => Some("PAX"),
+            b'g' => Some("PAX global"),
+            b'L' => Some("GNU long name"),
+            b'K' => Some("GNU long link"),
+            _ => None,
+        };
+        match (kind, size) {
+            (Some(kind), Some(size)) if size > MAX_METADATA => {
+                return Err(Scan::TooLarge(kind, size))
+            }
+            (Some(kind), None) => return Err(Scan::TooLarge(kind, u64::MAX)),
+            _ => {}
+        }
+        let Some(data) = size.and_then(|s| s.checked_add(511)).map(|s| s & !511) else {
+            return Ok(());
+        };
+        offset = match offset.checked_add(512).and_then(|o| o.checked_add(data)) {
+            Some(next) => next,
+            None => return Ok(()),
+        };
+    }
+    Ok(())
+}
+
+/// A header's size field: octal ASCII, or base-256 (high bit set) as GNU writes large sizes;
+/// `None` when it cannot be read or does not fit 64 bits.
+fn header_size(field: &[u8]) -> Option<u64> {
+    if field[0] & 0x80 != 0 {
+        let mut n: u64 = u64::from(field[0] & 0x7f);
+        for &b in &field[1..] {
+            n = n.checked_mul(256)?.checked_add(u64::from(b))?;
+        }
+        return Some(n);
+    }
+    let text = std::str::from_utf8(field).ok()?;
+    let digits = text.trim_matches(|c: char| c == ' ' || c == '\0');
+    if digits.is_empty() {
+        return Some(0);
+    }
+    u64::from_str_radix(digits, 8).ok()
+}
+
 /// A directory tar checked against itself ([`plan_tree`]): to be checked against the tree it
 /// goes into ([`TreePlan::check`]), then placed ([`TreePlan::place`]).
 #[derive(Debug)]
@@ -107,6 +176,15 @@ pub fn plan_tree(spool: &mut File, opts: &TreeOptions) -> Result<TreePlan, TreeE
         .map_err(|e| io_failed("reading the spool", &e))?;
     let max_entries = opts.limits.max_entries;
     let max_depth = opts.limits.max_depth;
+    metadata_bounded(spool, spool_len).map_err(|e| match e {
+        Scan::Io(e) => io_failed("reading the spool", &e),
+        Scan::TooLarge(kind, size) => bad(format!(
+            "a {kind} header of {size} bytes: at most {MAX_METADATA} (names and link targets are \
+             at most {PATH_MAX} bytes)"
+        )),
+    })?;
+    io::Seek::seek(spool, io::SeekFrom::Start(0))
+        .map_err(|e| io_failed("reading the spool", &e))?;
     let mut archive = tar::Archive::new(&mut *spool);
     let entries = archive
         .entries_with_seek()
@@ -172,9 +250,12 @@ pub fn plan_tree(spool: &mut File, opts: &TreeOptions) -> Result<TreePlan, TreeE
                     .link_name_bytes()
                     .map(|l| OsStr::from_bytes(&l).to_os_string())
                     .ok_or_else(|| bad(format!("symlink {} has no target", rel.display())))?;
-                if target.is_empty() || target.len() >= PATH_MAX {
+                // A NUL (a PAX `linkpath` may carry one) cannot be a target: refused here, not
+                // half-way through placing (symlinkat's EINVAL), so nothing is written.
+                if target.is_empty() || target.len() >= PATH_MAX || target.as_bytes().contains(&0)
+                {
                     return Err(bad(format!(
-                        "symlink {}: its target is empty or {PATH_MAX} bytes or longer",
+                        "symlink {}: its target is empty, {PATH_MAX} bytes or longer, or holds a NUL",
                         rel.display()
                     )));
                 }
@@ -257,6 +338,12 @@ impl TreePlan {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// The relative path of every entry, in order (for a caller's own rules about where an
+    /// entry may go, such as read-only prefixes below the target directory).
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
+        self.entries.keys().map(PathBuf::as_path)
     }
 
     /// Checks what is in the tree below `base` (the directory unpacked into, opened without

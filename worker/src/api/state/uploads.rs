@@ -72,9 +72,11 @@ impl Worker {
             Ok(t)
         });
         let limit = (self.config.max_archive_bytes, "--max-archive-bytes");
+        let spec = self.spec.clone();
         let up = self
-            .upload(target, head, body, limit, |target, spooled| {
-                let extracted = archive::extract(&target, spooled.file)?;
+            .upload(target, head, body, limit, move |target, spooled| {
+                let writable = |harness: &std::path::Path| spec.is_writable(harness);
+                let extracted = archive::extract(&target, spooled.file, writable)?;
                 Ok((extracted.changes, extracted.warnings))
             })
             .await?;
