@@ -109,12 +109,14 @@ fn metadata_bounded(spool: &mut File, len: u64) -> Result<(), Scan> {
         if header.iter().all(|&b| b == 0) {
             return Ok(());
         }
-        let size = header_size(&header[124..136]);
-        let kind = match header[156] {
-            b'x' => Some("PAX"),
-            b'g' => Some("PAX global"),
-            b'L' => Some("GNU long name"),
-            b'K' => Some("GNU long link"),
+        // The tar crate's own reading of the header's size (octal or base-256) and type.
+        let parsed = tar::Header::from_byte_slice(&header);
+        let size = parsed.entry_size().ok();
+        let kind = match parsed.entry_type() {
+            tar::EntryType::XHeader => Some("PAX"),
+            tar::EntryType::XGlobalHeader => Some("PAX global"),
+            tar::EntryType::GNULongName => Some("GNU long name"),
+            tar::EntryType::GNULongLink => Some("GNU long link"),
             _ => None,
         };
         match (kind, size) {
@@ -133,24 +135,6 @@ fn metadata_bounded(spool: &mut File, len: u64) -> Result<(), Scan> {
         };
     }
     Ok(())
-}
-
-/// A header's size field: octal ASCII, or base-256 (high bit set) as GNU writes large sizes;
-/// `None` when it cannot be read or does not fit 64 bits.
-fn header_size(field: &[u8]) -> Option<u64> {
-    if field[0] & 0x80 != 0 {
-        let mut n: u64 = u64::from(field[0] & 0x7f);
-        for &b in &field[1..] {
-            n = n.checked_mul(256)?.checked_add(u64::from(b))?;
-        }
-        return Some(n);
-    }
-    let text = std::str::from_utf8(field).ok()?;
-    let digits = text.trim_matches(|c: char| c == ' ' || c == '\0');
-    if digits.is_empty() {
-        return Some(0);
-    }
-    u64::from_str_radix(digits, 8).ok()
 }
 
 /// A directory tar checked against itself ([`plan_tree`]): to be checked against the tree it
