@@ -1,7 +1,7 @@
-//! The Kube Harness API, group `kubeharness.dev`, version `v1alpha1`: the `HarnessSession` and
-//! `SandboxTier` custom resources, their status conditions, and the CRD YAML generated from them
-//! (`kube-harness crdgen`; the committed copies under `crds/` and the chart are checked against
-//! the types by this crate's tests).
+//! The Kube Harness API, group `kubeharness.dev`, version `v1alpha1`: the `HarnessSession`,
+//! `SandboxTier` and `HarnessTurn` custom resources, their status conditions, and the CRD YAML
+//! generated from them (`kube-harness crdgen`; the committed copies under `crds/` and the chart
+//! are checked against the types by this crate's tests).
 
 // `printcolumn(...)` repeats keys such as `type_` once per column by design of kube-derive.
 #![allow(clippy::duplicated_attributes)]
@@ -10,11 +10,13 @@ pub mod condition;
 pub mod selector;
 pub mod session;
 pub mod tier;
+pub mod turn;
 pub mod valid;
 
 pub use condition::Condition;
 pub use session::{HarnessSession, HarnessSessionSpec, HarnessSessionStatus, Phase};
 pub use tier::{Capability, SandboxTier, SandboxTierSpec, SandboxTierStatus};
+pub use turn::{HarnessTurn, HarnessTurnSpec, HarnessTurnStatus, TurnPhase};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -24,7 +26,11 @@ pub const GROUP: &str = "kubeharness.dev";
 
 /// Every CRD of the API, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![HarnessSession::crd(), SandboxTier::crd()]
+    vec![
+        HarnessSession::crd(),
+        SandboxTier::crd(),
+        HarnessTurn::crd(),
+    ]
 }
 
 /// File name of a CRD's YAML (`<plural>.<group>.yaml`), as committed under `crds/` and in the

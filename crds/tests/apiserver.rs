@@ -203,6 +203,7 @@ fn a_real_api_server_refuses_what_becomes_a_bad_name_path_flag_or_label() {
     for name in [
         "harnesssessions.kubeharness.dev",
         "sandboxtiers.kubeharness.dev",
+        "harnessturns.kubeharness.dev",
     ] {
         let file = crds.join(format!("{name}.yaml"));
         let (ok, out) = server.kubectl(&["apply", "-f", file.to_str().unwrap()], None);
@@ -383,5 +384,63 @@ fn a_real_api_server_refuses_what_becomes_a_bad_name_path_flag_or_label() {
     assert!(
         taken_wrongly.is_empty() && refused_wrongly.is_empty(),
         "taken: {taken_wrongly:?}; refused: {refused_wrongly:?}"
+    );
+    turn_records_keep_their_turn_pod_and_end(&server);
+}
+
+fn turn(spec: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessTurn",
+        "metadata": {"name": "demo-turn-1", "namespace": "default"}, "spec": spec
+    })
+}
+
+/// A HarnessTurn (issue 36) is one turn of one session: its session and turn never change, its
+/// pod is set once, and an ended turn stays ended (the record's guarantees across replicas rest
+/// on these); a turn id with a control character is refused.
+fn turn_records_keep_their_turn_pod_and_end(server: &Server) {
+    use serde_json::json;
+    let (ok, out) = server.takes(&turn(json!({"session": "demo", "turn": "t\u{0007}x"})));
+    assert!(!ok && out.contains("control"), "a control character: {out}");
+    let base = json!({"session": "demo", "turn": "turn 1: a/b", "tier": "rust"});
+    let (ok, out) = server.kubectl(&["create", "-f", "-"], Some(&turn(base).to_string()));
+    assert!(ok, "{out}");
+    let update = |spec: serde_json::Value| {
+        server.kubectl(
+            &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+            Some(&turn(spec).to_string()),
+        )
+    };
+    let set_pod = json!({"session": "demo", "turn": "turn 1: a/b", "tier": "rust", "pod": "t1-a"});
+    let (ok, out) = update(set_pod);
+    assert!(ok, "setting the pod once: {out}");
+    for (what, spec, says) in [
+        (
+            "another turn",
+            json!({"session": "demo", "turn": "turn 2", "pod": "t1-a"}),
+            "never change",
+        ),
+        (
+            "another session",
+            json!({"session": "other", "turn": "turn 1: a/b", "pod": "t1-a"}),
+            "never change",
+        ),
+        (
+            "another pod",
+            json!({"session": "demo", "turn": "turn 1: a/b", "pod": "t1-b"}),
+            "pod never changes",
+        ),
+    ] {
+        let (ok, out) = update(spec);
+        assert!(!ok && out.contains(says), "{what} was taken: {out}");
+    }
+    let ended = json!({"session": "demo", "turn": "turn 1: a/b", "pod": "t1-a", "ended": true});
+    let (ok, out) = update(ended);
+    assert!(ok, "ending: {out}");
+    let revived = json!({"session": "demo", "turn": "turn 1: a/b", "pod": "t1-a", "ended": false});
+    let (ok, out) = update(revived);
+    assert!(
+        !ok && out.contains("stays ended"),
+        "an ended turn revived: {out}"
     );
 }

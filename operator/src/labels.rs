@@ -102,7 +102,7 @@ pub const IDLE_UNTIL: &str = "kubeharness.dev/idle-until";
 /// Annotation on a Tier-1 pod that served an earlier turn of its session: its agent holds that
 /// turn's workspace, which the next bind replaces.
 pub const REUSED: &str = "kubeharness.dev/reused";
-/// Annotation on a turn's record (a Lease, see `tier1::record`): when the turn ended (RFC 3339).
-/// The record is then a tombstone: nothing serves that turn again, so an open still under way
+/// Annotation on a turn's record (a HarnessTurn, see `tier1::record`): when the turn ended (RFC
+/// 3339), written with `spec.ended`. Nothing serves that turn again, so an open still under way
 /// when the turn ended creates nothing (or deletes what it made).
 pub const TURN_ENDED: &str = "kubeharness.dev/turn-ended";

@@ -1,7 +1,7 @@
 //! The Kube Harness operator: a HarnessSession controller (workspace PVC, Tier-0 worker pod,
-//! NetworkPolicy, token Secret, hibernation, status) and a SandboxTier controller (validation
-//! against the classifier's capability matrix), run by the replica that holds a Lease, with
-//! Prometheus metrics and health probes.
+//! NetworkPolicy, token Secret, hibernation, status), a SandboxTier controller (validation
+//! against the classifier's capability matrix) and a HarnessTurn controller (the status of Tier-1
+//! turns), run by the replica that holds a Lease, with Prometheus metrics and health probes.
 
 pub mod cache;
 pub mod config;
@@ -19,6 +19,7 @@ pub mod server;
 pub mod session;
 pub mod tier;
 pub mod tier1;
+pub mod turn;
 pub mod warm;
 
 pub use config::OperatorConfig;

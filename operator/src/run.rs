@@ -1,10 +1,10 @@
 //! The operator's main loop: serve probes and metrics, check the CRDs are installed, wait for the
-//! Lease, then run both controllers until SIGTERM or the Lease is lost.
+//! Lease, then run the controllers until SIGTERM or the Lease is lost.
 
 use crate::config::OperatorConfig;
 use crate::context::Context;
 use crate::labels::MANAGED_BY;
-use crate::{cache, leader, server, session, tier, tier1};
+use crate::{cache, leader, server, session, tier, tier1, turn};
 use anyhow::Context as _;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
@@ -16,7 +16,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::ResourceExt;
 use kube::{Api, Client};
-use kube_harness_crds::{HarnessSession, SandboxTier};
+use kube_harness_crds::{HarnessSession, HarnessTurn, SandboxTier};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -194,8 +194,25 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
                 tracing::debug!(error = %e, "tier reconcile");
             }
         });
+    // Turn objects, requeued by the Tier-1 pods serving them.
+    let turns = Controller::new(
+        Api::<HarnessTurn>::all(client.clone()),
+        paged().labels(&turn::selector()),
+    )
+    .watches(
+        Api::<Pod>::all(client.clone()),
+        paged().labels(&turn::pod_selector()),
+        |pod: Pod| turn::turn_of(&pod),
+    )
+    .graceful_shutdown_on(stopped(stop_rx.clone()))
+    .run(turn::reconcile, turn::error_policy, ctx.clone())
+    .for_each(|r| async move {
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "turn reconcile");
+        }
+    });
     let sweep = tier1::sweep::run(ctx.clone(), stopped(stop_rx.clone()));
-    futures::join!(sessions, tiers, sweep, tier_cache, claims, policies);
+    futures::join!(sessions, tiers, turns, sweep, tier_cache, claims, policies);
     ctx.metrics.leader.set(0);
     let lost_lease = !*leading.borrow();
     lost.abort();

@@ -11,7 +11,8 @@ helm() { "$KH_BIN/helm" --kubeconfig "$KH_KUBECONFIG" "$@"; }
 
 kh_kubectl apply --server-side --force-conflicts -f "$chart/crds/" >/dev/null || die "applying the CRDs failed"
 kh_kubectl wait --for condition=established --timeout=60s \
-  crd/harnesssessions.kubeharness.dev crd/sandboxtiers.kubeharness.dev >/dev/null
+  crd/harnesssessions.kubeharness.dev crd/sandboxtiers.kubeharness.dev \
+  crd/harnessturns.kubeharness.dev >/dev/null
 kh_kubectl create namespace "$ns" --dry-run=client -o yaml | kh_kubectl apply -f - >/dev/null
 kh_kubectl label --overwrite namespace "$ns" pod-security.kubernetes.io/enforce=restricted >/dev/null
 existed=no

@@ -29,6 +29,11 @@ OPERATOR_CLUSTER_RULES = {
 } | {
     ("kubeharness.dev", "sandboxtiers/status", v) for v in ["get", "patch", "update"]
 } | {
+    ("kubeharness.dev", "harnessturns", v)
+    for v in ["get", "list", "watch", "create", "patch", "delete"]
+} | {
+    ("kubeharness.dev", "harnessturns/status", v) for v in ["get", "patch"]
+} | {
     ("", "pods", v) for v in ["get", "list", "watch", "create", "patch", "delete"]
 } | {
     ("", "persistentvolumeclaims", v)
@@ -44,13 +49,14 @@ OPERATOR_CLUSTER_RULES = {
 
 OPERATOR_NAMESPACE_RULES = {
     ("coordination.k8s.io", "leases", v)
-    for v in ["get", "list", "create", "update", "patch", "delete"]
+    for v in ["get", "create", "update", "patch"]
 } | {("", "secrets", "get")}
 
 USER_RULES = {
     ("kubeharness.dev", "harnesssessions", v)
     for v in ["get", "list", "watch", "patch", "create", "update", "delete"]
-} | {("", "secrets", "get"), ("", "pods", "get"), ("", "pods", "list"),
+} | {("kubeharness.dev", "harnessturns", v) for v in ["get", "list", "watch"]} | {
+    ("", "secrets", "get"), ("", "pods", "get"), ("", "pods", "list"),
      ("", "pods/portforward", "create")}
 
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "SandboxTier"}

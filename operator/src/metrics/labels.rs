@@ -50,7 +50,7 @@ pub struct PodsLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SweptLabels {
-    /// `pod`, `secret` or `record` (a turn's Lease).
+    /// `pod`, `secret` or `record` (a turn's HarnessTurn).
     pub kind: &'static str,
     /// Why: session_gone, ended, failed_to_start, never_ready, worker_replaced, idle_timeout,
     /// turn_timeout, lost_race, unrecorded, no_pod.

@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
 use kube::{Api, Client, ResourceExt};
+use kube_harness_crds::HarnessTurn;
 use sha2::Sha256;
 use std::collections::BTreeMap;
 use subtle::ConstantTimeEq;
@@ -78,20 +79,50 @@ impl OriginKey {
     /// Whether `pod` carries the proof of its own namespace, name and uid (compared in constant
     /// time).
     pub fn proves(&self, pod: &Pod) -> bool {
-        let (Some(ns), Some(name), Some(uid)) = (
-            pod.metadata.namespace.as_deref(),
-            pod.metadata.name.as_deref(),
-            pod.metadata.uid.as_deref(),
-        ) else {
-            return false;
-        };
-        let Some(claimed) = pod.annotations().get(ANNOTATION) else {
+        let m = &pod.metadata;
+        match (m.namespace.as_deref(), m.name.as_deref(), m.uid.as_deref()) {
+            (Some(ns), Some(name), Some(uid)) => self.holds(ns, name, uid, pod.annotations()),
+            _ => false,
+        }
+    }
+
+    /// The proof for the turn object `namespace`/`name` of the session object `session_uid`. A
+    /// HarnessTurn is proven at its create (the one request that decides which pod serves the
+    /// turn), so the proof covers its session's uid, not its own: a copy onto a turn object
+    /// made again under the same name speaks for the same turn of the same session only, a
+    /// tenant's own (docs/security-model.md, T8).
+    pub fn turn_proof(&self, namespace: &str, name: &str, session_uid: &str) -> String {
+        self.proof(namespace, name, &format!("harnessturn:{session_uid}"))
+    }
+
+    /// Whether `turn` carries the proof of its namespace, name and its session uid label.
+    pub fn proves_turn(&self, turn: &HarnessTurn) -> bool {
+        let m = &turn.metadata;
+        let session_uid = turn.labels().get(crate::labels::SESSION_UID);
+        match (m.namespace.as_deref(), m.name.as_deref(), session_uid) {
+            (Some(ns), Some(name), Some(uid)) => {
+                self.holds(ns, name, &format!("harnessturn:{uid}"), turn.annotations())
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether `annotations` carry the proof of (`namespace`, `name`, `bound`), compared in
+    /// constant time.
+    fn holds(
+        &self,
+        namespace: &str,
+        name: &str,
+        bound: &str,
+        annotations: &BTreeMap<String, String>,
+    ) -> bool {
+        let Some(claimed) = annotations.get(ANNOTATION) else {
             return false;
         };
         let Ok(claimed) = hex::decode(claimed) else {
             return false;
         };
-        let want = self.mac(ns, name, uid).finalize().into_bytes();
+        let want = self.mac(namespace, name, bound).finalize().into_bytes();
         claimed.len() == want.len() && bool::from(want.as_slice().ct_eq(&claimed))
     }
 

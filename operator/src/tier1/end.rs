@@ -1,7 +1,7 @@
 //! Ending turns (docs/tier1.md, "Lifetimes"): the worker's `DELETE` of its turn, and an open of
 //! a new turn, which ends the session's other serving turns (one serving turn per session).
 //!
-//! A turn's record is made a tombstone before its pods are listed: an open of the same turn that
+//! A turn's record is ended before its pods are listed: an open of the same turn that
 //! is still under way either sees the tombstone (it records or re-reads the record after it
 //! claimed or created its pod, and then gives that pod up) or made its pod before the tombstone,
 //! and then the list after the tombstone finds the pod. Either way nothing serves an ended turn.
@@ -11,16 +11,27 @@ use super::record;
 use super::state;
 use crate::context::Context;
 use crate::labels;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt};
-use kube_harness_crds::SandboxTier;
+use kube_harness_crds::{HarnessTurn, SandboxTier};
 
 /// The session object whose turns are ended.
 pub struct Session<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
     pub uid: Option<&'a str>,
+}
+
+impl Session<'_> {
+    /// `turn` of this session, as its record is ended.
+    fn ending<'t>(&'t self, turn: &'t str) -> record::Ending<'t> {
+        record::Ending {
+            session_namespace: self.namespace,
+            session: self.name,
+            uid: self.uid,
+            turn,
+        }
+    }
 }
 
 /// What ending a turn did to its pods.
@@ -36,9 +47,7 @@ pub struct Ended {
 /// session's next turn when its tier says so (idleTimeoutSeconds > 0) and it is Ready, else
 /// deleted with its Secret; any other pod carrying the turn is deleted.
 pub async fn turn(ctx: &Context, session: &Session<'_>, turn: &str) -> Result<Ended, kube::Error> {
-    let labels = record::turn_labels(session.namespace, session.name, session.uid, turn);
-    let name = record::name(session.namespace, session.name, turn);
-    let tombstone = record::end(ctx, &name, &labels, Some(turn)).await?;
+    let tombstone = record::end(ctx, &session.ending(turn)).await?;
     let pods = open::session_pods(ctx, session.namespace, session.name).await?;
     let pods = open::of_turn(&open::of_session_object(pods, session.uid), turn);
     let keep = open::chosen(&pods, record::holder(&tombstone)).map(|p| p.name_any());
@@ -68,7 +77,7 @@ pub async fn others(
     session: &Session<'_>,
     turn: &str,
     pods: &[Pod],
-    records: &[Lease],
+    records: &[HarnessTurn],
 ) -> Result<usize, kube::Error> {
     let this = super::pod::turn_label(turn);
     // Checked on each object as read, not only by the list's selector.
@@ -78,16 +87,17 @@ pub async fn others(
             && is(labels::SESSION, session.name)
             && l.get(labels::TURN).is_some_and(|t| *t != this)
     };
-    let live: Vec<&Lease> = records
+    let live: Vec<&HarnessTurn> = records
         .iter()
-        .filter(|r| other(r.labels()) && record::said(Some(r), session.uid) != record::Said::Ended)
+        .filter(|r| {
+            other(r.labels()) && record::said(ctx, Some(r), session.uid) != record::Said::Ended
+        })
         .collect();
     if live.is_empty() && !pods.iter().any(|p| other(p.labels())) {
         return Ok(0);
     }
     for r in live {
-        let turn_id = r.annotations().get(labels::TURN_ID).cloned();
-        record::end(ctx, &r.name_any(), r.labels(), turn_id.as_deref()).await?;
+        record::end(ctx, &session.ending(&r.spec.turn)).await?;
     }
     let pods = open::session_pods(ctx, session.namespace, session.name).await?;
     let mut deleted = 0;

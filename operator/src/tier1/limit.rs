@@ -1,8 +1,8 @@
 //! A bound on how fast one session opens Tier-1 sandboxes. Every open writes a turn record (a
-//! Lease in the operator's namespace, kept ten minutes as a tombstone after its turn ends), a pod
-//! and its Secret: about ten API writes. The Leases sit outside the tenant's ResourceQuota, so
-//! without a bound one session's token could fill the operator's namespace. A worker opens once
-//! per escalated turn and polls with GET after that, so a legitimate agent never comes near it.
+//! HarnessTurn in the session's namespace, kept ten minutes after its turn ends), a pod and its
+//! Secret: about ten API writes, and the operator's own work (the turn controller, the sweep)
+//! grows with the records. A worker opens once per escalated turn and polls with GET after that,
+//! so a legitimate agent never comes near it.
 //!
 //! In memory, per replica (governor's GCRA, keyed by namespace and session): a bound on the cost
 //! of one token, not an exact global count. Checked after the bearer is verified, so nobody can

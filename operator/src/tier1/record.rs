@@ -1,57 +1,67 @@
-//! The record of which pod serves a turn: a Lease in the operator's namespace, named after the
-//! turn (`t1-turn-<hash of namespace, session, turn>`), whose `holderIdentity` names the pod. It
-//! is created once: of two opens of one turn (two replicas, or a worker's retry racing its first
-//! request), the one whose create succeeds decided the turn's pod, and the other gives up the pod
-//! it took and answers with the recorded one. The API server's create-if-absent on one name is
-//! what makes "one pod per turn" hold across replicas; a claim conditioned on a pool pod's
-//! resourceVersion only keeps two turns off one pod.
+//! The record of which pod serves a turn: a [`HarnessTurn`] in the session's namespace, owned by
+//! the session and named after the turn (`<session>-turn-<hash of namespace, session, turn>`),
+//! whose `spec.pod` names the pod. It is created once: of two opens of one turn (two replicas, or
+//! a worker's retry racing its first request), the one whose create succeeds decided the turn's
+//! pod, and the other gives up the pod it took and answers with the recorded one. The API
+//! server's create-if-absent on one name is what makes "one pod per turn" hold across replicas;
+//! a claim conditioned on a pool pod's resourceVersion only keeps two turns off one pod.
 //!
 //! Written before the ordinary pod (and its token Secret) of a turn is created, after a pool or
-//! kept pod is claimed. The end of the turn makes it a tombstone ([`labels::TURN_ENDED`],
-//! written before the turn's pods are listed and ended): an open of the turn that is still under
+//! kept pod is claimed. The end of the turn sets `spec.ended` (and [`labels::TURN_ENDED`], when),
+//! written before the turn's pods are listed and ended: an open of the turn that is still under
 //! way then finds its record ended, creates nothing and gives up what it claimed or made, so an
-//! ended turn stays ended. The sweep deletes a tombstone after [`ENDED_KEPT`], and a record
-//! whose pod is gone together with the ordinary pod's token Secret it may have left
-//! (docs/tier1.md). A record carries its session's uid: one of an earlier session of the same
-//! name is never this session's.
+//! ended turn stays ended (the CRD's validation keeps `ended` from going back). The sweep deletes
+//! an ended record after [`ENDED_KEPT`], and a record whose pod is gone together with the
+//! ordinary pod's token Secret it may have left (docs/tier1.md); deleting the session deletes
+//! its records (the garbage collector). A record carries its session's uid: one of an earlier
+//! session of the same name is never this session's. It lives in the tenant's namespace, so a
+//! record counts only with the operator's proof ([`crate::origin`]): an unproven one names no
+//! pod, and the open that meets it deletes it.
 
 use super::pod::{self, Serving};
 use crate::context::Context;
 use crate::kube_util::create_if_absent;
 use crate::labels;
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Api, ResourceExt};
-use kube_harness_crds::SandboxTier;
+use kube_harness_crds::{HarnessTurn, HarnessTurnSpec, SandboxTier};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// Annotation on a turn record: the name of the turn's ordinary pod (and token Secret), which
-/// the sweep deletes with an orphaned record.
-pub const ORDINARY: &str = "kubeharness.dev/ordinary-pod";
-
-/// How long a tombstone is kept: far beyond an open still under way when its turn ended (the
+/// How long an ended record is kept: far beyond an open still under way when its turn ended (the
 /// worker opens a turn only before it ends it, and every turn id is fresh).
 pub const ENDED_KEPT: Duration = Duration::from_secs(600);
 
-/// Name of the record of a turn.
+/// Name of the record of a turn (a session name too long to prefix it is left out: the Session
+/// column and labels still say whose it is).
 pub fn name(session_namespace: &str, session: &str, turn: &str) -> String {
-    format!(
-        "t1-turn-{}",
-        crate::kube_util::short_hash(&[session_namespace, session, turn])
-    )
+    let hash = crate::kube_util::short_hash(&[session_namespace, session, turn]);
+    match session.len() {
+        1..=200 => format!("{session}-turn-{hash}"),
+        _ => format!("turn-{hash}"),
+    }
 }
 
 /// The pod a record names.
-pub fn holder(lease: &Lease) -> Option<&str> {
-    lease.spec.as_ref()?.holder_identity.as_deref()
+pub fn holder(record: &HarnessTurn) -> Option<&str> {
+    record.spec.pod.as_deref().filter(|p| !p.is_empty())
 }
 
-/// Whether a record is a tombstone: its turn ended.
-pub fn ended(lease: &Lease) -> bool {
-    lease.annotations().contains_key(labels::TURN_ENDED)
+/// Whether a record says its turn ended.
+pub fn ended(record: &HarnessTurn) -> bool {
+    record.spec.ended
+}
+
+/// The name of the ordinary pod (and token Secret) of a record's turn.
+pub fn ordinary(record: &HarnessTurn) -> Option<String> {
+    let ns = record.metadata.namespace.as_deref()?;
+    Some(pod::ordinary_name(
+        ns,
+        &record.spec.session,
+        &record.spec.turn,
+    ))
 }
 
 /// Whether a record (or pod) with these labels belongs to the session object with `uid`: its
@@ -66,23 +76,30 @@ pub fn belongs(on: &BTreeMap<String, String>, uid: Option<&str>) -> bool {
 /// What the record of a turn says to the session object with `uid`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Said {
-    /// No record: no open recorded a pod yet.
+    /// No record (or one the operator did not make): no open recorded a pod yet.
     Nothing,
     /// The pod that serves the turn.
     Held(String),
-    /// The turn ended (a tombstone), or belongs to an earlier session of the same name: nothing
-    /// serves it for this session.
+    /// The turn ended, or belongs to an earlier session of the same name: nothing serves it for
+    /// this session.
     Ended,
 }
 
-/// Reads `record` (the turn's, if any) for the session object with `uid`.
-pub fn said(record: Option<&Lease>, uid: Option<&str>) -> Said {
+/// Reads `record` (the turn's, if any) for the session object with `uid`. An ended record ends
+/// the turn whoever made it (a tenant's own tombstone only ends its own turn); a holder counts
+/// only with the operator's proof.
+pub fn said(ctx: &Context, record: Option<&HarnessTurn>, uid: Option<&str>) -> Said {
     match record {
         None => Said::Nothing,
         Some(r) if ended(r) || !belongs(r.labels(), uid) => Said::Ended,
+        Some(r) if !ctx.origin.proves_turn(r) => Said::Nothing,
         // Never written without a holder; an empty one decides nothing.
         Some(r) => holder(r).map_or(Said::Nothing, |h| Said::Held(h.to_string())),
     }
+}
+
+fn records(ctx: &Context, session_namespace: &str) -> Api<HarnessTurn> {
+    Api::namespaced(ctx.client.clone(), session_namespace)
 }
 
 /// The record of `turn`, if there is one.
@@ -91,9 +108,8 @@ pub async fn get(
     session_namespace: &str,
     session: &str,
     turn: &str,
-) -> Result<Option<Lease>, kube::Error> {
-    let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    leases
+) -> Result<Option<HarnessTurn>, kube::Error> {
+    records(ctx, session_namespace)
         .get_opt(&name(session_namespace, session, turn))
         .await
 }
@@ -103,10 +119,9 @@ pub async fn of_turns(
     ctx: &Context,
     session_namespace: &str,
     session: &str,
-) -> Result<Vec<Lease>, kube::Error> {
-    let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+) -> Result<Vec<HarnessTurn>, kube::Error> {
     let selector = pod::session_selector(session_namespace, session);
-    Ok(leases
+    Ok(records(ctx, session_namespace)
         .list(&ListParams::default().labels(&selector))
         .await?
         .items)
@@ -124,72 +139,87 @@ pub enum Recorded {
     Ended,
 }
 
-/// The record object for `serving`'s turn naming `pod`.
-pub fn object(serving: &Serving, tier: &SandboxTier, pod: &str, namespace: &str) -> Lease {
+/// The owner reference of a turn's record: its session, so deleting the session deletes it.
+fn session_owner(session: &str, uid: Option<&str>) -> Option<Vec<OwnerReference>> {
+    Some(vec![OwnerReference {
+        api_version: "kubeharness.dev/v1alpha1".into(),
+        kind: "HarnessSession".into(),
+        name: session.into(),
+        uid: uid?.into(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    }])
+}
+
+/// The record object for `serving`'s turn naming `pod`, with the operator's proof.
+pub fn object(ctx: &Context, serving: &Serving, tier: &SandboxTier, pod: &str) -> HarnessTurn {
+    let ns = &serving.session_namespace;
+    let record_name = name(ns, &serving.session, &serving.turn);
     let mut labels = pod::tier_labels(&tier.name_any());
-    labels.insert(
-        labels::SESSION_NAMESPACE.into(),
-        serving.session_namespace.clone(),
-    );
+    labels.insert(labels::SESSION_NAMESPACE.into(), ns.clone());
     labels.insert(labels::SESSION.into(), serving.session.clone());
     labels.insert(labels::TURN.into(), pod::turn_label(&serving.turn));
+    let mut annotations = BTreeMap::new();
     if let Some(uid) = &serving.session_uid {
         labels.insert(labels::SESSION_UID.into(), uid.clone());
+        annotations.insert(
+            crate::origin::ANNOTATION.to_string(),
+            ctx.origin.turn_proof(ns, &record_name, uid),
+        );
     }
-    let ordinary = pod::ordinary_name(&serving.session_namespace, &serving.session, &serving.turn);
-    Lease {
+    HarnessTurn {
         metadata: ObjectMeta {
-            name: Some(name(
-                &serving.session_namespace,
-                &serving.session,
-                &serving.turn,
-            )),
-            namespace: Some(namespace.into()),
+            name: Some(record_name),
+            namespace: Some(ns.clone()),
             labels: Some(labels),
-            annotations: Some(BTreeMap::from([
-                (ORDINARY.to_string(), ordinary),
-                (labels::TURN_ID.to_string(), serving.turn.clone()),
-            ])),
-            owner_references: Some(pod::tier_owner(tier)),
+            annotations: Some(annotations),
+            owner_references: session_owner(&serving.session, serving.session_uid.as_deref()),
             ..ObjectMeta::default()
         },
-        spec: Some(LeaseSpec {
-            holder_identity: Some(pod.into()),
-            acquire_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
-            ..LeaseSpec::default()
-        }),
+        spec: HarnessTurnSpec {
+            session: serving.session.clone(),
+            turn: serving.turn.clone(),
+            tier: Some(tier.name_any()),
+            pod: Some(pod.into()),
+            ended: false,
+        },
+        status: None,
     }
 }
 
 /// Records `pod` as the pod of `serving`'s turn, unless another pod is recorded already or the
-/// turn ended.
+/// turn ended. A record the operator did not make (no proof) is deleted, that very object, and
+/// the create tried again.
 pub async fn record(
     ctx: &Context,
     serving: &Serving,
     tier: &SandboxTier,
     pod: &str,
 ) -> Result<Recorded, kube::Error> {
-    let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    let wanted = object(serving, tier, pod, &ctx.config.namespace);
-    // Twice at most: a record deleted between our create's 409 and its read (the turn ended
-    // meanwhile) is created again.
-    for _ in 0..2 {
-        if create_if_absent(&leases, &wanted).await?.is_some() {
+    let api = records(ctx, &serving.session_namespace);
+    let wanted = object(ctx, serving, tier, pod);
+    // Three times at most: a record deleted between our create's 409 and its read (the turn
+    // ended meanwhile), or an unproven one deleted, is created again.
+    for _ in 0..3 {
+        if create_if_absent(&api, &wanted).await?.is_some() {
             return Ok(Recorded::Ours);
         }
-        if let Some(found) = leases.get_opt(&wanted.name_any()).await? {
-            return Ok(match said(Some(&found), serving.session_uid.as_deref()) {
-                Said::Held(h) if h == pod => Recorded::Ours,
-                Said::Held(h) => Recorded::Theirs(h),
-                Said::Ended => Recorded::Ended,
-                Said::Nothing => Recorded::Ours,
-            });
+        if let Some(found) = api.get_opt(&wanted.name_any()).await? {
+            match said(ctx, Some(&found), serving.session_uid.as_deref()) {
+                Said::Held(h) if h == pod => return Ok(Recorded::Ours),
+                Said::Held(h) => return Ok(Recorded::Theirs(h)),
+                Said::Ended => return Ok(Recorded::Ended),
+                Said::Nothing => {
+                    tracing::warn!(record = %found.name_any(), "deleting a turn record the operator did not make");
+                    delete_as_read(ctx, &found).await?;
+                }
+            }
         }
     }
     Ok(Recorded::Ours)
 }
 
-/// Whether the turn's record is a tombstone now (read again after an open made the turn's pod:
+/// Whether the turn's record says it ended now (read again after an open made the turn's pod:
 /// an end that came in between did not see that pod, so the open deletes it).
 pub async fn ended_now(ctx: &Context, serving: &Serving) -> Result<bool, kube::Error> {
     let record = get(
@@ -199,30 +229,46 @@ pub async fn ended_now(ctx: &Context, serving: &Serving) -> Result<bool, kube::E
         &serving.turn,
     )
     .await?;
-    Ok(said(record.as_ref(), serving.session_uid.as_deref()) == Said::Ended)
+    Ok(said(ctx, record.as_ref(), serving.session_uid.as_deref()) == Said::Ended)
 }
 
-/// Makes the record `name` a tombstone (created as one when there is none; its holder kept), by
-/// server-side apply: `labels` are its labels when it is created, `turn` its turn id.
-pub async fn end(
-    ctx: &Context,
-    name: &str,
-    labels: &BTreeMap<String, String>,
-    turn: Option<&str>,
-) -> Result<Lease, kube::Error> {
-    let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+/// The turn whose record is ended by [`end`].
+pub struct Ending<'a> {
+    pub session_namespace: &'a str,
+    pub session: &'a str,
+    /// The session object's uid, when known.
+    pub uid: Option<&'a str>,
+    pub turn: &'a str,
+}
+
+/// Ends the record of `ending`'s turn (created ended when there is none; its pod kept), by
+/// server-side apply.
+pub async fn end(ctx: &Context, ending: &Ending<'_>) -> Result<HarnessTurn, kube::Error> {
+    let ns = ending.session_namespace;
+    let record_name = name(ns, ending.session, ending.turn);
+    let labels = turn_labels(ns, ending.session, ending.uid, ending.turn);
     let mut annotations =
         BTreeMap::from([(labels::TURN_ENDED.to_string(), pod::seconds_from_now(0))]);
-    if let Some(turn) = turn {
-        annotations.insert(labels::TURN_ID.into(), turn.into());
+    if let Some(uid) = ending.uid {
+        annotations.insert(
+            crate::origin::ANNOTATION.into(),
+            ctx.origin.turn_proof(ns, &record_name, uid),
+        );
+    }
+    let mut metadata = json!({"name": record_name, "labels": labels, "annotations": annotations});
+    if let Some(owners) = session_owner(ending.session, ending.uid) {
+        metadata["ownerReferences"] = json!(owners);
     }
     let tombstone = json!({
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "apiVersion": "kubeharness.dev/v1alpha1",
+        "kind": "HarnessTurn",
+        "metadata": metadata,
+        "spec": {"session": ending.session, "turn": ending.turn, "ended": true},
     });
     let params = PatchParams::apply(labels::MANAGER).force();
-    leases.patch(name, &params, &Patch::Apply(tombstone)).await
+    records(ctx, ns)
+        .patch(&record_name, &params, &Patch::Apply(tombstone))
+        .await
 }
 
 /// The labels of the record of `turn` of the session object (`uid`).
@@ -248,30 +294,34 @@ pub fn turn_labels(
     labels
 }
 
-/// Deletes the record `lease`, this very version of it (a uid and resourceVersion precondition:
+/// Deletes the record `record`, this very version of it (a uid and resourceVersion precondition:
 /// never a record written again or changed since it was read). `false`: gone already, or changed.
-pub async fn delete_as_read(ctx: &Context, lease: &Lease) -> Result<bool, kube::Error> {
-    let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+pub async fn delete_as_read(ctx: &Context, record: &HarnessTurn) -> Result<bool, kube::Error> {
+    let ns = record.metadata.namespace.as_deref().unwrap_or_default();
     let params = DeleteParams {
         preconditions: Some(Preconditions {
-            uid: lease.metadata.uid.clone(),
-            resource_version: lease.metadata.resource_version.clone(),
+            uid: record.metadata.uid.clone(),
+            resource_version: record.metadata.resource_version.clone(),
         }),
         ..DeleteParams::default()
     };
-    match leases.delete(&lease.name_any(), &params).await {
+    match records(ctx, ns).delete(&record.name_any(), &params).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(false),
         Err(e) => Err(e),
     }
 }
 
-/// Every turn record (the sweep's list).
-pub async fn list(ctx: &Context) -> Result<Vec<Lease>, kube::Error> {
-    let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+/// Every turn record the operator made, in every namespace (the sweep's list): ended ones, and
+/// ones with its proof. A record without it names no pod the sweep would judge by.
+pub async fn list(ctx: &Context) -> Result<Vec<HarnessTurn>, kube::Error> {
+    let api: Api<HarnessTurn> = Api::all(ctx.client.clone());
     let selector = format!("{}={}", labels::ROLE, labels::ROLE_TIER1);
-    Ok(leases
+    Ok(api
         .list(&ListParams::default().labels(&selector))
         .await?
-        .items)
+        .items
+        .into_iter()
+        .filter(|r| ctx.origin.proves_turn(r))
+        .collect())
 }

@@ -3,7 +3,7 @@
 //! ordinary pod's token Secret it left; a pod claimed for a turn that nothing recorded; a pod of a
 //! session created again under the same name). Each thing deleted is an Event and a metric.
 
-use super::support::{drain_events, expect, not_found, Handle};
+use super::support::{drain_events, expect, not_found, proven_turn, Handle};
 use kube_harness_crds::condition::reasons;
 use kube_harness_operator::tier1::{pod, sweep};
 use kube_harness_operator::{Context, OperatorConfig};
@@ -19,7 +19,10 @@ fn context() -> (Arc<Context>, Handle) {
         tier_api_url: Some("http://kh-operator.kube-harness.svc:8081".into()),
         ..OperatorConfig::for_namespace(OP)
     };
-    (Arc::new(Context::new(client, config)), server)
+    (
+        Arc::new(super::support::with_origin(Context::new(client, config))),
+        server,
+    )
 }
 
 fn at(secs: i64) -> String {
@@ -65,13 +68,29 @@ fn planted(name: &str, labels: Value, annotations: Value, with_uid: bool) -> Val
     p
 }
 
-fn lease(name: &str, holder: &str, turn_label: &str, written: i64, ordinary: &str) -> Value {
-    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-           "metadata": {"name": name, "namespace": OP, "creationTimestamp": at(written),
+/// A turn record `name` of session demo's turn `turn`, naming `holder`, written `written` seconds
+/// from now.
+fn lease(name: &str, holder: &str, turn: &str, written: i64) -> Value {
+    proven_turn(
+        json!({"apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessTurn",
+           "metadata": {"name": name, "namespace": NS, "creationTimestamp": at(written),
                         "labels": {"kubeharness.dev/role": "tier1", "kubeharness.dev/session-namespace": NS,
-                                   "kubeharness.dev/session": "demo", "kubeharness.dev/turn": turn_label},
-                        "annotations": {"kubeharness.dev/ordinary-pod": ordinary}},
-           "spec": {"holderIdentity": holder, "acquireTime": at(written)}})
+                                   "kubeharness.dev/session": "demo", "kubeharness.dev/session-uid": "s-uid",
+                                   "kubeharness.dev/turn": pod::turn_label(turn)}},
+           "spec": {"session": "demo", "turn": turn, "pod": holder}}),
+    )
+}
+
+/// The path of the turn records of every namespace, and of one in the session's.
+fn records_path(name: Option<&str>) -> String {
+    match name {
+        None => "/apis/kubeharness.dev/v1alpha1/harnessturns".into(),
+        Some(n) => format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnessturns/{n}"),
+    }
+}
+
+fn record_list(items: Vec<Value>) -> Value {
+    json!({"apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessTurnList", "metadata": {}, "items": items})
 }
 
 fn session() -> Value {
@@ -114,35 +133,20 @@ async fn the_sweep_ends_lifetimes_and_orphans_with_an_event_and_a_metric_each() 
     };
     let turn = |t: &str| pod::turn_label(t);
     let records = vec![
-        lease(
-            "t1-turn-timed",
-            "t1-timed",
-            &turn("t-timed"),
-            -4000,
-            "t1-timed",
-        ),
-        lease("t1-turn-live", "t1-live", &turn("t-live"), -100, "t1-live"),
-        lease(
-            "t1-turn-orphan",
-            "t1-never",
-            &turn("t-orphan"),
-            -300,
-            "t1-never",
-        ),
-        lease(
-            "t1-turn-fresh",
-            "t1-coming",
-            &turn("t-fresh"),
-            -5,
-            "t1-coming",
-        ),
+        lease("t1-turn-timed", "t1-timed", "t-timed", -4000),
+        lease("t1-turn-live", "t1-live", "t-live", -100),
+        lease("t1-turn-orphan", "t1-never", "t-orphan", -300),
+        lease("t1-turn-fresh", "t1-coming", "t-fresh", -5),
     ];
+    // The ordinary pods' (and Secrets') names of the timed-out and the orphaned turn.
+    let timed_ordinary = pod::ordinary_name(NS, "demo", "t-timed");
+    let never_ordinary = pod::ordinary_name(NS, "demo", "t-orphan");
     let listed = expect(
         &mut server,
         "GET",
-        &format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases"),
+        &records_path(None),
         200,
-        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "LeaseList", "metadata": {}, "items": records}),
+        record_list(records),
     )
     .await;
     assert!(
@@ -277,33 +281,33 @@ async fn the_sweep_ends_lifetimes_and_orphans_with_an_event_and_a_metric_each() 
     expect(
         &mut server,
         "DELETE",
-        &format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases/t1-turn-timed"),
+        &records_path(Some("t1-turn-timed")),
         200,
         ok(),
     )
     .await;
-    drain_events(&mut server, OP, 1).await;
+    drain_events(&mut server, NS, 1).await;
     expect(
         &mut server,
         "DELETE",
-        &format!("/api/v1/namespaces/{NS}/secrets/t1-timed"),
+        &format!("/api/v1/namespaces/{NS}/secrets/{timed_ordinary}"),
         404,
-        not_found("secrets", "t1-timed"),
+        not_found("secrets", &timed_ordinary),
     )
     .await;
     expect(
         &mut server,
         "DELETE",
-        &format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases/t1-turn-orphan"),
+        &records_path(Some("t1-turn-orphan")),
         200,
         ok(),
     )
     .await;
-    drain_events(&mut server, OP, 1).await;
+    drain_events(&mut server, NS, 1).await;
     expect(
         &mut server,
         "DELETE",
-        &format!("/api/v1/namespaces/{NS}/secrets/t1-never"),
+        &format!("/api/v1/namespaces/{NS}/secrets/{never_ordinary}"),
         200,
         ok(),
     )
@@ -329,7 +333,7 @@ async fn the_sweep_ends_lifetimes_and_orphans_with_an_event_and_a_metric_each() 
             ("pod", "t1-old", "session_gone"),
             ("record", "t1-turn-timed", "no_pod"),
             ("record", "t1-turn-orphan", "no_pod"),
-            ("secret", "t1-never", "no_pod"),
+            ("secret", never_ordinary.as_str(), "no_pod"),
         ]
     );
     // The live turn's bound is 40 s away: the next sweep comes no later.
@@ -377,18 +381,20 @@ fn a_pod_whose_turn_another_pod_holds_goes_and_one_recorded_stays() {
 /// A turn record `name` of session demo's turn `turn`, naming `holder`, written `written`
 /// seconds from now; a tombstone since `ended` seconds from now when given.
 fn record(name: &str, holder: &str, turn: &str, written: i64, ended: Option<i64>) -> Value {
-    let mut annotations = json!({"kubeharness.dev/turn-id": turn});
+    let mut annotations = json!({});
     if let Some(at_) = ended {
         annotations["kubeharness.dev/turn-ended"] = json!(at(at_));
     }
-    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+    proven_turn(
+        json!({"apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessTurn",
            "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "resourceVersion": "4",
                         "creationTimestamp": at(written),
                         "labels": {"kubeharness.dev/role": "tier1", "kubeharness.dev/session-namespace": NS,
                                    "kubeharness.dev/session": "demo", "kubeharness.dev/session-uid": "s-uid",
                                    "kubeharness.dev/turn": pod::turn_label(turn)},
                         "annotations": annotations},
-           "spec": {"holderIdentity": holder, "acquireTime": at(written)}})
+           "spec": {"session": "demo", "turn": turn, "pod": holder, "ended": ended.is_some()}}),
+    )
 }
 
 /// One sweep over: a pod whose turn's record is a tombstone (the turn ended, and an open still
@@ -416,9 +422,9 @@ async fn the_sweep_ends_ended_and_superseded_turns_and_unready_kept_pods_and_goe
     expect(
         &mut server,
         "GET",
-        &format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases"),
+        &records_path(None),
         200,
-        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "LeaseList", "metadata": {}, "items": records}),
+        record_list(records),
     )
     .await;
     let serving = |name: &str, t: &str, started: i64| {
@@ -522,7 +528,7 @@ async fn the_sweep_ends_ended_and_superseded_turns_and_unready_kept_pods_and_goe
     let seen = expect(
         &mut server,
         "DELETE",
-        &format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases/t1-turn-gone"),
+        &records_path(Some("t1-turn-gone")),
         200,
         ok(),
     )

@@ -210,20 +210,18 @@ async fn auth_recorded(
     read_tier(server, tier_obj).await;
 }
 
-fn leases_path() -> String {
-    format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases")
+fn records_path() -> String {
+    format!("/apis/kubeharness.dev/v1alpha1/namespaces/{NS}/harnessturns")
+}
+
+/// A list of turn records, as the API server returns it.
+fn record_list(items: Vec<Value>) -> Value {
+    json!({"apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessTurnList", "metadata": {}, "items": items})
 }
 
 /// The label lookup of the session's turn records, answered with `items`.
 async fn list_records(server: &mut Handle, items: Vec<Value>) {
-    let seen = expect(
-        server,
-        "GET",
-        &leases_path(),
-        200,
-        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "LeaseList", "metadata": {}, "items": items}),
-    )
-    .await;
+    let seen = expect(server, "GET", &records_path(), 200, record_list(items)).await;
     let want = format!(
         "labelSelector={}",
         pod::session_selector(NS, "demo")
@@ -235,17 +233,17 @@ async fn list_records(server: &mut Handle, items: Vec<Value>) {
 }
 
 fn record_path() -> String {
-    format!(
-        "/apis/coordination.k8s.io/v1/namespaces/{OP}/leases/{}",
-        record::name(NS, "demo", "turn-1")
-    )
+    format!("{}/{}", records_path(), record::name(NS, "demo", "turn-1"))
 }
 
 /// A turn record as the API server returns it, naming `holder`.
 fn lease(holder: &str) -> Value {
-    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-           "metadata": {"name": record::name(NS, "demo", "turn-1"), "namespace": OP, "resourceVersion": "5"},
-           "spec": {"holderIdentity": holder}})
+    super::support::proven_turn(
+        json!({"apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessTurn",
+           "metadata": {"name": record::name(NS, "demo", "turn-1"), "namespace": NS, "resourceVersion": "5",
+                        "labels": {"kubeharness.dev/session-uid": "s-uid"}},
+           "spec": {"session": "demo", "turn": "turn-1", "pod": holder}}),
+    )
 }
 
 /// The read of the turn's record, answered with one naming `holder` (or 404).
@@ -258,7 +256,7 @@ async fn read_record(server: &mut Handle, holder: Option<&str>) {
                 "GET",
                 &record_path(),
                 404,
-                not_found("leases", &record::name(NS, "demo", "turn-1")),
+                not_found("harnessturns", &record::name(NS, "demo", "turn-1")),
             )
             .await
         }
@@ -267,15 +265,8 @@ async fn read_record(server: &mut Handle, holder: Option<&str>) {
 
 /// The create of the turn's record naming `holder`, answered 201; returns what was sent.
 async fn create_record(server: &mut Handle, holder: &str) -> Seen {
-    let seen = expect(
-        server,
-        "POST",
-        &format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases"),
-        201,
-        lease(holder),
-    )
-    .await;
-    assert_eq!(seen.body["spec"]["holderIdentity"], holder, "{}", seen.body);
+    let seen = expect(server, "POST", &records_path(), 201, lease(holder)).await;
+    assert_eq!(seen.body["spec"]["pod"], holder, "{}", seen.body);
     assert_eq!(
         seen.body["metadata"]["name"],
         record::name(NS, "demo", "turn-1")
@@ -361,6 +352,12 @@ async fn ordinary(server: &mut Handle, miss: Option<&str>) -> (Value, Value) {
     let name = pod::ordinary_name(NS, "demo", "turn-1");
     // Recorded before anything of it is created.
     create_record(server, &name).await;
+    ordinary_recorded(server, miss).await
+}
+
+/// As [`ordinary`], from after the record's create.
+async fn ordinary_recorded(server: &mut Handle, miss: Option<&str>) -> (Value, Value) {
+    let name = pod::ordinary_name(NS, "demo", "turn-1");
     tier_policy(server).await;
     let created_secret = expect(
         server,
@@ -1081,6 +1078,11 @@ async fn tombstone(server: &mut Handle, path: &str, reply: Value) -> Seen {
         .as_str()
         .unwrap_or_else(|| panic!("a tombstone: {}", seen.body));
     at.parse::<k8s_openapi::jiff::Timestamp>().unwrap();
+    assert_eq!(
+        seen.body["spec"]["ended"], true,
+        "a tombstone: {}",
+        seen.body
+    );
     seen
 }
 
@@ -1093,16 +1095,18 @@ async fn end_turn_1(server: &mut Handle, holder: Option<&str>, pods: Vec<Value>)
     read_record(server, holder).await;
     let mut ended = match holder {
         Some(h) => lease(h),
-        None => json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                       "metadata": {"name": record::name(NS, "demo", "turn-1"), "namespace": OP}}),
+        None => json!({"apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessTurn",
+                       "metadata": {"name": record::name(NS, "demo", "turn-1"), "namespace": NS},
+                       "spec": {"session": "demo", "turn": "turn-1"}}),
     };
     ended["metadata"]["annotations"] = json!({"kubeharness.dev/turn-ended": in_seconds(0)});
+    ended["spec"]["ended"] = json!(true);
     let sent = tombstone(server, &record_path(), ended).await;
     assert_eq!(
         (
             sent.body["metadata"]["labels"]["kubeharness.dev/session-uid"].as_str(),
             sent.body["metadata"]["labels"]["kubeharness.dev/turn"].as_str(),
-            sent.body["metadata"]["annotations"]["kubeharness.dev/turn-id"].as_str()
+            sent.body["spec"]["turn"].as_str()
         ),
         (
             Some("s-uid"),
@@ -1330,12 +1334,7 @@ async fn a_warm_open_asks_together_what_does_not_depend_on_each_other_and_answer
                 session(None),
             ),
             ("GET", pods.clone(), 200, list(vec![])),
-            (
-                "GET",
-                leases_path(),
-                200,
-                json!({"apiVersion": "coordination.k8s.io/v1", "kind": "LeaseList", "metadata": {}, "items": []}),
-            ),
+            ("GET", records_path(), 200, record_list(vec![])),
         ],
     )
     .await;
@@ -1687,9 +1686,9 @@ async fn an_open_that_loses_the_turns_record_gives_its_claimed_pod_up_and_answer
     expect(
         &mut server,
         "POST",
-        &format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases"),
+        &records_path(),
         409,
-        super::support::already_exists("leases", &record::name(NS, "demo", "turn-1")),
+        super::support::already_exists("harnessturns", &record::name(NS, "demo", "turn-1")),
     )
     .await;
     expect(&mut server, "GET", &record_path(), 200, lease("t1-aaa")).await;
@@ -1749,9 +1748,9 @@ async fn an_ordinary_open_that_loses_the_turns_record_creates_nothing() {
     expect(
         &mut server,
         "POST",
-        &format!("/apis/coordination.k8s.io/v1/namespaces/{OP}/leases"),
+        &records_path(),
         409,
-        super::support::already_exists("leases", &record::name(NS, "demo", "turn-1")),
+        super::support::already_exists("harnessturns", &record::name(NS, "demo", "turn-1")),
     )
     .await;
     expect(&mut server, "GET", &record_path(), 200, lease("t1-other")).await;

@@ -976,6 +976,110 @@ async fn a_new_turn_ends_the_sessions_other_turn_and_an_ended_turn_stays_ended()
     .await;
 }
 
+/// `kubectl get harnessturns` (issue 36) during a Tier-1 turn: one row per turn with its session,
+/// tier, pod and phase (Ready once the pod serves, from the turn controller); the short name works;
+/// the object is owned by its session. The worker's DELETE ends it (phase Ended), and deleting the
+/// session takes its turn objects with it (the garbage collector).
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn kubectl_get_harnessturns_shows_the_open_turn_its_tier_pod_and_phase() {
+    let client = Client::try_default().await.unwrap();
+    with_tier(&client, toolchain_tier("e2e-hturn"), || async {
+        with_namespace("t1hturn", |client, ns| async move {
+            let made = session(&client, &ns, "ht", "e2e-hturn").await;
+            let api = TierApi::open(&client, &ns, "ht").await;
+            let turn = fresh_turn("shown");
+            let (status, opened) = api.call(reqwest::Method::POST, &turn).await;
+            assert_eq!(status, 200, "{opened}");
+            let pod = opened["pod"].as_str().unwrap().to_string();
+            let row = |phase: &'static str| {
+                let (ns, pod) = (ns.clone(), pod.clone());
+                move || {
+                    let (ns, pod) = (ns.clone(), pod.clone());
+                    async move {
+                        let out =
+                            harness::kubectl(&["get", "harnessturns", "-n", &ns, "--no-headers"])?;
+                        let text = stdout(&out);
+                        let fields: Vec<Vec<&str>> = text
+                            .lines()
+                            .map(|l| l.split_whitespace().collect())
+                            .collect();
+                        let want = ["ht", "e2e-hturn", pod.as_str(), phase];
+                        Ok(
+                            match fields.iter().any(|f| f.len() == 6 && f[1..5] == want) {
+                                true => Check::Done(text.clone()),
+                                false => Check::Pending(format!("{text}{}", stderr(&out))),
+                            },
+                        )
+                    }
+                }
+            };
+            let shown = wait::until(
+                "the turn's row, Ready",
+                Duration::from_secs(60),
+                row("Ready"),
+            )
+            .await
+            .unwrap();
+            assert_eq!(shown.lines().count(), 1, "one open turn: {shown}");
+            let out = harness::kubectl(&["get", "hturn", "-n", &ns, "-o", "json"]).unwrap();
+            let listed: Value = serde_json::from_str(&stdout(&out)).unwrap();
+            let item = &listed["items"][0];
+            assert_eq!(item["spec"]["turn"], turn.as_str(), "{item}");
+            let owner = &item["metadata"]["ownerReferences"][0];
+            assert_eq!(
+                (owner["kind"].as_str(), owner["uid"].as_str()),
+                (Some("HarnessSession"), made.metadata.uid.as_deref()),
+                "{item}"
+            );
+            let ready = item["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(
+                (ready["status"].as_str(), ready["reason"].as_str()),
+                (Some("True"), Some("Tier1Ready")),
+                "{item}"
+            );
+            let (status, _) = api.call(reqwest::Method::DELETE, &turn).await;
+            assert_eq!(status, 204);
+            wait::until(
+                "the turn's row, Ended",
+                Duration::from_secs(60),
+                row("Ended"),
+            )
+            .await
+            .unwrap();
+            no_tier1_pod_left(&client, &ns, "ht").await;
+            Api::<HarnessSession>::namespaced(client.clone(), &ns)
+                .delete("ht", &Default::default())
+                .await
+                .unwrap();
+            wait::until(
+                "the session's turns gone with it",
+                Duration::from_secs(120),
+                || {
+                    let ns = ns.clone();
+                    async move {
+                        let out =
+                            harness::kubectl(&["get", "harnessturns", "-n", &ns, "-o", "name"])?;
+                        let text = stdout(&out);
+                        Ok(match text.trim().is_empty() && out.status.success() {
+                            true => Check::Done(()),
+                            false => Check::Pending(format!("{text}{}", stderr(&out))),
+                        })
+                    }
+                },
+            )
+            .await
+            .unwrap();
+        })
+        .await;
+    })
+    .await;
+}
+
 /// What a command leaves running does not reach the session's next turn on its kept pod
 /// (docs/security-model.md §12): a turn plants a chain of 250 processes, each in a session of its
 /// own and waiting for the next, and a loop that forks without pause; the next turn, on the same

@@ -54,6 +54,7 @@ pub(super) async fn open(
     let records = records?;
     let this = record::name(&ns, &session, &req.turn);
     let recorded = match record::said(
+        &ctx,
         records.iter().find(|r| r.name_any() == this),
         uid.as_deref(),
     ) {

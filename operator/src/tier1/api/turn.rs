@@ -36,7 +36,7 @@ pub(super) async fn show(
     };
     let uid = session_obj.metadata.uid.as_deref();
     let pods = open::of_turn(&open::of_session_object(pods?, uid), &turn);
-    let recorded = match record::said(recorded?.as_ref(), uid) {
+    let recorded = match record::said(&ctx, recorded?.as_ref(), uid) {
         record::Said::Ended => return Err(ended_turn(&ns, &session, &turn)),
         record::Said::Held(holder) => Some(holder),
         record::Said::Nothing => None,

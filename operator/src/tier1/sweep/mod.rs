@@ -39,7 +39,7 @@ pub use rules::{
 /// One thing a sweep deleted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Swept {
-    /// `pod`, `secret` or `record` (a turn's Lease).
+    /// `pod`, `secret` or `record` (a turn's HarnessTurn).
     pub kind: &'static str,
     pub name: String,
     pub reason: &'static str,
@@ -78,7 +78,7 @@ struct SessionSeen {
 /// every Tier-1 pod also sets the `tier1_pods` gauge (idle pool pods are only counted: they are
 /// the pool's business).
 pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
-    // Without the records (an API error, or RBAC from an older chart without `list` on leases),
+    // Without the records (an API error, or RBAC from an older chart without `list` on harnessturns),
     // nothing is judged by them: no pod goes for a record it lacks.
     let (records, records_known) = match record::list(ctx).await {
         Ok(records) => (records, true),
@@ -284,12 +284,7 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
         if serving.get(holder) == Some(&turn) {
             continue;
         }
-        let written = r
-            .spec
-            .as_ref()
-            .and_then(|s| s.acquire_time.as_ref())
-            .map(|t| t.0)
-            .or_else(|| r.metadata.creation_timestamp.as_ref().map(|t| t.0));
+        let written = r.metadata.creation_timestamp.as_ref().map(|t| t.0);
         let waited = written
             .map(|t| now.duration_since(t).as_secs())
             .unwrap_or(0);
@@ -308,16 +303,16 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
                 continue;
             }
         }
-        let Some(ordinary) = r.annotations().get(record::ORDINARY) else {
+        let Some(ordinary) = record::ordinary(r) else {
             continue;
         };
-        if names.contains(ordinary) {
+        if names.contains(&ordinary) {
             continue;
         }
         // The ordinary pod's Secret is in the turn's session namespace, as the pod would be.
         let secret_ns = key(r.labels()).0;
         let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &secret_ns);
-        let gone = match deleted(secrets.delete(ordinary, &DeleteParams::default()).await) {
+        let gone = match deleted(secrets.delete(&ordinary, &DeleteParams::default()).await) {
             Ok(gone) => gone,
             Err(e) => {
                 out.failed(ctx, &format!("deleting token Secret {ordinary}"), &e);

@@ -280,6 +280,24 @@ pub fn proven(mut pod: Value) -> Value {
     pod
 }
 
+/// A turn record (HarnessTurn, as JSON) carrying the operator's proof for its namespace, name and
+/// session uid label.
+pub fn proven_turn(mut turn: Value) -> Value {
+    let m = &turn["metadata"];
+    let proof = origin_key().turn_proof(
+        m["namespace"].as_str().unwrap_or_default(),
+        m["name"].as_str().unwrap_or_default(),
+        m["labels"]["kubeharness.dev/session-uid"]
+            .as_str()
+            .unwrap_or_default(),
+    );
+    if !turn["metadata"]["annotations"].is_object() {
+        turn["metadata"]["annotations"] = json!({});
+    }
+    turn["metadata"]["annotations"][kube_harness_operator::origin::ANNOTATION] = json!(proof);
+    turn
+}
+
 /// Expects the operator to delete the planted pod `ns/name` (only that uid: `tenants-uid`) and to
 /// publish a Warning Event `PodOriginUnproven` about it; returns the Event.
 pub async fn expect_unproven_pod_deleted(handle: &mut Handle, ns: &str, name: &str) -> Value {

@@ -3,14 +3,18 @@
 //! HMAC of its namespace, name and uid) is claimed or has its endpoint and token handed out; any
 //! other is deleted (that uid) with a Warning Event `PodOriginUnproven`.
 
-use super::super::support::{expect_all, expect_unproven_pod_deleted, origin_key, Want};
+use super::super::support::{
+    already_exists, drain_events, expect, expect_all, expect_unproven_pod_deleted, origin_key, Want,
+};
 use super::{
-    auth_recorded, list_pool, new_turn, ordinary_answer, post, ready_status, start, t1_pod, tier,
-    tier_obj, turn_labels, NS, TOKEN,
+    auth_recorded, create_record, find_turn, list_pool, list_records, new_turn, ordinary_answer,
+    ordinary_recorded, post, read_session, read_tier, ready_status, record_path, records_path,
+    session, session_token, start, t1_pod, tier, tier_obj, turn_labels, worker_pod, NS, TOKEN,
 };
 use kube_harness_crds::condition::reasons;
 use kube_harness_operator::origin::ANNOTATION;
 use kube_harness_operator::tier1::pod;
+use kube_harness_operator::tier1::record;
 use serde_json::{json, Value};
 
 /// `pod` as a tenant plants it: the operator's proof of another pod (its real one, whose
@@ -183,4 +187,47 @@ async fn a_racing_open_waits_for_the_proof_of_a_pod_created_a_moment_ago() {
         (Some(name.as_str()), Some("Pending"), &Value::Null),
         "{body}"
     );
+}
+
+/// A turn record lives in the session's (the tenant's) namespace. One the tenant made at the
+/// turn's name, naming a pod of its choice and carrying the proof of another record, names no
+/// pod: the open that meets it deletes it (that uid only) and records its own.
+#[tokio::test]
+async fn a_turn_record_the_operator_did_not_make_names_no_pod_and_is_replaced() {
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    let name = record::name(NS, "demo", "turn-1");
+    let forged = json!({"apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessTurn",
+        "metadata": {"name": name, "namespace": NS, "uid": "tenants-uid", "resourceVersion": "3",
+                     "labels": turn_labels(json!({"kubeharness.dev/session-uid": "s-uid"})),
+                     "annotations": {ANNOTATION: origin_key().turn_proof(NS, "demo-turn-other", "s-uid")}},
+        "spec": {"session": "demo", "turn": "turn-1", "pod": "t1-tenants"}});
+    session_token(&mut server).await;
+    read_session(&mut server, session(None)).await;
+    find_turn(&mut server, vec![]).await;
+    list_records(&mut server, vec![forged.clone()]).await;
+    read_tier(&mut server, tier(0, false)).await;
+    worker_pod(&mut server).await;
+    expect(
+        &mut server,
+        "POST",
+        &records_path(),
+        409,
+        already_exists("harnessturns", &name),
+    )
+    .await;
+    expect(&mut server, "GET", &record_path(), 200, forged).await;
+    let ok = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"});
+    let deleted = expect(&mut server, "DELETE", &record_path(), 200, ok).await;
+    assert_eq!(
+        deleted.body["preconditions"],
+        json!({"uid": "tenants-uid", "resourceVersion": "3"})
+    );
+    create_record(&mut server, &pod::ordinary_name(NS, "demo", "turn-1")).await;
+    let (_, made) = ordinary_recorded(&mut server, None).await;
+    drain_events(&mut server, NS, 1).await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["pod"], made["metadata"]["name"]);
+    assert_ne!(body["pod"], "t1-tenants");
 }

@@ -3,12 +3,12 @@
 //! turn's DELETE came gives up what it made), and only this session object's turns count (not
 //! those of an earlier session of the same name).
 
-use super::super::support::{already_exists, drain_events, expect, Handle};
+use super::super::support::{already_exists, drain_events, expect, proven_turn, Handle};
 use super::{
-    call, config, create_record, find_turn, in_seconds, leases_path, list_pool, list_records,
-    ordinary, patch_pod, post, read_record, read_session, read_t1_secret, read_tier, ready_status,
-    record_path, session, session_token, start, t1_pod, tier, tier_obj, tombstone, worker_pod, NS,
-    OP, TOKEN,
+    call, config, create_record, find_turn, in_seconds, list_pool, list_records, ordinary,
+    patch_pod, post, read_record, read_session, read_t1_secret, read_tier, ready_status,
+    record_path, records_path, session, session_token, start, t1_pod, tier, tier_obj, tombstone,
+    worker_pod, NS, TOKEN,
 };
 use kube_harness_operator::tier1::{pod, record};
 use serde_json::{json, Value};
@@ -22,14 +22,16 @@ fn of_turn(turn: &str, uid: &str) -> Value {
 
 /// The record of `turn` naming `holder`, of session object `uid`; `ended`: a tombstone.
 fn record_of(turn: &str, holder: &str, uid: &str, ended: bool) -> Value {
-    let mut annotations = json!({"kubeharness.dev/turn-id": turn});
+    let mut annotations = json!({});
     if ended {
         annotations["kubeharness.dev/turn-ended"] = json!(in_seconds(-1));
     }
-    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-           "metadata": {"name": record::name(NS, "demo", turn), "namespace": OP, "uid": format!("uid-rec-{turn}"),
+    proven_turn(
+        json!({"apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessTurn",
+           "metadata": {"name": record::name(NS, "demo", turn), "namespace": NS, "uid": format!("uid-rec-{turn}"),
                         "resourceVersion": "8", "labels": of_turn(turn, uid), "annotations": annotations},
-           "spec": {"holderIdentity": holder}})
+           "spec": {"session": "demo", "turn": turn, "pod": holder, "ended": ended}}),
+    )
 }
 
 /// The delete of Tier-1 pod `name` and then its Secret; checks the pod's uid precondition.
@@ -92,17 +94,14 @@ async fn a_new_turn_ends_the_sessions_other_serving_turn_first() {
     .await;
     read_tier(&mut server, tier(0, false)).await;
     worker_pod(&mut server).await;
-    let path = format!("{}/{}", leases_path(), record::name(NS, "demo", "turn-0"));
+    let path = format!("{}/{}", records_path(), record::name(NS, "demo", "turn-0"));
     let sent = tombstone(
         &mut server,
         &path,
         record_of("turn-0", "t1-older", "s-uid", true),
     )
     .await;
-    assert_eq!(
-        sent.body["metadata"]["annotations"]["kubeharness.dev/turn-id"],
-        "turn-0"
-    );
+    assert_eq!(sent.body["spec"]["turn"], "turn-0");
     find_turn(&mut server, vec![older]).await;
     pod_deleted(&mut server, "t1-older").await;
     let (_, made) = ordinary(&mut server, None).await;
@@ -214,9 +213,9 @@ async fn a_claim_whose_turn_ended_meanwhile_gives_the_pod_up() {
     expect(
         &mut server,
         "POST",
-        &leases_path(),
+        &records_path(),
         409,
-        already_exists("leases", &record::name(NS, "demo", "turn-1")),
+        already_exists("harnessturns", &record::name(NS, "demo", "turn-1")),
     )
     .await;
     expect(
