@@ -687,19 +687,20 @@ fn rfc3339(secs: i64) -> String {
 }
 
 /// Orphans of an operator SIGKILLed half-way through opens, swept at the next leader's start-up.
-/// Simulated: this test makes the objects such an open leaves, as the operator makes them (the
-/// labels, annotations and turn record of docs/tier1.md): a turn record with the ordinary pod's
-/// token Secret whose pod never came (killed after the Secret); a pod claimed for a live session's
-/// turn that nothing recorded, its turn begun 10 minutes ago (killed between the claim and the
-/// record, and the worker never came back); a pool pod claimed for a session that is gone. Then the
-/// operator pods are deleted with grace period 0 (SIGKILL, as `kubectl delete pod --grace-period=0
-/// --force`). Each object goes, with a Tier1Swept Event, and the new leader counts it in
-/// `kube_harness_tier1_swept_total`.
+/// Simulated: this test makes the objects such an open leaves: a turn record with the ordinary
+/// pod's token Secret whose pod is gone (a real open through the tier API, its pod then deleted and
+/// its Secret made again as an open killed after the Secret leaves it); a pod claimed for a live
+/// session's turn that nothing recorded, its turn begun 10 minutes ago (killed between the claim
+/// and the record, and the worker never came back); a pool pod claimed for a session that is gone
+/// (both with the labels and annotations of docs/tier1.md). Then the operator pods are deleted with
+/// grace period 0 (SIGKILL, as `kubectl delete pod --grace-period=0 --force`). Each object goes,
+/// with a Tier1Swept Event, and the new leader counts it in `kube_harness_tier1_swept_total`.
 #[tokio::test]
 #[ignore = "needs a cluster with the chart installed"]
 async fn orphans_of_a_killed_operator_are_swept_at_the_next_start_with_events_and_metrics() {
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::Secret;
+    use kube_harness_crds::HarnessTurn;
     let client = Client::try_default().await.unwrap();
     with_tier(&client, toolchain_tier("e2e-orphan"), || async {
         with_namespace("t1orph", |client, ns| async move {
@@ -716,24 +717,36 @@ async fn orphans_of_a_killed_operator_are_swept_at_the_next_start_with_events_an
                 }
                 l
             };
-            let secret_name = format!("t1-never-{suffix}");
-            let record_name = format!("t1-turn-orphan-{suffix}");
             let unrecorded = format!("t1-unrec-{suffix}");
             let gone = format!("t1-gone-{suffix}");
-            // Tier-1 pods and their Secrets are in the session's namespace; the turn records and
-            // the operator in the release namespace.
+            // Tier-1 pods, their Secrets and the turn records are in the session's namespace; the
+            // operator in the release namespace.
             let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
             let leases: Api<Lease> = Api::namespaced(client.clone(), &release);
+            let records: Api<HarnessTurn> = Api::namespaced(client.clone(), &ns);
             let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
             let operators: Api<Pod> = Api::namespaced(client.clone(), &release);
             let pp = kube::api::PostParams::default();
+            // A real open records the turn's ordinary pod; the pod goes (its Secret with it, its
+            // owner), and the Secret is made again: what an open killed before the pod leaves.
+            let api = TierApi::open(&client, &ns, "orph").await;
+            let (status, opened) = api.call(reqwest::Method::POST, &fresh_turn("orphan")).await;
+            assert_eq!(status, 200, "{opened}");
+            let secret_name = opened["pod"].as_str().unwrap().to_string();
+            let record_name = records.list(&ListParams::default()).await.unwrap().items[0].name_any();
+            harness::kill_pod(&pods, &secret_name).await.unwrap();
+            wait::until("the turn's pod and Secret gone", Duration::from_secs(60), || async {
+                let (p, s) = (pods.get_opt(&secret_name).await?, secrets.get_opt(&secret_name).await?);
+                Ok(match p.is_none() && s.is_none() {
+                    true => Check::Done(()),
+                    false => Check::Pending(format!("pod {}, secret {}", p.is_some(), s.is_some())),
+                })
+            })
+            .await
+            .unwrap();
             secrets.create(&pp, &serde_json::from_value(json!({"metadata": {"name": secret_name,
                 "labels": with(json!({"kubeharness.dev/turn": "00000000000000aa"}))},
                 "data": {"token": "dG9rZW4="}})).unwrap()).await.unwrap();
-            leases.create(&pp, &serde_json::from_value(json!({"metadata": {"name": record_name,
-                "labels": with(json!({"kubeharness.dev/turn": "00000000000000aa"})),
-                "annotations": {"kubeharness.dev/ordinary-pod": secret_name, "kubeharness.dev/turn-id": "t-orphan"}},
-                "spec": {"holderIdentity": secret_name, "acquireTime": rfc3339(-300).replace('Z', ".000000Z")}})).unwrap()).await.unwrap();
             pods.create(&pp, &fake_tier1_pod(&unrecorded,
                 with(json!({"kubeharness.dev/turn": "00000000000000bb"})),
                 json!({"kubeharness.dev/turn-id": "t-lost", "kubeharness.dev/turn-started": rfc3339(-600),
@@ -756,7 +769,7 @@ async fn orphans_of_a_killed_operator_are_swept_at_the_next_start_with_events_an
             pod_gone(&client, &ns, &unrecorded, limit).await;
             pod_gone(&client, &ns, &gone, limit).await;
             wait::until("the orphaned record and Secret gone", limit, || async {
-                let (l, s) = (leases.get_opt(&record_name).await?, secrets.get_opt(&secret_name).await?);
+                let (l, s) = (records.get_opt(&record_name).await?, secrets.get_opt(&secret_name).await?);
                 Ok(if l.is_none() && s.is_none() {
                     Check::Done(())
                 } else {
@@ -765,7 +778,7 @@ async fn orphans_of_a_killed_operator_are_swept_at_the_next_start_with_events_an
             })
             .await
             .unwrap();
-            // Events on the pods and the Secret are in their namespace, on the record in the release's.
+            // Events on the pods, the Secret and the record are in their namespace.
             let mut swept = events_of(&client, &release, "Tier1Swept").await;
             swept.extend(events_of(&client, &ns, "Tier1Swept").await);
             for name in [&unrecorded, &gone, &record_name, &secret_name] {
