@@ -58,11 +58,13 @@ pub struct HarnessTurnSpec {
     pub turn: String,
     /// The SandboxTier the turn escalated to (unset on a turn ended before it recorded a pod).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = kube::core::Rule::new(crate::session::DNS_SUBDOMAIN_RULE).message("tier must be a SandboxTier name"))]
     #[schemars(length(max = 253))]
     pub tier: Option<String>,
     /// The Tier-1 pod that serves the turn: a pool pod it claimed, a pod kept from the session's
     /// previous turn, or one made for it. Set once, by the open that recorded it first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = kube::core::Rule::new(crate::session::DNS_SUBDOMAIN_RULE).message("pod must be a pod name"))]
     #[schemars(length(max = 253))]
     pub pod: Option<String>,
     /// True once the turn ended (the worker's DELETE, or a newer turn of the session opened):

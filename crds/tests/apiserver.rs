@@ -402,6 +402,13 @@ fn turn_records_keep_their_turn_pod_and_end(server: &Server) {
     use serde_json::json;
     let (ok, out) = server.takes(&turn(json!({"session": "demo", "turn": "t\u{0007}x"})));
     assert!(!ok && out.contains("control"), "a control character: {out}");
+    let (ok, out) = server.takes(&turn(
+        json!({"session": "demo", "turn": "t", "pod": "?watch=true"}),
+    ));
+    assert!(
+        !ok && out.contains("pod must be a pod name"),
+        "a pod that is no name: {out}"
+    );
     let base = json!({"session": "demo", "turn": "turn 1: a/b", "tier": "rust"});
     let (ok, out) = server.kubectl(&["create", "-f", "-"], Some(&turn(base).to_string()));
     assert!(ok, "{out}");

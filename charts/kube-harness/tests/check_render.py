@@ -59,7 +59,8 @@ USER_RULES = {
     ("", "secrets", "get"), ("", "pods", "get"), ("", "pods", "list"),
      ("", "pods/portforward", "create")}
 
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "SandboxTier"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "SandboxTier", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding"}
 WORKER_LABEL = {"app.kubernetes.io/managed-by": "kube-harness-operator"}
 # The chart's Grafana dashboard (set by main from the chart directory).
 DASHBOARD = None
@@ -205,6 +206,20 @@ class Checker:
                            f"{kind}: roleRef {b['roleRef']}")
                 self.check(b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": self.x["namespace"]}],
                            f"{kind}: subjects {b['subjects']}")
+        # Only the operator (and the garbage collector, the namespace controller, cluster admins)
+        # writes HarnessTurns, whatever RBAC a tenant was given in its namespace.
+        vap = self.one("ValidatingAdmissionPolicy", f"{fn}-harnessturns")
+        if vap:
+            rules = vap["spec"]["matchConstraints"]["resourceRules"]
+            self.check(any("harnessturns" in r["resources"] and "DELETE" in r["operations"] for r in rules),
+                       f"ValidatingAdmissionPolicy: rules {rules}")
+            expr = vap["spec"]["validations"][0]["expression"]
+            self.check(f"'system:serviceaccount:{self.x['namespace']}:{sa}'" in expr,
+                       f"ValidatingAdmissionPolicy: the operator's ServiceAccount is not the one allowed: {expr}")
+        binding = self.one("ValidatingAdmissionPolicyBinding", f"{fn}-harnessturns")
+        if binding:
+            self.check(binding["spec"] == {"policyName": f"{fn}-harnessturns", "validationActions": ["Deny"]},
+                       f"ValidatingAdmissionPolicyBinding: {binding['spec']}")
         users = self.find("ClusterRole", f"{fn}-user")
         if self.x["userRole"]:
             if self.check(len(users) == 1, "user ClusterRole missing"):

@@ -89,8 +89,18 @@ pub async fn others(
     };
     let live: Vec<&HarnessTurn> = records
         .iter()
+        // Only the operator's records of this session's other turns, read from their spec (a
+        // record's labels are not its turn), that still name a pod.
         .filter(|r| {
-            other(r.labels()) && record::said(ctx, Some(r), session.uid) != record::Said::Ended
+            let (ns, name, _) = record::key(r);
+            record::proven(ctx, r)
+                && ns == session.namespace
+                && name == session.name
+                && r.spec.turn != turn
+                && matches!(
+                    record::said(ctx, Some(r), session.uid),
+                    record::Said::Held(_)
+                )
         })
         .collect();
     if live.is_empty() && !pods.iter().any(|p| other(p.labels())) {

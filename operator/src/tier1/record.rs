@@ -44,9 +44,36 @@ pub fn name(session_namespace: &str, session: &str, turn: &str) -> String {
     }
 }
 
-/// The pod a record names.
+/// The pod a record names: only a name that can be a pod's (a DNS subdomain), so a record's
+/// `spec.pod` never becomes anything but one pod's path in a request.
 pub fn holder(record: &HarnessTurn) -> Option<&str> {
-    record.spec.pod.as_deref().filter(|p| !p.is_empty())
+    record
+        .spec
+        .pod
+        .as_deref()
+        .filter(|p| kube_harness_crds::valid::dns_subdomain(p))
+}
+
+/// Whether `record` is one the operator made: its proof (over its namespace, name and session
+/// uid), and a name that is the one its own spec's session and turn give. Labels are never read
+/// as the record's turn: they are the tenant's to change on an object it may write.
+pub fn proven(ctx: &Context, record: &HarnessTurn) -> bool {
+    let own_name = record
+        .metadata
+        .namespace
+        .as_deref()
+        .map(|ns| name(ns, &record.spec.session, &record.spec.turn));
+    own_name.is_some() && record.metadata.name == own_name && ctx.origin.proves_turn(record)
+}
+
+/// The (session namespace, session, turn label) a proven record is of, from its namespace and
+/// spec.
+pub fn key(record: &HarnessTurn) -> (String, String, String) {
+    (
+        record.metadata.namespace.clone().unwrap_or_default(),
+        record.spec.session.clone(),
+        pod::turn_label(&record.spec.turn),
+    )
 }
 
 /// Whether a record says its turn ended.
@@ -92,7 +119,7 @@ pub fn said(ctx: &Context, record: Option<&HarnessTurn>, uid: Option<&str>) -> S
     match record {
         None => Said::Nothing,
         Some(r) if ended(r) || !belongs(r.labels(), uid) => Said::Ended,
-        Some(r) if !ctx.origin.proves_turn(r) => Said::Nothing,
+        Some(r) if !proven(ctx, r) => Said::Nothing,
         // Never written without a holder; an empty one decides nothing.
         Some(r) => holder(r).map_or(Said::Nothing, |h| Said::Held(h.to_string())),
     }
@@ -137,6 +164,10 @@ pub enum Recorded {
     Theirs(String),
     /// The turn ended meanwhile (or is an earlier same-named session's): nothing serves it.
     Ended,
+    /// Something not the operator's holds the record's name and would not go (a record being
+    /// deleted, or made again as fast as it is deleted): nothing is recorded, and the open
+    /// answers 503 rather than serve a turn nothing records.
+    Contested,
 }
 
 /// The owner reference of a turn's record: its session, so deleting the session deletes it.
@@ -189,7 +220,7 @@ pub fn object(ctx: &Context, serving: &Serving, tier: &SandboxTier, pod: &str) -
 
 /// Records `pod` as the pod of `serving`'s turn, unless another pod is recorded already or the
 /// turn ended. A record the operator did not make (no proof) is deleted, that very object, and
-/// the create tried again.
+/// the create tried again; one that does not go is [`Recorded::Contested`].
 pub async fn record(
     ctx: &Context,
     serving: &Serving,
@@ -205,6 +236,14 @@ pub async fn record(
             return Ok(Recorded::Ours);
         }
         if let Some(found) = api.get_opt(&wanted.name_any()).await? {
+            // Being deleted (an unproven one we deleted, held by a finalizer, or an ended one
+            // the sweep deletes): present, and not ours.
+            if found.metadata.deletion_timestamp.is_some() {
+                return Ok(match ended(&found) {
+                    true => Recorded::Ended,
+                    false => Recorded::Contested,
+                });
+            }
             match said(ctx, Some(&found), serving.session_uid.as_deref()) {
                 Said::Held(h) if h == pod => return Ok(Recorded::Ours),
                 Said::Held(h) => return Ok(Recorded::Theirs(h)),
@@ -216,7 +255,7 @@ pub async fn record(
             }
         }
     }
-    Ok(Recorded::Ours)
+    Ok(Recorded::Contested)
 }
 
 /// Whether the turn's record says it ended now (read again after an open made the turn's pod:
@@ -312,16 +351,22 @@ pub async fn delete_as_read(ctx: &Context, record: &HarnessTurn) -> Result<bool,
     }
 }
 
-/// Every turn record the operator made, in every namespace (the sweep's list): ended ones, and
-/// ones with its proof. A record without it names no pod the sweep would judge by.
+/// Every turn record the operator made, in every namespace (the sweep's list): those with its
+/// proof ([`proven`]). A record without it names no pod the sweep would judge by, and is not
+/// held: the list is read a page of [`crate::run::WATCH_PAGE_SIZE`] at a time.
 pub async fn list(ctx: &Context) -> Result<Vec<HarnessTurn>, kube::Error> {
     let api: Api<HarnessTurn> = Api::all(ctx.client.clone());
     let selector = format!("{}={}", labels::ROLE, labels::ROLE_TIER1);
-    Ok(api
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items
-        .into_iter()
-        .filter(|r| ctx.origin.proves_turn(r))
-        .collect())
+    let mut params = ListParams::default()
+        .labels(&selector)
+        .limit(crate::run::WATCH_PAGE_SIZE);
+    let mut out = Vec::new();
+    loop {
+        let page = api.list(&params).await?;
+        out.extend(page.items.into_iter().filter(|r| proven(ctx, r)));
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(out),
+        }
+    }
 }

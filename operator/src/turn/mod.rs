@@ -42,7 +42,7 @@ pub fn turn_of(pod: &Pod) -> Option<ObjectRef<HarnessTurn>> {
 /// Writes `turn`'s status when it differs from what the record and its pod say now.
 pub async fn reconcile(turn: Arc<HarnessTurn>, ctx: Arc<Context>) -> Result<Action> {
     let started = std::time::Instant::now();
-    if !ctx.origin.proves_turn(&turn) {
+    if !record::proven(&ctx, &turn) {
         return Ok(Action::await_change());
     }
     let ns = turn.namespace().unwrap_or_default();

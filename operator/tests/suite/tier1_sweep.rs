@@ -5,7 +5,7 @@
 
 use super::support::{drain_events, expect, not_found, proven_turn, Handle};
 use kube_harness_crds::condition::reasons;
-use kube_harness_operator::tier1::{pod, sweep};
+use kube_harness_operator::tier1::{pod, record, sweep};
 use kube_harness_operator::{Context, OperatorConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -68,12 +68,11 @@ fn planted(name: &str, labels: Value, annotations: Value, with_uid: bool) -> Val
     p
 }
 
-/// A turn record `name` of session demo's turn `turn`, naming `holder`, written `written` seconds
-/// from now.
-fn lease(name: &str, holder: &str, turn: &str, written: i64) -> Value {
+/// The record of session demo's turn `turn`, naming `holder`, written `written` seconds from now.
+fn lease(holder: &str, turn: &str, written: i64) -> Value {
     proven_turn(
         json!({"apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessTurn",
-           "metadata": {"name": name, "namespace": NS, "creationTimestamp": at(written),
+           "metadata": {"name": record::name(NS, "demo", turn), "namespace": NS, "creationTimestamp": at(written),
                         "labels": {"kubeharness.dev/role": "tier1", "kubeharness.dev/session-namespace": NS,
                                    "kubeharness.dev/session": "demo", "kubeharness.dev/session-uid": "s-uid",
                                    "kubeharness.dev/turn": pod::turn_label(turn)}},
@@ -133,14 +132,18 @@ async fn the_sweep_ends_lifetimes_and_orphans_with_an_event_and_a_metric_each() 
     };
     let turn = |t: &str| pod::turn_label(t);
     let records = vec![
-        lease("t1-turn-timed", "t1-timed", "t-timed", -4000),
-        lease("t1-turn-live", "t1-live", "t-live", -100),
-        lease("t1-turn-orphan", "t1-never", "t-orphan", -300),
-        lease("t1-turn-fresh", "t1-coming", "t-fresh", -5),
+        lease("t1-timed", "t-timed", -4000),
+        lease("t1-live", "t-live", -100),
+        lease("t1-never", "t-orphan", -300),
+        lease("t1-coming", "t-fresh", -5),
     ];
     // The ordinary pods' (and Secrets') names of the timed-out and the orphaned turn.
     let timed_ordinary = pod::ordinary_name(NS, "demo", "t-timed");
     let never_ordinary = pod::ordinary_name(NS, "demo", "t-orphan");
+    let (timed_record, orphan_record) = (
+        record::name(NS, "demo", "t-timed"),
+        record::name(NS, "demo", "t-orphan"),
+    );
     let listed = expect(
         &mut server,
         "GET",
@@ -281,7 +284,7 @@ async fn the_sweep_ends_lifetimes_and_orphans_with_an_event_and_a_metric_each() 
     expect(
         &mut server,
         "DELETE",
-        &records_path(Some("t1-turn-timed")),
+        &records_path(Some(&timed_record)),
         200,
         ok(),
     )
@@ -298,7 +301,7 @@ async fn the_sweep_ends_lifetimes_and_orphans_with_an_event_and_a_metric_each() 
     expect(
         &mut server,
         "DELETE",
-        &records_path(Some("t1-turn-orphan")),
+        &records_path(Some(&orphan_record)),
         200,
         ok(),
     )
@@ -331,8 +334,8 @@ async fn the_sweep_ends_lifetimes_and_orphans_with_an_event_and_a_metric_each() 
             ("pod", "t1-timed", "turn_timeout"),
             ("pod", "t1-unrecorded", "unrecorded"),
             ("pod", "t1-old", "session_gone"),
-            ("record", "t1-turn-timed", "no_pod"),
-            ("record", "t1-turn-orphan", "no_pod"),
+            ("record", timed_record.as_str(), "no_pod"),
+            ("record", orphan_record.as_str(), "no_pod"),
             ("secret", never_ordinary.as_str(), "no_pod"),
         ]
     );
@@ -378,16 +381,16 @@ fn a_pod_whose_turn_another_pod_holds_goes_and_one_recorded_stays() {
     assert_eq!(sweep::lifetime(&pod, None, now), None);
 }
 
-/// A turn record `name` of session demo's turn `turn`, naming `holder`, written `written`
-/// seconds from now; a tombstone since `ended` seconds from now when given.
-fn record(name: &str, holder: &str, turn: &str, written: i64, ended: Option<i64>) -> Value {
+/// The record of session demo's turn `turn` (uid `uid-<alias>`), naming `holder`, written
+/// `written` seconds from now; ended since `ended` seconds from now when given.
+fn record(alias: &str, holder: &str, turn: &str, written: i64, ended: Option<i64>) -> Value {
     let mut annotations = json!({});
     if let Some(at_) = ended {
         annotations["kubeharness.dev/turn-ended"] = json!(at(at_));
     }
     proven_turn(
         json!({"apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessTurn",
-           "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "resourceVersion": "4",
+           "metadata": {"name": record::name(NS, "demo", turn), "namespace": NS, "uid": format!("uid-{alias}"), "resourceVersion": "4",
                         "creationTimestamp": at(written),
                         "labels": {"kubeharness.dev/role": "tier1", "kubeharness.dev/session-namespace": NS,
                                    "kubeharness.dev/session": "demo", "kubeharness.dev/session-uid": "s-uid",
@@ -395,6 +398,16 @@ fn record(name: &str, holder: &str, turn: &str, written: i64, ended: Option<i64>
                         "annotations": annotations},
            "spec": {"session": "demo", "turn": turn, "pod": holder, "ended": ended.is_some()}}),
     )
+}
+
+/// `r` moved to namespace tenant-a as its own session x's record (proven there), keeping its
+/// labels of session demo's turn.
+fn relabelled(mut r: Value) -> Value {
+    let turn = r["spec"]["turn"].as_str().unwrap().to_string();
+    r["metadata"]["namespace"] = json!("tenant-a");
+    r["metadata"]["name"] = json!(record::name("tenant-a", "x", &turn));
+    r["spec"]["session"] = json!("x");
+    proven_turn(r)
 }
 
 /// One sweep over: a pod whose turn's record is a tombstone (the turn ended, and an open still
@@ -418,6 +431,10 @@ async fn the_sweep_ends_ended_and_superseded_turns_and_unready_kept_pods_and_goe
         record("t1-turn-gone", "t1-gone", "t-gone", -900, Some(-700)),
         record("t1-turn-a", "t1-older", "t-a", -10, None),
         record("t1-turn-b", "t1-newer", "t-b", -10, None),
+        // Another namespace's proven record relabelled as demo's turn t-b (a tenant that may
+        // write turn objects can change their labels): its turn is read from its namespace and
+        // spec, so it never makes t1-newer a pod that lost its turn's race.
+        relabelled(record("t1-turn-evil", "t1-evil", "t-b", -10, None)),
     ];
     expect(
         &mut server,
@@ -528,7 +545,7 @@ async fn the_sweep_ends_ended_and_superseded_turns_and_unready_kept_pods_and_goe
     let seen = expect(
         &mut server,
         "DELETE",
-        &records_path(Some("t1-turn-gone")),
+        &records_path(Some(&record::name(NS, "demo", "t-gone"))),
         200,
         ok(),
     )

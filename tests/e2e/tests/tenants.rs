@@ -333,3 +333,65 @@ async fn a_tenants_bad_input_is_refused_and_a_planted_token_secret_is_never_used
     })
     .await;
 }
+
+/// Issue 36, T8: Tier-1 turn records (HarnessTurns) live in the tenant's namespace. The tenant can
+/// list them (the user role) but not write them; and granted every verb on them in its namespace
+/// (as a namespace admin role with `*` would), the chart's ValidatingAdmissionPolicy still refuses
+/// its create, so it can neither plant nor replay a record.
+#[tokio::test]
+#[ignore = "needs a cluster with the chart installed"]
+async fn a_tenant_can_read_but_never_write_turn_records() {
+    use k8s_openapi::api::rbac::v1::Role;
+    use kube_harness_crds::HarnessTurn;
+    with_namespace("tenant-turns", |admin, ns| async move {
+        let client = tenant(&admin, &ns).await;
+        let turns: Api<HarnessTurn> = Api::namespaced(client.clone(), &ns);
+        turns.list(&Default::default()).await.expect("the user role reads turn records");
+        let planted: HarnessTurn = serde_json::from_value(json!({
+            "apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessTurn",
+            "metadata": {"name": "demo-turn-0000000000000001",
+                         "labels": {"kubeharness.dev/role": "tier1"}},
+            "spec": {"session": "demo", "turn": "t", "pod": "t1-mine"}}))
+        .unwrap();
+        let code = |r: Result<HarnessTurn, kube::Error>| match r {
+            Err(kube::Error::Api(e)) => (e.code, e.message),
+            other => panic!("a tenant's turn record was taken: {other:?}"),
+        };
+        let (status, _) = code(turns.create(&PostParams::default(), &planted).await);
+        assert_eq!(status, 403, "RBAC: the tenant may not create turn records");
+        // Granted every verb on them in its namespace: the admission policy refuses.
+        let role: Role = serde_json::from_value(json!({"metadata": {"name": "turn-writer"},
+            "rules": [{"apiGroups": ["kubeharness.dev"], "resources": ["harnessturns"], "verbs": ["*"]}]}))
+        .unwrap();
+        Api::<Role>::namespaced(admin.clone(), &ns)
+            .create(&PostParams::default(), &role)
+            .await
+            .unwrap();
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": "turn-writer"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "turn-writer"},
+            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]}))
+        .unwrap();
+        Api::<RoleBinding>::namespaced(admin.clone(), &ns)
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+        let refused = wait::until("the admission policy's refusal", Duration::from_secs(30), || {
+            let (turns, planted) = (turns.clone(), planted.clone());
+            async move {
+                Ok(match turns.create(&PostParams::default(), &planted).await {
+                    Err(kube::Error::Api(e)) if e.message.contains("Kube Harness operator only") => {
+                        Check::Done(e)
+                    }
+                    // RBAC caches take a moment to see the new binding.
+                    Err(kube::Error::Api(e)) if e.code == 403 => Check::Pending(e.message),
+                    other => panic!("a tenant's turn record was taken: {other:?}"),
+                })
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(refused.code, 403, "{refused:?}");
+    })
+    .await;
+}

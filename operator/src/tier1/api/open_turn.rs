@@ -73,17 +73,7 @@ pub(super) async fn open(
     if new_turn {
         if let Err(wait) = ctx.opens.check(&ns, &session) {
             ctx.metrics.tier1_open_limited();
-            return Err(ApiError::retry_after(
-                StatusCode::TOO_MANY_REQUESTS,
-                code::TOO_MANY_OPENS,
-                format!(
-                    "session {ns}/{session} opened more than {} new Tier-1 turns in a burst or {} a minute; try again in {} ms",
-                    limit::OPENS_BURST,
-                    limit::OPENS_PER_MINUTE,
-                    wait.as_millis()
-                ),
-                wait,
-            ));
+            return Err(too_many_opens(&ns, &session, wait));
         }
     }
     let hint = ctx
@@ -141,7 +131,7 @@ pub(super) async fn open(
         // below (idempotent: its open may have stopped before it did, or be creating it now);
         // any other pod is read (it may have been claimed after the list was taken).
         (Some(holder), _) if *holder != ordinary_name => {
-            return recorded_pod(&ctx, &ns, &session, &req.turn, holder).await;
+            return recorded_pod(&ctx, &ns, (&session, uid.as_deref()), &req.turn, holder).await;
         }
         (Some(_), _) => {}
         // A pod carries the turn but nothing recorded it (its open stopped between the claim and
@@ -152,12 +142,13 @@ pub(super) async fn open(
                     answer(&ctx, &ns, &session, unrecorded, &req.turn, Known::default()).await
                 }
                 Recorded::Theirs(holder) => {
-                    recorded_pod(&ctx, &ns, &session, &req.turn, &holder).await
+                    recorded_pod(&ctx, &ns, (&session, uid.as_deref()), &req.turn, &holder).await
                 }
                 Recorded::Ended => {
                     open::delete(&ctx, unrecorded, Exactly::Object).await?;
                     Err(ended_turn(&ns, &session, &req.turn))
                 }
+                Recorded::Contested => Err(contested(&ns, &session, &req.turn)),
             };
         }
         (None, None) => {}
@@ -251,11 +242,16 @@ pub(super) async fn open(
             Recorded::Ours => claimed,
             Recorded::Theirs(holder) => {
                 open::delete(&ctx, &claimed, Exactly::Object).await?;
-                return recorded_pod(&ctx, &ns, &session, &req.turn, &holder).await;
+                return recorded_pod(&ctx, &ns, (&session, uid.as_deref()), &req.turn, &holder)
+                    .await;
             }
             Recorded::Ended => {
                 open::delete(&ctx, &claimed, Exactly::Object).await?;
                 return Err(ended_turn(&ns, &session, &req.turn));
+            }
+            Recorded::Contested => {
+                open::delete(&ctx, &claimed, Exactly::Object).await?;
+                return Err(contested(&ns, &session, &req.turn));
             }
         },
         // The ordinary pod is recorded before it (and its Secret) is created, and the record is
@@ -292,9 +288,11 @@ pub(super) async fn open(
                     made
                 }
                 Recorded::Theirs(holder) => {
-                    return recorded_pod(&ctx, &ns, &session, &req.turn, &holder).await;
+                    return recorded_pod(&ctx, &ns, (&session, uid.as_deref()), &req.turn, &holder)
+                        .await;
                 }
                 Recorded::Ended => return Err(ended_turn(&ns, &session, &req.turn)),
+                Recorded::Contested => return Err(contested(&ns, &session, &req.turn)),
             }
         }
     };
@@ -334,4 +332,31 @@ pub(super) async fn open(
     let answered = answer(&ctx, &ns, &session, &pod, &req.turn, known).await;
     step("answered");
     answered
+}
+
+/// 503: the turn's record could not be written (something not the operator's holds its name):
+/// nothing was recorded, and nothing claimed for it is kept. The worker retries.
+fn contested(ns: &str, session: &str, turn: &str) -> ApiError {
+    tracing::warn!(%ns, %session, %turn, "the turn's record name is held by an object the operator did not make");
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        code::UNAVAILABLE,
+        format!("the record of turn {turn:?} of {ns}/{session} could not be written: an object the operator did not make holds its name"),
+    )
+}
+
+/// 429 with `Retry-After`: the session spent its allowance of new turns (opened, or ended before
+/// any open recorded them).
+pub(super) fn too_many_opens(ns: &str, session: &str, wait: std::time::Duration) -> ApiError {
+    ApiError::retry_after(
+        StatusCode::TOO_MANY_REQUESTS,
+        code::TOO_MANY_OPENS,
+        format!(
+            "session {ns}/{session} opened more than {} new Tier-1 turns in a burst or {} a minute; try again in {} ms",
+            limit::OPENS_BURST,
+            limit::OPENS_PER_MINUTE,
+            wait.as_millis()
+        ),
+        wait,
+    )
 }

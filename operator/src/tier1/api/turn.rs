@@ -72,8 +72,20 @@ pub(super) async fn end(
         return Ok(StatusCode::NO_CONTENT);
     };
     let uid = session_obj.metadata.uid.as_deref();
-    if recorded?.is_some_and(|r| !record::belongs(r.labels(), uid)) {
+    let recorded = recorded?;
+    if recorded
+        .as_ref()
+        .is_some_and(|r| !record::belongs(r.labels(), uid))
+    {
         return Ok(StatusCode::NO_CONTENT);
+    }
+    // Ending a turn that has no record writes one (ended): as an open does, it spends the
+    // session's allowance, so a token cannot mint records without bound.
+    if recorded.is_none() {
+        if let Err(wait) = ctx.opens.check(&ns, &session) {
+            ctx.metrics.tier1_open_limited();
+            return Err(super::open_turn::too_many_opens(&ns, &session, wait));
+        }
     }
     let this_session = end::Session {
         namespace: &ns,

@@ -110,15 +110,17 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
             l.get(labels::TURN).cloned().unwrap_or_default(),
         )
     };
+    // A record's turn is read from its namespace and spec (what its proof and name bind), never
+    // from its labels.
     let holders: HashMap<(String, String, String), String> = records
         .iter()
         .filter(|r| !record::ended(r))
-        .filter_map(|r| Some((key(r.labels()), record::holder(r)?.to_string())))
+        .filter_map(|r| Some((record::key(r), record::holder(r)?.to_string())))
         .collect();
     let ended: HashSet<(String, String, String)> = records
         .iter()
         .filter(|r| record::ended(r))
-        .map(|r| key(r.labels()))
+        .map(record::key)
         .collect();
     let newest = newest_turns(&all);
     // None: the session could not be read (its pods are judged at the next sweep).
@@ -280,7 +282,7 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
         let Some(holder) = record::holder(r) else {
             continue;
         };
-        let turn = key(r.labels()).2;
+        let turn = record::key(r).2;
         if serving.get(holder) == Some(&turn) {
             continue;
         }
@@ -309,8 +311,9 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
         if names.contains(&ordinary) {
             continue;
         }
-        // The ordinary pod's Secret is in the turn's session namespace, as the pod would be.
-        let secret_ns = key(r.labels()).0;
+        // The ordinary pod's Secret is in the turn's session namespace (the record's), as the
+        // pod would be.
+        let secret_ns = record::key(r).0;
         let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &secret_ns);
         let gone = match deleted(secrets.delete(&ordinary, &DeleteParams::default()).await) {
             Ok(gone) => gone,

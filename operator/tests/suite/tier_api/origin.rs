@@ -231,3 +231,45 @@ async fn a_turn_record_the_operator_did_not_make_names_no_pod_and_is_replaced() 
     assert_eq!(body["pod"], made["metadata"]["name"]);
     assert_ne!(body["pod"], "t1-tenants");
 }
+
+/// A record at the turn's name that will not go (a tenant's, held by a finalizer, so the delete
+/// only marks it): nothing is recorded and the open answers 503 and makes nothing, rather than
+/// serve a turn that nothing records (racing opens would each take a pod).
+#[tokio::test]
+async fn a_turn_record_held_by_someone_else_that_will_not_go_makes_the_open_503_and_nothing_else() {
+    let (base, mut server) = start().await;
+    let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
+    let name = record::name(NS, "demo", "turn-1");
+    let held = json!({"apiVersion": "kubeharness.dev/v1alpha1", "kind": "HarnessTurn",
+        "metadata": {"name": name, "namespace": NS, "uid": "tenants-uid", "resourceVersion": "3",
+                     "deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["tenant.example/hold"],
+                     "labels": turn_labels(json!({"kubeharness.dev/session-uid": "s-uid"}))},
+        "spec": {"session": "demo", "turn": "turn-1", "pod": "t1-tenants"}});
+    session_token(&mut server).await;
+    read_session(&mut server, session(None)).await;
+    find_turn(&mut server, vec![]).await;
+    list_records(&mut server, vec![held.clone()]).await;
+    read_tier(&mut server, tier(0, false)).await;
+    worker_pod(&mut server).await;
+    expect(
+        &mut server,
+        "POST",
+        &records_path(),
+        409,
+        already_exists("harnessturns", &name),
+    )
+    .await;
+    expect(&mut server, "GET", &record_path(), 200, held).await;
+    let (code, body) = reply.await.unwrap();
+    assert_eq!(
+        (code, body["error"]["code"].as_str()),
+        (503, Some("unavailable")),
+        "{body}"
+    );
+    let next =
+        tokio::time::timeout(std::time::Duration::from_millis(200), server.next_request()).await;
+    assert!(
+        next.is_err() || next.unwrap().is_none(),
+        "nothing made after the 503"
+    );
+}
