@@ -103,6 +103,11 @@ pub async fn secret_token(api: &Api<Secret>, name: &str) -> Result<Option<String
     Ok(api.get_opt(name).await?.as_ref().and_then(token_of))
 }
 
+/// Objects per page of a watch's or a list's reply: a tenant can make the pods (and sessions) of
+/// its namespace megabytes each, and one page is held whole while it is read
+/// (docs/security-model.md, T4).
+pub const WATCH_PAGE_SIZE: u32 = 50;
+
 /// A fresh random token (256 bits, hex), for a worker or a Tier-1 agent.
 /// 16 hex digits of a SHA-256 over `parts` (each ended by a NUL, so no two lists share one): a
 /// name or label value derived from arbitrary strings.

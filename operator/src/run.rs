@@ -228,9 +228,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Objects per page of a watch's list: a tenant can make the pods (and sessions) of its namespace
-/// megabytes each, and one page is held whole while it is read (docs/security-model.md, T4).
-pub const WATCH_PAGE_SIZE: u32 = 50;
+pub use crate::kube_util::WATCH_PAGE_SIZE;
 
 /// A watch configuration listing [`WATCH_PAGE_SIZE`] objects a page (kube's default: 500).
 pub fn paged() -> watcher::Config {

@@ -353,13 +353,13 @@ pub async fn delete_as_read(ctx: &Context, record: &HarnessTurn) -> Result<bool,
 
 /// Every turn record the operator made, in every namespace (the sweep's list): those with its
 /// proof ([`proven`]). A record without it names no pod the sweep would judge by, and is not
-/// held: the list is read a page of [`crate::run::WATCH_PAGE_SIZE`] at a time.
+/// held: the list is read a page of [`crate::kube_util::WATCH_PAGE_SIZE`] at a time.
 pub async fn list(ctx: &Context) -> Result<Vec<HarnessTurn>, kube::Error> {
     let api: Api<HarnessTurn> = Api::all(ctx.client.clone());
     let selector = format!("{}={}", labels::ROLE, labels::ROLE_TIER1);
     let mut params = ListParams::default()
         .labels(&selector)
-        .limit(crate::run::WATCH_PAGE_SIZE);
+        .limit(crate::kube_util::WATCH_PAGE_SIZE);
     let mut out = Vec::new();
     loop {
         let page = api.list(&params).await?;
