@@ -62,9 +62,20 @@ impl Tracker for WorkspaceTracker {
             None => workspace::snapshot(&self.spec),
         };
         // A tracked mount that cannot be read yields no events rather than failing the command;
-        // the failure is kept for `health` (the worker's /readyz reports it).
+        // the failure is kept for `health` (the worker's /readyz reports it). A path a command
+        // made unreadable (permission denied) no longer fails the snapshot: the other files'
+        // events go on and the path is named in `fileTrackingSkipped`, and `health` still says
+        // that part of the workspace is not tracked until it is readable again.
         *relock(&self.failed.0) = match &taken {
-            Ok(_) => None,
+            Ok(s) if s.unreadable.is_empty() => None,
+            Ok(s) => Some(format!(
+                "file tracking failed for part of the workspace: {} cannot be read (permission denied){}",
+                s.unreadable[0].display(),
+                match s.unreadable.len() {
+                    1 => String::new(),
+                    n => format!(" and {} more", n.saturating_sub(1)),
+                }
+            )),
             Err(e) => {
                 tracing::warn!(error = %e, "snapshot of the tracked mounts failed");
                 Some(format!("file tracking failed: {e}"))

@@ -73,9 +73,14 @@ pub struct Snapshot {
     pub entries: BTreeMap<PathBuf, Entry>,
     /// Wall clock (ns since the epoch) when the snapshot began; see `RACY_MARGIN_NS`.
     pub taken_at_ns: i64,
-    /// What the walk skipped (non-UTF-8 names, sockets, fifos, devices).
+    /// What the walk skipped (non-UTF-8 names, sockets, fifos, devices, unreadable paths).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Paths that could not be read (permission denied): files compared by their metadata only,
+    /// directories whose contents were not walked (what an earlier snapshot saw under them is
+    /// kept). For file events only; an archive's snapshot fails on them instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<PathBuf>,
 }
 
 impl Snapshot {
@@ -129,6 +134,7 @@ pub fn snapshot_with(
         last: None,
         entries: Vec::new(),
         warnings: Vec::new(),
+        unreadable: Vec::new(),
         budget,
         read: 0,
     };
@@ -138,6 +144,7 @@ pub fn snapshot_with(
         entries: v.entries.into_iter().collect(),
         taken_at_ns,
         warnings,
+        unreadable: v.unreadable,
     })
 }
 
@@ -151,6 +158,7 @@ struct Snapshotter<'p> {
     last: Option<PathBuf>,
     entries: Vec<(PathBuf, Entry)>,
     warnings: Vec<String>,
+    unreadable: Vec<PathBuf>,
     budget: HashBudget,
     /// Bytes hashed so far (at their stat size, counted before reading).
     read: u64,
@@ -178,6 +186,14 @@ impl Visitor for Snapshotter<'_> {
         let cache = self.cached(item.harness);
         match describe(&item, self.prev.zip(cache), &self.budget, &mut self.read)? {
             Described::Entry(e) => self.entries.push((item.harness.to_path_buf(), e)),
+            Described::Unreadable(e) => {
+                self.unreadable.push(item.harness.to_path_buf());
+                self.warnings.push(format!(
+                    "{}: cannot be read (permission denied), compared by its metadata only",
+                    item.harness.display()
+                ));
+                self.entries.push((item.harness.to_path_buf(), e));
+            }
             Described::Vanished => {}
             Described::Special => self.warnings.push(format!(
                 "{}: not a file, directory or symlink, skipped",
@@ -186,10 +202,37 @@ impl Visitor for Snapshotter<'_> {
         }
         Ok(())
     }
+
+    /// For file events (a budget that does not refuse), a directory a command made unreadable
+    /// keeps what the previous snapshot saw under it (its state is unknown, so nothing under it
+    /// is reported changed) and is named in the warnings; an archive's walk still fails on it.
+    fn unreadable_dir(&mut self, harness: &Path) -> bool {
+        if self.budget.refuse {
+            return false;
+        }
+        self.unreadable.push(harness.to_path_buf());
+        self.warnings.push(format!(
+            "{}: cannot be read (permission denied), its contents not tracked",
+            harness.display()
+        ));
+        if let Some(prev) = self.prev {
+            let under = prev
+                .entries
+                .range(harness.to_path_buf()..)
+                .skip_while(|(k, _)| k.as_path() == harness)
+                .take_while(|(k, _)| k.starts_with(harness));
+            self.entries
+                .extend(under.map(|(k, e)| (k.clone(), e.clone())));
+        }
+        true
+    }
 }
 
 pub(crate) enum Described {
     Entry(Entry),
+    /// A file that could not be opened (permission denied), for file events only: its entry
+    /// without a hash, compared by its stat identity.
+    Unreadable(Entry),
     Vanished,
     Special,
 }
@@ -266,6 +309,13 @@ pub(crate) fn describe(
                                 == Some(rustix::io::Errno::LOOP.raw_os_error()) =>
                     {
                         return Ok(Described::Vanished)
+                    }
+                    // A command's `chmod 000` in an unprivileged worker: file events compare it
+                    // by its stat identity; an archive (which needs its bytes) fails.
+                    Err(err)
+                        if err.kind() == std::io::ErrorKind::PermissionDenied && !budget.refuse =>
+                    {
+                        return Ok(Described::Unreadable(e))
                     }
                     Err(err) => return Err(io(err)),
                 }

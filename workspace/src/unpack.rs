@@ -165,6 +165,7 @@ fn unpack_into<R: Read>(
             entries,
             taken_at_ns: now_ns(),
             warnings: Vec::new(),
+            unreadable: Vec::new(),
         },
     })
 }

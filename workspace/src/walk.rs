@@ -31,6 +31,17 @@ pub(crate) struct Item<'a> {
 /// mount is nested in another; with nested mounts, mount by mount.
 pub(crate) trait Visitor {
     fn visit(&mut self, item: Item<'_>) -> Result<(), WorkspaceError>;
+
+    /// The directory at `harness` cannot be read (permission denied: a command's `chmod 000` in
+    /// an unprivileged worker). `true`: the visitor has accounted for it and the walk goes on
+    /// without its contents; `false` (the default): the walk fails.
+    fn unreadable_dir(&mut self, _harness: &Path) -> bool {
+        false
+    }
+}
+
+fn denied(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::PermissionDenied
 }
 
 /// Walks the tracked mounts; returns warnings for what was skipped.
@@ -105,6 +116,7 @@ impl Walker<'_> {
             Ok(n) => n,
             // Removed while we walked: it is simply not in this snapshot.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if denied(&e) && self.visitor.unreadable_dir(harness) => return Ok(()),
             Err(e) => return Err(self.io(harness, e)),
         };
         for name in names {
@@ -150,6 +162,9 @@ impl Walker<'_> {
                 Ok(sub) => sub,
                 // Gone, or replaced by something else since the stat: not walked into.
                 Err(WalkError::Missing | WalkError::Blocked | WalkError::NotDir) => continue,
+                Err(WalkError::Io(e)) if denied(&e) && self.visitor.unreadable_dir(&child) => {
+                    continue
+                }
                 Err(WalkError::Io(e)) => return Err(self.io(&child, e)),
             };
             self.dir(&sub, &child, depth.saturating_add(1))?;

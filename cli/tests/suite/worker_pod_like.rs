@@ -47,8 +47,33 @@ fn the_worker_runs_as_in_the_pod() {
                 .await
                 .unwrap();
             assert_eq!(r.outcome.exit_code, 0, "{}", r.outcome.stderr);
+            let seen = serde_json::to_string(&r.events).unwrap();
+            assert!(
+                seen.contains("fileTrackingSkipped") && seen.contains("/session/locked"),
+                "the locked directory is named as skipped: {seen}"
+            );
             let err = client.readyz().await.unwrap_err().to_string();
             assert!(err.contains("503") && err.contains("file tracking failed"), "{err}");
+            // The rest of the workspace is still tracked meanwhile: a write is a file event, and
+            // the locked directory is named as skipped (it blinded every later command before).
+            let r = client
+                .exec(&ExecRequest::new("echo x > /session/after; chmod 000 /session/a.txt"))
+                .await
+                .unwrap();
+            let seen = serde_json::to_string(&r.events).unwrap();
+            assert!(
+                seen.contains("harness.file.created") && seen.contains("/session/after"),
+                "{seen}"
+            );
+            assert!(
+                seen.contains("fileTrackingSkipped") && seen.contains("/session/a.txt"),
+                "the locked file is named (and its mode change reported): {seen}"
+            );
+            let r = client
+                .exec(&ExecRequest::new("chmod 644 /session/a.txt"))
+                .await
+                .unwrap();
+            assert_eq!(r.outcome.exit_code, 0, "{}", r.outcome.stderr);
             let r = client.exec(&ExecRequest::new("chmod 755 /session/locked")).await.unwrap();
             assert_eq!(r.outcome.exit_code, 0, "{}", r.outcome.stderr);
             client.readyz().await.unwrap();
