@@ -50,9 +50,10 @@ enum Command {
     Ledger(ledger::LedgerArgs),
     /// The local host: run commands in a session without a cluster, and inspect its data.
     Local(local::LocalArgs),
-    /// Print the CRDs (HarnessSession, SandboxTier) as YAML, generated from the Rust types.
+    /// Print the CRDs (HarnessSession, SandboxTier, HarnessTurn) as YAML, generated from the Rust
+    /// types.
     Crdgen(crdgen::CrdgenArgs),
-    /// The operator: HarnessSession and SandboxTier controllers, leader-elected.
+    /// The operator: HarnessSession, SandboxTier and HarnessTurn controllers, leader-elected.
     Operator(operator::OperatorArgs),
     /// Run one command in a HarnessSession (through the API server) and exit with its code.
     Exec(exec::ExecArgs),

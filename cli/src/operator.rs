@@ -1,4 +1,4 @@
-//! `kube-harness operator`: the HarnessSession and SandboxTier controllers.
+//! `kube-harness operator`: the HarnessSession, SandboxTier and HarnessTurn controllers.
 
 use clap::Args;
 use kube_harness_operator::OperatorConfig;
