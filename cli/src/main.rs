@@ -36,8 +36,25 @@ use std::process::ExitCode;
     about = "Shell execution for AI agents, on Kubernetes or locally"
 )]
 struct Cli {
+    /// How log lines (on stderr) are written: `text` for people, `json` (one object a line, with
+    /// the span fields) for a log pipeline.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "KUBE_HARNESS_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The format of log lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -89,7 +106,9 @@ fn plugin_command() -> clap::Command {
         .filter(|s| PLUGIN_COMMANDS.contains(&s.get_name()))
         .cloned()
         .collect();
+    let globals: Vec<clap::Arg> = full.get_arguments().cloned().collect();
     clap::Command::new(PLUGIN_NAME)
+        .args(globals)
         .bin_name("kubectl harness")
         .version(env!("CARGO_PKG_VERSION"))
         .about("Reach Kube Harness sessions from kubectl: exec, sessions, cp, end-turn, ping")
@@ -116,8 +135,8 @@ fn parse() -> Cli {
 }
 
 fn main() -> ExitCode {
-    init_tracing();
     let cli = parse();
+    init_tracing(cli.log_format);
     let result = match cli.command {
         Command::Classify(args) => classify::run(args),
         Command::SessionLog(args) => session_log::run(args),
@@ -144,12 +163,16 @@ fn main() -> ExitCode {
 }
 
 /// Logs go to stderr so that stdout stays machine-readable for every subcommand.
-fn init_tracing() {
+fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("KUBE_HARNESS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let lines = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => lines
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => lines.json().with_current_span(true).init(),
+    }
 }

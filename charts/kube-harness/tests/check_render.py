@@ -100,7 +100,18 @@ class Checker:
         self.network_policies()
         self.tiers()
         self.monitoring()
+        self.log_format()
         return self.errors
+
+    def log_format(self):
+        """Every Deployment's container logs in the chart's `logFormat` (KUBE_HARNESS_LOG_FORMAT)."""
+        want = self.x.get("logFormat", "text")
+        for d in self.find("Deployment"):
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                env = {e["name"]: e.get("value") for e in c.get("env", [])}
+                self.check(env.get("KUBE_HARNESS_LOG_FORMAT") == want,
+                           f"Deployment/{d['metadata']['name']}: KUBE_HARNESS_LOG_FORMAT "
+                           f"{env.get('KUBE_HARNESS_LOG_FORMAT')!r}, want {want!r}")
 
     # -- every object -------------------------------------------------------------------------
     def metadata(self):

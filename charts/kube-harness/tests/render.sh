@@ -99,6 +99,7 @@ image:
   repository: registry.example/kube-harness
   tag: v1.2.3
   pullPolicy: Never
+logFormat: json
 operator:
   replicas: 2
   extraArgs: ["--log-format", "json"]
@@ -125,7 +126,7 @@ tiers:
 EOF
 case_ custom agents team-a '{"release":"agents","namespace":"team-a","fullname":"agents-kube-harness",
   "image":"registry.example/kube-harness:v1.2.3","pullPolicy":"Never","replicas":2,
-  "extraArgs":["--log-format","json"],"postgres":null,"storageSize":"5Gi","storageClass":"fast",
+  "extraArgs":["--log-format","json"],"logFormat":"json","postgres":null,"storageSize":"5Gi","storageClass":"fast",
   "networkPolicy":true,
   "metricsFrom":[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}],
   "servicesExtraFrom":[{"podSelector":{"matchLabels":{"app":"agent"}}}],
@@ -183,6 +184,7 @@ reject replicas-negative "replicas" 'operator: {replicas: -1}'
 reject unknown-top-level "replica" 'replica: 2'
 reject typo-in-operator "replcas" 'operator: {replcas: 2}'
 reject pull-policy "pullPolicy" 'image: {pullPolicy: Sometimes}'
+reject log-format "logFormat" 'logFormat: xml'
 reject size-not-quantity "size" 'sessionLog: {persistence: {size: lots}}'
 reject size-number "size" 'ledger: {persistence: {size: 5}}'
 reject network-policy-bool "enabled" 'networkPolicy: {enabled: "yes"}'

@@ -15,6 +15,7 @@ mod attack_shared_budgets;
 mod classify_cli;
 mod kubectl_plugin;
 mod local_cli;
+mod log_format;
 #[path = "../../../tier1/tests/suite/tier1_support/procs.rs"]
 mod procs;
 mod support;
