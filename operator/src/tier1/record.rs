@@ -22,6 +22,7 @@ use super::pod::{self, Serving};
 use crate::context::Context;
 use crate::kube_util::create_if_absent;
 use crate::labels;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Api, ResourceExt};
@@ -182,22 +183,40 @@ fn session_owner(session: &str, uid: Option<&str>) -> Option<Vec<OwnerReference>
     }])
 }
 
+/// The annotations proving the record `namespace`/`name` of the session object `uid` the
+/// operator's (none without a uid: such a record is never trusted).
+fn proof(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+) -> BTreeMap<String, String> {
+    uid.map(|uid| {
+        (
+            crate::origin::ANNOTATION.to_string(),
+            ctx.origin.turn_proof(namespace, name, uid),
+        )
+    })
+    .into_iter()
+    .collect()
+}
+
+/// Whether `pod`'s labels say it serves `turn` of the session object `session` (name, uid).
+pub fn pod_serves(pod: &Pod, session: &str, uid: Option<&str>, turn: &str) -> bool {
+    let has = |k: &str, v: &str| pod.labels().get(k).map(String::as_str) == Some(v);
+    has(labels::TURN, &pod::turn_label(turn))
+        && has(labels::SESSION, session)
+        && belongs(pod.labels(), uid)
+}
+
 /// The record object for `serving`'s turn naming `pod`, with the operator's proof.
 pub fn object(ctx: &Context, serving: &Serving, tier: &SandboxTier, pod: &str) -> HarnessTurn {
     let ns = &serving.session_namespace;
+    let uid = serving.session_uid.as_deref();
     let record_name = name(ns, &serving.session, &serving.turn);
-    let mut labels = pod::tier_labels(&tier.name_any());
-    labels.insert(labels::SESSION_NAMESPACE.into(), ns.clone());
-    labels.insert(labels::SESSION.into(), serving.session.clone());
-    labels.insert(labels::TURN.into(), pod::turn_label(&serving.turn));
-    let mut annotations = BTreeMap::new();
-    if let Some(uid) = &serving.session_uid {
-        labels.insert(labels::SESSION_UID.into(), uid.clone());
-        annotations.insert(
-            crate::origin::ANNOTATION.to_string(),
-            ctx.origin.turn_proof(ns, &record_name, uid),
-        );
-    }
+    let mut labels = turn_labels(ns, &serving.session, uid, &serving.turn);
+    labels.insert(labels::TIER.into(), tier.name_any());
+    let annotations = proof(ctx, ns, &record_name, uid);
     HarnessTurn {
         metadata: ObjectMeta {
             name: Some(record_name),
@@ -286,14 +305,8 @@ pub async fn end(ctx: &Context, ending: &Ending<'_>) -> Result<HarnessTurn, kube
     let ns = ending.session_namespace;
     let record_name = name(ns, ending.session, ending.turn);
     let labels = turn_labels(ns, ending.session, ending.uid, ending.turn);
-    let mut annotations =
-        BTreeMap::from([(labels::TURN_ENDED.to_string(), pod::seconds_from_now(0))]);
-    if let Some(uid) = ending.uid {
-        annotations.insert(
-            crate::origin::ANNOTATION.into(),
-            ctx.origin.turn_proof(ns, &record_name, uid),
-        );
-    }
+    let mut annotations = proof(ctx, ns, &record_name, ending.uid);
+    annotations.insert(labels::TURN_ENDED.to_string(), pod::seconds_from_now(0));
     let mut metadata = json!({"name": record_name, "labels": labels, "annotations": annotations});
     if let Some(owners) = session_owner(ending.session, ending.uid) {
         metadata["ownerReferences"] = json!(owners);

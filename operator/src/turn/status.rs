@@ -2,7 +2,7 @@
 //! controller computes it, compares it with what is written, and writes it once.
 
 use crate::labels;
-use crate::tier1::{pod as t1pod, record, state};
+use crate::tier1::{record, state};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -17,14 +17,9 @@ pub const POD_MISSING_GRACE: Duration = Duration::from_secs(30);
 /// Whether `pod` is the one serving `turn`: named by its record, carrying its turn and its
 /// session object's uid (a pod that was released, or is another session's, is not).
 pub fn serves(turn: &HarnessTurn, pod: &Pod) -> bool {
-    let wants = |k: &str, v: &str| pod.labels().get(k).map(String::as_str) == Some(v);
+    let uid = turn.labels().get(labels::SESSION_UID).map(String::as_str);
     record::holder(turn) == Some(pod.name_any().as_str())
-        && wants(labels::TURN, &t1pod::turn_label(&turn.spec.turn))
-        && wants(labels::SESSION, &turn.spec.session)
-        && record::belongs(
-            pod.labels(),
-            turn.labels().get(labels::SESSION_UID).map(String::as_str),
-        )
+        && record::pod_serves(pod, &turn.spec.session, uid, &turn.spec.turn)
 }
 
 /// The status of `turn` given the pod its record names (`None`: not found, or not serving it).

@@ -203,11 +203,36 @@ async fn auth_recorded(
     recorded: Option<&str>,
     tier_obj: Value,
 ) {
+    let records = recorded.map(lease).into_iter().collect();
+    auth_with_records(server, session_pods, records, tier_obj).await;
+}
+
+/// As [`auth_session_tier`], the session's turn records answered with `records`.
+async fn auth_with_records(
+    server: &mut Handle,
+    session_pods: Vec<Value>,
+    records: Vec<Value>,
+    tier_obj: Value,
+) {
     session_token(server).await;
     read_session(server, session(None)).await;
     find_turn(server, session_pods).await;
-    list_records(server, recorded.map(lease).into_iter().collect()).await;
+    list_records(server, records).await;
     read_tier(server, tier_obj).await;
+}
+
+/// The create of turn-1's record refused (409: an object holds its name), then that object read,
+/// answered with `found`.
+async fn record_name_taken(server: &mut Handle, found: Value) {
+    expect(
+        server,
+        "POST",
+        &records_path(),
+        409,
+        super::support::already_exists("harnessturns", &record::name(NS, "demo", "turn-1")),
+    )
+    .await;
+    expect(server, "GET", &record_path(), 200, found).await;
 }
 
 fn records_path() -> String {
@@ -1683,15 +1708,7 @@ async fn an_open_that_loses_the_turns_record_gives_its_claimed_pod_up_and_answer
     .await;
     read_t1_secret(&mut server, "t1-bbb", "pool-token-b").await;
     read_session(&mut server, session(None)).await;
-    expect(
-        &mut server,
-        "POST",
-        &records_path(),
-        409,
-        super::support::already_exists("harnessturns", &record::name(NS, "demo", "turn-1")),
-    )
-    .await;
-    expect(&mut server, "GET", &record_path(), 200, lease("t1-aaa")).await;
+    record_name_taken(&mut server, lease("t1-aaa")).await;
     expect(
         &mut server,
         "DELETE",
@@ -1745,15 +1762,7 @@ async fn an_ordinary_open_that_loses_the_turns_record_creates_nothing() {
     let (base, mut server) = start().await;
     let reply = post(&base, TOKEN, json!({"turn": "turn-1"})).await;
     new_turn(&mut server, tier(0, false)).await;
-    expect(
-        &mut server,
-        "POST",
-        &records_path(),
-        409,
-        super::support::already_exists("harnessturns", &record::name(NS, "demo", "turn-1")),
-    )
-    .await;
-    expect(&mut server, "GET", &record_path(), 200, lease("t1-other")).await;
+    record_name_taken(&mut server, lease("t1-other")).await;
     // The recorded pod, not there (deleted): Failed, and nothing was created.
     expect(
         &mut server,

@@ -35,14 +35,11 @@ pub(super) async fn recorded_pod(
 ) -> Result<Json<Sandbox>> {
     let (session, uid) = session;
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    // The pod serves this turn of this session object: its turn, session and session uid.
-    let serves = |p: &Pod| {
-        p.labels().get(labels::TURN) == Some(&pod::turn_label(turn))
-            && p.labels().get(labels::SESSION).map(String::as_str) == Some(session)
-            && crate::tier1::record::belongs(p.labels(), uid)
-    };
     match pods.get_opt(holder).await? {
-        Some(p) if serves(&p) => answer(ctx, ns, session, &p, turn, Known::default()).await,
+        // The pod serves this turn of this session object: its turn, session and session uid.
+        Some(p) if crate::tier1::record::pod_serves(&p, session, uid, turn) => {
+            answer(ctx, ns, session, &p, turn, Known::default()).await
+        }
         None if holder == pod::ordinary_name(ns, session, turn) => Ok(Json(Sandbox {
             turn: turn.into(),
             pod: Some(holder.into()),

@@ -71,10 +71,7 @@ pub(super) async fn open(
     // Only a new turn spends the session's allowance: it is what writes (a record, a pod, a
     // Secret); repeats of a turn and refusals do not.
     if new_turn {
-        if let Err(wait) = ctx.opens.check(&ns, &session) {
-            ctx.metrics.tier1_open_limited();
-            return Err(too_many_opens(&ns, &session, wait));
-        }
+        spend_open(&ctx, &ns, &session)?;
     }
     let hint = ctx
         .caches
@@ -345,10 +342,14 @@ fn contested(ns: &str, session: &str, turn: &str) -> ApiError {
     )
 }
 
-/// 429 with `Retry-After`: the session spent its allowance of new turns (opened, or ended before
-/// any open recorded them).
-pub(super) fn too_many_opens(ns: &str, session: &str, wait: std::time::Duration) -> ApiError {
-    ApiError::retry_after(
+/// Spends one of the session's allowance of new turns (opened, or ended before any open recorded
+/// them): 429 with `Retry-After`, counted, when it is spent.
+pub(super) fn spend_open(ctx: &Context, ns: &str, session: &str) -> Result<()> {
+    let Err(wait) = ctx.opens.check(ns, session) else {
+        return Ok(());
+    };
+    ctx.metrics.tier1_open_limited();
+    Err(ApiError::retry_after(
         StatusCode::TOO_MANY_REQUESTS,
         code::TOO_MANY_OPENS,
         format!(
@@ -358,5 +359,5 @@ pub(super) fn too_many_opens(ns: &str, session: &str, wait: std::time::Duration)
             wait.as_millis()
         ),
         wait,
-    )
+    ))
 }

@@ -82,10 +82,7 @@ pub(super) async fn end(
     // Ending a turn that has no record writes one (ended): as an open does, it spends the
     // session's allowance, so a token cannot mint records without bound.
     if recorded.is_none() {
-        if let Err(wait) = ctx.opens.check(&ns, &session) {
-            ctx.metrics.tier1_open_limited();
-            return Err(super::open_turn::too_many_opens(&ns, &session, wait));
-        }
+        super::open_turn::spend_open(&ctx, &ns, &session)?;
     }
     let this_session = end::Session {
         namespace: &ns,

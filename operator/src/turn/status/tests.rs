@@ -1,4 +1,5 @@
 use super::*;
+use crate::tier1::pod as t1pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 

@@ -4,12 +4,12 @@
 //! other is deleted (that uid) with a Warning Event `PodOriginUnproven`.
 
 use super::super::support::{
-    already_exists, drain_events, expect, expect_all, expect_unproven_pod_deleted, origin_key, Want,
+    drain_events, expect, expect_all, expect_unproven_pod_deleted, origin_key, Want,
 };
 use super::{
-    auth_recorded, create_record, find_turn, list_pool, list_records, new_turn, ordinary_answer,
-    ordinary_recorded, post, read_session, read_tier, ready_status, record_path, records_path,
-    session, session_token, start, t1_pod, tier, tier_obj, turn_labels, worker_pod, NS, TOKEN,
+    auth_recorded, auth_with_records, create_record, list_pool, new_turn, ordinary_answer,
+    ordinary_recorded, post, ready_status, record_name_taken, record_path, start, t1_pod, tier,
+    tier_obj, turn_labels, worker_pod, NS, TOKEN,
 };
 use kube_harness_crds::condition::reasons;
 use kube_harness_operator::origin::ANNOTATION;
@@ -202,21 +202,9 @@ async fn a_turn_record_the_operator_did_not_make_names_no_pod_and_is_replaced() 
                      "labels": turn_labels(json!({"kubeharness.dev/session-uid": "s-uid"})),
                      "annotations": {ANNOTATION: origin_key().turn_proof(NS, "demo-turn-other", "s-uid")}},
         "spec": {"session": "demo", "turn": "turn-1", "pod": "t1-tenants"}});
-    session_token(&mut server).await;
-    read_session(&mut server, session(None)).await;
-    find_turn(&mut server, vec![]).await;
-    list_records(&mut server, vec![forged.clone()]).await;
-    read_tier(&mut server, tier(0, false)).await;
+    auth_with_records(&mut server, vec![], vec![forged.clone()], tier(0, false)).await;
     worker_pod(&mut server).await;
-    expect(
-        &mut server,
-        "POST",
-        &records_path(),
-        409,
-        already_exists("harnessturns", &name),
-    )
-    .await;
-    expect(&mut server, "GET", &record_path(), 200, forged).await;
+    record_name_taken(&mut server, forged).await;
     let ok = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"});
     let deleted = expect(&mut server, "DELETE", &record_path(), 200, ok).await;
     assert_eq!(
@@ -245,21 +233,9 @@ async fn a_turn_record_held_by_someone_else_that_will_not_go_makes_the_open_503_
                      "deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["tenant.example/hold"],
                      "labels": turn_labels(json!({"kubeharness.dev/session-uid": "s-uid"}))},
         "spec": {"session": "demo", "turn": "turn-1", "pod": "t1-tenants"}});
-    session_token(&mut server).await;
-    read_session(&mut server, session(None)).await;
-    find_turn(&mut server, vec![]).await;
-    list_records(&mut server, vec![held.clone()]).await;
-    read_tier(&mut server, tier(0, false)).await;
+    auth_with_records(&mut server, vec![], vec![held.clone()], tier(0, false)).await;
     worker_pod(&mut server).await;
-    expect(
-        &mut server,
-        "POST",
-        &records_path(),
-        409,
-        already_exists("harnessturns", &name),
-    )
-    .await;
-    expect(&mut server, "GET", &record_path(), 200, held).await;
+    record_name_taken(&mut server, held).await;
     let (code, body) = reply.await.unwrap();
     assert_eq!(
         (code, body["error"]["code"].as_str()),

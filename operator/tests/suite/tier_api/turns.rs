@@ -3,12 +3,12 @@
 //! turn's DELETE came gives up what it made), and only this session object's turns count (not
 //! those of an earlier session of the same name).
 
-use super::super::support::{already_exists, drain_events, expect, proven_turn, Handle};
+use super::super::support::{drain_events, expect, proven_turn, Handle};
 use super::{
     call, config, create_record, find_turn, in_seconds, list_pool, list_records, ordinary,
     patch_pod, post, read_record, read_session, read_t1_secret, read_tier, ready_status,
-    record_path, records_path, session, session_token, start, t1_pod, tier, tier_obj, tombstone,
-    worker_pod, NS, TOKEN,
+    record_name_taken, record_path, records_path, session, session_token, start, t1_pod, tier,
+    tier_obj, tombstone, worker_pod, NS, TOKEN,
 };
 use kube_harness_operator::tier1::{pod, record};
 use serde_json::{json, Value};
@@ -210,22 +210,7 @@ async fn a_claim_whose_turn_ended_meanwhile_gives_the_pod_up() {
     patch_pod(&mut server, "t1-aaa", 200, idle).await;
     read_t1_secret(&mut server, "t1-aaa", "pool-token").await;
     read_session(&mut server, session(None)).await;
-    expect(
-        &mut server,
-        "POST",
-        &records_path(),
-        409,
-        already_exists("harnessturns", &record::name(NS, "demo", "turn-1")),
-    )
-    .await;
-    expect(
-        &mut server,
-        "GET",
-        &record_path(),
-        200,
-        record_of("turn-1", "", "s-uid", true),
-    )
-    .await;
+    record_name_taken(&mut server, record_of("turn-1", "", "s-uid", true)).await;
     pod_deleted(&mut server, "t1-aaa").await;
     assert_eq!(reply.await.unwrap().0, 409);
     nothing_more(&mut server).await;
