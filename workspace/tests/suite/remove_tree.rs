@@ -1,6 +1,7 @@
 //! `safe_fs::remove_tree_at` against trees a hostile command leaves: deeper than any limit, modes
 //! that lock the owner out, symlinks pointing outside (the attack round on the forker, B1-B4).
 
+use super::workspace_support::{unprivileged, Unprivileged};
 use kube_harness_workspace::safe_fs;
 use rustix::fs::{self as rfs, Mode, OFlags};
 use std::ffi::OsStr;
@@ -67,33 +68,19 @@ fn a_symlink_inside_is_removed_and_never_followed() {
 /// again as uid/gid 65533 when it is root.
 #[test]
 fn modes_that_lock_the_owner_out_do_not_stop_removal() {
-    const AS_CHILD: &str = "KH_REMOVE_TREE_CHILD";
-    let root_user = rustix::process::geteuid().is_root();
-    if root_user && std::env::var_os(AS_CHILD).is_none() {
-        let tmp = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        let status = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "suite::remove_tree::modes_that_lock_the_owner_out_do_not_stop_removal",
-                "--test-threads=1",
-            ])
-            .env(AS_CHILD, tmp.path())
-            .uid(65533)
-            .gid(65533)
-            .status()
-            .unwrap();
-        assert!(status.success(), "the unprivileged run failed: {status}");
-        assert_eq!(
-            std::fs::read_dir(tmp.path()).unwrap().count(),
-            0,
-            "the unprivileged run removed its tree"
-        );
-        return;
-    }
-    let dir = match std::env::var_os(AS_CHILD) {
-        Some(d) => std::path::PathBuf::from(d),
-        None => tempfile::tempdir().unwrap().keep(),
+    let dir = match unprivileged(
+        "suite::remove_tree::modes_that_lock_the_owner_out_do_not_stop_removal",
+        "KH_REMOVE_TREE_CHILD",
+    ) {
+        Unprivileged::Ran(tmp) => {
+            assert_eq!(
+                std::fs::read_dir(tmp.path()).unwrap().count(),
+                0,
+                "the unprivileged run removed its tree"
+            );
+            return;
+        }
+        Unprivileged::Here(dir) => dir,
     };
     let tree = dir.join("k");
     std::fs::create_dir_all(tree.join("d/e")).unwrap();
@@ -114,5 +101,3 @@ fn modes_that_lock_the_owner_out_do_not_stop_removal() {
         "the tree is gone"
     );
 }
-
-use std::os::unix::process::CommandExt;

@@ -5,39 +5,23 @@
 //! was seen under it, each named in the snapshot's warnings (`fileTrackingSkipped`); an archive,
 //! which needs the bytes, still fails.
 
-use super::workspace_support::{layout, mkdir, write};
+use super::workspace_support::{layout, mkdir, unprivileged, write, Unprivileged};
 use kube_harness_workspace::{
     diff, snapshot, snapshot_since, snapshot_with, ChangeKind, Exclude, HashBudget, Limits,
 };
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 /// Run as an unprivileged user (root passes every mode check): the test binary runs this test
 /// again as uid/gid 65533 when it is root.
 #[test]
 fn unreadable_files_and_directories_do_not_blind_file_events() {
-    const AS_CHILD: &str = "KH_UNREADABLE_CHILD";
-    if rustix::process::geteuid().is_root() && std::env::var_os(AS_CHILD).is_none() {
-        let tmp = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        let status = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "suite::unreadable::unreadable_files_and_directories_do_not_blind_file_events",
-                "--test-threads=1",
-            ])
-            .env(AS_CHILD, tmp.path())
-            .uid(65533)
-            .gid(65533)
-            .status()
-            .unwrap();
-        assert!(status.success(), "the unprivileged run failed: {status}");
-        return;
-    }
-    let root = match std::env::var_os(AS_CHILD) {
-        Some(d) => PathBuf::from(d),
-        None => tempfile::tempdir().unwrap().keep(),
+    let root = match unprivileged(
+        "suite::unreadable::unreadable_files_and_directories_do_not_blind_file_events",
+        "KH_UNREADABLE_CHILD",
+    ) {
+        Unprivileged::Ran(_) => return,
+        Unprivileged::Here(dir) => dir,
     };
     let spec = layout(&root, &[]);
     let session = root.join("session");

@@ -86,3 +86,35 @@ pub fn content(s: &Snapshot) -> BTreeMap<PathBuf, Content> {
         })
         .collect()
 }
+
+/// Where a test that must run unprivileged (root passes every mode check) does its work.
+pub enum Unprivileged {
+    /// As root: the test binary ran the test again as uid/gid 65533 in this world-writable
+    /// directory, and it passed.
+    Ran(tempfile::TempDir),
+    /// The run to do the work in (that child, or a test run as another user already).
+    Here(PathBuf),
+}
+
+/// Runs the test `test` (its full path) again as uid/gid 65533 when the caller is root, naming
+/// its directory in the variable `env`; else returns where to work.
+pub fn unprivileged(test: &str, env: &str) -> Unprivileged {
+    use std::os::unix::process::CommandExt;
+    if let Some(dir) = std::env::var_os(env) {
+        return Unprivileged::Here(PathBuf::from(dir));
+    }
+    if !rustix::process::geteuid().is_root() {
+        return Unprivileged::Here(tempfile::tempdir().unwrap().keep());
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--test-threads=1"])
+        .env(env, tmp.path())
+        .uid(65533)
+        .gid(65533)
+        .status()
+        .unwrap();
+    assert!(status.success(), "the unprivileged run failed: {status}");
+    Unprivileged::Ran(tmp)
+}
