@@ -197,7 +197,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     // Turn objects, requeued by the Tier-1 pods serving them.
     let turns = Controller::new(
         Api::<HarnessTurn>::all(client.clone()),
-        paged().labels(&turn::selector()),
+        paged().labels(&tier1::record::selector()),
     )
     .watches(
         Api::<Pod>::all(client.clone()),

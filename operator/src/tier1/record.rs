@@ -364,12 +364,17 @@ pub async fn delete_as_read(ctx: &Context, record: &HarnessTurn) -> Result<bool,
     }
 }
 
+/// The label selector of turn records (and of every Tier-1 pod).
+pub fn selector() -> String {
+    format!("{}={}", labels::ROLE, labels::ROLE_TIER1)
+}
+
 /// Every turn record the operator made, in every namespace (the sweep's list): those with its
 /// proof ([`proven`]). A record without it names no pod the sweep would judge by, and is not
 /// held: the list is read a page of [`crate::kube_util::WATCH_PAGE_SIZE`] at a time.
 pub async fn list(ctx: &Context) -> Result<Vec<HarnessTurn>, kube::Error> {
     let api: Api<HarnessTurn> = Api::all(ctx.client.clone());
-    let selector = format!("{}={}", labels::ROLE, labels::ROLE_TIER1);
+    let selector = selector();
     let mut params = ListParams::default()
         .labels(&selector)
         .limit(crate::kube_util::WATCH_PAGE_SIZE);

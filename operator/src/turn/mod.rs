@@ -23,11 +23,6 @@ use std::time::Duration;
 /// How often a turn is looked at again without a change (its pod's changes requeue it sooner).
 const RESYNC: Duration = Duration::from_secs(300);
 
-/// The label selector of the operator's turn objects (and Tier-1 pods).
-pub fn selector() -> String {
-    format!("{}={}", labels::ROLE, labels::ROLE_TIER1)
-}
-
 /// The turn object a Tier-1 pod serves, from its labels and turn annotation (`None`: an idle
 /// pool pod, or a pod serving no turn).
 pub fn turn_of(pod: &Pod) -> Option<ObjectRef<HarnessTurn>> {

@@ -34,21 +34,11 @@ async fn tenant(admin: &Client, ns: &str) -> Client {
         .create(&PostParams::default(), &account)
         .await
         .unwrap();
-    let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), ns);
     for (name, role) in [
         ("tenant-edit", "edit".to_string()),
         ("tenant-user", user_role()),
     ] {
-        let binding: RoleBinding = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]
-        }))
-        .unwrap();
-        bindings
-            .create(&PostParams::default(), &binding)
-            .await
-            .unwrap();
+        bind_tenant(admin, ns, name, "ClusterRole", &role).await;
     }
     let mut config = kube::Config::infer().await.unwrap();
     config.auth_info.impersonate = Some(format!("system:serviceaccount:{ns}:tenant"));
@@ -58,6 +48,20 @@ async fn tenant(admin: &Client, ns: &str) -> Client {
         "system:authenticated".into(),
     ]);
     Client::try_from(config).unwrap()
+}
+
+/// Binds the tenant's ServiceAccount in `ns` to the role `kind`/`role` (binding `name`).
+async fn bind_tenant(admin: &Client, ns: &str, name: &str, kind: &str, role: &str) {
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
 }
 
 /// The demo session named `name`, as `client` creates it in `ns`.
@@ -367,15 +371,7 @@ async fn a_tenant_can_read_but_never_write_turn_records() {
             .create(&PostParams::default(), &role)
             .await
             .unwrap();
-        let binding: RoleBinding = serde_json::from_value(json!({
-            "metadata": {"name": "turn-writer"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "turn-writer"},
-            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]}))
-        .unwrap();
-        Api::<RoleBinding>::namespaced(admin.clone(), &ns)
-            .create(&PostParams::default(), &binding)
-            .await
-            .unwrap();
+        bind_tenant(&admin, &ns, "turn-writer", "Role", "turn-writer").await;
         let refused = wait::until("the admission policy's refusal", Duration::from_secs(30), || {
             let (turns, planted) = (turns.clone(), planted.clone());
             async move {

@@ -89,7 +89,7 @@ pub async fn sweep(ctx: &Context) -> crate::Result<Report> {
     };
     // Tier-1 pods live in their sessions' namespaces (pool pods in the pools'): all of them.
     let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let selector = format!("{}={}", labels::ROLE, labels::ROLE_TIER1);
+    let selector = record::selector();
     // A pod whose session label names another namespace than its own was not made by the
     // operator (it makes a session's pods in that session's namespace): a tenant's pod, planted
     // to act on another namespace's session. Not judged, not counted, never a reason to write.
