@@ -178,7 +178,10 @@ async fn end_turn(
     run_id: Option<String>,
 ) -> anyhow::Result<EndTurnResponse> {
     worker
-        .end_turn_with(&EndTurnRequest { run_id })
+        .end_turn_with(&EndTurnRequest {
+            run_id,
+            turn_id: None,
+        })
         .await
         .with_context(|| format!("ending the turn of session {session}"))
 }

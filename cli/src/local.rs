@@ -3,12 +3,13 @@
 //! `commit` applies a `manual` Persistent Dir commit.
 
 use crate::toggles::ToggleArgs;
+use crate::trace_view;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use kube_harness_worker::local::{
     self, data_dir::DEFAULT_DATA_DIR, DataDir, FileTrace, LocalTurn, PersistentDir, SameSession,
 };
-use kube_harness_worker::runtime::{event::Payload, NextTier, TraceEvent};
+use kube_harness_worker::runtime::{event::Payload, NextTier};
 use kube_harness_worker::tier1::LocalTier1;
 use std::io::Write;
 use std::path::PathBuf;
@@ -108,39 +109,17 @@ pub fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         LocalCommand::Trace { session, format } => {
             let dir = data.existing_session(&session)?;
             let events = FileTrace::read(&dir.trace_path())?;
-            let mut out = std::io::stdout().lock();
-            if format == "json" {
-                for e in events {
-                    serde_json::to_writer(&mut out, &e)?;
-                    writeln!(out)?;
-                }
-            } else {
-                print_pretty(&mut out, &events)?;
-            }
+            trace_view::print(&mut std::io::stdout().lock(), &events, format == "json")?;
             Ok(ExitCode::SUCCESS)
         }
         LocalCommand::Doctor { session } => {
             let dir = data.existing_session(&session)?;
             let events = FileTrace::read(&dir.trace_path())?;
-            let (mut dispose, mut refused, mut timeouts) = (0, 0, 0);
-            for e in &events {
-                match e.payload() {
-                    Ok(Payload::DisposeFailed(_)) => dispose += 1,
-                    Ok(Payload::TierRefused(_)) => refused += 1,
-                    Ok(Payload::CommandCompleted(done)) if done.timed_out => timeouts += 1,
-                    _ => {}
-                }
-            }
-            println!("session {session}: {} events", events.len());
-            println!("  dispose failures: {dispose}");
-            println!("  refusals:         {refused}");
-            println!("  timeouts:         {timeouts}");
-            println!("{dispose} failure(s)");
-            Ok(if dispose == 0 {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
+            Ok(trace_view::doctor(
+                &mut std::io::stdout().lock(),
+                &session,
+                &events,
+            )?)
         }
         LocalCommand::Files { session } => {
             let dir = data.existing_session(&session)?;
@@ -353,72 +332,4 @@ fn escaped(c: char) -> bool {
         GeneralCategory::SpaceSeparator => c != ' ',
         _ => false,
     }
-}
-
-/// One line per event for people; long runs of file events (a merged repository) are summarised.
-fn print_pretty(out: &mut impl Write, events: &[TraceEvent]) -> std::io::Result<()> {
-    const SHOWN: usize = 3;
-    let line = |out: &mut dyn Write, e: &TraceEvent| {
-        let data = pretty(&e.data);
-        writeln!(out, "{} #{:<3} {:<34} {data}", e.turn_id, e.seq, e.kind)
-    };
-    // Runs of `harness.file.*` events (the truncation summary too) group by type and source.
-    let source = |e: &TraceEvent| match e.payload().ok()? {
-        Payload::FileTruncated(t) => Some(t.source),
-        p => p.file().map(|f| f.source),
-    };
-    let mut i = 0;
-    while i < events.len() {
-        let first = &events[i];
-        let first_source = source(first);
-        let same = |o: &TraceEvent| {
-            first_source.is_some()
-                && o.kind == first.kind
-                && o.turn_id == first.turn_id
-                && source(o) == first_source
-        };
-        let run = events[i..].iter().take_while(|o| same(o)).count().max(1);
-        let shown = if run > SHOWN + 1 { SHOWN } else { run };
-        for e in &events[i..i + shown] {
-            line(out, e)?;
-        }
-        if run > shown {
-            let source = first_source.map_or("", |s| s.as_str());
-            writeln!(
-                out,
-                "{} …    {} more {} ({source})",
-                first.turn_id,
-                run - shown,
-                first.kind
-            )?;
-        }
-        i += run;
-    }
-    Ok(())
-}
-
-/// One line per event for people: the interesting fields only.
-fn pretty(data: &serde_json::Value) -> String {
-    let field = |k: &str| data.get(k).filter(|v| !v.is_null());
-    let mut parts = Vec::new();
-    for key in [
-        "tier",
-        "command",
-        "exitCode",
-        "durationMs",
-        "path",
-        "reason",
-        "signal",
-        "error",
-        "stayedOnTier0",
-    ] {
-        if let Some(v) = field(key) {
-            let text = match v.as_str() {
-                Some(s) => format!("{s:?}"),
-                None => v.to_string(),
-            };
-            parts.push(format!("{key}={text}"));
-        }
-    }
-    parts.join(" ")
 }

@@ -15,6 +15,7 @@ mod commit;
 mod cp;
 mod crdgen;
 mod exec;
+mod inspect;
 mod ledger;
 mod local;
 mod operator;
@@ -24,6 +25,7 @@ mod session_log;
 mod sessions;
 mod skills_keeper;
 mod toggles;
+mod trace_view;
 mod worker;
 
 use clap::{Parser, Subcommand};
@@ -82,6 +84,10 @@ enum Command {
     Cp(cp::CpArgs),
     /// List HarnessSessions with phase, readiness, tier and usage.
     Sessions(sessions::SessionsArgs),
+    /// Print a session's events from its session log (as `local trace` does for a local one).
+    Trace(inspect::TraceArgs),
+    /// Count a session's dispose failures, refusals and time-outs; exit 1 if a dispose failed.
+    Doctor(inspect::DoctorArgs),
     /// Run `true` in a session over each route and print the round trip's p50, p95 and max.
     Ping(ping::PingArgs),
     /// The Tier-0 worker of one session: serves exec, end-turn and status over HTTP.
@@ -94,7 +100,9 @@ enum Command {
 /// The name kubectl runs a plugin by (`kubectl harness …` → `kubectl-harness …`).
 const PLUGIN_NAME: &str = "kubectl-harness";
 /// What the plugin offers: the commands for reaching sessions, not the server roles.
-const PLUGIN_COMMANDS: [&str; 6] = ["exec", "sessions", "cp", "end-turn", "commit", "ping"];
+const PLUGIN_COMMANDS: [&str; 8] = [
+    "exec", "sessions", "cp", "end-turn", "commit", "ping", "trace", "doctor",
+];
 
 /// The command line as a kubectl plugin: `kubectl harness` in help and errors, and only the
 /// session commands (any other is an unrecognised subcommand, exit 2).
@@ -111,7 +119,9 @@ fn plugin_command() -> clap::Command {
         .args(globals)
         .bin_name("kubectl harness")
         .version(env!("CARGO_PKG_VERSION"))
-        .about("Reach Kube Harness sessions from kubectl: exec, sessions, cp, end-turn, ping")
+        .about(
+            "Reach Kube Harness sessions from kubectl: exec, sessions, cp, end-turn, ping, trace, doctor",
+        )
         .subcommand_required(true)
         .arg_required_else_help(true)
         .subcommands(offered)
@@ -151,6 +161,8 @@ fn main() -> ExitCode {
         Command::Commit(args) => commit::run(args),
         Command::Cp(args) => cp::run(args),
         Command::Sessions(args) => sessions::run(args),
+        Command::Trace(args) => inspect::run_trace(args),
+        Command::Doctor(args) => inspect::run_doctor(args),
         Command::Ping(args) => ping::run(args),
     };
     match result {

@@ -258,6 +258,7 @@ fn worker_config(args: &WorkerArgs) -> WorkerConfig {
     config.command_timeout = Duration::from_secs(args.command_timeout);
     config.max_timeout = Duration::from_secs(args.max_timeout);
     config.shutdown_grace = Duration::from_secs(args.shutdown_grace);
+    config.turn_idle_timeout = Duration::from_secs(args.turn_idle_timeout);
     config.max_file_events = args.max_file_events;
     config.max_file_event_bytes = args.max_file_event_bytes;
     config.max_file_bytes = args.max_file_bytes;

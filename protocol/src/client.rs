@@ -6,7 +6,8 @@
 
 use crate::worker_api::{
     ArchiveWritten, CommitRequest, EndTurnRequest, EndTurnResponse, ErrorBody, ExecRequest,
-    ExecResponse, ExecStreamLine, FileWritten, Health, PersistentCommit, Status, NDJSON,
+    ExecResponse, ExecStreamLine, FileWritten, Health, LogPage, OpenTurnRequest, OpenTurnResponse,
+    PersistentCommit, Status, NDJSON,
 };
 use kube_harness_bounds::body::{self, chain, BodyError};
 use reqwest::StatusCode;
@@ -161,6 +162,33 @@ impl WorkerClient {
                 )));
             }
         }
+    }
+
+    /// Opens a turn of this client's own (`POST /v1/turns`): its commands and its end carry the
+    /// id it answers, and no other client's may run meanwhile (409 `turn-busy`).
+    pub async fn open_turn(
+        &self,
+        req: &OpenTurnRequest,
+    ) -> Result<OpenTurnResponse, WorkerClientError> {
+        self.send(self.http.post(self.url("/v1/turns")).json(req))
+            .await
+    }
+
+    /// One page of a run of the session's log (`GET /v1/log`): `run` None is the session's
+    /// default run; events after sequence `after`, at most `limit`.
+    pub async fn log_page(
+        &self,
+        run: Option<&str>,
+        after: u64,
+        limit: usize,
+    ) -> Result<LogPage, WorkerClientError> {
+        let mut query: Vec<(&str, String)> =
+            vec![("after", after.to_string()), ("limit", limit.to_string())];
+        if let Some(run) = run {
+            query.push(("run", run.to_string()));
+        }
+        self.send(self.http.get(self.url("/v1/log")).query(&query))
+            .await
     }
 
     /// Ends the session's open turn; `turn: None` when none was open.

@@ -31,6 +31,12 @@ pub struct ExecRequest {
     /// Also return the classifier's decision and reasons (costs one more classification).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub explain: bool,
+    /// The turn this command belongs to, as `POST /v1/turns` gave it: while a turn opened that
+    /// way is open, a command without its id is refused with 409 `turn-busy` (one client's turn
+    /// at a time); a command naming a turn that ended gets 409 `turn-ended`. Without it, and with
+    /// no such turn open, the command runs in the session's shared turn (opened if none is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
 }
 
 impl ExecRequest {
@@ -41,6 +47,7 @@ impl ExecRequest {
             step_key: None,
             timeout_ms: None,
             explain: false,
+            turn_id: None,
         }
     }
 
@@ -138,6 +145,80 @@ pub struct EndTurnRequest {
     /// The run the turn's closing events (usage, dispose failures) go to; default: the session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// The turn to end, as `POST /v1/turns` gave it: a turn opened that way is ended only by a
+    /// request naming it (409 `turn-busy` otherwise). Naming a turn that already ended answers
+    /// `turn: null`, so ending twice is safe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+}
+
+/// Most events a `GET /v1/log` page holds (and its default `limit`).
+pub const MAX_LOG_PAGE: usize = 1000;
+
+/// The answer to `GET /v1/log?run=R&after=N&limit=L`: one page of a run of the session's log,
+/// as the session log keeps it (`kube-harness trace` and `doctor` read sessions through it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LogPage {
+    /// The run as asked (`run`, or the session's default run), without the worker's scope.
+    pub run: String,
+    pub events: Vec<LoggedEvent>,
+    /// Pass as `after` for the next page; absent at the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<u64>,
+}
+
+/// One event of the session log: a trace event's `type` and `data` with the log's own position
+/// and commit time (the log keeps no more of the trace line: not its turn or its time).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoggedEvent {
+    /// Position in the run, from 1, gapless.
+    pub sequence: u64,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub data: Value,
+    /// When the log committed it, milliseconds since the Unix epoch.
+    pub recorded_at_ms: u64,
+}
+
+impl LoggedEvent {
+    /// As a trace line of session `session`: `seq` is the log's sequence, `atMs` its commit
+    /// time, `turnId` empty (the log does not keep it).
+    pub fn trace_event(&self, session: &str) -> TraceEvent {
+        TraceEvent {
+            schema: crate::trace::TRACE_SCHEMA.to_string(),
+            kind: self.kind.clone(),
+            at_ms: self.recorded_at_ms,
+            session_id: session.to_string(),
+            turn_id: String::new(),
+            seq: self.sequence,
+            data: self.data.clone(),
+        }
+    }
+}
+
+/// `POST /v1/turns` (body optional): opens a turn for one client. The session runs one turn at a
+/// time: while it is open, commands and end-turn requests that do not carry its id are refused
+/// with 409 `turn-busy`, and opening another is too.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OpenTurnRequest {
+    /// Who opens it (a host name, a program, an agent's name: at most 128 bytes, no control
+    /// characters), named in the `turn-busy` answers other clients get.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+}
+
+/// The answer to `POST /v1/turns`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenTurnResponse {
+    /// What the turn's commands and its end carry as `turnId`.
+    pub turn_id: String,
+    /// A turn with no command for this long is ended by the worker (as by `POST /v1/turns/end`,
+    /// its changes merged back), so an abandoned turn does not hold the session.
+    pub idle_timeout_ms: u64,
 }
 
 /// The answer to `POST /v1/turns/end`. `turn` is `None` when no turn was open.
@@ -273,6 +354,11 @@ pub mod code {
     pub const NOT_FOUND: &str = "not-found";
     pub const METHOD_NOT_ALLOWED: &str = "method-not-allowed";
     pub const SESSION_BUSY: &str = "session-busy";
+    /// Another client's turn is open (`POST /v1/turns`): its id was not given.
+    pub const TURN_BUSY: &str = "turn-busy";
+    /// The turn named by `turnId` is not open any more (ended, by its idle bound, or the worker
+    /// restarted): open another.
+    pub const TURN_ENDED: &str = "turn-ended";
     pub const STEP_INCOMPLETE: &str = "step-incomplete";
     pub const STEP_CONFLICT: &str = "step-conflict";
     pub const SESSION_LOG_UNAVAILABLE: &str = "session-log-unavailable";

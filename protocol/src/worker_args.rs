@@ -30,6 +30,9 @@ pub const DEFAULT_COMMAND_TIMEOUT_SECS: u64 = 60;
 pub const DEFAULT_MAX_TIMEOUT_SECS: u64 = 600;
 /// Default `--shutdown-grace`, in seconds.
 pub const DEFAULT_SHUTDOWN_GRACE_SECS: u64 = 20;
+/// Default `--turn-idle-timeout`, in seconds: a client's turn (`POST /v1/turns`) with no
+/// command for this long is ended, so an abandoned one does not hold the session.
+pub const DEFAULT_TURN_IDLE_TIMEOUT_SECS: u64 = 900;
 /// Default `--max-archive-bytes` (the worker's pod Tier-1 and the agent): 1 GiB.
 pub const DEFAULT_MAX_ARCHIVE_BYTES: u64 = 1 << 30;
 /// Default of `--max-file-bytes`: 1 GiB.
@@ -386,6 +389,17 @@ pub struct WorkerArgs {
         value_name = "SECONDS"
     )]
     pub shutdown_grace: u64,
+    /// A client's turn (`POST /v1/turns`) with no command for this long, in seconds, is ended by
+    /// the worker as by `POST /v1/turns/end` (merged back), so an abandoned turn does not hold
+    /// the session: other clients get 409 `turn-busy` while it is open.
+    #[arg(
+        long,
+        env = "KH_WORKER_TURN_IDLE_TIMEOUT",
+        default_value_t = DEFAULT_TURN_IDLE_TIMEOUT_SECS,
+        value_name = "SECONDS",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub turn_idle_timeout: u64,
     /// At most this many file events (`harness.file.*`) per command and per merge-back; past
     /// it one `harness.file.truncated` event with the counts. Also the most paths the end-turn
     /// answer lists.
@@ -472,6 +486,7 @@ impl WorkerArgs {
             max_archive_bytes: DEFAULT_MAX_ARCHIVE_BYTES,
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE_SECS,
+            turn_idle_timeout: DEFAULT_TURN_IDLE_TIMEOUT_SECS,
             max_file_events: DEFAULT_MAX_FILE_EVENTS,
             max_file_event_bytes: DEFAULT_MAX_FILE_EVENT_BYTES,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT.as_secs(),
@@ -583,6 +598,11 @@ impl WorkerArgs {
                 "shutdown-grace",
                 self.shutdown_grace.to_string(),
                 default.shutdown_grace.to_string(),
+            ),
+            (
+                "turn-idle-timeout",
+                self.turn_idle_timeout.to_string(),
+                default.turn_idle_timeout.to_string(),
             ),
             (
                 "max-file-events",
@@ -718,6 +738,7 @@ mod tests {
             max_archive_bytes: 11,
             max_file_bytes: 111,
             shutdown_grace: 12,
+            turn_idle_timeout: 19,
             max_file_events: 13,
             max_file_event_bytes: 14,
             header_read_timeout: 15,

@@ -57,7 +57,7 @@ USER_RULES = {
     for v in ["get", "list", "watch", "patch", "create", "update", "delete"]
 } | {("kubeharness.dev", "harnessturns", v) for v in ["get", "list", "watch"]} | {
     ("", "secrets", "get"), ("", "pods", "get"), ("", "pods", "list"),
-     ("", "pods/portforward", "create")}
+     ("", "pods/portforward", "create"), ("", "pods/portforward", "get")}
 
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "SandboxTier", "ValidatingAdmissionPolicy",
                   "ValidatingAdmissionPolicyBinding"}

@@ -27,7 +27,9 @@ fn linked_as_kubectl_harness_it_offers_the_session_commands_only() {
     assert!(help.status.success(), "{}", text(&help));
     let out = text(&help);
     assert!(out.contains("kubectl harness"), "{out}");
-    for shown in ["exec", "sessions", "cp", "end-turn", "commit", "ping"] {
+    for shown in [
+        "exec", "sessions", "cp", "end-turn", "commit", "ping", "trace", "doctor",
+    ] {
         assert!(
             out.contains(&format!("  {shown}")),
             "{shown} missing: {out}"

@@ -161,3 +161,37 @@ def test_directories_round_trip_as_tar(worker, tmp_path):
         assert (out / "link").is_symlink()
         with pytest.raises(kh.NotFound):
             s.download_dir("/session/none", tmp_path / "none")
+
+
+def test_one_clients_turn_at_a_time(worker):
+    with kh.Session(worker.url, TOKEN) as a, kh.Session(worker.url, TOKEN) as b:
+        turn = a.open_turn("agent-a")
+        assert a.turn_id == turn and a.exec("echo mine").stdout == "mine\n"
+        with pytest.raises(kh.TurnBusy) as busy:
+            b.exec("echo theirs")
+        assert busy.value.status == 409 and "agent-a" in busy.value.message
+        with pytest.raises(kh.TurnBusy):
+            b.open_turn("agent-b")
+        with pytest.raises(kh.TurnBusy):
+            b.end_turn()
+        assert a.end_turn().commands == 1 and a.turn_id is None
+        b.open_turn("agent-b")
+        a.turn_id = turn  # a stale id, as after the worker's idle bound
+        with pytest.raises(kh.TurnBusy):  # another turn is open: whose is said
+            a.exec("true")
+        assert b.end_turn().commands == 0
+        with pytest.raises(kh.TurnEnded):  # none is: the id is spent
+            a.exec("true")
+
+
+def test_the_async_session_opens_its_own_turn(worker):
+    async def run():
+        async with kh.AsyncSession(worker.url, TOKEN) as a:
+            await a.open_turn()
+            assert (await a.exec("echo in")).stdout == "in\n"
+            async with kh.AsyncSession(worker.url, TOKEN) as b:
+                with pytest.raises(kh.TurnBusy):
+                    await b.exec("true")
+            assert (await a.end_turn()).commands == 1
+
+    asyncio.run(run())

@@ -116,6 +116,8 @@ export interface EmulationGap {
 export interface EndTurnRequest {
   /** The run the turn's closing events (usage, dispose failures) go to; default: the session. */
   runId?: string | null;
+  /** The turn to end, as `POST /v1/turns` gave it: a turn opened that way is ended only by a request naming it (409 `turn-busy` otherwise). Naming a turn that already ended answers `turn: null`, so ending twice is safe. */
+  turnId?: string | null;
 }
 
 /** The answer to `POST /v1/turns/end`. `turn` is `None` when no turn was open. */
@@ -151,6 +153,8 @@ export interface ExecRequest {
   stepKey?: string | null;
   /** Wall-clock limit of this command; at most the worker's `--max-timeout`. */
   timeoutMs?: number | null;
+  /** The turn this command belongs to, as `POST /v1/turns` gave it: while a turn opened that way is open, a command without its id is refused with 409 `turn-busy` (one client's turn at a time); a command naming a turn that ended gets 409 `turn-ended`. Without it, and with no such turn open, the command runs in the session's shared turn (opened if none is). */
+  turnId?: string | null;
 }
 
 /** The answer to `POST /v1/exec`: the command's outcome and the trace events it emitted. */
@@ -282,12 +286,45 @@ export interface LocalUsage {
   provisionMs: number;
 }
 
+/** The answer to `GET /v1/log?run=R&after=N&limit=L`: one page of a run of the session's log, as the session log keeps it (`kube-harness trace` and `doctor` read sessions through it). */
+export interface LogPage {
+  events: LoggedEvent[];
+  /** The run as asked (`run`, or the session's default run), without the worker's scope. */
+  run: string;
+  /** Pass as `after` for the next page; absent at the end. */
+  next?: number | null;
+}
+
+/** One event of the session log: a trace event's `type` and `data` with the log's own position and commit time (the log keeps no more of the trace line: not its turn or its time). */
+export interface LoggedEvent {
+  data: unknown;
+  /** When the log committed it, milliseconds since the Unix epoch. */
+  recordedAtMs: number;
+  /** Position in the run, from 1, gapless. */
+  sequence: number;
+  type: string;
+}
+
 /** How many file events of each change were left out. */
 export interface OmittedFiles {
   created: number;
   deleted: number;
   modified: number;
   total: number;
+}
+
+/** `POST /v1/turns` (body optional): opens a turn for one client. The session runs one turn at a time: while it is open, commands and end-turn requests that do not carry its id are refused with 409 `turn-busy`, and opening another is too. */
+export interface OpenTurnRequest {
+  /** Who opens it (a host name, a program, an agent's name: at most 128 bytes, no control characters), named in the `turn-busy` answers other clients get. */
+  client?: string | null;
+}
+
+/** The answer to `POST /v1/turns`. */
+export interface OpenTurnResponse {
+  /** A turn with no command for this long is ended by the worker (as by `POST /v1/turns/end`, its changes merged back), so an abandoned turn does not hold the session. */
+  idleTimeoutMs: number;
+  /** What the turn's commands and its end carry as `turnId`. */
+  turnId: string;
 }
 
 /** A stream's whole output, kept under `/artifacts/trace/` when it outgrew the result's cap. */

@@ -88,6 +88,8 @@ pub fn worker_api_schema() -> Value {
     generator.subschema_for::<ExecRequest>();
     generator.subschema_for::<ExecResponse>();
     generator.subschema_for::<ExecStreamLine>();
+    generator.subschema_for::<OpenTurnRequest>();
+    generator.subschema_for::<OpenTurnResponse>();
     generator.subschema_for::<EndTurnRequest>();
     generator.subschema_for::<EndTurnResponse>();
     generator.subschema_for::<CommitRequest>();
@@ -95,6 +97,7 @@ pub fn worker_api_schema() -> Value {
     generator.subschema_for::<FileWritten>();
     generator.subschema_for::<ArchiveWritten>();
     generator.subschema_for::<Status>();
+    generator.subschema_for::<LogPage>();
     generator.subschema_for::<Health>();
     generator.subschema_for::<ErrorBody>();
     generator.subschema_for::<AdoptRequest>();

@@ -57,6 +57,28 @@ pub async fn demo(
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A PATH of the same programs as this process's, less any named `left_out`: one directory
+/// (`dir`, made) of links to the first program of each name, so a client can be run proving it
+/// needs no `kubectl`.
+pub fn path_without(left_out: &str, dir: &std::path::Path) -> String {
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for entry in std::env::split_paths(&path) {
+        let Ok(list) = std::fs::read_dir(&entry) else {
+            continue;
+        };
+        for program in list.flatten() {
+            let name = program.file_name();
+            let link = dir.join(&name);
+            if name == left_out || link.symlink_metadata().is_ok() {
+                continue;
+            }
+            std::os::unix::fs::symlink(program.path(), link).ok();
+        }
+    }
+    dir.display().to_string()
+}
+
 /// Runs `kubectl` (KH_KUBECTL) with `args`.
 pub fn kubectl(args: &[&str]) -> Result<Output> {
     run(&binary("KH_KUBECTL", "kubectl"), args)

@@ -1,15 +1,13 @@
 //! The in-cluster data path (issue 14): a pod reaches its session at `status.address` (the
 //! session's Service) with `kube-harness exec`, and the route's round trip is measured against
 //! the pod IP, the API server's port-forward and `kubectl exec`, from the same pod in the same
-//! run, interleaved. Then the Python and TypeScript SDKs run their suites against the session.
+//! run, interleaved. Then the Python and TypeScript SDKs run their suites with no kubectl on PATH:
+//! attaching to a session, and creating and deleting sessions of their own.
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{DynamicObject, LogParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, Client};
-use kube_harness_client::tunnel::Tunnel;
-use kube_harness_client::SessionHandle;
-use kube_harness_crds::HarnessSession;
 use kube_harness_e2e::harness::{self, repo_root};
 use kube_harness_e2e::namespace::with_namespace;
 use kube_harness_e2e::pods::wait_succeeded;
@@ -153,17 +151,19 @@ done"#
     .await;
 }
 
-/// The Python SDK (through `Session.from_kubeconfig`, the port-forward path, with the real
-/// kubectl) and the TypeScript SDK (given a URL and token) run their cluster suites against a
-/// session on the cluster.
+/// The Python and TypeScript SDKs run their cluster suites with no `kubectl` on PATH, through the
+/// Kubernetes API only: each attaches to a session made here (an in-process port-forward) and
+/// creates sessions of its own, deleting them, and everything they own, on exit, also when the
+/// block raised.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster with the chart installed"]
-async fn the_python_and_typescript_sdks_drive_a_session_on_the_cluster() {
+async fn the_python_and_typescript_sdks_make_and_drive_sessions_on_the_cluster() {
     with_namespace("sdk", |client, ns| async move {
         harness::demo(&client, &ns, "sdk", READY).await;
         let bin = std::env::var("KH_KUBE_HARNESS_BIN").expect("KH_KUBE_HARNESS_BIN");
-        let kubectl = std::env::var("KH_KUBECTL").expect("KH_KUBECTL");
-        // Run on a blocking thread: the tunnel below is served by this runtime meanwhile.
+        let kubeconfig = std::env::var("KUBECONFIG").expect("KUBECONFIG");
+        let programs = tempfile::tempdir().unwrap();
+        let path = harness::path_without("kubectl", programs.path());
         let run = |mut cmd: Command, what: &'static str, ran_all: fn(&str) -> bool| async move {
             let out = tokio::task::spawn_blocking(move || cmd.output())
                 .await
@@ -178,37 +178,68 @@ async fn the_python_and_typescript_sdks_drive_a_session_on_the_cluster() {
             let mut cmd = Command::new("bash");
             cmd.arg(repo_root().join("clients").join(dir).join("test.sh"))
                 .arg(file)
-                .env("KH_BIN", &bin);
+                .env("KH_BIN", &bin)
+                .env("PATH", &path)
+                .env("KUBECONFIG", &kubeconfig)
+                .env("KH_E2E_NO_KUBECTL", "1")
+                .env("KH_E2E_SESSION", "sdk")
+                .env("KH_E2E_NAMESPACE", &ns)
+                .env_remove("KH_KUBECTL");
             cmd
         };
-        let mut python = sdk("python", "tests/test_cluster.py");
-        python
-            .env("KH_KUBECTL", &kubectl)
-            .env("KH_E2E_SESSION", "sdk")
-            .env("KH_E2E_NAMESPACE", &ns);
-        run(python, "Python SDK cluster suite", |t| {
-            t.contains(" passed") && !t.contains("skipped")
-        })
+        run(
+            sdk("python", "tests/test_cluster.py"),
+            "Python SDK cluster suite",
+            |t| t.contains(" passed") && !t.contains("skipped"),
+        )
+        .await;
+        run(
+            sdk("typescript", "test/cluster.test.js"),
+            "TypeScript SDK cluster suite",
+            |t| t.contains("# skipped 0") && t.contains("# fail 0") && !t.contains("# pass 0"),
+        )
         .await;
 
-        let handle = SessionHandle::new(client.clone(), ns.clone(), "sdk");
-        let session: HarnessSession = handle.ready(READY).await.unwrap();
-        let token = handle.token(&session).await.unwrap();
-        let tunnel = Tunnel::open(
-            Api::<Pod>::namespaced(client.clone(), &ns),
-            "sdk-worker",
-            8080,
-        )
-        .await
-        .unwrap();
-        let mut typescript = sdk("typescript", "test/cluster.test.js");
-        typescript
-            .env("KH_E2E_URL", format!("http://{}", tunnel.local))
-            .env("KH_E2E_TOKEN", token);
-        run(typescript, "TypeScript SDK cluster suite", |t| {
-            t.contains("# skipped 0") && t.contains("# fail 0") && !t.contains("# pass 0")
-        })
-        .await;
+        // `kube-harness trace` and `doctor` read the session's log through its worker: the
+        // commands the SDKs ran are there, in order, and no dispose failed.
+        let (code, _, err) =
+            harness::cli_exec(&ns, "sdk", "echo traced-by-the-cli", &["--end-turn"]);
+        assert_eq!(code, 0, "{err}");
+        let trace =
+            harness::kube_harness(&["trace", "-n", &ns, "sdk", "--format", "json"]).unwrap();
+        assert!(trace.status.success(), "{}", harness::stderr(&trace));
+        let lines: Vec<Value> = harness::stdout(&trace)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let started: Vec<&str> = lines
+            .iter()
+            .filter(|e| e["type"] == "harness.runtime.command.started")
+            .filter_map(|e| e["data"]["command"].as_str())
+            .collect();
+        assert!(started.len() >= 3, "{started:?}");
+        assert_eq!(
+            started.last(),
+            Some(&"echo traced-by-the-cli"),
+            "{started:?}"
+        );
+        let seqs: Vec<u64> = lines.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "in the log's order: {seqs:?}"
+        );
+        assert!(
+            lines.iter().any(|e| e["type"] == "harness.turn.usage"),
+            "turn ends are logged"
+        );
+        let doctor = harness::kube_harness(&["doctor", "-n", &ns, "sdk"]).unwrap();
+        let said = harness::stdout(&doctor);
+        assert!(
+            doctor.status.success(),
+            "{said}{}",
+            harness::stderr(&doctor)
+        );
+        assert!(said.contains("0 failure(s)"), "{said}");
     })
     .await;
 }

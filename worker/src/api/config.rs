@@ -57,6 +57,8 @@ pub struct WorkerConfig {
     pub max_file_event_bytes: usize,
     /// How long a SIGTERM waits for a running command before ending the turn anyway.
     pub shutdown_grace: Duration,
+    /// A client's turn (`POST /v1/turns`) idle this long is ended by the worker.
+    pub turn_idle_timeout: Duration,
     /// How long a client may take to send a request head, how long an idle connection stays
     /// open, how many connections may be open at once, and the pace every request body must keep
     /// (docs/worker-api.md "Connections", "Bodies").
@@ -97,6 +99,7 @@ impl WorkerConfig {
             max_file_events: worker_args::DEFAULT_MAX_FILE_EVENTS,
             max_file_event_bytes: worker_args::DEFAULT_MAX_FILE_EVENT_BYTES,
             shutdown_grace: Duration::from_secs(worker_args::DEFAULT_SHUTDOWN_GRACE_SECS),
+            turn_idle_timeout: Duration::from_secs(worker_args::DEFAULT_TURN_IDLE_TIMEOUT_SECS),
             connections: ConnectionLimits::default(),
             adoption: None,
             persistent_dirs: Vec::new(),

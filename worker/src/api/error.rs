@@ -41,6 +41,12 @@ pub enum WorkerError {
     /// 409 `session-busy`: another command runs (`same-session: reject`).
     #[error("{0}")]
     Busy(String),
+    /// 409 `turn-busy`: another client's turn (`POST /v1/turns`) is open.
+    #[error("{0}")]
+    TurnBusy(String),
+    /// 409 `turn-ended`: the turn the request names is not open any more.
+    #[error("{0}")]
+    TurnEnded(String),
     /// 409 `step-incomplete`: the step started and never completed; it is not run again.
     #[error("{0}")]
     StepIncomplete(String),
@@ -91,6 +97,8 @@ impl WorkerError {
             WorkerError::NotFound(_) => (StatusCode::NOT_FOUND, code::NOT_FOUND),
             WorkerError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, code::BODY_TIMEOUT),
             WorkerError::Busy(_) => (StatusCode::CONFLICT, code::SESSION_BUSY),
+            WorkerError::TurnBusy(_) => (StatusCode::CONFLICT, code::TURN_BUSY),
+            WorkerError::TurnEnded(_) => (StatusCode::CONFLICT, code::TURN_ENDED),
             WorkerError::StepIncomplete(_) => (StatusCode::CONFLICT, code::STEP_INCOMPLETE),
             WorkerError::NotCommitted(_) => (StatusCode::CONFLICT, code::READ_ONLY),
             WorkerError::TurnEscalated => (StatusCode::CONFLICT, code::TURN_ESCALATED),

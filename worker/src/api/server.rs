@@ -8,7 +8,8 @@
 
 use super::error::WorkerError;
 use super::model::{
-    code, CommitRequest, EndTurnRequest, ExecRequest, Health, MAX_KEY_LEN, MAX_SCRIPT_BYTES, NDJSON,
+    code, CommitRequest, EndTurnRequest, ExecRequest, Health, OpenTurnRequest, MAX_KEY_LEN,
+    MAX_LOG_PAGE, MAX_SCRIPT_BYTES, NDJSON,
 };
 use super::refusal::Refusal;
 use super::state::Worker;
@@ -36,9 +37,11 @@ fn bad_request(message: impl Into<String>) -> Refusal {
 pub fn router(worker: Arc<Worker>, auth: AuthConfig) -> Router {
     let api = Router::new()
         .route("/v1/exec", post(exec))
+        .route("/v1/turns", post(open_turn))
         .route("/v1/turns/end", post(end_turn))
         .route("/v1/persistent/commit", post(commit_persistent))
         .route("/v1/status", get(status))
+        .route("/v1/log", get(get_log))
         .route("/metrics", get(metrics))
         .route("/v1/files", get(get_file).put(put_file))
         .route("/v1/archive", get(get_archive).put(put_archive))
@@ -51,7 +54,7 @@ pub fn router(worker: Arc<Worker>, auth: AuthConfig) -> Router {
             Refusal::new(
                 StatusCode::NOT_FOUND,
                 code::NOT_FOUND,
-                "no such route: the worker serves POST /v1/exec, POST /v1/turns/end, GET /v1/status, PUT and GET /v1/files and /v1/archive, GET /metrics, GET /healthz, GET /readyz",
+                "no such route: the worker serves POST /v1/exec, POST /v1/turns, POST /v1/turns/end, GET /v1/status, GET /v1/log, PUT and GET /v1/files and /v1/archive, GET /metrics, GET /healthz, GET /readyz",
             )
         })
         .method_not_allowed_fallback(|| async {
@@ -216,6 +219,45 @@ async fn get_archive(
     Ok(response)
 }
 
+/// `GET /v1/log?run=R&after=N&limit=L`: a page of the session's log (`Worker::read_log`).
+async fn get_log(
+    State(worker): State<Arc<Worker>>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, Refusal> {
+    let (mut run, mut after, mut limit) = (None, 0u64, MAX_LOG_PAGE);
+    for pair in query
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_encoding::percent_decode_str(value)
+            .decode_utf8()
+            .map_err(|_| bad_request(format!("{key} is not UTF-8 once decoded")))?;
+        let number = |what: &str| {
+            value
+                .parse::<u64>()
+                .map_err(|_| bad_request(format!("{what} must be a number, got {value:?}")))
+        };
+        match key {
+            "run" => {
+                RunId::parse(&value).map_err(|e| bad_request(format!("run: {}", e.message)))?;
+                run = Some(value.into_owned());
+            }
+            "after" => after = number("after")?,
+            "limit" => limit = usize::try_from(number("limit")?).unwrap_or(usize::MAX),
+            other => {
+                return Err(bad_request(format!(
+                    "unknown parameter {other:?}: the log route takes run, after and limit"
+                )))
+            }
+        }
+    }
+    let page = worker.read_log(run.as_deref(), after, limit).await?;
+    Ok(Json(page).into_response())
+}
+
 async fn status(State(worker): State<Arc<Worker>>) -> Response {
     Json(worker.status()).into_response()
 }
@@ -310,6 +352,7 @@ fn validate(req: &ExecRequest, worker: &Worker) -> Result<(), Refusal> {
             )));
         }
     }
+    valid_turn_id(req.turn_id.as_deref())?;
     if let Some(ms) = req.timeout_ms {
         let max = worker.config().max_timeout;
         if ms == 0 || Duration::from_millis(ms) > max {
@@ -322,24 +365,58 @@ fn validate(req: &ExecRequest, worker: &Worker) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// A `turnId` is what `POST /v1/turns` answered: bounded like a step key.
+fn valid_turn_id(turn_id: Option<&str>) -> Result<(), Refusal> {
+    match turn_id {
+        Some(id) if id.is_empty() || id.len() > MAX_KEY_LEN || id.chars().any(char::is_control) => {
+            Err(bad_request(format!(
+                "turnId must be 1..={MAX_KEY_LEN} bytes without control characters"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A JSON body that may be left out (empty or blank: the request's defaults).
+async fn optional_json<T: serde::de::DeserializeOwned + Default>(
+    worker: &Worker,
+    head: &BodyHead,
+    raw: Body,
+    what: &str,
+) -> Result<T, Refusal> {
+    let raw = body(worker, head, raw).await?;
+    if raw.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(&raw).map_err(|e| bad_request(format!("invalid {what} request: {e}")))
+}
+
 async fn end_turn(
     State(worker): State<Arc<Worker>>,
     head: BodyHead,
     raw: Body,
 ) -> Result<Response, Refusal> {
-    let raw = body(&worker, &head, raw).await?;
-    let req: EndTurnRequest = if raw.iter().all(u8::is_ascii_whitespace) {
-        EndTurnRequest::default()
-    } else {
-        serde_json::from_slice(&raw)
-            .map_err(|e| bad_request(format!("invalid end-turn request: {e}")))?
-    };
+    let req: EndTurnRequest = optional_json(&worker, &head, raw, "end-turn").await?;
     if let Some(run) = &req.run_id {
         RunId::parse(run).map_err(|e| bad_request(format!("runId: {}", e.message)))?;
     }
+    valid_turn_id(req.turn_id.as_deref())?;
     let running = worker.clone();
     in_own_task(&worker, "end-turn", async move {
-        running.end_turn(req.run_id).await
+        running.end_turn(req.run_id, req.turn_id).await
+    })
+    .await
+}
+
+async fn open_turn(
+    State(worker): State<Arc<Worker>>,
+    head: BodyHead,
+    raw: Body,
+) -> Result<Response, Refusal> {
+    let req: OpenTurnRequest = optional_json(&worker, &head, raw, "open-turn").await?;
+    let running = worker.clone();
+    in_own_task(&worker, "open-turn", async move {
+        running.open_claimed_turn(req).await
     })
     .await
 }
@@ -382,6 +459,15 @@ pub async fn serve(
     .await
 }
 
+/// Aborts a background task when the server it serves returns.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// [`serve`] for an app whose worker may come later (a pooled worker, [`super::adopt`]): the
 /// shutdown steps apply to the worker `current` returns when the signal fires, if any.
 pub(crate) async fn serve_app(
@@ -404,6 +490,17 @@ pub(crate) async fn serve_app(
         let _ = fired_tx.send((tokio::time::Instant::now(), worker));
     };
     let server = kube_harness_service_kit::serve_with(listener, app, connections, signal);
+    // Ends claimed turns left idle past the bound (`Worker::end_idle_turn`), once a second.
+    let idle_current = current.clone();
+    let idle = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if let Some(worker) = idle_current() {
+                worker.end_idle_turn().await;
+            }
+        }
+    });
+    let _stop_idle = AbortOnDrop(idle);
     let (at_tx, at_rx) = tokio::sync::watch::channel(None::<tokio::time::Instant>);
     let deadline = async move {
         if let Ok((at, worker)) = fired_rx.await {

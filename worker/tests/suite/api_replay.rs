@@ -217,6 +217,7 @@ async fn events_the_log_missed_are_appended_before_the_next_command_runs() {
         .client
         .end_turn_with(&kube_harness_protocol::worker_api::EndTurnRequest {
             run_id: Some("run-q".into()),
+            turn_id: None,
         })
         .await
         .unwrap()

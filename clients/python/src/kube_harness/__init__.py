@@ -16,6 +16,8 @@ from ._errors import (
     SessionNotFound,
     SessionSuspended,
     TransportError,
+    TurnBusy,
+    TurnEnded,
     TurnEscalated,
     Unauthorized,
 )
@@ -42,6 +44,8 @@ __all__ = [
     "SessionNotFound",
     "SessionSuspended",
     "TransportError",
+    "TurnBusy",
+    "TurnEnded",
     "TurnEscalated",
     "TurnSummary",
     "Unauthorized",

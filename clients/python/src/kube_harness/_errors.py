@@ -16,13 +16,15 @@ class TransportError(KubeHarnessError):
 
 
 class ClusterError(KubeHarnessError):
-    """Reaching a session on a cluster failed (Session.from_kubeconfig): kubectl failed or could
-    not be run, the session's token Secret is unusable, or the port-forward did not start.
-    `stderr` is kubectl's, when it said something."""
+    """A call to the Kubernetes API failed (Session.create, Session.attach, deleting a session):
+    no usable kubeconfig, the API server refused or could not be reached, the session's token
+    Secret is unusable, or the port-forward did not start. `status` is the API server's HTTP
+    status when it answered (403: RBAC), `detail` its message."""
 
-    def __init__(self, message: str, stderr: str = ""):
+    def __init__(self, message: str, detail: str = "", status: Optional[int] = None):
         super().__init__(message)
-        self.stderr = stderr
+        self.detail = detail
+        self.status = status
 
 
 class SessionNotFound(ClusterError):
@@ -68,6 +70,18 @@ class SessionBusy(ApiError):
     code = "session-busy"
 
 
+class TurnBusy(ApiError):
+    """Another client's turn is open (Session.open_turn): the session runs one turn at a time."""
+
+    code = "turn-busy"
+
+
+class TurnEnded(ApiError):
+    """This session's turn id is not open any more (ended, or idle past the worker's bound)."""
+
+    code = "turn-ended"
+
+
 class NotFound(ApiError):
     code = "not-found"
 
@@ -97,6 +111,8 @@ _BY_CODE: Dict[str, Type[ApiError]] = {
     for cls in (
         Unauthorized,
         SessionBusy,
+        TurnBusy,
+        TurnEnded,
         NotFound,
         BadPath,
         NotAFile,

@@ -124,6 +124,8 @@ class EndTurnRequest(TypedDict):
 
     #: The run the turn's closing events (usage, dispose failures) go to; default: the session.
     runId: NotRequired[Optional[str]]
+    #: The turn to end, as `POST /v1/turns` gave it: a turn opened that way is ended only by a request naming it (409 `turn-busy` otherwise). Naming a turn that already ended answers `turn: null`, so ending twice is safe.
+    turnId: NotRequired[Optional[str]]
 
 
 class EndTurnResponse(TypedDict):
@@ -157,6 +159,8 @@ class ExecRequest(TypedDict):
     stepKey: NotRequired[Optional[str]]
     #: Wall-clock limit of this command; at most the worker's `--max-timeout`.
     timeoutMs: NotRequired[Optional[int]]
+    #: The turn this command belongs to, as `POST /v1/turns` gave it: while a turn opened that way is open, a command without its id is refused with 409 `turn-busy` (one client's turn at a time); a command naming a turn that ended gets 409 `turn-ended`. Without it, and with no such turn open, the command runs in the session's shared turn (opened if none is).
+    turnId: NotRequired[Optional[str]]
 
 
 class ExecResponse(TypedDict):
@@ -247,6 +251,27 @@ class LocalUsage(TypedDict):
     provisionMs: int
 
 
+class LogPage(TypedDict):
+    """The answer to `GET /v1/log?run=R&after=N&limit=L`: one page of a run of the session's log, as the session log keeps it (`kube-harness trace` and `doctor` read sessions through it)."""
+
+    events: List["LoggedEvent"]
+    #: The run as asked (`run`, or the session's default run), without the worker's scope.
+    run: str
+    #: Pass as `after` for the next page; absent at the end.
+    next: NotRequired[Optional[int]]
+
+
+class LoggedEvent(TypedDict):
+    """One event of the session log: a trace event's `type` and `data` with the log's own position and commit time (the log keeps no more of the trace line: not its turn or its time)."""
+
+    data: Any
+    #: When the log committed it, milliseconds since the Unix epoch.
+    recordedAtMs: int
+    #: Position in the run, from 1, gapless.
+    sequence: int
+    type: str
+
+
 class OmittedFiles(TypedDict):
     """How many file events of each change were left out."""
 
@@ -254,6 +279,22 @@ class OmittedFiles(TypedDict):
     deleted: int
     modified: int
     total: int
+
+
+class OpenTurnRequest(TypedDict):
+    """`POST /v1/turns` (body optional): opens a turn for one client. The session runs one turn at a time: while it is open, commands and end-turn requests that do not carry its id are refused with 409 `turn-busy`, and opening another is too."""
+
+    #: Who opens it (a host name, a program, an agent's name: at most 128 bytes, no control characters), named in the `turn-busy` answers other clients get.
+    client: NotRequired[Optional[str]]
+
+
+class OpenTurnResponse(TypedDict):
+    """The answer to `POST /v1/turns`."""
+
+    #: A turn with no command for this long is ended by the worker (as by `POST /v1/turns/end`, its changes merged back), so an abandoned turn does not hold the session.
+    idleTimeoutMs: int
+    #: What the turn's commands and its end carry as `turnId`.
+    turnId: str
 
 
 class OutputFile(TypedDict):

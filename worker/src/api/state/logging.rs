@@ -4,13 +4,69 @@
 use super::super::error::WorkerError;
 use super::super::log::LogForwarder;
 use super::super::metrics::LogFailure;
-use super::super::model::ExecResponse;
+use super::super::model::{ExecResponse, LogPage, LoggedEvent, MAX_LOG_PAGE};
+use super::super::refusal::Refusal;
 use super::super::replay::{self, Replay};
 use super::Worker;
 use kube_harness_session_log_client::client::NewEvent;
-use kube_harness_session_log_client::RunId;
+use kube_harness_session_log_client::{ClientError, RunId};
 
 impl Worker {
+    /// One page of a run of this session's log (`GET /v1/log`): `run` as an exec's `runId`
+    /// names it (scoped like the worker's own appends, so no other session's run is reachable),
+    /// events after sequence `after`, at most `limit` (1..=[`MAX_LOG_PAGE`]).
+    pub async fn read_log(
+        &self,
+        run: Option<&str>,
+        after: u64,
+        limit: usize,
+    ) -> Result<LogPage, Refusal> {
+        Ok(self.log_page(run, after, limit).await?)
+    }
+
+    async fn log_page(
+        &self,
+        run: Option<&str>,
+        after: u64,
+        limit: usize,
+    ) -> Result<LogPage, WorkerError> {
+        if limit == 0 || limit > MAX_LOG_PAGE {
+            return Err(WorkerError::BadRequest(format!(
+                "limit must be 1..={MAX_LOG_PAGE}"
+            )));
+        }
+        let Some(log) = &self.log else {
+            return Err(WorkerError::NotFound(
+                "this worker has no session log (it runs without --session-log-url)".into(),
+            ));
+        };
+        let scoped = self.log_run(run)?;
+        let page = log
+            .client()
+            .read(&scoped, after, limit)
+            .await
+            .map_err(|e| match e {
+                ClientError::Rejected { message, .. } => {
+                    WorkerError::BadRequest(format!("the session log refused the read: {message}"))
+                }
+                other => WorkerError::LogDown(format!("reading the session log: {other}")),
+            })?;
+        Ok(LogPage {
+            run: run.unwrap_or(&self.config.session).to_string(),
+            events: page
+                .events
+                .into_iter()
+                .map(|e| LoggedEvent {
+                    sequence: e.sequence,
+                    kind: e.event_type,
+                    data: serde_json::Value::Object(e.payload),
+                    recorded_at_ms: e.recorded_at_ms,
+                })
+                .collect(),
+            next: page.next,
+        })
+    }
+
     /// The session-log run a request's `runId` names (see
     /// [`super::super::SessionLogConfig::run_scope`]); 400 when the scoped name is not a valid
     /// run id (too long).

@@ -5,6 +5,7 @@
 //! request), `logging` (the session-log wiring); `slot` the state the session lock guards.
 //! Every refusal is a [`WorkerError`]; the public methods, the API's, answer it as a `Refusal`.
 
+pub mod claim;
 mod health;
 mod logging;
 mod persistent;

@@ -8,14 +8,27 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 pub(super) struct OpenTurn {
     pub(super) turn: Turn,
     pub(super) turn_id: String,
+    /// Set when a client opened the turn (`POST /v1/turns`): only requests naming it run in it
+    /// ([`super::claim`]). `None`: the shared turn commands without a turn id open.
+    pub(super) claim: Option<Claim>,
+    /// When its last command was admitted or ended: a claimed turn idle past the worker's
+    /// `turn_idle_timeout` is ended.
+    pub(super) last_used: Instant,
     pub(super) capture: Arc<Capture>,
     pub(super) commands: u64,
     /// Last change per harness path, bounded (see [`TurnFiles`]).
     pub(super) files: TurnFiles,
+}
+
+/// Who opened a claimed turn.
+pub(super) struct Claim {
+    /// What the client called itself (`OpenTurnRequest::client`), for the `turn-busy` answer.
+    pub(super) client: Option<String>,
 }
 
 /// Guarded by the session lock: one exec or end-turn at a time.

@@ -11,6 +11,7 @@ use super::super::refusal::Refusal;
 use super::super::relock;
 use super::super::spill::Spill;
 use super::super::tier0::TimedTier0;
+use super::claim::{admit, may_end, Ender};
 use super::slot::{BusyFlag, OpenTurn, Slot, TurnFiles};
 use super::{now_ms, Worker};
 use futures::FutureExt;
@@ -22,7 +23,7 @@ use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 impl Worker {
     /// Runs (or replays) one command. `Err` only for what the client must handle differently
@@ -61,12 +62,14 @@ impl Worker {
         }
         // After the replay lookup: a recorded step is answered from the log even now.
         self.check_broken()?;
+        admit(&slot, req.turn_id.as_deref())?;
         slot.exec_counter = slot.exec_counter.saturating_add(1);
         let prefix = match &req.step_key {
             Some(step) => format!("step:{step}"),
             None => format!("{}:exec-{}", self.instance, slot.exec_counter),
         };
         let open = self.open(&mut slot, tier0).await?;
+        open.last_used = Instant::now();
         let step = Step {
             script: &req.script,
             step_key: req.step_key.as_deref(),
@@ -116,6 +119,7 @@ impl Worker {
             log.forget_not_run(&run, key);
         }
         self.account(open, &events);
+        open.last_used = Instant::now();
         let log_pending = match rest {
             Some(rest) => self.record(rest).await,
             None => 0,
@@ -158,18 +162,42 @@ impl Worker {
     }
 
     /// Ends the open turn (disposing its tiers) and reports it; `turn: None` when none was open.
-    /// A turn quarantined by a panic (see [`super::super::Broken::Turn`]) is ended the same way,
-    /// and once it is gone the worker takes commands again.
-    pub async fn end_turn(&self, run_id: Option<String>) -> Result<EndTurnResponse, Refusal> {
-        Ok(self.finish_turn(run_id).await?)
+    /// A client's turn (`POST /v1/turns`) is ended only by a request naming it (`turn_id`;
+    /// 409 `turn-busy` otherwise). A turn quarantined by a panic (see
+    /// [`super::super::Broken::Turn`]) is ended the same way, and once it is gone the worker
+    /// takes commands again.
+    pub async fn end_turn(
+        &self,
+        run_id: Option<String>,
+        turn_id: Option<String>,
+    ) -> Result<EndTurnResponse, Refusal> {
+        Ok(self
+            .finish_turn(run_id, Ender::Client(turn_id.as_deref()))
+            .await?)
     }
 
-    async fn finish_turn(&self, run_id: Option<String>) -> Result<EndTurnResponse, WorkerError> {
+    pub(super) async fn finish_turn(
+        &self,
+        run_id: Option<String>,
+        ender: Ender<'_>,
+    ) -> Result<EndTurnResponse, WorkerError> {
         // Named before the turn is taken: a bad run id must not lose the turn's closing events.
         let run = self.log_run(run_id.as_deref())?;
-        let mut slot = self.slot.lock().await;
+        let mut slot = match ender {
+            // The idle check never waits for a request that holds the session.
+            Ender::Idle => match self.slot.try_lock() {
+                Ok(slot) => slot,
+                Err(_) => return Ok(EndTurnResponse { turn: None }),
+            },
+            _ => self.slot.lock().await,
+        };
+        if !may_end(&slot, ender, self.config.turn_idle_timeout)? {
+            return Ok(EndTurnResponse { turn: None });
+        }
         let _busy = BusyFlag::set(&self.busy);
-        self.touch();
+        if !matches!(ender, Ender::Idle) {
+            self.touch();
+        }
         let Some(open) = slot.turn.take() else {
             return Ok(EndTurnResponse { turn: None });
         };
@@ -281,7 +309,7 @@ impl Worker {
     /// session within `wait`; otherwise leaves it (the process is exiting).
     pub async fn shutdown(&self, wait: Duration) {
         self.begin_shutdown();
-        match tokio::time::timeout(wait, self.finish_turn(None)).await {
+        match tokio::time::timeout(wait, self.finish_turn(None, Ender::Worker)).await {
             Ok(Ok(r)) => tracing::info!(ended = r.turn.is_some(), "turn ended for shutdown"),
             Ok(Err(e)) => tracing::warn!("ending the turn at shutdown: {e}"),
             Err(_) => tracing::warn!("a command was still running at shutdown; turn not ended"),
@@ -318,6 +346,8 @@ impl Worker {
         OpenTurn {
             turn,
             turn_id,
+            claim: None,
+            last_used: Instant::now(),
             capture,
             commands: 0,
             files: TurnFiles::new(
