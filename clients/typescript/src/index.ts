@@ -1,10 +1,14 @@
 /**
  * Client of a Kube Harness session's worker (docs/worker-api.md): run shell commands (whole or
- * streamed as NDJSON), move files in and out, end turns. `kubeHarnessSandbox` wraps it in the
- * shape of Little Harness's custom execution environment contract.
+ * streamed as NDJSON), move files in and out, end turns. `kubeHarnessSandbox` (src/sandbox.ts) makes
+ * it a Little Harness execution environment: a factory of one sandbox per turn.
  *
- * Nothing is retried here: an exec without a step key is not idempotent; with one, retrying is
- * safe (the worker answers a completed step from its session log).
+ * `Session.create` / `Session.attach` first make or find the HarnessSession on the cluster
+ * (src/cluster.ts); `new Session({ url, token })` talks to a worker the caller already reached.
+ *
+ * Only calls safe to repeat are retried, and only when the connection failed (an HTTP answer is
+ * final): reads, and an exec with a step key (the worker answers a completed step from its
+ * session log). An exec without one is not idempotent.
  */
 
 import type {
@@ -14,6 +18,12 @@ import type {
   TraceEvent,
   TurnSummary as WireTurnSummary,
 } from "./models.js";
+import type { AttachOptions, CreateOptions, Reached } from "./cluster.js";
+import { ApiError, KubeHarnessError, TransportError } from "./errors.js";
+
+export * from "./errors.js";
+export * from "./sandbox.js";
+export type { AttachOptions, CreateOptions } from "./cluster.js";
 
 /** The worker's JSON, typed (generated from the protocol's schemas: src/models.ts). */
 export type * as models from "./models.js";
@@ -66,47 +76,89 @@ export type FileWritten = WireFileWritten & { change: "created" | "modified" };
 /** A finished turn: its usage (`harness.turn.usage`'s data), changed files and closing events. */
 export type TurnSummary = WireTurnSummary;
 
-export class KubeHarnessError extends Error {}
-
-/** The worker refused the request: HTTP status and its stable error code. */
-export class ApiError extends KubeHarnessError {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-  ) {
-    super(`${status} ${code}: ${message}`);
-    this.name = "ApiError";
-  }
-}
-
-/** The worker could not be reached, or the connection broke: a command's fate is unknown. */
-export class TransportError extends KubeHarnessError {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = "TransportError";
-  }
-}
-
 export interface SessionOptions {
   /** `http://127.0.0.1:PORT` through a port-forward, or the session's in-cluster address. */
   url: string;
   /** The session's token. */
   token: string;
+  /** Time limit of each request other than exec and stream (default 300000 ms). */
+  requestTimeoutMs?: number;
 }
 
-export class Session {
+/** Waits before the 2nd and 3rd attempt of a call safe to repeat. */
+const RETRY_DELAYS_MS = [200, 1000];
+
+// Node before 20.4 lacks Symbol.asyncDispose: define it as later Nodes do (this registered
+// symbol), so `await using`, which tsc lowers to a run-time lookup of it, finds close().
+(Symbol as { asyncDispose?: symbol }).asyncDispose ??= Symbol.for("nodejs.asyncDispose");
+
+export class Session implements AsyncDisposable {
   readonly #url: string;
   readonly #token: string;
+  readonly #requestTimeoutMs: number;
+  /** Set by create/attach: the session on the cluster, and what close lets go. */
+  #reached?: Reached;
+  #closed?: Promise<void>;
+  /** The turn `openTurn` opened, carried by exec, stream and endTurn until it ends. */
+  turnId?: string;
 
-  constructor({ url, token }: SessionOptions) {
+  constructor({ url, token, requestTimeoutMs = 300_000 }: SessionOptions) {
     this.#url = url.replace(/\/+$/, "");
     this.#token = token;
+    this.#requestTimeoutMs = requestTimeoutMs;
+  }
+
+  /**
+   * Creates a HarnessSession, waits until it is Ready and reaches its worker. `close()` (or
+   * `await using`) deletes it unless `keep`; so does a failure here, before throwing.
+   */
+  static async create(options: CreateOptions = {}): Promise<Session> {
+    // Loaded on demand: URL-and-token use never needs the Kubernetes client.
+    const { createSession } = await import("./cluster.js");
+    return Session.#of(await createSession(options));
+  }
+
+  /** Reaches an existing HarnessSession once it is Ready; closing never deletes it. */
+  static async attach(name: string, options: AttachOptions = {}): Promise<Session> {
+    const { attachSession } = await import("./cluster.js");
+    return Session.#of(await attachSession(name, options));
+  }
+
+  static #of(reached: Reached): Session {
+    const session = new Session({ url: reached.url, token: reached.token });
+    session.#reached = reached;
+    return session;
+  }
+
+  /** The HarnessSession's name (undefined when constructed from a URL). */
+  get name(): string | undefined {
+    return this.#reached?.name;
+  }
+
+  get namespace(): string | undefined {
+    return this.#reached?.namespace;
+  }
+
+  /**
+   * Closes the port-forward and, for a session `create` made without `keep`, deletes it and
+   * waits until it is gone. Idempotent; after a failure, calling again tries again.
+   */
+  close(): Promise<void> {
+    this.#closed ??= (this.#reached?.close() ?? Promise.resolve()).catch((e) => {
+      this.#closed = undefined;
+      throw e;
+    });
+    return this.#closed;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
   }
 
   /** Runs one command and returns its outcome. */
   async exec(script: string, options: ExecOptions = {}): Promise<ExecResult> {
-    const body = await this.#json("POST", "/v1/exec", execBody(script, options));
+    const call = () => this.#json("POST", "/v1/exec", execBody(script, options, this.turnId), false);
+    const body = options.stepKey === undefined ? await call() : await retrying(call);
     return { type: "result", ...(body as Omit<ExecResult, "type">) };
   }
 
@@ -117,7 +169,7 @@ export class Session {
   async *stream(script: string, options: ExecOptions = {}): AsyncGenerator<Chunk | ExecResult> {
     const controller = new AbortController();
     const response = await this.#fetch("POST", "/v1/exec", {
-      body: JSON.stringify(execBody(script, options)),
+      body: JSON.stringify(execBody(script, options, this.turnId)),
       headers: { "content-type": "application/json", accept: NDJSON },
       signal: controller.signal,
     });
@@ -162,37 +214,65 @@ export class Session {
     const response = await this.#fetch("PUT", `/v1/files?path=${encodeURIComponent(path)}`, {
       body: data,
       headers: { "content-type": "application/octet-stream" },
+      signal: AbortSignal.timeout(this.#requestTimeoutMs),
     });
     if (response.status !== 200) throw await apiError(response);
-    return (await response.json()) as FileWritten;
+    return (await answer(() => response.json())) as FileWritten;
   }
 
   /** Reads one file of the session. */
   async readFile(path: string): Promise<Uint8Array> {
-    const response = await this.#fetch("GET", `/v1/files?path=${encodeURIComponent(path)}`, {});
-    if (response.status !== 200) throw await apiError(response);
-    return new Uint8Array(await response.arrayBuffer());
+    return retrying(async () => {
+      const response = await this.#fetch("GET", `/v1/files?path=${encodeURIComponent(path)}`, {
+        signal: AbortSignal.timeout(this.#requestTimeoutMs),
+      });
+      if (response.status !== 200) throw await apiError(response);
+      return new Uint8Array(await answer(() => response.arrayBuffer()));
+    });
   }
 
-  /** Ends the open turn (a Tier-1 sandbox merges back); `null` when no turn was open. */
+  /**
+   * Opens a turn of this client's own and returns its id (also `turnId`, which `exec`, `stream`
+   * and `endTurn` then carry): until it ends, other clients' commands get 409 `turn-busy` naming
+   * `client`, and so does this one's `openTurn` while another client's turn is open. The worker
+   * ends it after its idle bound (`turn-ended` then).
+   */
+  async openTurn(client?: string): Promise<string> {
+    const body = (await this.#json("POST", "/v1/turns", client === undefined ? {} : { client })) as {
+      turnId: string;
+    };
+    this.turnId = body.turnId;
+    return body.turnId;
+  }
+
+  /**
+   * Ends the open turn (a Tier-1 sandbox merges back); `null` when no turn was open. After
+   * `openTurn`, ends that turn (and forgets its id).
+   */
   async endTurn(runId?: string): Promise<TurnSummary | null> {
-    const body = (await this.#json("POST", "/v1/turns/end", runId ? { runId } : {})) as {
+    const request: Record<string, string> = {};
+    if (runId) request.runId = runId;
+    if (this.turnId !== undefined) request.turnId = this.turnId;
+    const body = (await this.#json("POST", "/v1/turns/end", request)) as {
       turn: TurnSummary | null;
     };
+    this.turnId = undefined;
     return body.turn;
   }
 
   async status(): Promise<Record<string, unknown>> {
-    return (await this.#json("GET", "/v1/status")) as Record<string, unknown>;
+    return (await retrying(() => this.#json("GET", "/v1/status"))) as Record<string, unknown>;
   }
 
-  async #json(method: string, path: string, body?: unknown): Promise<unknown> {
+  /** One JSON request; `limited`: under the request time limit (not exec, which has its own). */
+  async #json(method: string, path: string, body?: unknown, limited = true): Promise<unknown> {
     const response = await this.#fetch(method, path, {
       body: body === undefined ? undefined : JSON.stringify(body),
       headers: body === undefined ? {} : { "content-type": "application/json" },
+      signal: limited ? AbortSignal.timeout(this.#requestTimeoutMs) : undefined,
     });
     if (response.status !== 200) throw await apiError(response);
-    return response.json();
+    return answer(() => response.json());
   }
 
   async #fetch(
@@ -213,8 +293,34 @@ export class Session {
   }
 }
 
-function execBody(script: string, options: ExecOptions): Record<string, unknown> {
+/** Reads an answer's body: a connection that breaks meanwhile is a transport failure. */
+async function answer<T>(read: () => Promise<T>): Promise<T> {
+  try {
+    return await read();
+  } catch (e) {
+    throw new TransportError(`the answer broke off: ${String(e)}`, { cause: e });
+  }
+}
+
+/**
+ * Repeats a call safe to repeat when the worker could not be reached (a port-forward or pod
+ * restarting), not when it answered nor when the request ran out of time.
+ */
+async function retrying<T>(call: () => Promise<T>): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await call();
+    } catch (e) {
+      const timedOut = e instanceof TransportError && (e.cause as Error | undefined)?.name === "TimeoutError";
+      if (!(e instanceof TransportError) || timedOut || attempt >= RETRY_DELAYS_MS.length) throw e;
+      await new Promise((resolve) => setTimeout(resolve, RETRY_DELAYS_MS[attempt]));
+    }
+  }
+}
+
+function execBody(script: string, options: ExecOptions, turnId?: string): Record<string, unknown> {
   const body: Record<string, unknown> = { script };
+  if (turnId !== undefined) body.turnId = turnId;
   if (options.timeoutMs !== undefined) body.timeoutMs = options.timeoutMs;
   if (options.runId !== undefined) body.runId = options.runId;
   if (options.stepKey !== undefined) body.stepKey = options.stepKey;
@@ -229,43 +335,4 @@ async function apiError(response: Response): Promise<ApiError> {
   } catch {
     return new ApiError(response.status, "", text);
   }
-}
-
-/** What Little Harness's custom execution environment calls (`execute`, `dispose`). */
-export interface HarnessSandboxLike {
-  execute(input: { command: string }): Promise<{ stdout: string; stderr: string; exitCode: number }>;
-  dispose(): Promise<void>;
-}
-
-export interface KubeHarnessSandboxOptions extends SessionOptions {
-  /** Where a failed `dispose` is reported (default: `console.warn`); it never throws. */
-  onDisposeError?: (error: unknown) => void;
-}
-
-/**
- * A Kube Harness session as a Little Harness execution environment: `execute` runs one command
- * in the session and never throws (a failure is `{ stdout, stderr, exitCode: 126 }`, as the
- * seed's refusals are); `dispose` ends the session's turn and reports, never throws, its error.
- * cwd and exported variables persist across calls in the session itself.
- */
-export function kubeHarnessSandbox(options: KubeHarnessSandboxOptions): HarnessSandboxLike {
-  const session = new Session(options);
-  const report = options.onDisposeError ?? ((e: unknown) => console.warn("kube-harness: dispose failed:", e));
-  return {
-    async execute({ command }) {
-      try {
-        const r = await session.exec(command);
-        return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
-      } catch (e) {
-        return { stdout: "", stderr: `kube-harness: ${e instanceof Error ? e.message : String(e)}\n`, exitCode: 126 };
-      }
-    },
-    async dispose() {
-      try {
-        await session.endTurn();
-      } catch (e) {
-        report(e);
-      }
-    },
-  };
 }

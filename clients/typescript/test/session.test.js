@@ -1,6 +1,6 @@
 // The SDK against a real `kube-harness worker` on loopback (KH_BIN names the binary; as root,
-// like the worker's own tests): exec, stream, files, endTurn, status, typed errors, and the
-// Little Harness execution-environment shape.
+// like the worker's own tests): exec, stream, files, endTurn, status, typed errors, turns.
+// kubeHarnessSandbox, the Little Harness factory, has its own: test/factory.test.js.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -8,7 +8,7 @@ import { mkdtempSync, mkdirSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createServer } from "node:net";
-import { Session, ApiError, TransportError, kubeHarnessSandbox } from "../dist/index.js";
+import { Session, ApiError, TransportError } from "../dist/index.js";
 
 const TOKEN = "ts-sdk-token-0123";
 let worker;
@@ -113,16 +113,21 @@ test("a wrong token and an unreachable worker are typed", async () => {
   await assert.rejects(new Session({ url: "http://127.0.0.1:9", token: TOKEN }).exec("true"), (e) => e instanceof TransportError);
 });
 
-test("kubeHarnessSandbox never throws from execute and reports dispose errors", async () => {
-  const sandbox = kubeHarnessSandbox({ url, token: TOKEN });
-  assert.deepEqual(await sandbox.execute({ command: "cd /session && export X=1" }), { stdout: "", stderr: "", exitCode: 0 });
-  assert.deepEqual(await sandbox.execute({ command: "pwd; echo $X" }), { stdout: "/session\n1\n", stderr: "", exitCode: 0 });
-  await sandbox.dispose();
-  const reported = [];
-  const down = kubeHarnessSandbox({ url: "http://127.0.0.1:9", token: TOKEN, onDisposeError: (e) => reported.push(e) });
-  const r = await down.execute({ command: "true" });
-  assert.equal(r.exitCode, 126);
-  assert.match(r.stderr, /^kube-harness: cannot reach the worker/);
-  await down.dispose();
-  assert.equal(reported.length, 1);
+test("one client's turn at a time: others get turn-busy, a spent id turn-ended", async () => {
+  const a = new Session({ url, token: TOKEN });
+  const b = new Session({ url, token: TOKEN });
+  await a.endTurn(); // whatever earlier tests left open
+  const turn = await a.openTurn("agent-a");
+  assert.equal(a.turnId, turn);
+  assert.equal((await a.exec("echo mine")).stdout, "mine\n");
+  await assert.rejects(b.exec("echo theirs"), (e) => e instanceof ApiError && e.status === 409 && e.code === "turn-busy" && e.message.includes("agent-a"));
+  await assert.rejects(b.openTurn(), (e) => e instanceof ApiError && e.code === "turn-busy");
+  await assert.rejects(b.endTurn(), (e) => e instanceof ApiError && e.code === "turn-busy");
+  assert.equal((await a.endTurn()).commands, 1);
+  assert.equal(a.turnId, undefined);
+  a.turnId = turn; // a spent id, as after the worker's idle bound
+  await assert.rejects(a.exec("true"), (e) => e instanceof ApiError && e.code === "turn-ended");
+  a.turnId = undefined;
+  assert.equal((await b.exec("echo free")).stdout, "free\n");
+  await b.endTurn();
 });

@@ -2,9 +2,12 @@
 //!
 //! Fail-closed where it matters: a command's `command.started` event must be committed before the
 //! command runs (its [`StartRecorder`]); if it cannot be, the command does not run and the caller gets
-//! 503. Events after the command (file events, `command.completed`) cannot un-run it: when their
-//! append fails they wait in an ordered queue that is flushed before the next command may start,
-//! so the log never misses an event of a command that ran, and order is kept.
+//! 503. Events after the command (file events, `command.completed`) cannot un-run it, but the
+//! request waits for them too: when their append fails, or the log refuses one, the request
+//! fails (503) and they wait in an ordered queue that is flushed before the next command may
+//! start. Nothing is dropped: an event the log refused stays first in line (the session runs
+//! nothing more until the log takes it), so the log never misses an event of a command that ran,
+//! and order is kept.
 //!
 //! Idempotency keys are derived, never random: `step:<stepKey>:<n>` for the n-th event of a step,
 //! `<instance>:exec-<counter>:<n>` for commands without a step key, and
@@ -77,31 +80,32 @@ impl LogForwarder {
         NewEvent::with_key(key, event.kind.clone(), payload)
     }
 
-    /// Appends everything pending, in order. On an error the rest stays queued, except events
-    /// the log refused outright (a 4xx: retrying cannot help), which are dropped and logged.
+    /// Appends everything pending, in order. On an error it and the rest stay queued, also an
+    /// event the log refused outright (a 4xx, such as a full session quota: retrying cannot
+    /// help, but dropping it would leave a hole in the record of what ran).
     pub async fn flush_pending(&self) -> Result<(), ClientError> {
         let mut pending = self.pending.lock().await;
         while let Some((run, event)) = pending.front() {
-            match self.client.append(run, event).await {
-                Ok(_) => {}
-                Err(ClientError::Rejected {
-                    status,
-                    code,
-                    message,
-                }) => {
+            if let Err(e) = self.client.append(run, event).await {
+                if let ClientError::Rejected { status, code, .. } = &e {
                     tracing::error!(
                         run,
                         key = event.append_idempotency_key,
                         status,
                         code,
-                        "session log refused an event; dropped: {message}"
+                        "session log refused an event; it stays queued and nothing more runs: {e}"
                     );
                 }
-                Err(e) => return Err(e),
+                return Err(e);
             }
             pending.pop_front();
         }
         Ok(())
+    }
+
+    /// How many events wait to be appended.
+    pub async fn pending_len(&self) -> usize {
+        self.pending.lock().await.len()
     }
 
     /// Appends `events` now, after everything pending; nothing of `events` is queued on failure.
@@ -113,14 +117,18 @@ impl LogForwarder {
         Ok(())
     }
 
-    /// Queues `events` behind what is pending and tries to append them all; returns how many
-    /// remain queued (0 when the log took everything).
-    pub async fn enqueue_and_flush(&self, events: Vec<(String, NewEvent)>) -> usize {
+    /// Queues `events` behind what is pending and appends them all, awaited: `Err` when the
+    /// log did not take them (they stay queued, in order).
+    pub async fn enqueue_and_flush(
+        &self,
+        events: Vec<(String, NewEvent)>,
+    ) -> Result<(), ClientError> {
         self.pending.lock().await.extend(events);
-        if let Err(e) = self.flush_pending().await {
+        let flushed = self.flush_pending().await;
+        if let Err(e) = &flushed {
             tracing::warn!("session log append failed; events stay queued: {e}");
         }
-        self.pending.lock().await.len()
+        flushed
     }
 
     pub fn mark_not_run(&self, run: &str, key: &str) {

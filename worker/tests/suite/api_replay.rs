@@ -1,6 +1,7 @@
 //! The worker with a REAL session log server (memory store, loopback): events are appended with
 //! step keys, a completed step is answered from the log without running, a started-but-never-
-//! completed step is refused with 409, and an unreachable log keeps commands from running.
+//! completed step is refused with 409, an unreachable log keeps commands from running, and an
+//! event the log refuses is never dropped: the request fails and nothing more runs.
 
 use super::api_support::{config, start_with, TestLog};
 use kube_harness_protocol::worker_api::ExecRequest;
@@ -166,7 +167,7 @@ async fn an_unreachable_session_log_keeps_commands_from_running() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_the_log_missed_are_appended_before_the_next_command_runs() {
+async fn events_the_log_missed_fail_the_request_and_are_appended_before_the_next_command_runs() {
     let mut log = TestLog::start().await;
     let w = worker_with_log(&log).await;
     let c = w.client.clone();
@@ -189,12 +190,14 @@ async fn events_the_log_missed_are_appended_before_the_next_command_runs() {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     log.pause().await;
-    let r = running.await.unwrap().unwrap();
-    assert_eq!(
-        r.outcome.stdout, "one\n",
-        "a command that ran returns its result"
+    // Appends are awaited: a completion the log did not take fails the request (the seeds: an
+    // uncommitted append fails the turn), saying the command ran; the event stays queued.
+    let failed = running.await.unwrap().unwrap_err();
+    assert_eq!(failed.code(), Some("session-log-unavailable"), "{failed}");
+    assert!(
+        failed.to_string().contains("the command ran (exit 0)"),
+        "{failed}"
     );
-    assert_eq!(r.log_pending, 1, "its completion waits for the log");
     // While the log is down nothing else runs.
     let err = w
         .client
@@ -313,5 +316,55 @@ async fn scoped_sessions_never_share_runs() {
     assert_eq!(
         std::fs::read_to_string(a.host("/session/count")).unwrap(),
         "ran\n"
+    );
+}
+
+/// The seeds: an append the log does not commit fails the turn, and nothing is dropped. A log
+/// that refuses the completion (413: its payload is over the log's limit; a full session quota
+/// answers the same way) fails the request, which says the command ran; the refused event stays
+/// first in line, so no later command runs unrecorded; before the change it was dropped with a
+/// log line and the next command ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_the_log_refuses_fails_the_request_and_is_never_dropped() {
+    let log = TestLog::start_limited(Some(600)).await;
+    let w = worker_with_log(&log).await;
+    let big = "echo made > /session/first; head -c 2000 /dev/zero | tr '\\0' x";
+    let failed = w
+        .client
+        .exec(&ExecRequest::new(big).step("run-r", "big"))
+        .await
+        .unwrap_err();
+    assert_eq!(failed.code(), Some("session-log-unavailable"), "{failed}");
+    assert!(
+        failed.to_string().contains("the command ran (exit 0)"),
+        "{failed}"
+    );
+    assert!(
+        failed.to_string().contains("413"),
+        "the log's refusal is named: {failed}"
+    );
+    assert!(w.host("/session/first").exists(), "it did run");
+    // Nothing more runs: the refused completion stays first in line.
+    let next = w
+        .client
+        .exec(&ExecRequest::new("touch /session/second"))
+        .await
+        .unwrap_err();
+    assert_eq!(next.code(), Some("session-log-unavailable"), "{next}");
+    assert!(!w.host("/session/second").exists());
+    // The log holds what came before the refused completion, and nothing after it: no hole,
+    // no later event out of order.
+    let types: Vec<String> = log
+        .client()
+        .read_all("run-r")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event_type)
+        .collect();
+    assert_eq!(
+        types,
+        [kind::COMMAND_STARTED, kind::FILE_CREATED],
+        "{types:?}"
     );
 }

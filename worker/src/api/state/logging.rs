@@ -121,17 +121,28 @@ impl Worker {
         }
     }
 
-    /// Appends events that record what was done already (queued when the log does not take
-    /// them now, and counted in the metrics); how many wait in the queue. 0 without a log.
-    pub(super) async fn record(&self, events: Vec<(String, NewEvent)>) -> usize {
+    /// Appends events that record what was done already, awaited (the seeds: an append that
+    /// does not commit fails the turn). `Err` (503 `session-log-unavailable`) when the log does
+    /// not take them: they stay queued, first in line, never dropped (counted in the metrics).
+    pub(super) async fn record(&self, events: Vec<(String, NewEvent)>) -> Result<(), WorkerError> {
         let Some(log) = &self.log else {
-            return 0;
+            return Ok(());
         };
-        let pending = log.enqueue_and_flush(events).await;
-        if pending > 0 {
+        log.enqueue_and_flush(events).await.map_err(|e| {
             self.metrics.log_failed(LogFailure::Queued);
+            WorkerError::LogDown(format!(
+                "its events are not in the session log ({e}); they stay queued, first in line, \
+                 and nothing more runs in this session until the log takes them"
+            ))
+        })
+    }
+
+    /// How many events wait to be appended (0 without a log).
+    pub(super) async fn log_pending(&self) -> usize {
+        match &self.log {
+            Some(log) => log.pending_len().await,
+            None => 0,
         }
-        pending
     }
 }
 

@@ -110,7 +110,9 @@ impl Worker {
                 // What the command emitted before the panic still goes to the log (its started
                 // event without a completion marks the step incomplete, never replayable).
                 if let (Some(log), Some(rest)) = (&self.log, rest) {
-                    log.enqueue_and_flush(rest).await;
+                    // The request fails as broken either way; what the log does not take
+                    // stays queued (and was logged).
+                    let _ = log.enqueue_and_flush(rest).await;
                 }
                 return Err(broken);
             }
@@ -120,10 +122,14 @@ impl Worker {
         }
         self.account(open, &events);
         open.last_used = Instant::now();
-        let log_pending = match rest {
-            Some(rest) => self.record(rest).await,
-            None => 0,
-        };
+        if let Some(rest) = rest {
+            self.record(rest).await.map_err(|e| {
+                WorkerError::LogDown(format!(
+                    "the command ran (exit {}) but {e}; with a step key, a retry answers its recorded result once they are in",
+                    executed.outcome.exit_code
+                ))
+            })?;
+        }
         Ok(ExecResponse {
             outcome: executed.outcome,
             classification: req
@@ -132,7 +138,7 @@ impl Worker {
             events,
             replayed: false,
             run_id: run,
-            log_pending,
+            log_pending: 0,
             replay_problems: Vec::new(),
             stdout_file: None,
             stderr_file: None,
@@ -217,10 +223,10 @@ impl Worker {
         .catch_unwind()
         .await;
         let events = capture.take();
-        if self.log.is_some() {
-            let prefix = format!("{}:{turn_id}:end", self.instance);
-            self.record(keyed(&run, &prefix, &events, 0)).await;
-        }
+        let prefix = format!("{}:{turn_id}:end", self.instance);
+        // Awaited; the turn still ends (its tiers are disposed either way) before a failure is
+        // answered.
+        let recorded = self.record(keyed(&run, &prefix, &events, 0)).await;
         let ((cwd, env), usage) = match ended {
             Ok(ended) => ended,
             Err(panic) => {
@@ -243,6 +249,11 @@ impl Worker {
         self.counters.turns.fetch_add(1, Ordering::SeqCst);
         self.counters.tier.store(0, Ordering::SeqCst);
         self.metrics.turn_ended();
+        recorded.map_err(|e| {
+            WorkerError::LogDown(format!(
+                "turn {turn_id} ended ({commands} commands, its tiers disposed) but {e}"
+            ))
+        })?;
         Ok(EndTurnResponse {
             turn: Some(TurnSummary {
                 turn_id,

@@ -148,9 +148,11 @@ impl Worker {
         open.turn.record_upload(&changes).await;
         let events = open.capture.take();
         open.files.record(&events);
-        let log_pending = match &self.log {
-            Some(_) => self.record(keyed(&run, &prefix, &events, 0)).await,
-            None => 0,
+        // An upload is not a command: its events wait in the queue (which goes first before
+        // the next command) and the answer counts them, rather than failing a write that is done.
+        let log_pending = match self.record(keyed(&run, &prefix, &events, 0)).await {
+            Ok(()) => 0,
+            Err(_) => self.log_pending().await,
         };
         Ok(Uploaded {
             changes,

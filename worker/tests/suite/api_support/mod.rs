@@ -105,6 +105,8 @@ pub struct TestLog {
     pub base_url: String,
     addr: std::net::SocketAddr,
     store: Store,
+    /// The server's payload limit (its default when `None`).
+    max_payload_bytes: Option<usize>,
     stop: Option<oneshot::Sender<()>>,
     served: Option<JoinHandle<std::io::Result<()>>>,
 }
@@ -119,6 +121,11 @@ impl Drop for TestLog {
 
 impl TestLog {
     pub async fn start() -> TestLog {
+        Self::start_limited(None).await
+    }
+
+    /// A log that refuses (413) events whose payload is over `max_payload_bytes`.
+    pub async fn start_limited(max_payload_bytes: Option<usize>) -> TestLog {
         let store = Store::open(&"memory".parse().unwrap(), StoreOptions::default())
             .await
             .unwrap();
@@ -126,6 +133,7 @@ impl TestLog {
             base_url: String::new(),
             addr: "127.0.0.1:0".parse().unwrap(),
             store,
+            max_payload_bytes,
             stop: None,
             served: None,
         };
@@ -137,11 +145,11 @@ impl TestLog {
         let listener = kube_harness_service_kit::bind(self.addr).await.unwrap();
         self.addr = listener.local_addr().unwrap();
         self.base_url = format!("http://{}", self.addr);
-        let router = app(
-            self.store.clone(),
-            ServerConfig::new(AuthConfig::with_token(LOG_TOKEN).unwrap()),
-            Registry::default(),
-        );
+        let mut config = ServerConfig::new(AuthConfig::with_token(LOG_TOKEN).unwrap());
+        if let Some(max) = self.max_payload_bytes {
+            config.max_payload_bytes = max;
+        }
+        let router = app(self.store.clone(), config, Registry::default());
         let (tx, rx) = oneshot::channel::<()>();
         self.served = Some(tokio::spawn(kube_harness_service_kit::serve(
             listener,
