@@ -2,7 +2,7 @@
 //! Dir that turn T left (a `manual` dir's, or an `after-turn` dir's that lost a conflict) to its
 //! source, through the session's worker API (docs/operator.md "Persistent Dirs").
 
-use crate::reach::{connect, Via};
+use crate::reach::SessionArgs;
 use anyhow::Context;
 use clap::Args;
 use kube_harness_worker::protocol::client::WorkerClientError;
@@ -11,11 +11,8 @@ use std::process::ExitCode;
 
 #[derive(Args)]
 pub struct CommitArgs {
-    /// Namespace of the session (default: the kubeconfig's namespace).
-    #[arg(short = 'n', long)]
-    namespace: Option<String>,
-    /// Name of the HarnessSession.
-    session: String,
+    #[command(flatten)]
+    target: SessionArgs,
     /// The Persistent Dir's name (`/persistent/<dir>`).
     #[arg(long)]
     dir: String,
@@ -25,17 +22,11 @@ pub struct CommitArgs {
     /// Print the answer as JSON.
     #[arg(long)]
     json: bool,
-    /// How long to wait for the session to be Ready.
-    #[arg(long, default_value_t = 180)]
-    wait: u64,
-    /// Route to the worker.
-    #[arg(long, value_enum, default_value_t = Via::Auto)]
-    via: Via,
 }
 
 pub fn run(args: CommitArgs) -> anyhow::Result<ExitCode> {
     tokio::runtime::Runtime::new()?.block_on(async move {
-        let connected = connect(args.namespace, &args.session, args.wait, args.via).await?;
+        let connected = args.target.connect().await?;
         let committed = match connected
             .worker
             .commit_persistent(&CommitRequest {
@@ -54,7 +45,7 @@ pub fn run(args: CommitArgs) -> anyhow::Result<ExitCode> {
                 return Err(e).with_context(|| {
                     format!(
                         "committing /persistent/{} of turn {} in session {}",
-                        args.dir, args.turn, args.session
+                        args.dir, args.turn, args.target.session
                     )
                 })
             }

@@ -2,7 +2,7 @@
 //! from anywhere the kubeconfig reaches (from a pod, at the session's in-cluster address), and
 //! exit with its exit code.
 
-use crate::reach::{connect, Via};
+use crate::reach::SessionArgs;
 use anyhow::Context;
 use clap::Args;
 use kube_harness_client::ClientError;
@@ -15,11 +15,8 @@ use std::process::ExitCode;
 
 #[derive(Args)]
 pub struct ExecArgs {
-    /// Namespace of the session (default: the kubeconfig's namespace).
-    #[arg(short = 'n', long)]
-    namespace: Option<String>,
-    /// Name of the HarnessSession.
-    session: String,
+    #[command(flatten)]
+    target: SessionArgs,
     /// Print the whole JSON response (events included) instead of stdout/stderr.
     #[arg(long)]
     json: bool,
@@ -32,12 +29,6 @@ pub struct ExecArgs {
     /// Command time limit in seconds (the worker caps it).
     #[arg(long)]
     timeout: Option<u64>,
-    /// How long to wait for the session to be Ready (waking it if hibernated).
-    #[arg(long, default_value_t = 180)]
-    wait: u64,
-    /// Route to the worker.
-    #[arg(long, value_enum, default_value_t = Via::Auto)]
-    via: Via,
     /// End the turn after the command: a Tier-1 sandbox merges its changes back and is released,
     /// and the turn's usage event is written (with `--json`, the turn summary is printed too).
     #[arg(long)]
@@ -53,7 +44,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
-    let connected = match connect(args.namespace, &args.session, args.wait, args.via).await {
+    let connected = match args.target.connect().await {
         Ok(connected) => connected,
         // Refused by the namespace (a quota): the command cannot run, as a refusal does.
         // Suspended or expired: the session declines commands until its spec changes.
@@ -90,11 +81,11 @@ async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
         format!(
             "the command's result was lost (the worker pod may have died mid-command); \
              session {} recovers on its own: check `kubectl get hs {}`",
-            args.session, args.session
+            args.target.session, args.target.session
         )
     })?;
     let ended = if args.end_turn {
-        Some(end_turn(&connected.worker, &args.session, args.run_id).await?)
+        Some(end_turn(&connected.worker, &args.target.session, args.run_id).await?)
     } else {
         None
     };
@@ -120,7 +111,7 @@ async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
                 };
                 eprintln!(
                     "kube-harness: {name} outgrew the result's cap; {whole} ({} bytes) is kept at {} in session {}",
-                    f.bytes, f.path, args.session
+                    f.bytes, f.path, args.target.session
                 );
             }
         }
@@ -190,29 +181,20 @@ async fn end_turn(
 /// back, release it, write the usage event) without running a command.
 #[derive(Args)]
 pub struct EndTurnArgs {
-    /// Namespace of the session (default: the kubeconfig's namespace).
-    #[arg(short = 'n', long)]
-    namespace: Option<String>,
-    /// Name of the HarnessSession.
-    session: String,
+    #[command(flatten)]
+    target: SessionArgs,
     /// Print the turn summary as JSON.
     #[arg(long)]
     json: bool,
     /// Session log run the turn's closing events go to (default: the session's name).
     #[arg(long)]
     run_id: Option<String>,
-    /// How long to wait for the session to be Ready.
-    #[arg(long, default_value_t = 180)]
-    wait: u64,
-    /// Route to the worker.
-    #[arg(long, value_enum, default_value_t = Via::Auto)]
-    via: Via,
 }
 
 pub fn run_end_turn(args: EndTurnArgs) -> anyhow::Result<ExitCode> {
     tokio::runtime::Runtime::new()?.block_on(async move {
-        let connected = connect(args.namespace, &args.session, args.wait, args.via).await?;
-        let ended = end_turn(&connected.worker, &args.session, args.run_id).await?;
+        let connected = args.target.connect().await?;
+        let ended = end_turn(&connected.worker, &args.target.session, args.run_id).await?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&ended)?);
         } else {

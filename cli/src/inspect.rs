@@ -3,7 +3,7 @@
 //! session's token is all it takes, as for exec), shown as `kube-harness local trace|doctor`
 //! show a local session's.
 
-use crate::reach::{connect, Via};
+use crate::reach::SessionArgs;
 use crate::trace_view;
 use anyhow::Context;
 use clap::Args;
@@ -18,20 +18,11 @@ pub const MAX_EVENTS: usize = 1_000_000;
 /// Which session, which run, and how to reach it.
 #[derive(Args)]
 pub struct Target {
-    /// Namespace of the session (default: the kubeconfig's namespace).
-    #[arg(short = 'n', long)]
-    namespace: Option<String>,
-    /// Name of the HarnessSession.
-    session: String,
+    #[command(flatten)]
+    session: SessionArgs,
     /// The session log run, as `exec --run-id` named it (default: the session's own run).
     #[arg(long)]
     run_id: Option<String>,
-    /// How long to wait for the session to be Ready (waking it if hibernated).
-    #[arg(long, default_value_t = 180)]
-    wait: u64,
-    /// Route to the worker.
-    #[arg(long, value_enum, default_value_t = Via::Auto)]
-    via: Via,
 }
 
 /// `kube-harness trace [-n NS] SESSION [--run-id R] [--format pretty|json]`.
@@ -65,21 +56,16 @@ pub fn run_doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let events = read(&args.target)?;
     Ok(trace_view::doctor(
         &mut std::io::stdout().lock(),
-        &args.target.session,
+        &args.target.session.session,
         &events,
     )?)
 }
 
 fn read(target: &Target) -> anyhow::Result<Vec<TraceEvent>> {
     tokio::runtime::Runtime::new()?.block_on(async {
-        let connected = connect(
-            target.namespace.clone(),
-            &target.session,
-            target.wait,
-            target.via,
-        )
-        .await?;
-        read_run(&connected.worker, &target.session, target.run_id.as_deref()).await
+        let connected = target.session.connect().await?;
+        let session = &target.session.session;
+        read_run(&connected.worker, session, target.run_id.as_deref()).await
     })
 }
 

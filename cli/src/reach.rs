@@ -64,6 +64,29 @@ pub async fn handle(namespace: Option<String>, name: &str) -> anyhow::Result<Ses
     Ok(SessionHandle::new(client, namespace, name))
 }
 
+/// The session a command reaches, and how: what exec, end-turn, commit, trace and doctor share.
+#[derive(Args)]
+pub struct SessionArgs {
+    /// Namespace of the session (default: the kubeconfig's namespace).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// Name of the HarnessSession.
+    pub session: String,
+    /// How long to wait for the session to be Ready (waking it if hibernated).
+    #[arg(long, default_value_t = 180)]
+    pub wait: u64,
+    /// Route to the worker.
+    #[arg(long, value_enum, default_value_t = Via::Auto)]
+    pub via: Via,
+}
+
+impl SessionArgs {
+    /// [`connect`] with these arguments.
+    pub async fn connect(&self) -> anyhow::Result<Connected> {
+        connect(self.namespace.clone(), &self.session, self.wait, self.via).await
+    }
+}
+
 /// Finds the session, waits up to `wait` seconds for it to be Ready (waking it), and connects to
 /// its worker by `via`.
 pub async fn connect(

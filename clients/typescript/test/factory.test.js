@@ -8,7 +8,7 @@ import { randomBytes } from "node:crypto";
 import { existsSync, mkdtempSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createServer } from "node:net";
+import { freePort } from "./support.js";
 import { ApiError, Session, TransportError, kubeHarnessSandbox } from "../dist/index.js";
 
 const TOKEN = "factory-token-0123";
@@ -18,16 +18,6 @@ let logUrl;
 let url; // the worker with a session log
 let root; // its workspace root
 const children = [];
-
-function freePort() {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 async function waitFor(probe, what) {
   const deadline = Date.now() + 30000;

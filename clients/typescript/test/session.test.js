@@ -7,23 +7,13 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, mkdirSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createServer } from "node:net";
+import { freePort } from "./support.js";
 import { Session, ApiError, TransportError } from "../dist/index.js";
 
 const TOKEN = "ts-sdk-token-0123";
 let worker;
 let url;
 let root;
-
-function freePort() {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 before(async () => {
   const bin = process.env.KH_BIN;

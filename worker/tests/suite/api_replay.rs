@@ -11,6 +11,12 @@ use kube_harness_session_log::replay::COMMAND_STARTED;
 use kube_harness_worker::api::SessionLogConfig;
 use serde_json::json;
 
+/// The types of a run's events in the log, in order.
+async fn log_types(log: &TestLog, run: &str) -> Vec<String> {
+    let events = log.client().read_all(run).await.unwrap();
+    events.into_iter().map(|e| e.event_type).collect()
+}
+
 async fn worker_with_log(log: &TestLog) -> super::api_support::TestWorker {
     let (tmp, mut cfg) = config();
     cfg.session_log = Some(log.config());
@@ -227,14 +233,7 @@ async fn events_the_log_missed_fail_the_request_and_are_appended_before_the_next
         .turn
         .unwrap();
     assert!(turn.events.iter().any(|e| e.kind == kind::TURN_USAGE));
-    let types: Vec<String> = log
-        .client()
-        .read_all("run-q")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.event_type)
-        .collect();
+    let types = log_types(&log, "run-q").await;
     assert_eq!(
         types,
         [
@@ -354,14 +353,7 @@ async fn an_event_the_log_refuses_fails_the_request_and_is_never_dropped() {
     assert!(!w.host("/session/second").exists());
     // The log holds what came before the refused completion, and nothing after it: no hole,
     // no later event out of order.
-    let types: Vec<String> = log
-        .client()
-        .read_all("run-r")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.event_type)
-        .collect();
+    let types = log_types(&log, "run-r").await;
     assert_eq!(
         types,
         [kind::COMMAND_STARTED, kind::FILE_CREATED],
