@@ -2,8 +2,9 @@
 //! session lock, the runtime, the Tier-0 sandbox) against the same command through the runtime
 //! directly (a `Turn` over the same kind of sandbox), measured in the same run and interleaved so
 //! machine load hits both alike: the API's own overhead. A third worker appends to a real
-//! session log (memory store, loopback HTTP), every event awaited before the answer (issue 31):
-//! what recording a command costs, against the worker without a log.
+//! session log (the chart's default file store, fsync'd, over loopback HTTP), every event
+//! awaited before the answer (issue 31): what recording a command costs, against the worker
+//! without a log.
 //!
 //! Run: `cargo bench -p kube-harness-worker --bench api` (as root, or where user namespaces are
 //! allowed). `-- --iterations N` changes the sample count (default 200).
@@ -52,7 +53,8 @@ async fn main() {
     // The API: a real server on loopback, and another appending to a real session log.
     let api_dir = tempfile::tempdir().expect("temp dir");
     let (client, _served) = serve_worker(WorkerConfig::new("bench", api_dir.path())).await;
-    let log_url = serve_log().await;
+    let log_dir = tempfile::tempdir().expect("temp dir");
+    let log_url = serve_log(&log_dir.path().join("log.ndjson")).await;
     let logged_dir = tempfile::tempdir().expect("temp dir");
     let mut logged_config = WorkerConfig::new("bench", logged_dir.path());
     logged_config.session_log = Some(SessionLogConfig {
@@ -169,11 +171,12 @@ async fn serve_worker(
     (WorkerClient::new(&url, "bench-token").unwrap(), served)
 }
 
-/// A session log (memory store) on loopback; its URL.
-async fn serve_log() -> String {
-    let store = Store::open(&"memory".parse().unwrap(), StoreOptions::default())
+/// A session log (file store at `path`, as the chart runs it) on loopback; its URL.
+async fn serve_log(path: &Path) -> String {
+    let spec = format!("file:{}", path.display());
+    let store = Store::open(&spec.parse().unwrap(), StoreOptions::default())
         .await
-        .expect("memory store");
+        .expect("file store");
     let listener = kube_harness_service_kit::bind("127.0.0.1:0".parse().unwrap())
         .await
         .expect("bind");

@@ -195,3 +195,16 @@ def test_the_async_session_opens_its_own_turn(worker):
             assert (await a.end_turn()).commands == 1
 
     asyncio.run(run())
+
+
+def test_uploads_belong_to_the_clients_turn(worker, tmp_path):
+    with kh.Session(worker.url, TOKEN) as a, kh.Session(worker.url, TOKEN) as b:
+        a.open_turn("agent-a")
+        assert a.write_file("/session/mine.txt", b"m").change == "created"
+        (tmp_path / "d").mkdir()
+        (tmp_path / "d" / "f").write_text("f")
+        assert a.upload_dir(tmp_path / "d", "/session/dir")["entries"] >= 1
+        with pytest.raises(kh.TurnBusy):
+            b.write_file("/session/theirs.txt", b"t")
+        assert a.end_turn() is not None
+        assert b.write_file("/session/theirs.txt", b"t").change == "created"

@@ -211,7 +211,9 @@ export class Session implements AsyncDisposable {
 
   /** Writes one file of the session. */
   async writeFile(path: string, data: Uint8Array | string): Promise<FileWritten> {
-    const response = await this.#fetch("PUT", `/v1/files?path=${encodeURIComponent(path)}`, {
+    // An upload belongs to this client's turn, if it opened one (else 409 turn-busy meanwhile).
+    const turn = this.turnId === undefined ? "" : `&turnId=${encodeURIComponent(this.turnId)}`;
+    const response = await this.#fetch("PUT", `/v1/files?path=${encodeURIComponent(path)}${turn}`, {
       body: data,
       headers: { "content-type": "application/octet-stream" },
       signal: AbortSignal.timeout(this.#requestTimeoutMs),

@@ -112,6 +112,8 @@ test("one client's turn at a time: others get turn-busy, a spent id turn-ended",
   assert.equal((await a.exec("echo mine")).stdout, "mine\n");
   await assert.rejects(b.exec("echo theirs"), (e) => e instanceof ApiError && e.status === 409 && e.code === "turn-busy" && e.message.includes("agent-a"));
   await assert.rejects(b.openTurn(), (e) => e instanceof ApiError && e.code === "turn-busy");
+  assert.equal((await a.writeFile("/session/turn-own.txt", "o")).change, "created");
+  await assert.rejects(b.writeFile("/session/turn-theirs.txt", "t"), (e) => e instanceof ApiError && e.code === "turn-busy");
   await assert.rejects(b.endTurn(), (e) => e instanceof ApiError && e.code === "turn-busy");
   assert.equal((await a.endTurn()).commands, 1);
   assert.equal(a.turnId, undefined);

@@ -63,6 +63,9 @@ pub enum WorkerError {
     /// 429 `uploads-busy`: as many uploads as may be spooled at once are.
     #[error("{0} uploads are being received; try again")]
     UploadsBusy(usize),
+    /// 429 `too-many-requests`: the worker's one session-log read at a time stayed busy.
+    #[error("{0}")]
+    LogReadsBusy(String),
     /// 500 `io-failed`: the filesystem failed the worker.
     #[error("{0}")]
     Io(String),
@@ -104,6 +107,10 @@ impl WorkerError {
             WorkerError::TurnEscalated => (StatusCode::CONFLICT, code::TURN_ESCALATED),
             WorkerError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, code::PAYLOAD_TOO_LARGE),
             WorkerError::UploadsBusy(_) => (StatusCode::TOO_MANY_REQUESTS, code::UPLOADS_BUSY),
+            WorkerError::LogReadsBusy(_) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                kube_harness_service_kit::error::code::TOO_MANY_REQUESTS,
+            ),
             WorkerError::Io(_) => (StatusCode::INTERNAL_SERVER_ERROR, code::IO_FAILED),
             WorkerError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             WorkerError::NotReady(_) => (StatusCode::SERVICE_UNAVAILABLE, code::NOT_READY),

@@ -67,9 +67,10 @@ impl LogForwarder {
     }
 
     /// The session log event of one trace event: its data is the payload (deterministic, so a
-    /// retried append with the same key is recognised by the log as the same event).
+    /// retried append with the same key is recognised by the log as the same event), cut to fit
+    /// the log ([`fit`]).
     pub fn to_new_event(event: &TraceEvent, key: String) -> NewEvent {
-        let payload = match &event.data {
+        let mut payload = match &event.data {
             Value::Object(map) => map.clone(),
             other => {
                 let mut map = serde_json::Map::new();
@@ -77,6 +78,7 @@ impl LogForwarder {
                 map
             }
         };
+        fit(&mut payload, MAX_LOG_PAYLOAD);
         NewEvent::with_key(key, event.kind.clone(), payload)
     }
 
@@ -141,6 +143,49 @@ impl LogForwarder {
 
     pub fn forget_not_run(&self, run: &str, key: &str) {
         relock(&self.not_run).remove(&format!("{run}\n{key}"));
+    }
+}
+
+/// Most bytes of JSON the worker sends as one event's payload: the session log refuses (413)
+/// over its limit (256 KiB by default, counted on the canonical JSON), less a margin.
+pub const MAX_LOG_PAYLOAD: usize =
+    kube_harness_session_log_client::model::DEFAULT_MAX_PAYLOAD_BYTES - 16 * 1024;
+
+/// What replaces the cut end of a field.
+pub const CUT_MARK: &str = "…[kube-harness: cut to fit the session log]";
+
+/// Cuts an event's largest text fields (`stdout`, `stderr`, `command`) until its JSON fits in
+/// `limit` bytes, setting `stdoutTruncated`/`stderrTruncated` for the output it cut. Raw sizes
+/// are bounded (a script at 120 KiB, inline output at 16 KiB a stream), but JSON escaping makes a
+/// control byte six: a command printing them would otherwise have its completion refused by the
+/// log, and an event the log refuses stays queued and stops the session (issue 31's attacker).
+/// Deterministic, so a retried append under the same key sends the same bytes.
+pub fn fit(payload: &mut serde_json::Map<String, Value>, limit: usize) {
+    loop {
+        let size = serde_json::to_vec(&*payload).map_or(0, |v| v.len());
+        if size <= limit {
+            return;
+        }
+        let longest = ["stdout", "stderr", "command"]
+            .into_iter()
+            .filter_map(|k| Some((k, payload.get(k)?.as_str()?.len())))
+            .max_by_key(|(_, len)| *len);
+        let Some((key, len)) = longest.filter(|(_, len)| *len > CUT_MARK.len().saturating_mul(2))
+        else {
+            return;
+        };
+        let Some(text) = payload.get(key).and_then(Value::as_str) else {
+            return;
+        };
+        let mut keep = len / 2;
+        while !text.is_char_boundary(keep) {
+            keep = keep.saturating_sub(1);
+        }
+        let cut = format!("{}{CUT_MARK}", &text[..keep]);
+        payload.insert(key.to_string(), Value::String(cut));
+        if key != "command" {
+            payload.insert(format!("{key}Truncated"), Value::Bool(true));
+        }
     }
 }
 

@@ -160,10 +160,11 @@ async fn put_file(
     head: BodyHead,
     raw: Body,
 ) -> Result<Response, Refusal> {
+    let turn = turn_query(query.as_deref())?;
     let path = file_query(query)?;
     let running = worker.clone();
     in_own_task(&worker, "upload", async move {
-        running.put_file(&path, &head, raw).await
+        running.put_file(&path, turn.as_deref(), &head, raw).await
     })
     .await
 }
@@ -192,10 +193,13 @@ async fn put_archive(
     head: BodyHead,
     raw: Body,
 ) -> Result<Response, Refusal> {
+    let turn = turn_query(query.as_deref())?;
     let path = file_query(query)?;
     let running = worker.clone();
     in_own_task(&worker, "upload", async move {
-        running.put_archive(&path, &head, raw).await
+        running
+            .put_archive(&path, turn.as_deref(), &head, raw)
+            .await
     })
     .await
 }
@@ -375,6 +379,27 @@ fn valid_turn_id(turn_id: Option<&str>) -> Result<(), Refusal> {
         }
         _ => Ok(()),
     }
+}
+
+/// `&turnId=` of an upload: the client's turn it belongs to (an upload while another client's
+/// turn is open is 409 `turn-busy`, as a command is). Given once, UTF-8, bounded like a step key.
+fn turn_query(raw: Option<&str>) -> Result<Option<String>, Refusal> {
+    let mut found = None;
+    for pair in raw.unwrap_or("").split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key != "turnId" {
+            continue;
+        }
+        if found.is_some() {
+            return Err(bad_request("turnId is given twice".to_string()));
+        }
+        let decoded = percent_encoding::percent_decode_str(value)
+            .decode_utf8()
+            .map_err(|_| bad_request("turnId is not UTF-8 once decoded".to_string()))?;
+        found = Some(decoded.into_owned());
+    }
+    valid_turn_id(found.as_deref())?;
+    Ok(found)
 }
 
 /// A JSON body that may be left out (empty or blank: the request's defaults).

@@ -122,3 +122,41 @@ async fn bad_parameters_no_log_and_a_log_that_is_down_are_clear_errors() {
     let none = without.client.log_page(None, 0, 10).await.unwrap_err();
     assert_eq!((none.status(), none.code()), (Some(404), Some("not-found")));
 }
+
+/// Issue 31's attacker: 64 parallel `GET /v1/log` of one session slowed every other session's
+/// commands through the shared session log (10 to 28 s). A worker now reads one page at a time:
+/// a second read waits, and after `LOG_READ_WAIT` is answered 429. Here the log accepts
+/// connections and never answers, so the first read holds the gate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_reads_one_page_at_a_time_and_a_waiting_read_gets_429() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((conn, _)) = silent.accept().await {
+            open.push(conn);
+        }
+    });
+    let (tmp, mut cfg) = config();
+    cfg.session_log = Some(kube_harness_worker::api::SessionLogConfig {
+        url,
+        token: Some("t".into()),
+        run_scope: None,
+    });
+    let w = start_with(tmp, cfg).await;
+    let first = {
+        let c = w.client.clone();
+        tokio::spawn(async move { c.log_page(None, 0, 10).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    let second = w.client.log_page(None, 0, 10).await.unwrap_err();
+    assert_eq!(
+        (second.status(), second.code()),
+        (Some(429), Some("too-many-requests")),
+        "{second}"
+    );
+    assert!(started.elapsed() >= kube_harness_worker::api::state::LOG_READ_WAIT / 2);
+    first.abort();
+    held.abort();
+}

@@ -360,3 +360,55 @@ async fn an_event_the_log_refuses_fails_the_request_and_is_never_dropped() {
         "{types:?}"
     );
 }
+
+/// Issue 31's attacker: a script of 120,000 tabs (under the script cap) printing 16,000 control
+/// bytes on each stream. Raw, everything is within bounds; as JSON a tab is two bytes and a
+/// control byte six, so the completion was over the log's 256 KiB and refused, and with awaited
+/// appends that wedged the session. The worker now cuts an event's largest text fields to fit
+/// (flagging the output it cut), so the command is recorded and the next one runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_escaping_past_the_logs_limit_are_cut_to_fit_not_refused() {
+    let log = TestLog::start().await;
+    let w = worker_with_log(&log).await;
+    let script = format!(
+        "{}head -c 16000 /dev/zero | tr '\\0' '\\1'; head -c 16000 /dev/zero | tr '\\0' '\\1' >&2; echo ran > /session/wedge",
+        "\t".repeat(120_000)
+    );
+    let r = w
+        .client
+        .exec(&ExecRequest::new(script).step("run-w", "big"))
+        .await
+        .unwrap();
+    assert_eq!(r.outcome.exit_code, 0);
+    assert_eq!(
+        r.outcome.stdout.len(),
+        16_000,
+        "the answer keeps what the client gets"
+    );
+    let next = w.client.exec(&ExecRequest::new("cat /session/wedge")).await;
+    assert_eq!(
+        next.unwrap().outcome.stdout,
+        "ran\n",
+        "the session is not wedged"
+    );
+    let events = log.client().read_all("run-w").await.unwrap();
+    let completed = events
+        .iter()
+        .find(|e| e.event_type == kind::COMMAND_COMPLETED)
+        .expect("the completion is recorded");
+    assert!(serde_json::to_vec(&completed.payload).unwrap().len() <= 256 * 1024);
+    let command = completed.payload["command"].as_str().unwrap();
+    assert!(
+        command.ends_with("cut to fit the session log]"),
+        "{}",
+        &command[command.len() - 60..]
+    );
+    // A replay answers from the log: what was cut is flagged, not passed off as whole.
+    let again = w
+        .client
+        .exec(&ExecRequest::new("never run").step("run-w", "big"))
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.outcome.exit_code, 0);
+}

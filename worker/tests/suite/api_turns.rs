@@ -182,3 +182,55 @@ async fn bad_turn_ids_and_client_names_are_refused_and_open_nothing() {
     assert_eq!(status, 200, "{answer}");
     assert!(answer["turnId"].as_str().unwrap().starts_with("turn_"));
 }
+
+/// Issue 31's attacker: an upload while another client's turn was open was written and counted
+/// as that turn's change. Uploads are admitted as commands are: `&turnId=` of the open turn, or
+/// 409 `turn-busy`, nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_into_another_clients_turn_is_refused() {
+    let w = start().await;
+    let turn = w.client.open_turn(&named("owner")).await.unwrap().turn_id;
+    let base = w.base_url.clone();
+    let put = |query: String| {
+        let path = format!("{base}/v1/files?{query}");
+        async move {
+            raw(
+                &path,
+                reqwest::Method::PUT,
+                "",
+                Some(TOKEN),
+                Some(b"x".to_vec()),
+            )
+            .await
+        }
+    };
+    let (status, body) = put("path=/session/intruder".into()).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("turn-busy")),
+        "{body}"
+    );
+    assert!(!w.host("/session/intruder").exists());
+    let (status, body) = put("path=/session/intruder&turnId=turn_0_x".into()).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("turn-busy")),
+        "{body}"
+    );
+    let (status, body) = put("path=/session/x&turnId=".into()).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("bad-request")),
+        "{body}"
+    );
+    let (status, body) = put(format!("path=/session/x&turnId={turn}&turnId={turn}")).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("bad-request")),
+        "{body}"
+    );
+    let (status, body) = put(format!("path=/session/mine&turnId={turn}")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["events"][0]["turnId"], turn.as_str());
+    assert!(w.host("/session/mine").exists());
+}

@@ -102,11 +102,13 @@ def _line(raw: bytes) -> Union[Chunk, ExecResult, None]:
     return None
 
 
-def _path_url(route: str, path: str) -> str:
+def _path_url(route: str, path: str, turn_id: Optional[str] = None) -> str:
     """`route?path=<path>`: the worker reads ?path= as plain percent-encoding (a `+` is a plus),
     so the path is quoted here (a space as %20, a plus as %2B) rather than given to httpx as a
     form parameter, which would write a space as `+`."""
-    return f"{route}?path={quote(path, safe='/')}"
+    url = f"{route}?path={quote(path, safe='/')}"
+    # An upload belongs to the client's turn, if it opened one (else 409 turn-busy meanwhile).
+    return url if turn_id is None else f"{url}&turnId={quote(turn_id, safe='')}"
 
 
 class Session:
@@ -280,7 +282,7 @@ class Session:
         content = data if isinstance(data, (bytes, bytearray)) else _chunks(data)
         body = self._json(
             "PUT",
-            _path_url("/v1/files", path),
+            _path_url("/v1/files", path, self.turn_id),
             content=content,
             headers={"Content-Type": "application/octet-stream"},
         )
@@ -300,7 +302,7 @@ class Session:
             spool.seek(0)
             return self._json(
                 "PUT",
-                _path_url("/v1/archive", path),
+                _path_url("/v1/archive", path, self.turn_id),
                 content=_chunks(spool),
                 headers={"Content-Type": "application/x-tar"},
             )
@@ -518,7 +520,7 @@ class AsyncSession:
     async def write_file(self, path: str, data: bytes) -> FileWritten:
         body = await self._json(
             "PUT",
-            _path_url("/v1/files", path),
+            _path_url("/v1/files", path, self.turn_id),
             content=data,
             headers={"Content-Type": "application/octet-stream"},
         )
@@ -536,7 +538,7 @@ class AsyncSession:
             spool.seek(0)
             return await self._json(
                 "PUT",
-                _path_url("/v1/archive", path),
+                _path_url("/v1/archive", path, self.turn_id),
                 content=_achunks(spool),
                 headers={"Content-Type": "application/x-tar"},
             )

@@ -41,6 +41,15 @@ impl Worker {
             ));
         };
         let scoped = self.log_run(run)?;
+        let _one_at_a_time = tokio::time::timeout(super::LOG_READ_WAIT, self.log_reads.acquire())
+            .await
+            .map_err(|_| {
+                WorkerError::LogReadsBusy(format!(
+                    "another read of this session's log has been running for {} s: the worker reads one page at a time",
+                    super::LOG_READ_WAIT.as_secs()
+                ))
+            })?
+            .map_err(|e| WorkerError::Internal(format!("the log-read gate closed: {e}")))?;
         let page = log
             .client()
             .read(&scoped, after, limit)

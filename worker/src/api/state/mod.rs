@@ -32,6 +32,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// How many uploads may be spooled at once (each up to its limit in the temp directory).
 pub const UPLOADS_AT_ONCE: usize = 2;
 
+/// How long a `GET /v1/log` waits for the one read a worker makes at a time before 429.
+pub const LOG_READ_WAIT: Duration = Duration::from_secs(10);
+
 /// One worker: one session.
 pub struct Worker {
     config: WorkerConfig,
@@ -49,6 +52,9 @@ pub struct Worker {
     busy: AtomicBool,
     /// Uploads being spooled at once (see [`UPLOADS_AT_ONCE`]).
     uploads: tokio::sync::Semaphore,
+    /// `GET /v1/log` reads the shared session log one page at a time per worker: a session's
+    /// client flooding it must not take the log's time from every other session's appends.
+    log_reads: tokio::sync::Semaphore,
     shutting_down: AtomicBool,
     /// Set by a caught panic (see [`Broken`]).
     broken: Mutex<Option<Broken>>,
@@ -134,6 +140,7 @@ impl Worker {
             }),
             busy: AtomicBool::new(false),
             uploads: tokio::sync::Semaphore::new(UPLOADS_AT_ONCE),
+            log_reads: tokio::sync::Semaphore::new(1),
             shutting_down: AtomicBool::new(false),
             broken: Mutex::new(None),
             tracking,

@@ -32,6 +32,7 @@ impl Worker {
     pub async fn put_file(
         &self,
         path: &str,
+        turn_id: Option<&str>,
         head: &BodyHead,
         body: axum::body::Body,
     ) -> Result<FileWritten, Refusal> {
@@ -41,7 +42,7 @@ impl Worker {
         });
         let limit = (self.config.max_file_bytes, "--max-file-bytes");
         let up = self
-            .upload(target, head, body, limit, |target, spooled| {
+            .upload(target, turn_id, head, body, limit, |target, spooled| {
                 Ok((vec![files::place(&target, spooled)?.change], Vec::new()))
             })
             .await?;
@@ -64,6 +65,7 @@ impl Worker {
     pub async fn put_archive(
         &self,
         path: &str,
+        turn_id: Option<&str>,
         head: &BodyHead,
         body: axum::body::Body,
     ) -> Result<ArchiveWritten, Refusal> {
@@ -74,11 +76,18 @@ impl Worker {
         let limit = (self.config.max_archive_bytes, "--max-archive-bytes");
         let spec = self.spec.clone();
         let up = self
-            .upload(target, head, body, limit, move |target, spooled| {
-                let writable = |harness: &std::path::Path| spec.is_writable(harness);
-                let extracted = archive::extract(&target, spooled.file, writable)?;
-                Ok((extracted.changes, extracted.warnings))
-            })
+            .upload(
+                target,
+                turn_id,
+                head,
+                body,
+                limit,
+                move |target, spooled| {
+                    let writable = |harness: &std::path::Path| spec.is_writable(harness);
+                    let extracted = archive::extract(&target, spooled.file, writable)?;
+                    Ok((extracted.changes, extracted.warnings))
+                },
+            )
             .await?;
         Ok(ArchiveWritten {
             path: path.to_string(),
@@ -98,6 +107,7 @@ impl Worker {
     async fn upload(
         &self,
         target: Result<files::Target, WorkerError>,
+        turn_id: Option<&str>,
         head: &BodyHead,
         body: axum::body::Body,
         (limit, flag): (u64, &str),
@@ -136,6 +146,8 @@ impl Worker {
         let _busy = BusyFlag::set(&self.busy);
         self.touch();
         self.check_broken()?;
+        // Recorded as the open turn's events: not into another client's turn.
+        super::claim::admit(&slot, turn_id)?;
         slot.exec_counter = slot.exec_counter.saturating_add(1);
         let prefix = format!("{}:upload-{}", self.instance, slot.exec_counter);
         let open = self.open(&mut slot, tier0).await?;
