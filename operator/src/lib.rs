@@ -14,6 +14,7 @@ pub mod labels;
 pub mod leader;
 pub mod metrics;
 pub mod origin;
+pub mod pod_http;
 pub mod run;
 pub mod server;
 pub mod session;

@@ -93,6 +93,12 @@ impl WorkerClient {
         })
     }
 
+    /// The same client over `http` (its own connect timeout, pool, time limits).
+    pub fn with_http(mut self, http: reqwest::Client) -> Self {
+        self.http = http;
+        self
+    }
+
     /// Caps what is read of an answer; a larger one is a `Decode` error, never read whole.
     pub fn with_max_answer_bytes(mut self, limit: usize) -> Self {
         self.max_answer_bytes = limit;

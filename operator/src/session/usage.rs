@@ -3,7 +3,7 @@
 use kube::runtime::reflector::ObjectRef;
 use kube_harness_crds::session::Usage;
 use kube_harness_crds::HarnessSession;
-use kube_harness_protocol::WorkerClient;
+use kube_harness_protocol::{WorkerClient, WorkerClientError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -55,12 +55,21 @@ pub async fn poll_within(
     token: &str,
     within: Duration,
 ) -> Option<WorkerReport> {
-    let client = WorkerClient::new(format!("http://{ip}:{port}"), token).ok()?;
-    let status = tokio::time::timeout(within, client.status())
-        .await
+    let http = crate::pod_http::client(within).ok()?;
+    let client = WorkerClient::new(format!("http://{ip}:{port}"), token)
         .ok()?
-        .map_err(|e| tracing::debug!(error = %e, ip, "worker status poll failed"))
-        .ok()?;
+        .with_http(http);
+    // A read: any transport failure may be tried again on a new connection (`pod_http`).
+    let read = || client.status();
+    let transport = |e: &WorkerClientError| matches!(e, WorkerClientError::Transport(_));
+    let status = tokio::time::timeout(
+        within,
+        crate::pod_http::retry_connect(within, read, transport),
+    )
+    .await
+    .ok()?
+    .map_err(|e| tracing::debug!(error = %e, ip, "worker status poll failed"))
+    .ok()?;
     Some(WorkerReport {
         usage: Usage::new(
             status.turns,

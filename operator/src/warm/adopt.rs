@@ -366,15 +366,12 @@ async fn bind_worker(
     req: &AdoptRequest,
     resumed: bool,
 ) -> std::result::Result<(), String> {
-    let client = reqwest::Client::builder()
-        .timeout(ADOPT_TIMEOUT)
-        .build()
-        .map_err(|e| e.to_string())?;
-    let response = client
-        .post(format!("http://{ip}:{port}/v1/adopt"))
-        .bearer_auth(pool_token)
-        .json(req)
-        .send()
+    let client = crate::pod_http::client(ADOPT_TIMEOUT).map_err(|e| e.to_string())?;
+    // A new connection for each try that did not connect: nothing was sent on it, so the
+    // one-use adoption is not asked twice (`pod_http`: the warm start's one-second tail).
+    let url = format!("http://{ip}:{port}/v1/adopt");
+    let send = || client.post(&url).bearer_auth(pool_token).json(req).send();
+    let response = crate::pod_http::retry_connect(ADOPT_TIMEOUT, send, reqwest::Error::is_connect)
         .await
         .map_err(|e| format!("POST /v1/adopt: {e}"))?;
     let status = response.status();
