@@ -122,21 +122,37 @@ fn file_query(raw: Option<String>) -> Result<String, Refusal> {
             format!("the file routes take ?path=<harness path>: {why}"),
         )
     };
+    match one_param(raw.as_deref(), "path") {
+        Ok(found) => found.ok_or_else(|| bad("`path` is missing")),
+        Err(Param::Twice) => Err(bad("`path` is given twice")),
+        Err(Param::NotUtf8) => Err(bad("the path is not UTF-8 once decoded")),
+    }
+}
+
+/// Why a query parameter read by [`one_param`] is refused.
+enum Param {
+    Twice,
+    NotUtf8,
+}
+
+/// The query parameter `name`, percent-decoded strictly (UTF-8), given at most once; other
+/// parameters are left to their routes.
+fn one_param(raw: Option<&str>, name: &str) -> Result<Option<String>, Param> {
     let mut found = None;
-    for pair in raw.as_deref().unwrap_or("").split('&') {
+    for pair in raw.unwrap_or("").split('&') {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if key != "path" {
+        if key != name {
             continue;
         }
         if found.is_some() {
-            return Err(bad("`path` is given twice"));
+            return Err(Param::Twice);
         }
         let decoded = percent_encoding::percent_decode_str(value)
             .decode_utf8()
-            .map_err(|_| bad("the path is not UTF-8 once decoded"))?;
+            .map_err(|_| Param::NotUtf8)?;
         found = Some(decoded.into_owned());
     }
-    found.ok_or_else(|| bad("`path` is missing"))
+    Ok(found)
 }
 
 /// Runs `work` in its own task, so that it completes (and is logged) even if the client goes or
@@ -349,13 +365,7 @@ fn validate(req: &ExecRequest, worker: &Worker) -> Result<(), Refusal> {
             return Err(bad_request(format!("runId is longer than {MAX_KEY_LEN}")));
         }
     }
-    if let Some(step) = &req.step_key {
-        if step.is_empty() || step.len() > MAX_KEY_LEN || step.chars().any(char::is_control) {
-            return Err(bad_request(format!(
-                "stepKey must be 1..={MAX_KEY_LEN} bytes without control characters"
-            )));
-        }
-    }
+    valid_key("stepKey", req.step_key.as_deref())?;
     valid_turn_id(req.turn_id.as_deref())?;
     if let Some(ms) = req.timeout_ms {
         let max = worker.config().max_timeout;
@@ -371,10 +381,15 @@ fn validate(req: &ExecRequest, worker: &Worker) -> Result<(), Refusal> {
 
 /// A `turnId` is what `POST /v1/turns` answered: bounded like a step key.
 fn valid_turn_id(turn_id: Option<&str>) -> Result<(), Refusal> {
-    match turn_id {
-        Some(id) if id.is_empty() || id.len() > MAX_KEY_LEN || id.chars().any(char::is_control) => {
+    valid_key("turnId", turn_id)
+}
+
+/// A step key or turn id, when given: 1..=[`MAX_KEY_LEN`] bytes without control characters.
+fn valid_key(what: &str, key: Option<&str>) -> Result<(), Refusal> {
+    match key {
+        Some(k) if k.is_empty() || k.len() > MAX_KEY_LEN || k.chars().any(char::is_control) => {
             Err(bad_request(format!(
-                "turnId must be 1..={MAX_KEY_LEN} bytes without control characters"
+                "{what} must be 1..={MAX_KEY_LEN} bytes without control characters"
             )))
         }
         _ => Ok(()),
@@ -384,20 +399,10 @@ fn valid_turn_id(turn_id: Option<&str>) -> Result<(), Refusal> {
 /// `&turnId=` of an upload: the client's turn it belongs to (an upload while another client's
 /// turn is open is 409 `turn-busy`, as a command is). Given once, UTF-8, bounded like a step key.
 fn turn_query(raw: Option<&str>) -> Result<Option<String>, Refusal> {
-    let mut found = None;
-    for pair in raw.unwrap_or("").split('&') {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if key != "turnId" {
-            continue;
-        }
-        if found.is_some() {
-            return Err(bad_request("turnId is given twice".to_string()));
-        }
-        let decoded = percent_encoding::percent_decode_str(value)
-            .decode_utf8()
-            .map_err(|_| bad_request("turnId is not UTF-8 once decoded".to_string()))?;
-        found = Some(decoded.into_owned());
-    }
+    let found = one_param(raw, "turnId").map_err(|why| match why {
+        Param::Twice => bad_request("turnId is given twice"),
+        Param::NotUtf8 => bad_request("turnId is not UTF-8 once decoded"),
+    })?;
     valid_turn_id(found.as_deref())?;
     Ok(found)
 }
